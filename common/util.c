@@ -1,0 +1,119 @@
+/*
+ * util.c: helpers without state, callable from any thread.
+ */
+#include <ctype.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "macro.h"
+#include "util.h"
+
+uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int fd_is_userfaultfd(int fd) {
+        char path[64], target[64];
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n = readlink(path, target, sizeof(target) - 1);
+        if (n < 0)
+                return negative_errno();
+        target[n] = 0;
+        return strcmp(target, "anon_inode:[userfaultfd]") == 0;
+}
+
+int proc_ppid(pid_t pid, pid_t *ret) {
+        char path[64], buf[512];
+        _cleanup_close_ int fd = -1;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return n < 0 ? negative_errno() : -EIO;
+        buf[n] = 0;
+        /* comm may contain spaces and parentheses: parse after the last ')' */
+        char *p = strrchr(buf, ')');
+        int ppid;
+        char state;
+        if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+                return -EIO;
+        *ret = ppid;
+        return 0;
+}
+
+int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes) {
+        char path[64], line[256];
+        FILE *f;
+        size_t klen = strlen(key);
+        int r = -ENOENT;
+
+        if (pid == 0)
+                snprintf(path, sizeof(path), "/proc/self/status");
+        else
+                snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        f = fopen(path, "re");
+        if (!f)
+                return negative_errno();
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long kb;
+                if (strncmp(line, key, klen) == 0 && line[klen] == ':' &&
+                    sscanf(line + klen + 1, "%llu", &kb) == 1) {
+                        *ret_bytes = kb * 1024;
+                        r = 0;
+                        break;
+                }
+        }
+        fclose(f);
+        return r;
+}
+
+int fd_set_nonblock(int fd, bool nonblock) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0)
+                return negative_errno();
+        fl = nonblock ? fl | O_NONBLOCK : fl & ~O_NONBLOCK;
+        if (fcntl(fd, F_SETFL, fl) < 0)
+                return negative_errno();
+        return 0;
+}
+
+int parse_size(const char *s, uint64_t *ret) {
+        char *end;
+        unsigned long long v;
+        uint64_t mul = 1;
+
+        if (!s || !isdigit((unsigned char)*s))
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno)
+                return -EINVAL;
+        switch (*end) {
+        case 0: break;
+        case 'k': case 'K': mul = 1ull << 10; end++; break;
+        case 'm': case 'M': mul = 1ull << 20; end++; break;
+        case 'g': case 'G': mul = 1ull << 30; end++; break;
+        case 't': case 'T': mul = 1ull << 40; end++; break;
+        default: return -EINVAL;
+        }
+        if (*end == 'i' && end[1] == 'B')
+                end += 2;
+        else if (*end == 'B')
+                end++;
+        if (*end)
+                return -EINVAL;
+        if (v > UINT64_MAX / mul)
+                return -ERANGE;
+        *ret = v * mul;
+        return 0;
+}

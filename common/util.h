@@ -1,0 +1,25 @@
+/*
+ * util.h: small helpers shared by daemon, library and tools.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t now_ns(void);
+
+/* 1 if fd is a userfaultfd, 0 if not, -errno on error. */
+int fd_is_userfaultfd(int fd);
+
+/* Parent pid of pid from /proc/PID/stat. */
+int proc_ppid(pid_t pid, pid_t *ret);
+
+/* Read a "Key:   N kB" line of /proc/PID/status in bytes; pid 0 = self. */
+int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes);
+
+int fd_set_nonblock(int fd, bool nonblock);
+
+/* Parse a size like 512, 64K, 2M, 1G (powers of 1024). */
+int parse_size(const char *s, uint64_t *ret);

@@ -1,0 +1,43 @@
+/*
+ * codec.h: page compression behind one interface (lz4, zstd).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum CodecKind {
+        CODEC_LZ4,
+        CODEC_ZSTD,
+} CodecKind;
+
+typedef struct CodecCCtx CodecCCtx; /* one per compression worker */
+typedef struct CodecDCtx CodecDCtx; /* one per decompressing thread */
+
+int codec_from_string(const char *s, CodecKind *ret);
+const char *codec_to_string(CodecKind k);
+
+int codec_cctx_new(CodecKind kind, int level, CodecCCtx **ret);
+CodecCCtx *codec_cctx_free(CodecCCtx *c);
+/* Compress one 4 KiB page into dst. Returns the compressed size (> 0), or
+ * -ENOSPC when it does not fit in dst_cap (the page is incompressible). */
+int codec_compress(CodecCCtx *c, const void *page, void *dst, size_t dst_cap);
+
+/*
+ * Decompression contexts. For lz4 a context holds no state that the codec
+ * writes: codec_dctx_new() returns a shared, read-only context and any
+ * number of threads decompress through it at once without a lock. For zstd
+ * each thread needs its own context (ZSTD_DCtx is written while
+ * decompressing); contexts never wait for each other.
+ */
+int codec_dctx_new(CodecKind kind, CodecDCtx **ret);
+CodecDCtx *codec_dctx_free(CodecDCtx *d);
+/* Decompress exactly one page. Returns 0, or -EBADMSG if src is not a valid
+ * compressed page of exactly 4096 bytes (never reads or writes out of
+ * bounds, whatever src holds). */
+int codec_decompress(CodecDCtx *d, const void *src, size_t len, void *page);
+
+/* True if the page is one 32-bit value repeated; *fill gets it. */
+bool page_same_filled(const void *page, uint32_t *fill);
+void page_fill(void *page, uint32_t fill);

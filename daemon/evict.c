@@ -1,0 +1,558 @@
+/*
+ * evict.c: how pages leave a client.
+ *
+ * A pageout request becomes batches of up to ZSWAP_BATCH_MAX pages. Each
+ * batch owns one staging lane (LANE_SLOTS slots of the client's staging
+ * area) and goes through:
+ *
+ *   plan      (manager) entries EMPTY -> MOVING(slot), pages found present
+ *             in /proc/PID/pagemap; MOVE sent to the client's agent
+ *   move      (agent)   UFFDIO_MOVE page -> slot: atomic, the page leaves the
+ *             client's page table in one step, so no write can be lost
+ *   stage     (manager) MOVE_DONE: MOVING -> STAGED or back to EMPTY
+ *   compress  (worker)  one process_vm_readv of the lane, then per page:
+ *             STAGED -> SAME / STORED, or handed back to the fault thread
+ *             to be reinstalled (incompressible, pool full)
+ *   drain     (manager) wait until no fault thread is reading a slot
+ *   release   (agent)   MADV_DONTNEED of the lane: the memory is freed
+ *
+ * Every entry transition is a compare-and-swap from the value this stage
+ * set; a fault thread that took a page over in between (LOADING) or an
+ * event that dropped it (EMPTY) makes the CAS fail, and the stage lets the
+ * page go. docs/page-lifecycle.md lists each race.
+ *
+ * Workers take jobs from a mutex-protected queue shared only with the
+ * manager; they run at SCHED_IDLE-ish low priority (nice 10) so that they
+ * never delay a fault thread or the client's own threads.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+#include "evict.h"
+#include "fault.h"
+#include "log.h"
+#include "pool.h"
+#include "util.h"
+
+#define PM_PRESENT ((uint64_t)1 << 63)
+#define PM_SWAP ((uint64_t)1 << 62)
+#define PM_FILE ((uint64_t)1 << 61)
+
+enum { JOB_COMPRESS = 1 };
+
+struct Evictor {
+        Manager *m;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        Work *head, **tail; /* protected by lock */
+        bool stop;          /* protected by lock */
+        unsigned nthreads;
+        pthread_t *threads;
+};
+
+typedef struct Worker {
+        Evictor *ev;
+        CodecCCtx *cctx;
+        uint8_t *buf;  /* LANE_SLOTS pages */
+        uint8_t cbuf[ZSWAP_PAGE_SIZE];
+} Worker;
+
+/* ---- workers ---- */
+
+static void job_fail_all(MMClient *mm, Lane *lane, uint32_t slot0) {
+        for (uint32_t i = 0; i < lane->npages; i++) {
+                _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
+                uint64_t v = pe_make_slot(PE_STAGED, slot0 + i);
+                if (e && atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed))
+                        atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+        }
+}
+
+static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr, uint64_t v, int why) {
+        Work *w = work_new(FW_INSTALL, mm);
+        if (!w)
+                return; /* stays STAGED; the drain below waits, the fault path can still serve it */
+        w->a = addr;
+        w->v = v;
+        w->lane = lane_idx;
+        w->status = why;
+        /* pin the lane until the fault thread has read the slot */
+        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
+        fault_thread_post(mm->ft, w);
+}
+
+/* Store one staged page; returns 1 if it is now held by the pool. */
+static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, uint32_t i, const uint8_t *page) {
+        Manager *m = wk->ev->m;
+        uint32_t slot = lane_idx * LANE_SLOTS + i;
+        _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
+        uint64_t v = pe_make_slot(PE_STAGED, slot), nv;
+        uint32_t fill, clen = 0;
+        PoolHandle h = 0;
+
+        if (!e || atomic_load_explicit(e, memory_order_acquire) != v)
+                return 0; /* a fault or an event took it */
+
+        if (page_same_filled(page, &fill))
+                nv = pe_make_same(fill);
+        else {
+                int n = codec_compress(wk->cctx, page, wk->cbuf, m->cfg.max_compressed);
+                if (n < 0) {
+                        atomic_fetch_add_explicit(&mm->st.incompressible_pages, 1, memory_order_relaxed);
+                        hand_back(mm, lane, lane_idx, lane->addrs[i], v, -E2BIG);
+                        return 0;
+                }
+                if (pool_alloc(m->pool, (size_t)n, &h) < 0) {
+                        hand_back(mm, lane, lane_idx, lane->addrs[i], v, -ENOSPC);
+                        return 0;
+                }
+                memcpy(pool_map(m->pool, h), wk->cbuf, (size_t)n);
+                clen = (uint32_t)n;
+                nv = pe_make_stored(h, clen);
+        }
+        /* release: the fault path's acquire load sees the object's bytes */
+        if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
+                if (h)
+                        pool_release(m->pool, h);
+                return 0;
+        }
+        atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+        if (h) {
+                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.compressed_bytes, clen, memory_order_relaxed);
+        } else
+                atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
+        return 1;
+}
+
+static void job_compress(Worker *wk, Work *w) {
+        MMClient *mm = w->mm;
+        Lane *lane = &mm->lanes[w->lane];
+        uint32_t slot0 = w->lane * LANE_SLOTS;
+        uint64_t stored = 0;
+        int r;
+
+        r = mmclient_read(mm, mm->staging_addr + (uint64_t)slot0 * ZSWAP_PAGE_SIZE, wk->buf,
+                          (size_t)lane->npages * ZSWAP_PAGE_SIZE);
+        if (r < 0) {
+                if (r != -ESRCH)
+                        log_error("pid %d: cannot read staging: %s", (int)mm->pid, strerror(-r));
+                job_fail_all(mm, lane, slot0);
+        } else
+                for (uint32_t i = 0; i < lane->npages; i++)
+                        stored += store_page(wk, mm, lane, w->lane, i, wk->buf + (size_t)i * ZSWAP_PAGE_SIZE);
+        pool_reclaim(wk->ev->m->pool);
+        w->type = MW_BATCH_DONE;
+        w->v = stored;
+        manager_post(wk->ev->m, w);
+}
+
+static void *worker_main(void *arg) {
+        Worker *wk = arg;
+        Evictor *ev = wk->ev;
+
+        /* below the clients' own threads and far below the fault threads */
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+        for (;;) {
+                pthread_mutex_lock(&ev->lock);
+                while (!ev->head && !ev->stop)
+                        pthread_cond_wait(&ev->cond, &ev->lock);
+                if (ev->stop) {
+                        pthread_mutex_unlock(&ev->lock);
+                        break;
+                }
+                Work *w = ev->head;
+                ev->head = w->next;
+                if (!ev->head)
+                        ev->tail = &ev->head;
+                pthread_mutex_unlock(&ev->lock);
+                job_compress(wk, w);
+        }
+        codec_cctx_free(wk->cctx);
+        free(wk->buf);
+        free(wk);
+        return NULL;
+}
+
+static void evictor_submit(Evictor *ev, Work *w) {
+        pthread_mutex_lock(&ev->lock);
+        w->next = NULL;
+        *ev->tail = w;
+        ev->tail = &w->next;
+        pthread_cond_signal(&ev->cond);
+        pthread_mutex_unlock(&ev->lock);
+}
+
+int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
+        Evictor *ev = calloc(1, sizeof(*ev));
+        if (!ev)
+                return -ENOMEM;
+        ev->m = m;
+        ev->tail = &ev->head;
+        pthread_mutex_init(&ev->lock, NULL);
+        pthread_cond_init(&ev->cond, NULL);
+        ev->threads = calloc(workers, sizeof(pthread_t));
+        if (!ev->threads) {
+                evictor_free(ev);
+                return -ENOMEM;
+        }
+        for (unsigned i = 0; i < workers; i++) {
+                Worker *wk = calloc(1, sizeof(*wk));
+                int r = wk ? codec_cctx_new(m->cfg.codec, m->cfg.level, &wk->cctx) : -ENOMEM;
+                if (r == 0 && !(wk->buf = malloc((size_t)LANE_SLOTS * ZSWAP_PAGE_SIZE)))
+                        r = -ENOMEM;
+                if (r == 0)
+                        wk->ev = ev;
+                if (r == 0)
+                        r = -pthread_create(&ev->threads[i], NULL, worker_main, wk);
+                if (r < 0) {
+                        if (wk) {
+                                codec_cctx_free(wk->cctx);
+                                free(wk->buf);
+                                free(wk);
+                        }
+                        evictor_free(ev);
+                        return r;
+                }
+                ev->nthreads++;
+        }
+        *ret = ev;
+        return 0;
+}
+
+Evictor *evictor_free(Evictor *ev) {
+        if (!ev)
+                return NULL;
+        pthread_mutex_lock(&ev->lock);
+        ev->stop = true;
+        pthread_cond_broadcast(&ev->cond);
+        pthread_mutex_unlock(&ev->lock);
+        for (unsigned i = 0; i < ev->nthreads; i++)
+                pthread_join(ev->threads[i], NULL);
+        while (ev->head) {
+                Work *n = ev->head->next;
+                work_free(ev->head);
+                ev->head = n;
+        }
+        free(ev->threads);
+        pthread_mutex_destroy(&ev->lock);
+        pthread_cond_destroy(&ev->cond);
+        free(ev);
+        return NULL;
+}
+
+/* ---- manager side ---- */
+
+static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
+        for (PageoutOp **p = &mm->ops; *p; p = &(*p)->next) {
+                if (*p != op)
+                        continue;
+                *p = op->next;
+                if (!*p)
+                        mm->ops_tail = p;
+                break;
+        }
+        if (op->unregister) {
+                /* every page of the range is back: stop the kernel sending us its faults */
+                mmclient_uffd_unregister(mm, op->start, op->end);
+                mm->unregisters--;
+        }
+        if (op->conn && op->id)
+                conn_reply(op->conn, op->id, 0, (int64_t)op->evicted);
+        free(op);
+}
+
+int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister) {
+        PageoutOp *op = calloc(1, sizeof(*op));
+        if (!op)
+                return -ENOMEM;
+        op->conn = c;
+        op->id = id;
+        op->start = op->cursor = start;
+        op->end = end;
+        op->unregister = unregister;
+        if (unregister)
+                mm->unregisters++;
+        *mm->ops_tail = op;
+        mm->ops_tail = &op->next;
+        evict_pump(m, mm);
+        return 0;
+}
+
+bool evict_settled(MMClient *mm) {
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                if (mm->lanes[i].state == LANE_MOVING || mm->lanes[i].state == LANE_COMPRESSING)
+                        return false;
+        return true;
+}
+
+static int read_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm) {
+        ssize_t n = pread(mm->pagemap_fd, pm, npages * sizeof(uint64_t), (off_t)(start >> ZSWAP_PAGE_SHIFT) * 8);
+        if (n < 0)
+                return negative_errno();
+        if ((size_t)n != npages * sizeof(uint64_t))
+                return -EIO;
+        return 0;
+}
+
+typedef struct Plan {
+        ZMsgMove msg;
+        Lane *lane;
+        uint32_t slot0;
+} Plan;
+
+/* Mark one page MOVING and add it to the plan; false if the plan is full. */
+static bool plan_add(MMClient *mm, Plan *p, uint64_t addr) {
+        Lane *lane = p->lane;
+        ZMsgMove *msg = &p->msg;
+        bool extend = msg->nruns > 0 && msg->runs[msg->nruns - 1].addr +
+                                                (uint64_t)msg->runs[msg->nruns - 1].npages * ZSWAP_PAGE_SIZE == addr;
+
+        if (!extend && msg->nruns == ZSWAP_MOVE_RUNS_MAX)
+                return false;
+        _Atomic uint64_t *e = pindex_entry(mm->index, addr, true);
+        uint64_t expected = 0;
+        if (!e)
+                return true; /* no memory for the index: leave the page resident */
+        /* only a plain EMPTY entry: not incompressible, not held */
+        if (!atomic_compare_exchange_strong_explicit(e, &expected, pe_make_slot(PE_MOVING, p->slot0 + lane->npages),
+                                                     memory_order_acq_rel, memory_order_relaxed))
+                return true;
+        if (extend)
+                msg->runs[msg->nruns - 1].npages++;
+        else
+                msg->runs[msg->nruns++] = (ZMoveRun){ .addr = addr, .npages = 1 };
+        lane->addrs[lane->npages++] = addr;
+        return true;
+}
+
+/* Fill a batch from op; the op's cursor moves past what was looked at. */
+static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p) {
+        uint64_t pm[LANE_SLOTS];
+
+        while (p->lane->npages < LANE_SLOTS && op->cursor < op->end) {
+                uint64_t s = op->cursor, e = op->end;
+                if (!mmclient_region_clip(mm, &s, &e)) {
+                        op->cursor = op->end;
+                        break;
+                }
+                size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, (size_t)(LANE_SLOTS - p->lane->npages));
+                if (read_pagemap(mm, s, n, pm) < 0) {
+                        op->cursor = op->end;
+                        break;
+                }
+                size_t i;
+                for (i = 0; i < n; i++) {
+                        /* present, private, not in swap: the only pages worth moving */
+                        if ((pm[i] & (PM_PRESENT | PM_FILE)) != PM_PRESENT)
+                                continue;
+                        if (!plan_add(mm, p, s + i * ZSWAP_PAGE_SIZE))
+                                break;
+                }
+                op->cursor = s + i * ZSWAP_PAGE_SIZE;
+                if (i < n)
+                        break;
+        }
+}
+
+static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {
+        zmsg_init(&p->msg.hdr, ZMSG_MOVE, li, zmsg_move_size(p->msg.nruns));
+        p->msg.slot0 = p->slot0;
+        p->msg.npages = p->lane->npages;
+        return zmsg_send(mm->conn->fd, &p->msg, zmsg_move_size(p->msg.nruns), NULL, 0);
+}
+
+static bool pump_one(Manager *m, MMClient *mm) {
+        PageoutOp *op = mm->ops;
+        unsigned li;
+
+        if (!op)
+                return false;
+        if (op->unregister) {
+                /* an unregister waits until nothing of the client is in flight,
+                 * then the fault thread puts the pages back */
+                if (!op->posted && evict_settled(mm)) {
+                        Work *w = work_new(FW_RESTORE, mm);
+                        if (!w)
+                                return false;
+                        w->a = op->start;
+                        w->b = op->end;
+                        w->id = op->id;
+                        op->posted = true;
+                        fault_thread_post(mm->ft, w);
+                }
+                return false;
+        }
+        if (op->cursor >= op->end) {
+                if (op->inflight == 0) {
+                        op_finish(m, mm, op);
+                        return true;
+                }
+                return false;
+        }
+        if (mm->fork_paused || !mm->conn || mm->nlanes == 0)
+                return false;
+        for (li = 0; li < mm->nlanes && mm->lanes[li].state != LANE_FREE; li++)
+                ;
+        if (li == mm->nlanes)
+                return false;
+
+        Plan p = { .lane = &mm->lanes[li], .slot0 = li * LANE_SLOTS };
+        p.lane->npages = 0;
+        plan_batch(mm, op, &p);
+        if (p.lane->npages == 0)
+                return true; /* the cursor moved; look again */
+        p.lane->op = op;
+        p.lane->stored = 0;
+        p.lane->state = LANE_MOVING;
+        op->inflight++;
+        if (lane_send_move(m, mm, li, &p) < 0) {
+                conn_kill(mm->conn, "agent not reading its socket");
+                return false;
+        }
+        return true;
+}
+
+void evict_pump(Manager *m, MMClient *mm) {
+        while (!atomic_load_explicit(&mm->dead, memory_order_relaxed) && pump_one(m, mm))
+                ;
+        if (mm->fork_reply_id && evict_settled(mm) && mm->conn) {
+                conn_reply(mm->conn, mm->fork_reply_id, 0, 0);
+                mm->fork_reply_id = 0;
+        }
+}
+
+static void lane_try_release(Manager *m, MMClient *mm, unsigned li) {
+        Lane *lane = &mm->lanes[li];
+        ZMsgRelease msg;
+
+        /* seq_cst pairs with the fault thread's increment before it reads a
+         * slot: if we see 0 here, any later reader sees its entry changed */
+        if (atomic_load_explicit(&lane->users, memory_order_seq_cst) != 0)
+                return;
+        if (!mm->conn) {
+                lane->state = LANE_FREE;
+                return;
+        }
+        zmsg_init(&msg.hdr, ZMSG_RELEASE, li, sizeof(msg));
+        msg.slot0 = li * LANE_SLOTS;
+        msg.nslots = LANE_SLOTS;
+        lane->state = LANE_RELEASING;
+        if (zmsg_send(mm->conn->fd, &msg, sizeof(msg), NULL, 0) < 0)
+                conn_kill(mm->conn, "agent not reading its socket");
+}
+
+static void lane_compressed(Manager *m, MMClient *mm, unsigned li, uint64_t stored) {
+        Lane *lane = &mm->lanes[li];
+
+        if (lane->op)
+                lane->op->evicted += stored;
+        lane->state = LANE_DRAINING;
+        lane_try_release(m, mm, li);
+}
+
+int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *msg) {
+        Lane *lane;
+        unsigned staged = 0;
+
+        if (li >= mm->nlanes || mm->lanes[li].state != LANE_MOVING || msg->npages != mm->lanes[li].npages)
+                return -EPROTO;
+        lane = &mm->lanes[li];
+        for (uint32_t i = 0; i < lane->npages; i++) {
+                _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
+                uint64_t v = pe_make_slot(PE_MOVING, li * LANE_SLOTS + i);
+                bool moved = msg->moved[i / 64] & ((uint64_t)1 << (i % 64));
+                if (!e)
+                        continue;
+                if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_with_state(v, PE_STAGED),
+                                                                      memory_order_acq_rel, memory_order_relaxed)) {
+                        atomic_fetch_add_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+                        staged++;
+                } else if (!moved)
+                        atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed);
+        }
+        if (staged == 0) {
+                lane_compressed(m, mm, li, 0);
+                return 0;
+        }
+        Work *w = work_new(JOB_COMPRESS, mm);
+        if (!w) {
+                /* the fault path can still serve every staged page; just wait */
+                lane->state = LANE_COMPRESSING;
+                return 0;
+        }
+        w->lane = li;
+        lane->state = LANE_COMPRESSING;
+        evictor_submit(m->evictor, w);
+        return 0;
+}
+
+int evict_release_done(Manager *m, MMClient *mm, uint32_t li) {
+        if (li >= mm->nlanes || mm->lanes[li].state != LANE_RELEASING)
+                return -EPROTO;
+        Lane *lane = &mm->lanes[li];
+        lane->state = LANE_FREE;
+        if (lane->op)
+                lane->op->inflight--;
+        lane->op = NULL;
+        evict_pump(m, mm);
+        return 0;
+}
+
+void evict_batch_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+        if (w->lane < mm->nlanes && mm->lanes[w->lane].state == LANE_COMPRESSING)
+                lane_compressed(m, mm, w->lane, w->v);
+        evict_pump(m, mm);
+        work_free(w);
+}
+
+void evict_restore_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+        for (PageoutOp *op = mm->ops; op; op = op->next)
+                if (op->unregister && op->posted && op->id == w->id && op->start == w->a) {
+                        op_finish(m, mm, op);
+                        break;
+                }
+        evict_pump(m, mm);
+        work_free(w);
+}
+
+void evict_tick(Manager *m, MMClient *mm) {
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                if (mm->lanes[i].state == LANE_DRAINING)
+                        lane_try_release(m, mm, i);
+        if (mm->fork_paused && now_ns() - mm->fork_paused_at > 10ull * 1000000000) {
+                /* a client that never said FORK_DONE does not stop eviction forever */
+                mm->fork_paused = false;
+        }
+        evict_pump(m, mm);
+}
+
+void evict_forget_conn(MMClient *mm, Conn *c) {
+        for (PageoutOp *op = mm->ops; op; op = op->next)
+                if (op->conn == c)
+                        op->conn = NULL;
+}
+
+void evict_agent_gone(Manager *m, MMClient *mm) {
+        /* Lanes waiting for the agent will not hear from it again. MOVING
+         * entries stay: the restore (or the fault path) reads their slots
+         * and installs whatever the agent did move. Lanes only change state. */
+        for (unsigned i = 0; i < mm->nlanes; i++) {
+                Lane *lane = &mm->lanes[i];
+                if (lane->state == LANE_RELEASING)
+                        lane->state = LANE_FREE;
+                if (lane->state == LANE_MOVING)
+                        lane->state = LANE_DRAINING;
+                if (lane->state == LANE_FREE && lane->op) {
+                        lane->op->inflight--;
+                        lane->op = NULL;
+                }
+        }
+}

@@ -1,0 +1,41 @@
+/*
+ * evict.h: eviction — planning batches, the agent's moves, compression
+ * workers, staging lanes. Everything here runs on the manager thread except
+ * the workers.
+ */
+#pragma once
+
+#include "manager.h"
+
+struct PageoutOp {
+        PageoutOp *next;
+        Conn *conn;       /* NULL once the requester is gone */
+        uint32_t id;      /* request id to reply to; 0: internal */
+        bool unregister;  /* an UNREGISTER waiting for the lanes to settle */
+        bool posted;      /* its restore was handed to the fault thread */
+        uint64_t start, end, cursor;
+        uint64_t evicted;
+        unsigned inflight; /* lanes working for this op */
+};
+
+int evictor_new(Manager *m, unsigned workers, Evictor **ret);
+Evictor *evictor_free(Evictor *ev);
+
+/* Queue a pageout (or an unregister restore) of [start, end) for mm. */
+int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister);
+/* Start whatever batches can start. */
+void evict_pump(Manager *m, MMClient *mm);
+/* The agent's answers. -EPROTO if they do not fit what we asked. */
+int evict_move_done(Manager *m, MMClient *mm, uint32_t lane, const ZMsgMoveDone *msg);
+int evict_release_done(Manager *m, MMClient *mm, uint32_t lane);
+/* Completions from workers and fault threads (manager inbox). */
+void evict_batch_done(Manager *m, Work *w);
+void evict_restore_done(Manager *m, Work *w);
+/* Periodic: lanes waiting for fault-path readers, fork pause timeouts. */
+void evict_tick(Manager *m, MMClient *mm);
+/* No batch is moving or compressing. */
+bool evict_settled(MMClient *mm);
+/* The requester of ops is gone: forget it. */
+void evict_forget_conn(MMClient *mm, Conn *c);
+/* The agent is gone: lanes stop waiting for it. */
+void evict_agent_gone(Manager *m, MMClient *mm);

@@ -1,0 +1,775 @@
+/*
+ * fault.c: fault threads, the latency-critical side of the daemon.
+ *
+ * Each client address space (MMClient) is owned by exactly one fault
+ * thread, which is the only reader of its userfaultfd. Every message of
+ * that uffd, page faults and the FORK/REMAP/REMOVE/UNMAP events alike, is
+ * handled in the order the kernel queued it, and every UFFDIO_COPY or
+ * ZEROPAGE into that address space is made by this thread. That single
+ * ordering point is what makes mremap, munmap and MADV_DONTNEED race-free
+ * against restores: an event is never processed while a copy for the same
+ * address space is half done (docs/page-lifecycle.md).
+ *
+ * The fault path (serve()) takes no lock at all: entries are claimed with
+ * a compare-and-swap (STORED/SAME/MOVING/STAGED -> LOADING), the pool
+ * object is then private to this thread, lz4 decompression uses no context
+ * and zstd a context of this thread's own. Compression workers never hold
+ * anything the fault path waits for. Work from workers and from the
+ * manager arrives through a lock-free inbox.
+ *
+ * A copy that fails with EAGAIN (the kernel is in the middle of an mremap
+ * or fork of that address space and has an event queued for us) keeps its
+ * page in a retry item, keeps the entry LOADING, and is retried after the
+ * queued messages have been read.
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+
+#include "codec.h"
+#include "fault.h"
+#include "log.h"
+#include "manager.h"
+#include "uffd-compat.h"
+#include "util.h"
+
+typedef struct Retry {
+        struct Retry *next;
+        MMClient *mm;      /* reference */
+        uint64_t addr;
+        uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
+        uint8_t page[ZSWAP_PAGE_SIZE];
+} Retry;
+
+struct FaultThread {
+        Manager *m;
+        unsigned idx;
+        pthread_t thread;
+        bool started;
+        int epfd;
+        Inbox inbox;
+        CodecDCtx *dctx;
+        Retry *retries;     /* this thread only */
+        Work *restores;     /* unfinished FW_RESTORE, this thread only */
+        MMClient **owned;   /* this thread only */
+        size_t nowned;
+        _Atomic bool stop; /* written by the manager, read by the thread */
+        _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
+        _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
+};
+
+/* ---- uffd ioctls ---- */
+
+static int uffd_copy(int uffd, uint64_t addr, const void *page) {
+        struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE };
+        if (ioctl(uffd, UFFDIO_COPY, &c) == 0)
+                return 0;
+        return c.copy < 0 ? (int)c.copy : negative_errno();
+}
+
+static int uffd_zeropage(int uffd, uint64_t addr) {
+        struct uffdio_zeropage z = { .range = { .start = addr, .len = ZSWAP_PAGE_SIZE } };
+        if (ioctl(uffd, UFFDIO_ZEROPAGE, &z) == 0)
+                return 0;
+        return z.zeropage < 0 ? (int)z.zeropage : negative_errno();
+}
+
+static void uffd_wake(int uffd, uint64_t addr) {
+        struct uffdio_range r = { .start = addr, .len = ZSWAP_PAGE_SIZE };
+        (void)ioctl(uffd, UFFDIO_WAKE, &r);
+}
+
+Work *work_new(int type, MMClient *mm) {
+        Work *w = calloc(1, sizeof(*w));
+        if (!w)
+                return NULL;
+        w->type = type;
+        w->mm = mm ? mmclient_ref(mm) : NULL;
+        return w;
+}
+
+void work_free(Work *w) {
+        if (!w)
+                return;
+        mmclient_unref(w->mm);
+        free(w);
+}
+
+void fault_thread_post(FaultThread *ft, Work *w) {
+        inbox_push(&ft->inbox, w);
+}
+
+/* ---- owning a LOADING entry ---- */
+
+/* Counters and pool object of the state a LOADING entry came from. */
+static void loading_release(MMClient *mm, uint64_t loading) {
+        uint64_t origin = pe_loading_origin(loading);
+
+        switch (pe_state(origin)) {
+        case PE_STORED:
+                pool_release(mm->m->pool, pe_handle(origin));
+                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(origin), memory_order_relaxed);
+                break;
+        case PE_SAME:
+                atomic_fetch_sub_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
+                break;
+        case PE_STAGED:
+                atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+                break;
+        default:
+                break;
+        }
+}
+
+static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page) {
+        Retry *r = malloc(sizeof(*r));
+        if (!r) {
+                /* no memory for the retry: spin on the copy instead of losing the page */
+                for (;;) {
+                        int q = page ? uffd_copy(mm->uffd, addr, page) : uffd_zeropage(mm->uffd, addr);
+                        if (q != -EAGAIN)
+                                return;
+                        sched_yield();
+                }
+        }
+        r->mm = mmclient_ref(mm);
+        r->addr = addr;
+        r->loading = loading;
+        if (page)
+                memcpy(r->page, page, ZSWAP_PAGE_SIZE);
+        r->next = ft->retries;
+        ft->retries = r;
+}
+
+/*
+ * Install page at addr for an entry this thread owns (LOADING value
+ * `loading`). On success the entry becomes `final`; see the life cycle doc
+ * for why each error resolves the way it does.
+ */
+static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t loading,
+                    const void *page, uint64_t final) {
+        int r = uffd_copy(mm->uffd, addr, page);
+        uint64_t origin = pe_loading_origin(loading);
+
+        if (r == -EAGAIN) {
+                retry_add(ft, mm, addr, loading, page);
+                return;
+        }
+        if (r == -EEXIST && (pe_state(origin) == PE_STORED || pe_state(origin) == PE_SAME)) {
+                /* present already: keep the content we hold, wake the waiter */
+                atomic_store_explicit(e, origin, memory_order_release);
+                uffd_wake(mm->uffd, addr);
+                return;
+        }
+        loading_release(mm, loading);
+        /* release: a later reader of the entry sees the pool object freed
+         * only after our read of it finished */
+        atomic_store_explicit(e, r == 0 ? final : 0, memory_order_release);
+        if (r == 0) {
+                atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->m->faults, 1, memory_order_relaxed);
+        } else
+                uffd_wake(mm->uffd, addr);
+}
+
+/* Decode a STORED/SAME payload into ft->page. */
+static int decode(FaultThread *ft, MMClient *mm, uint64_t origin) {
+        if (pe_state(origin) == PE_SAME) {
+                page_fill(ft->page, pe_fill(origin));
+                return 0;
+        }
+        const void *src = pool_map(mm->m->pool, pe_handle(origin));
+        uint32_t clen = pe_clen(origin);
+        if (!src)
+                return -EBADMSG;
+        if (clen == ZSWAP_PAGE_SIZE) {
+                memcpy(ft->page, src, ZSWAP_PAGE_SIZE); /* stored raw */
+                return 0;
+        }
+        return codec_decompress(ft->dctx, src, clen, ft->page);
+}
+
+static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
+        /* a write fault gets a real zeroed page at once instead of the zero
+         * page followed by a copy-on-write fault */
+        int r = write ? uffd_copy(mm->uffd, addr, ft->zero) : uffd_zeropage(mm->uffd, addr);
+        if (r == -EAGAIN) {
+                retry_add(ft, mm, addr, 0, NULL);
+                return;
+        }
+        if (r < 0)
+                uffd_wake(mm->uffd, addr);
+        atomic_fetch_add_explicit(&mm->st.faults_zero, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->m->faults_zero, 1, memory_order_relaxed);
+}
+
+/* Serve a page held in a staging slot (MOVING or STAGED entry v). Returns
+ * false if the entry changed under us (caller reloads). */
+static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final) {
+        uint32_t slot = pe_slot(v);
+        unsigned lane_idx = slot / LANE_SLOTS;
+
+        if (lane_idx >= mm->nlanes) {
+                /* cannot happen unless memory is corrupted: never install garbage */
+                log_error("pid %d: entry at %#llx names slot %u outside staging", (int)mm->pid,
+                          (unsigned long long)addr, slot);
+                return true;
+        }
+        Lane *lane = &mm->lanes[lane_idx];
+        /* seq_cst pairs with the manager's seq_cst load of users before it
+         * releases the lane: either it sees us, or we see the entry changed */
+        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
+        uint64_t loading = pe_make_loading(v) | (final & PE_FLAG_INCOMPRESSIBLE);
+        if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_seq_cst, memory_order_seq_cst)) {
+                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+                return false;
+        }
+        int r = mmclient_read(mm, mm->staging_addr + (uint64_t)slot * ZSWAP_PAGE_SIZE, ft->page, ZSWAP_PAGE_SIZE);
+        atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+        if (r < 0) {
+                /* the client is gone or broke its staging area: nothing to install */
+                loading_release(mm, loading);
+                atomic_store_explicit(e, 0, memory_order_release);
+                uffd_wake(mm->uffd, addr);
+                return true;
+        }
+        install(ft, mm, addr, e, loading, ft->page, final);
+        return true;
+}
+
+static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
+        _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
+        /* acquire: pairs with the release CAS that published the entry, so
+         * the pool object's bytes are visible */
+        uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
+
+        for (;;) {
+                switch (pe_state(v)) {
+                case PE_EMPTY:
+                        serve_zero(ft, mm, addr, write);
+                        return;
+                case PE_LOADING:
+                        /* this thread holds it in a retry; its copy will wake the waiter */
+                        return;
+                case PE_MOVING:
+                case PE_STAGED:
+                        if (serve_slot(ft, mm, addr, e, v, 0))
+                                return;
+                        v = atomic_load_explicit(e, memory_order_acquire);
+                        continue;
+                case PE_STORED:
+                case PE_SAME: {
+                        uint64_t loading = pe_make_loading(v);
+                        if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
+                                                                     memory_order_acquire))
+                                continue;
+                        if (decode(ft, mm, v) < 0) {
+                                /* never install garbage; leave the entry so the
+                                 * fault stays pending and the error is visible */
+                                log_error("pid %d: page at %#llx fails to decompress", (int)mm->pid,
+                                          (unsigned long long)addr);
+                                atomic_store_explicit(e, v, memory_order_release);
+                                return;
+                        }
+                        install(ft, mm, addr, e, loading, ft->page, 0);
+                        return;
+                }
+                default:
+                        return;
+                }
+        }
+}
+
+/* ---- events ---- */
+
+static Retry **retry_find(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        for (Retry **p = &ft->retries; *p; p = &(*p)->next)
+                if ((*p)->mm == mm && (*p)->addr == addr)
+                        return p;
+        return NULL;
+}
+
+static void retry_drop(Retry **p) {
+        Retry *r = *p;
+        *p = r->next;
+        mmclient_unref(r->mm);
+        free(r);
+}
+
+typedef struct RangeCtx {
+        FaultThread *ft;
+        MMClient *mm;
+        MMClient *child;
+        int64_t delta;
+        int errors;
+} RangeCtx;
+
+static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RangeCtx *c = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+
+        if (pe_state(v) == PE_LOADING) {
+                Retry **p = retry_find(c->ft, c->mm, addr);
+                if (p) {
+                        loading_release(c->mm, (*p)->loading);
+                        retry_drop(p);
+                        atomic_store_explicit(e, 0, memory_order_release);
+                        uffd_wake(c->mm->uffd, addr);
+                }
+                return 0;
+        }
+        /* STAGED/MOVING become EMPTY here: the worker's and the manager's
+         * compare-and-swap will fail and they let go of the page */
+        mmclient_entry_drop(c->mm, e);
+        return 0;
+}
+
+static void event_remove(FaultThread *ft, MMClient *mm, uint64_t start, uint64_t end, bool unmap) {
+        RangeCtx c = { .ft = ft, .mm = mm };
+
+        pindex_walk(mm->index, start, end, remove_cb, &c);
+        if (unmap)
+                mmclient_region_remove(mm, start, end, false);
+}
+
+static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RangeCtx *c = ud;
+        uint64_t to = addr + (uint64_t)c->delta;
+        _Atomic uint64_t *ne = pindex_entry(c->mm->index, to, true);
+
+        if (!ne) {
+                c->errors++;
+                return 0;
+        }
+        mmclient_entry_drop(c->mm, ne); /* the kernel unmapped the destination first */
+        uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
+        atomic_store_explicit(ne, v, memory_order_release);
+        if (pe_state(v) == PE_LOADING) {
+                Retry **p = retry_find(c->ft, c->mm, addr);
+                if (p)
+                        (*p)->addr = to;
+                uffd_wake(c->mm->uffd, addr);
+        } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED) {
+                /* the worker and the manager know the page by its old
+                 * address; take it over now and install it where it went */
+                serve(c->ft, c->mm, to, false);
+        }
+        return 0;
+}
+
+static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t to, uint64_t len) {
+        RangeCtx c = { .ft = ft, .mm = mm, .delta = (int64_t)(to - from) };
+
+        if (to > from && to < from + len) {
+                /* overlapping move to higher addresses: walk would revisit moved
+                 * entries; the kernel never does this (mremap needs disjoint
+                 * ranges), so just refuse to guess */
+                log_error("pid %d: overlapping remap %#llx -> %#llx", (int)mm->pid, (unsigned long long)from,
+                          (unsigned long long)to);
+                return;
+        }
+        pindex_walk(mm->index, from, from + len, remap_cb, &c);
+        if (c.errors)
+                log_error("pid %d: out of memory moving %d entries on mremap", (int)mm->pid, c.errors);
+        mmclient_region_move(mm, from, to, len);
+}
+
+static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RangeCtx *c = ud;
+        Pool *pool = c->mm->m->pool;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire), nv = 0;
+        const void *src = NULL;
+        uint32_t len = 0;
+
+        switch (pe_state(v)) {
+        case PE_EMPTY:
+                nv = v; /* keeps the incompressible mark */
+                break;
+        case PE_SAME:
+                nv = v;
+                atomic_fetch_add_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
+                break;
+        case PE_STORED:
+                src = pool_map(pool, pe_handle(v));
+                len = pe_clen(v);
+                break;
+        case PE_LOADING: {
+                Retry **p = retry_find(c->ft, c->mm, addr);
+                if (p && (*p)->loading) {
+                        src = (*p)->page;
+                        len = ZSWAP_PAGE_SIZE;
+                } else if (!p)
+                        c->errors++;
+                break;
+        }
+        default:
+                /* MOVING/STAGED: a fork the library did not announce raced
+                 * with an eviction; the child's copy of this page is lost */
+                c->errors++;
+                break;
+        }
+        if (src) {
+                PoolHandle h;
+                if (pool_alloc(pool, len, &h) < 0) {
+                        c->errors++;
+                        return 0;
+                }
+                memcpy(pool_map(pool, h), src, len);
+                nv = pe_make_stored(h, len);
+                atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
+        }
+        if (nv) {
+                _Atomic uint64_t *ne = pindex_entry(c->child->index, addr, true);
+                if (!ne) {
+                        if (pe_state(nv) == PE_STORED)
+                                pool_release(pool, pe_handle(nv));
+                        c->errors++;
+                        return 0;
+                }
+                atomic_store_explicit(ne, nv, memory_order_release);
+        }
+        return 0;
+}
+
+static void fault_thread_own(FaultThread *ft, MMClient *mm);
+
+static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
+        MMClient *child = NULL;
+        int r;
+
+        fd_set_nonblock(child_fd, true);
+        r = mmclient_new(mm->m, child_fd, 0, &child);
+        if (r < 0) {
+                log_error("pid %d: cannot track forked child: %s", (int)mm->pid, strerror(-r));
+                /* closing the only reference would unregister the child's
+                 * memory and turn its evicted pages into zeros; keep it */
+                return;
+        }
+        RangeCtx c = { .ft = ft, .mm = mm, .child = child };
+        mmclient_regions_copy(child, mm);
+        pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
+        if (c.errors)
+                log_error("pid %d: %d pages could not be copied to a forked child", (int)mm->pid, c.errors);
+        if (mm->fork_token_addr)
+                mmclient_read(mm, mm->fork_token_addr, &child->fork_token, sizeof(child->fork_token));
+        child->parent = mm; /* only compared, never dereferenced after the parent goes */
+        child->ft = ft;
+        fault_thread_own(ft, child);
+        manager_adopt_orphan(mm->m, child); /* hands over our reference */
+}
+
+static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg) {
+        switch (msg->event) {
+        case UFFD_EVENT_PAGEFAULT:
+                serve(ft, mm, msg->arg.pagefault.address & ~(ZSWAP_PAGE_SIZE - 1),
+                      msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+                break;
+        case UFFD_EVENT_FORK:
+                event_fork(ft, mm, (int)msg->arg.fork.ufd);
+                break;
+        case UFFD_EVENT_REMAP:
+                event_remap(ft, mm, msg->arg.remap.from, msg->arg.remap.to, msg->arg.remap.len);
+                break;
+        case UFFD_EVENT_REMOVE:
+                event_remove(ft, mm, msg->arg.remove.start, msg->arg.remove.end, false);
+                break;
+        case UFFD_EVENT_UNMAP:
+                event_remove(ft, mm, msg->arg.remove.start, msg->arg.remove.end, true);
+                break;
+        default:
+                break;
+        }
+}
+
+/* Read and handle messages until the uffd is empty. */
+static void drain_uffd(FaultThread *ft, MMClient *mm) {
+        struct uffd_msg msgs[32];
+
+        for (;;) {
+                ssize_t n = read(mm->uffd, msgs, sizeof(msgs));
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return; /* EAGAIN: empty */
+                }
+                if (n == 0)
+                        return;
+                for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++)
+                        handle_msg(ft, mm, &msgs[i]);
+        }
+}
+
+/* ---- retries, installs from workers, restores ---- */
+
+static void run_retries(FaultThread *ft) {
+        Retry *list = ft->retries;
+        ft->retries = NULL;
+
+        while (list) {
+                Retry *r = list;
+                list = r->next;
+                if (!r->loading)
+                        serve(ft, r->mm, r->addr, true);
+                else {
+                        _Atomic uint64_t *e = pindex_entry(r->mm->index, r->addr, false);
+                        if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
+                                install(ft, r->mm, r->addr, e, r->loading, r->page,
+                                        (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0);
+                }
+                mmclient_unref(r->mm);
+                free(r);
+        }
+}
+
+static void work_install(FaultThread *ft, Work *w) {
+        MMClient *mm = w->mm;
+        _Atomic uint64_t *e = pindex_entry(mm->index, w->a, false);
+        uint64_t v = w->v;
+
+        if (e && atomic_load_explicit(e, memory_order_acquire) == v) {
+                /* the worker found the page incompressible (or the pool full):
+                 * it goes back where it was, marked so we do not retry it on
+                 * every pass */
+                uint64_t final = (w->status == -ENOSPC) ? 0 : PE_FLAG_INCOMPRESSIBLE;
+                serve_slot(ft, mm, w->a, e, v, final);
+        }
+        /* the worker pinned the lane for us until now */
+        atomic_fetch_sub_explicit(&mm->lanes[w->lane].users, 1, memory_order_release);
+}
+
+typedef struct RestoreCtx {
+        FaultThread *ft;
+        MMClient *mm;
+        unsigned budget;
+        uint64_t next;
+        int busy;
+} RestoreCtx;
+
+static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RestoreCtx *c = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+
+        if (c->budget == 0) {
+                c->next = addr;
+                return 1;
+        }
+        switch (pe_state(v)) {
+        case PE_STORED:
+        case PE_SAME:
+        case PE_MOVING:
+        case PE_STAGED:
+                c->budget--;
+                serve(c->ft, c->mm, addr, false);
+                v = atomic_load_explicit(e, memory_order_acquire);
+                if (pe_state(v) == PE_LOADING)
+                        c->busy++;
+                break;
+        case PE_LOADING:
+                c->busy++;
+                break;
+        default:
+                break;
+        }
+        return 0;
+}
+
+/* Restore a slice of the range; true when the whole range is done. */
+static bool work_restore(FaultThread *ft, Work *w) {
+        RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = 256 };
+
+        /* w->v is the cursor: a and b stay what the manager asked for */
+        if (w->v < w->a)
+                w->v = w->a;
+        if (pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c)) {
+                w->v = c.next;
+                return false;
+        }
+        w->v = w->a;
+        if (c.busy && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) {
+                /* pages still held in retries: come back after they are in */
+                return false;
+        }
+        return true;
+}
+
+static void fault_thread_own(FaultThread *ft, MMClient *mm) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = mmclient_ref(mm) };
+        MMClient **n = realloc(ft->owned, (ft->nowned + 1) * sizeof(*n));
+
+        if (!n || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, mm->uffd, &ev) < 0) {
+                log_error("cannot watch a client uffd: %m");
+                if (n)
+                        ft->owned = n;
+                mmclient_unref(mm);
+                return;
+        }
+        ft->owned = n;
+        ft->owned[ft->nowned++] = mm;
+}
+
+static void fault_thread_disown(FaultThread *ft, MMClient *mm) {
+        for (size_t i = 0; i < ft->nowned; i++) {
+                if (ft->owned[i] != mm)
+                        continue;
+                epoll_ctl(ft->epfd, EPOLL_CTL_DEL, mm->uffd, NULL);
+                ft->owned[i] = ft->owned[--ft->nowned];
+                for (Retry **p = &ft->retries; *p;) {
+                        if ((*p)->mm == mm)
+                                retry_drop(p);
+                        else
+                                p = &(*p)->next;
+                }
+                mmclient_unref(mm);
+                return;
+        }
+}
+
+static void restore_done(FaultThread *ft, Work *w) {
+        w->type = MW_RESTORE_DONE;
+        manager_post(ft->m, w);
+}
+
+static void run_inbox(FaultThread *ft) {
+        inbox_clear(&ft->inbox);
+        Work *w = inbox_take(&ft->inbox);
+
+        while (w) {
+                Work *next = w->next;
+                switch (w->type) {
+                case FW_REMOVE:
+                        fault_thread_disown(ft, w->mm);
+                        work_free(w);
+                        break;
+                case FW_ADOPT:
+                        fault_thread_own(ft, w->mm);
+                        work_free(w);
+                        break;
+                case FW_INSTALL:
+                        work_install(ft, w);
+                        work_free(w);
+                        break;
+                case FW_RESTORE:
+                        w->next = ft->restores;
+                        ft->restores = w;
+                        break;
+                default:
+                        work_free(w);
+                        break;
+                }
+                w = next;
+        }
+}
+
+static void run_restores(FaultThread *ft) {
+        Work *list = ft->restores;
+        ft->restores = NULL;
+
+        while (list) {
+                Work *w = list;
+                list = w->next;
+                if (work_restore(ft, w))
+                        restore_done(ft, w);
+                else {
+                        w->next = ft->restores;
+                        ft->restores = w;
+                }
+        }
+}
+
+static void *fault_thread_main(void *arg) {
+        FaultThread *ft = arg;
+        struct epoll_event evs[16];
+
+        while (!atomic_load_explicit(&ft->stop, memory_order_relaxed)) {
+                int timeout = (ft->retries || ft->restores) ? 1 : -1;
+                int n = epoll_wait(ft->epfd, evs, ELEMENTSOF(evs), timeout);
+                bool inbox = false;
+
+                for (int i = 0; i < n; i++) {
+                        if (evs[i].data.ptr == NULL) {
+                                inbox = true;
+                                continue;
+                        }
+                        drain_uffd(ft, evs[i].data.ptr);
+                }
+                /* an mm may be disowned by the inbox: only after this batch
+                 * of events, whose pointers refer to it, is done */
+                if (inbox)
+                        run_inbox(ft);
+                if (ft->retries)
+                        run_retries(ft);
+                if (ft->restores)
+                        run_restores(ft);
+        }
+        return NULL;
+}
+
+int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
+        FaultThread *ft = calloc(1, sizeof(*ft));
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+        int r;
+
+        if (!ft)
+                return -ENOMEM;
+        ft->m = m;
+        ft->idx = idx;
+        ft->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (ft->epfd < 0 || inbox_init(&ft->inbox) < 0) {
+                r = negative_errno();
+                goto fail;
+        }
+        r = codec_dctx_new(m->cfg.codec, &ft->dctx);
+        if (r < 0)
+                goto fail;
+        if (epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->inbox.efd, &ev) < 0) {
+                r = negative_errno();
+                goto fail;
+        }
+        r = -pthread_create(&ft->thread, NULL, fault_thread_main, ft);
+        if (r < 0)
+                goto fail;
+        ft->started = true;
+        *ret = ft;
+        return 0;
+fail:
+        fault_thread_free(ft);
+        return r;
+}
+
+FaultThread *fault_thread_free(FaultThread *ft) {
+        if (!ft)
+                return NULL;
+        if (ft->started) {
+                Work *w = work_new(0, NULL);
+                /* relaxed: the inbox push that follows publishes it */
+                atomic_store_explicit(&ft->stop, true, memory_order_relaxed);
+                if (w)
+                        fault_thread_post(ft, w);
+                pthread_join(ft->thread, NULL);
+        }
+        for (Work *w = inbox_take(&ft->inbox); w;) {
+                Work *n = w->next;
+                work_free(w);
+                w = n;
+        }
+        while (ft->restores) {
+                Work *n = ft->restores->next;
+                work_free(ft->restores);
+                ft->restores = n;
+        }
+        while (ft->retries)
+                retry_drop(&ft->retries);
+        while (ft->nowned)
+                fault_thread_disown(ft, ft->owned[0]);
+        free(ft->owned);
+        codec_dctx_free(ft->dctx);
+        safe_close(ft->epfd);
+        safe_close(ft->inbox.efd);
+        free(ft);
+        return NULL;
+}

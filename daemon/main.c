@@ -1,0 +1,132 @@
+/*
+ * main.c: zswapd's command line. Everything else lives in manager.c.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "manager.h"
+#include "util.h"
+
+static void help(void) {
+        printf("Usage: zswapd [OPTIONS]\n\n"
+               "Compress the cold anonymous memory of client processes into a pool.\n\n"
+               "  -s, --socket PATH       listen on PATH (default %s)\n"
+               "  -c, --compressor NAME   lz4 (default) or zstd\n"
+               "  -l, --level N           compression level (zstd; lz4 acceleration)\n"
+               "  -w, --workers N         compression worker threads (default: CPUs)\n"
+               "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
+               "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
+               "  -u, --allow-users       admit clients that are not root\n"
+               "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
+               "  -v, --verbose           log debug messages\n"
+               "  -h, --help              show this help\n\n"
+               "See zswapd(8).\n",
+               ZSWAP_DEFAULT_SOCKET);
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
+        char *end;
+        unsigned long v = strtoul(s, &end, 10);
+        if (!*s || *end || v < lo || v > hi)
+                return -EINVAL;
+        *ret = (unsigned)v;
+        return 0;
+}
+
+static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' },      { "compressor", required_argument, NULL, 'c' },
+                { "level", required_argument, NULL, 'l' },       { "workers", required_argument, NULL, 'w' },
+                { "fault-threads", required_argument, NULL, 't' }, { "pool-max", required_argument, NULL, 'p' },
+                { "allow-users", no_argument, NULL, 'u' },       { "foreground", no_argument, NULL, 'f' },
+                { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        unsigned level;
+        int c;
+
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:ufvh", opts, NULL)) >= 0) {
+                switch (c) {
+                case 's':
+                        cfg->socket_path = optarg;
+                        break;
+                case 'c':
+                        if (codec_from_string(optarg, &cfg->codec) < 0) {
+                                fprintf(stderr, "zswapd: unknown compressor '%s' (lz4, zstd)\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                case 'l':
+                        if (parse_uint(optarg, 1, 22, &level) < 0) {
+                                fprintf(stderr, "zswapd: --level takes 1..22\n");
+                                return -EINVAL;
+                        }
+                        cfg->level = (int)level;
+                        break;
+                case 'w':
+                case 't':
+                        if (parse_uint(optarg, 1, 64, c == 'w' ? &cfg->workers : &cfg->fault_threads) < 0) {
+                                fprintf(stderr, "zswapd: --%s takes 1..64\n", c == 'w' ? "workers" : "fault-threads");
+                                return -EINVAL;
+                        }
+                        break;
+                case 'p':
+                        if (parse_size(optarg, &cfg->pool_max) < 0) {
+                                fprintf(stderr, "zswapd: bad size '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                case 'u':
+                        cfg->allow_users = true;
+                        break;
+                case 'f':
+                        break;
+                case 'v':
+                        log_set_level(LOG_LEVEL_DEBUG);
+                        break;
+                case 'h':
+                        help();
+                        exit(EXIT_SUCCESS);
+                default:
+                        return -EINVAL;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "zswapd: unexpected argument '%s'\n", argv[optind]);
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        ManagerConfig cfg = {
+                .socket_path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET,
+                .codec = CODEC_LZ4,
+                .workers = ncpu > 0 ? (unsigned)ncpu : 1,
+                .fault_threads = ncpu > 0 ? (unsigned)ncpu : 1,
+                .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
+                .max_regions = 4096,
+                .max_registered = UINT64_MAX,
+                .max_clients = 4096,
+                .listen_fd = -1,
+        };
+        Manager *m = NULL;
+        int r;
+
+        if (parse_args(argc, argv, &cfg) < 0)
+                return 2;
+        /* TODO(issue 6): lock the daemon's own memory; mlockall() would make
+         * the pool's MADV_DONTNEED fail, so the pool must be exempted first */
+        r = manager_new(&cfg, &m);
+        if (r < 0) {
+                log_error("cannot start: %s", strerror(-r));
+                return 1;
+        }
+        r = manager_run(m);
+        manager_free(m);
+        return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,765 @@
+/*
+ * manager.c: the daemon's control thread.
+ *
+ * One thread owns the listening socket, every client connection, the
+ * eviction state machines (evict.c) and the list of client address spaces.
+ * It never serves a page fault and never compresses; it only decides and
+ * hands work to the compression workers and to the fault threads, and
+ * hears back through its inbox. Everything it owns is touched by no other
+ * thread, except where a field says otherwise (mmclient.h).
+ *
+ * Every message from a client is validated (protocol.c) and answered;
+ * malformed ones get -EPROTO and are counted. A client is identified by
+ * SO_PEERCRED at connect and by SCM_CREDENTIALS on each message: a message
+ * sent by another process (a forked child writing to an inherited socket)
+ * is refused. A client can only name memory of its own address space: the
+ * uffd it hands over is the only way the daemon touches its memory.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+
+#include "evict.h"
+#include "fault.h"
+#include "log.h"
+#include "manager.h"
+#include "uffd-compat.h"
+#include "util.h"
+
+#define EP_LISTEN 1
+#define EP_INBOX 2
+#define EP_TIMER 3
+#define EP_SIGNAL 4
+#define TICK_MS 20
+#define PROTOCOL_ERRORS_MAX 64
+
+static void conn_free(Manager *m, Conn *c);
+
+void manager_post(Manager *m, Work *w) {
+        inbox_push(&m->inbox, w);
+}
+
+void manager_adopt_orphan(Manager *m, MMClient *child) {
+        pthread_mutex_lock(&m->orphans_lock);
+        child->next = m->orphans;
+        child->fork_paused_at = now_ns();
+        m->orphans = child;
+        pthread_mutex_unlock(&m->orphans_lock);
+}
+
+static void reply_send(Conn *c, const void *msg, size_t len, const int *fds, size_t nfds) {
+        if (c->dying)
+                return;
+        int r = zmsg_send(c->fd, msg, len, fds, nfds);
+        if (r < 0)
+                conn_kill(c, r == -EAGAIN ? "client not reading its socket" : "cannot send");
+}
+
+void conn_reply(Conn *c, uint32_t id, int status, int64_t value) {
+        ZMsgReply r = { .status = status, .value = value };
+        zmsg_init(&r.hdr, ZMSG_REPLY, id, sizeof(r));
+        reply_send(c, &r, sizeof(r), NULL, 0);
+}
+
+void conn_kill(Conn *c, const char *why) {
+        if (c->dying)
+                return;
+        log_warn("client pid %d: dropping connection: %s", (int)c->pid, why);
+        c->dying = true;
+}
+
+/* ---- statistics ---- */
+
+static void stats_add_mm(struct zswap_stats *s, MMClient *mm) {
+        uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
+        uint64_t same = atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed);
+        s->stored_pages += stored;
+        s->same_pages += same;
+        s->staged_pages += atomic_load_explicit(&mm->st.staged_pages, memory_order_relaxed);
+        s->incompressible_pages += atomic_load_explicit(&mm->st.incompressible_pages, memory_order_relaxed);
+        s->compressed_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed);
+        s->original_bytes += (stored + same) * ZSWAP_PAGE_SIZE;
+        s->evictions += atomic_load_explicit(&mm->st.evictions, memory_order_relaxed);
+        s->faults += atomic_load_explicit(&mm->st.faults, memory_order_relaxed);
+        s->faults_zero += atomic_load_explicit(&mm->st.faults_zero, memory_order_relaxed);
+        pthread_mutex_lock(&mm->regions_lock);
+        s->registered_bytes += mm->registered_bytes;
+        pthread_mutex_unlock(&mm->regions_lock);
+}
+
+static void stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
+        PoolStats ps;
+
+        memset(s, 0, sizeof(*s));
+        if (only) {
+                stats_add_mm(s, only);
+                s->clients = 1;
+                return;
+        }
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                stats_add_mm(s, mm);
+                s->clients++;
+        }
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                stats_add_mm(s, mm);
+        pthread_mutex_unlock(&m->orphans_lock);
+        pool_get_stats(m->pool, &ps);
+        s->pool_bytes = ps.pool_bytes;
+        /* global counters outlive the clients they counted */
+        s->evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);
+        s->faults = atomic_load_explicit(&m->faults, memory_order_relaxed);
+        s->faults_zero = atomic_load_explicit(&m->faults_zero, memory_order_relaxed);
+}
+
+/* ---- client address spaces ---- */
+
+static void mm_link(Manager *m, MMClient *mm) {
+        mm->next = m->mms;
+        m->mms = mm;
+}
+
+static void mm_unlink(Manager *m, MMClient *mm) {
+        for (MMClient **p = &m->mms; *p; p = &(*p)->next)
+                if (*p == mm) {
+                        *p = mm->next;
+                        return;
+                }
+}
+
+static void mm_unregister_all(MMClient *mm) {
+        pthread_mutex_lock(&mm->regions_lock);
+        for (size_t i = 0; i < mm->nregions; i++)
+                mmclient_uffd_unregister(mm, mm->regions[i].start, mm->regions[i].end);
+        pthread_mutex_unlock(&mm->regions_lock);
+}
+
+/* Forget an address space: stop its fault thread reading it and drop the
+ * manager's reference. Whoever else holds one finishes first. */
+static void mm_retire(Manager *m, MMClient *mm) {
+        atomic_store_explicit(&mm->dead, true, memory_order_relaxed);
+        while (mm->ops) {
+                PageoutOp *op = mm->ops;
+                mm->ops = op->next;
+                free(op);
+        }
+        mm->ops_tail = &mm->ops;
+        if (mm->ft) {
+                Work *w = work_new(FW_REMOVE, mm);
+                if (w)
+                        fault_thread_post(mm->ft, w);
+        }
+        mm_unlink(m, mm);
+        mmclient_unref(mm);
+}
+
+/* The connection of mm went away. A process that is still alive gets all
+ * its pages back and its memory unregistered before we let go, so that it
+ * keeps its data and never waits on a fault nobody serves. */
+static void mm_detach(Manager *m, MMClient *mm, Conn *c) {
+        evict_forget_conn(mm, c);
+        mm->conn = NULL;
+        evict_agent_gone(m, mm);
+        if (mmclient_alive(mm) && mm->ft) {
+                Work *w = work_new(FW_RESTORE, mm);
+                if (w) {
+                        w->a = 0;
+                        w->b = PINDEX_MAX_ADDR;
+                        w->id = 0;
+                        mm->restores++;
+                        fault_thread_post(mm->ft, w);
+                        return; /* retired when the restore is done */
+                }
+        }
+        mm_retire(m, mm);
+}
+
+static void restore_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+        if (w->id == 0 && !mm->conn) {
+                /* the end of mm_detach() */
+                mm_unregister_all(mm);
+                mm->restores--;
+                mm_retire(m, mm);
+                work_free(w);
+                return;
+        }
+        evict_restore_done(m, w);
+}
+
+static void run_inbox(Manager *m) {
+        inbox_clear(&m->inbox);
+        for (Work *w = inbox_take(&m->inbox); w;) {
+                Work *n = w->next;
+                if (w->type == MW_BATCH_DONE)
+                        evict_batch_done(m, w);
+                else if (w->type == MW_RESTORE_DONE)
+                        restore_done(m, w);
+                else
+                        work_free(w);
+                w = n;
+        }
+}
+
+static void tick_orphans(Manager *m) {
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient **p = &m->orphans; *p;) {
+                MMClient *mm = *p;
+                if (uffd_mm_alive(mm->uffd)) {
+                        p = &mm->next;
+                        continue;
+                }
+                *p = mm->next;
+                pthread_mutex_unlock(&m->orphans_lock);
+                /* the child exited without ever attaching */
+                mm_link(m, mm);
+                mm_retire(m, mm);
+                pthread_mutex_lock(&m->orphans_lock);
+                p = &m->orphans;
+        }
+        pthread_mutex_unlock(&m->orphans_lock);
+}
+
+static void tick(Manager *m) {
+        uint64_t expirations;
+        static unsigned n;
+
+        (void)!read(m->timer_fd, &expirations, sizeof(expirations));
+        for (MMClient *mm = m->mms, *next; mm; mm = next) {
+                next = mm->next;
+                if (mm->conn && !mmclient_alive(mm)) {
+                        /* the process died but its socket lingers (passed on) */
+                        conn_kill(mm->conn, "process exited");
+                        continue;
+                }
+                if (!mm->conn && mm->pid > 0 && mm->restores == 0 && !mmclient_alive(mm)) {
+                        mm_retire(m, mm); /* a fork child without connection that exited */
+                        continue;
+                }
+                evict_tick(m, mm);
+        }
+        if (++n % (1000 / TICK_MS) == 0) {
+                tick_orphans(m);
+                pool_reclaim(m->pool);
+        }
+}
+
+/* ---- requests ---- */
+
+static int open_uffd_dev(void) {
+        int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd;
+}
+
+static int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
+        if (c->role)
+                return -EALREADY;
+        if (h->role != ZROLE_CLIENT && h->role != ZROLE_CONTROL && h->role != ZROLE_CHILD)
+                return -EINVAL;
+        if (h->role != ZROLE_CONTROL && c->uid != 0 && !m->cfg.allow_users)
+                return -EPERM;
+        c->role = (int)h->role;
+        if (c->role == ZROLE_CONTROL) {
+                conn_reply(c, h->hdr.id, 0, 0);
+                return 1;
+        }
+        /* the client creates its uffds through this fd, in its own address
+         * space, with kernel-mode faults handled (never USER_MODE_ONLY) */
+        int dev = open_uffd_dev();
+        if (dev < 0)
+                return dev;
+        ZMsgReply r = { .status = 0 };
+        zmsg_init(&r.hdr, ZMSG_REPLY, h->hdr.id, sizeof(r));
+        reply_send(c, &r, sizeof(r), &dev, 1);
+        safe_close(dev);
+        return 1;
+}
+
+static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
+        uint64_t lane_bytes = (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE;
+        if (!page_aligned(a->staging_addr) || a->staging_len == 0 || a->staging_len % lane_bytes ||
+            a->staging_len / lane_bytes > LANES_MAX || a->staging_addr + a->staging_len > PINDEX_MAX_ADDR ||
+            a->staging_addr + a->staging_len < a->staging_addr)
+                return -EINVAL;
+        *nlanes = (unsigned)(a->staging_len / lane_bytes);
+        return 0;
+}
+
+static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
+        mm->staging_addr = a->staging_addr;
+        mm->nlanes = nlanes;
+        mm->fork_token_addr = a->fork_token_addr;
+}
+
+static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
+        struct uffdio_api api = { .api = UFFD_API,
+                                  .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
+                                              UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP };
+        unsigned nlanes;
+        MMClient *mm;
+        int r;
+
+        r = staging_check(a, &nlanes);
+        if (r < 0)
+                return r;
+        if (c->role == ZROLE_CHILD && c->mm && c->mm->nlanes == 0 && nfds == 0) {
+                mm_set_staging(c->mm, a, nlanes);
+                return 0;
+        }
+        if (c->role != ZROLE_CLIENT || c->mm)
+                return -EPERM;
+        if (nfds != 1 || fd_is_userfaultfd(fds[0]) != 1)
+                return -EBADF;
+        if (m->nconns > m->cfg.max_clients)
+                return -EUSERS;
+        /* the handshake is ours: a uffd the client already initialised is refused */
+        if (ioctl(fds[0], UFFDIO_API, &api) < 0)
+                return -EINVAL;
+        fd_set_nonblock(fds[0], true);
+        r = mmclient_new(m, fds[0], c->pid, &mm);
+        if (r < 0)
+                return r;
+        fds[0] = -1; /* owned by mm now */
+        mm->id = ++m->next_mm_id;
+        mm_set_staging(mm, a, nlanes);
+        mm->conn = c;
+        c->mm = mm;
+        mm->ft = m->fts[mm->id % m->nfts];
+        Work *w = work_new(FW_ADOPT, mm);
+        if (!w) {
+                c->mm = NULL;
+                mmclient_unref(mm);
+                return -ENOMEM;
+        }
+        fault_thread_post(mm->ft, w);
+        mm_link(m, mm);
+        log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
+        return 0;
+}
+
+static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
+        MMClient *found = NULL;
+        uint64_t token = 0;
+        pid_t ppid = 0;
+
+        if (c->role != ZROLE_CHILD || c->mm)
+                return -EPERM;
+        if (proc_ppid(c->pid, &ppid) < 0)
+                return -ESRCH;
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient **p = &m->orphans; *p; p = &(*p)->next) {
+                MMClient *mm = *p;
+                if (mm->fork_token != ch->fork_token || !mm->parent || mm->parent->pid != ppid)
+                        continue;
+                *p = mm->next;
+                found = mm;
+                break;
+        }
+        pthread_mutex_unlock(&m->orphans_lock);
+        if (!found)
+                return -ESRCH;
+        int r = mmclient_set_pid(found, c->pid);
+        /* the token the child names must be what its memory says */
+        if (r == 0)
+                r = mmclient_read(found, ch->fork_token_addr, &token, sizeof(token));
+        if (r == 0 && token != ch->fork_token)
+                r = -EPERM;
+        if (r < 0) {
+                manager_adopt_orphan(m, found);
+                return r;
+        }
+        found->parent = NULL;
+        found->id = ++m->next_mm_id;
+        found->conn = c;
+        c->mm = found;
+        mm_link(m, found);
+        /* the child keeps its own reference to its uffd from now on */
+        ZMsgReply rep = { .status = 0 };
+        zmsg_init(&rep.hdr, ZMSG_REPLY, ch->hdr.id, sizeof(rep));
+        reply_send(c, &rep, sizeof(rep), &found->uffd, 1);
+        log_info("forked child pid %d attached", (int)c->pid);
+        return 1; /* replied */
+}
+
+static int range_check(const ZMsgRange *rg) {
+        if (!page_aligned(rg->addr) || !page_aligned(rg->len) || rg->len == 0 || rg->addr == 0 ||
+            rg->addr + rg->len < rg->addr || rg->addr + rg->len > PINDEX_MAX_ADDR)
+                return -EINVAL;
+        return 0;
+}
+
+static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
+        uint64_t s = rg->addr, e = rg->addr + rg->len;
+        int r = mmclient_check_anon(mm, s, e);
+        if (r < 0)
+                return r;
+        /* overlap check first, so that we never touch a range already ours */
+        uint64_t cs = s, ce = e;
+        if (mmclient_region_clip(mm, &cs, &ce))
+                return -EEXIST;
+        if (s >= mm->staging_addr && s < mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE)
+                return -EINVAL;
+        r = mmclient_uffd_register(mm, s, e);
+        if (r < 0)
+                return r == -EBUSY ? -EEXIST : r;
+        r = mmclient_region_add(mm, s, e);
+        if (r < 0)
+                mmclient_uffd_unregister(mm, s, e);
+        return r;
+}
+
+static int do_stats(Manager *m, Conn *c, const ZMsgStatsReq *q) {
+        ZMsgStatsReply rep = { .status = 0 };
+
+        if (q->scope == ZSWAP_STATS_CLIENT && !c->mm)
+                return -ENOTCONN;
+        if (q->scope != ZSWAP_STATS_CLIENT && q->scope != ZSWAP_STATS_GLOBAL)
+                return -EINVAL;
+        stats_collect(m, q->scope == ZSWAP_STATS_CLIENT ? c->mm : NULL, &rep.stats);
+        zmsg_init(&rep.hdr, ZMSG_STATS_REPLY, q->hdr.id, sizeof(rep));
+        reply_send(c, &rep, sizeof(rep), NULL, 0);
+        return 1;
+}
+
+/* Returns < 0 to reply with that error, 0 to reply success, 1 if replied or
+ * no reply is due. */
+static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
+        const ZMsgHeader *h = buf;
+        MMClient *mm = c->mm;
+        bool ready = mm && mm->nlanes > 0 && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
+
+        switch (h->type) {
+        case ZMSG_HELLO:
+                return do_hello(m, c, buf);
+        case ZMSG_ATTACH:
+                return do_attach(m, c, buf, fds, nfds);
+        case ZMSG_CHILD_ATTACH:
+                return do_child_attach(m, c, buf);
+        case ZMSG_STATS:
+                return do_stats(m, c, buf);
+        case ZMSG_REGISTER:
+        case ZMSG_UNREGISTER:
+        case ZMSG_PAGEOUT: {
+                const ZMsgRange *rg = buf;
+                int r = range_check(rg);
+                if (!ready)
+                        return -ENOTCONN;
+                if (r < 0)
+                        return r;
+                if (h->type == ZMSG_REGISTER)
+                        return do_register(m, mm, rg);
+                if (h->type == ZMSG_UNREGISTER) {
+                        r = mmclient_region_remove(mm, rg->addr, rg->addr + rg->len, true);
+                        if (r < 0)
+                                return r;
+                }
+                r = evict_queue(m, mm, c, h->id, rg->addr, rg->addr + rg->len, h->type == ZMSG_UNREGISTER);
+                return r < 0 ? r : 1;
+        }
+        case ZMSG_FORK_PREPARE:
+                if (!ready)
+                        return -ENOTCONN;
+                mm->fork_paused = true;
+                mm->fork_paused_at = now_ns();
+                mm->fork_reply_id = h->id;
+                evict_pump(m, mm);
+                return 1;
+        case ZMSG_FORK_DONE:
+                if (mm) {
+                        mm->fork_paused = false;
+                        evict_pump(m, mm);
+                }
+                return 1;
+        case ZMSG_MOVE_DONE:
+                if (!ready || evict_move_done(m, mm, h->id, buf) < 0)
+                        return -EPROTO;
+                return 1;
+        case ZMSG_RELEASE_DONE:
+                if (!ready || evict_release_done(m, mm, h->id) < 0)
+                        return -EPROTO;
+                return 1;
+        default:
+                return -EPROTO;
+        }
+}
+
+static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds, pid_t sender) {
+        const ZMsgHeader *h = buf;
+        uint32_t id = (size_t)n >= sizeof(ZMsgHeader) ? h->id : 0;
+        int r;
+
+        if (n < 0 || zmsg_validate(buf, (size_t)n) < 0)
+                r = -EPROTO;
+        else if (sender != 0 && sender != c->pid)
+                r = -EPERM; /* another process writing to this client's socket */
+        else
+                r = dispatch(m, c, buf, fds, nfds);
+
+        if (r == -EPROTO) {
+                atomic_fetch_add_explicit(&m->protocol_errors, 1, memory_order_relaxed);
+                log_warn("client pid %d: malformed or unexpected message (%zd bytes, type %u)", (int)c->pid, n,
+                         (size_t)n >= sizeof(ZMsgHeader) ? h->type : 0);
+                if (++c->errors > PROTOCOL_ERRORS_MAX)
+                        conn_kill(c, "too many protocol errors");
+        }
+        if (r <= 0)
+                conn_reply(c, id, r, 0);
+        for (size_t i = 0; i < nfds; i++)
+                safe_close(fds[i]);
+}
+
+static void conn_readable(Manager *m, Conn *c) {
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX + 8];
+
+        for (int budget = 64; budget > 0 && !c->dying; budget--) {
+                int fds[4];
+                size_t nfds = ELEMENTSOF(fds);
+                pid_t sender = 0;
+                ssize_t n = zmsg_recv(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
+                if (n == -EAGAIN)
+                        return;
+                if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+                        c->dying = true;
+                        return;
+                }
+                conn_message(m, c, buf, n, fds, nfds, sender);
+        }
+}
+
+/* ---- connections ---- */
+
+static void conn_accept(Manager *m) {
+        for (;;) {
+                int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0)
+                        return;
+                struct ucred cred;
+                socklen_t len = sizeof(cred);
+                int one = 1;
+                Conn *c = calloc(1, sizeof(*c));
+                if (!c || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+                    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
+                        free(c);
+                        safe_close(fd);
+                        continue;
+                }
+                c->m = m;
+                c->fd = fd;
+                c->pid = cred.pid;
+                c->uid = cred.uid;
+                c->gid = cred.gid;
+                struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+                if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+                        safe_close(fd);
+                        free(c);
+                        continue;
+                }
+                c->next = m->conns;
+                m->conns = c;
+                m->nconns++;
+        }
+}
+
+static void conn_free(Manager *m, Conn *c) {
+        for (Conn **p = &m->conns; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        break;
+                }
+        m->nconns--;
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                evict_forget_conn(mm, c);
+        if (c->mm) {
+                log_info("client pid %d disconnected", (int)c->pid);
+                mm_detach(m, c->mm, c);
+        }
+        epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        safe_close(c->fd);
+        free(c);
+}
+
+static void reap_conns(Manager *m) {
+        for (Conn *c = m->conns, *n; c; c = n) {
+                n = c->next;
+                if (c->dying)
+                        conn_free(m, c);
+        }
+}
+
+/* ---- setup ---- */
+
+static int listen_socket(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_close_ int fd = -1;
+        char dir[sizeof(sa.sun_path)];
+
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        strcpy(dir, path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = 0;
+                mkdir(dir, 0755);
+        }
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negative_errno();
+        /* a stale socket from a dead daemon is replaced; a live one is not */
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+                return -EADDRINUSE;
+        unlink(path);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return negative_errno();
+        chmod(path, 0666); /* admission is decided per connection (SO_PEERCRED) */
+        if (listen(fd, 128) < 0)
+                return negative_errno();
+        return TAKE_FD(fd);
+}
+
+static int epoll_add(int epfd, int fd, uint64_t tag) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+        return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? negative_errno() : 0;
+}
+
+static int setup_fds(Manager *m) {
+        struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L }, .it_value = { 0, TICK_MS * 1000000L } };
+        sigset_t mask;
+        int r;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &mask, NULL);
+        m->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        m->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        m->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (m->signal_fd < 0 || m->timer_fd < 0 || m->epfd < 0 || inbox_init(&m->inbox) < 0)
+                return negative_errno();
+        timerfd_settime(m->timer_fd, 0, &its, NULL);
+        if ((r = epoll_add(m->epfd, m->listen_fd, EP_LISTEN)) < 0 ||
+            (r = epoll_add(m->epfd, m->inbox.efd, EP_INBOX)) < 0 ||
+            (r = epoll_add(m->epfd, m->timer_fd, EP_TIMER)) < 0 ||
+            (r = epoll_add(m->epfd, m->signal_fd, EP_SIGNAL)) < 0)
+                return r;
+        return 0;
+}
+
+int manager_new(const ManagerConfig *cfg, Manager **ret) {
+        Manager *m = calloc(1, sizeof(*m));
+        int r;
+
+        if (!m)
+                return -ENOMEM;
+        m->cfg = *cfg;
+        m->listen_fd = m->signal_fd = m->timer_fd = m->epfd = -1;
+        m->inbox.efd = -1;
+        pthread_mutex_init(&m->orphans_lock, NULL);
+        r = pool_new(cfg->pool_max, &m->pool);
+        if (r < 0)
+                goto fail;
+        m->listen_fd = cfg->listen_fd >= 0 ? cfg->listen_fd : listen_socket(cfg->socket_path);
+        if (m->listen_fd < 0) {
+                r = m->listen_fd;
+                log_error("cannot listen on %s: %s", cfg->socket_path, strerror(-r));
+                goto fail;
+        }
+        r = setup_fds(m);
+        if (r < 0)
+                goto fail;
+        m->fts = calloc(cfg->fault_threads, sizeof(*m->fts));
+        if (!m->fts) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        for (unsigned i = 0; i < cfg->fault_threads; i++) {
+                r = fault_thread_new(m, i, &m->fts[i]);
+                if (r < 0)
+                        goto fail;
+                m->nfts++;
+        }
+        r = evictor_new(m, cfg->workers, &m->evictor);
+        if (r < 0)
+                goto fail;
+        *ret = m;
+        return 0;
+fail:
+        manager_free(m);
+        return r;
+}
+
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+        while (m->conns)
+                conn_free(m, m->conns);
+        /* workers first: their jobs hold client references */
+        m->evictor = evictor_free(m->evictor);
+        run_inbox(m);
+        while (m->mms)
+                mm_retire(m, m->mms);
+        while (m->orphans) {
+                MMClient *mm = m->orphans;
+                m->orphans = mm->next;
+                mmclient_unref(mm);
+        }
+        for (unsigned i = 0; i < m->nfts; i++)
+                fault_thread_free(m->fts[i]);
+        free(m->fts);
+        /* fault threads posted their last completions */
+        for (Work *w = inbox_take(&m->inbox); w;) {
+                Work *n = w->next;
+                work_free(w);
+                w = n;
+        }
+        pool_free(m->pool);
+        if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
+                unlink(m->cfg.socket_path);
+        safe_close(m->listen_fd);
+        safe_close(m->signal_fd);
+        safe_close(m->timer_fd);
+        safe_close(m->epfd);
+        safe_close(m->inbox.efd);
+        pthread_mutex_destroy(&m->orphans_lock);
+        free(m);
+        return NULL;
+}
+
+int manager_run(Manager *m) {
+        struct epoll_event evs[32];
+
+        log_info("ready: socket %s, %s, %u workers, %u fault threads", m->cfg.socket_path,
+                 codec_to_string(m->cfg.codec), m->cfg.workers, m->nfts);
+        while (!m->exiting) {
+                int n = epoll_wait(m->epfd, evs, ELEMENTSOF(evs), -1);
+                if (n < 0 && errno != EINTR)
+                        return negative_errno();
+                for (int i = 0; i < n; i++) {
+                        uint64_t tag = evs[i].data.u64;
+                        if (tag == EP_LISTEN)
+                                conn_accept(m);
+                        else if (tag == EP_INBOX)
+                                run_inbox(m);
+                        else if (tag == EP_TIMER)
+                                tick(m);
+                        else if (tag == EP_SIGNAL) {
+                                struct signalfd_siginfo si;
+                                (void)!read(m->signal_fd, &si, sizeof(si));
+                                log_info("signal %u: exiting", si.ssi_signo);
+                                m->exiting = true;
+                        } else
+                                conn_readable(m, evs[i].data.ptr);
+                }
+                reap_conns(m);
+        }
+        return 0;
+}

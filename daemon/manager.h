@@ -1,0 +1,92 @@
+/*
+ * manager.h: the daemon as a whole and its control connections.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "inbox.h"
+#include "mmclient.h"
+#include "pool.h"
+
+typedef struct Evictor Evictor;
+
+typedef struct ManagerConfig {
+        const char *socket_path;
+        CodecKind codec;
+        int level;
+        unsigned workers;       /* compression workers */
+        unsigned fault_threads; /* threads serving faults */
+        uint64_t pool_max;      /* bytes, 0 = unlimited */
+        uint32_t max_compressed; /* larger compressed pages are incompressible */
+        uint64_t max_regions;   /* per client */
+        uint64_t max_registered; /* bytes per client */
+        unsigned max_clients;
+        bool allow_users;       /* admit clients other than root */
+        int listen_fd;          /* from socket activation, or -1 */
+} ManagerConfig;
+
+struct Conn {
+        Manager *m;
+        int fd;
+        int role;          /* ZRole, 0 before HELLO */
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        MMClient *mm;      /* role CLIENT/CHILD after ATTACH */
+        bool dying;
+        unsigned errors;   /* protocol errors so far */
+        Conn *next;
+};
+
+struct Manager {
+        ManagerConfig cfg;
+        Pool *pool;
+        int epfd;
+        int listen_fd;
+        Inbox inbox;       /* work from workers and fault threads */
+        int timer_fd;      /* periodic maintenance */
+        int signal_fd;
+        bool exiting;
+
+        FaultThread **fts;
+        unsigned nfts;
+        Evictor *evictor;
+
+        /* manager thread only */
+        Conn *conns;
+        unsigned nconns;
+        MMClient *mms;
+        uint64_t next_mm_id;
+
+        /* children created by UFFD_EVENT_FORK that no process has claimed
+         * yet; protected by orphans_lock (fault threads add, manager takes) */
+        pthread_mutex_t orphans_lock;
+        MMClient *orphans;
+
+        /* global counters, relaxed atomics */
+        _Atomic uint64_t faults, faults_zero, evictions, protocol_errors;
+};
+
+int manager_new(const ManagerConfig *cfg, Manager **ret);
+Manager *manager_free(Manager *m);
+int manager_run(Manager *m);
+
+/* Work the manager receives from workers and fault threads. */
+enum {
+        MW_BATCH_DONE = 100, /* a worker compressed lane `lane` of mm; v = pages stored */
+        MW_RESTORE_DONE,     /* a fault thread restored [a, b) of mm for request id */
+};
+void manager_post(Manager *m, Work *w);
+
+/* From any thread: hand a new fork child to the manager. */
+void manager_adopt_orphan(Manager *m, MMClient *child);
+
+/* Send a reply to a request (manager thread). */
+void conn_reply(Conn *c, uint32_t id, int status, int64_t value);
+/* Drop a connection after a protocol violation (manager thread). */
+void conn_kill(Conn *c, const char *why);

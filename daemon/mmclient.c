@@ -1,0 +1,383 @@
+/*
+ * mmclient.c: per-address-space state.
+ *
+ * Ownership: an MMClient is reference counted. The manager's list holds one
+ * reference, the fault thread that reads its uffd holds one while the uffd
+ * is in its epoll set, and every worker job holds one. The last unref
+ * releases every pool object the index still refers to and closes the
+ * daemon's uffd reference. The client process keeps its own uffd reference,
+ * so the daemon closing its own never unregisters the client's memory.
+ *
+ * Regions (what the client registered, as moved by mremap and cut by
+ * munmap) are protected by regions_lock. Only the manager thread and the
+ * event handlers of the owning fault thread take it; the fault path
+ * proper never does.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+
+#include "uffd-compat.h"
+
+#include "log.h"
+#include "manager.h"
+#include "mmclient.h"
+#include "pool.h"
+
+int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
+        MMClient *mm = calloc(1, sizeof(*mm));
+        int r;
+
+        if (!mm)
+                return -ENOMEM;
+        atomic_init(&mm->refs, 1);
+        mm->m = m;
+        mm->uffd = uffd;
+        mm->pidfd = -1;
+        mm->pagemap_fd = -1;
+        mm->ops_tail = &mm->ops;
+        pthread_mutex_init(&mm->regions_lock, NULL);
+        r = pindex_new(&mm->index);
+        if (r < 0) {
+                free(mm);
+                return r;
+        }
+        if (pid > 0) {
+                r = mmclient_set_pid(mm, pid);
+                if (r < 0) {
+                        mm->uffd = -1; /* the caller keeps its fd on failure */
+                        mmclient_unref(mm);
+                        return r;
+                }
+        }
+        *ret = mm;
+        return 0;
+}
+
+int mmclient_set_pid(MMClient *mm, pid_t pid) {
+        char path[64];
+        int fd;
+
+        fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0)
+                return negative_errno();
+        mm->pidfd = fd;
+        snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                int r = negative_errno();
+                mm->pidfd = safe_close(mm->pidfd);
+                return r;
+        }
+        mm->pagemap_fd = fd;
+        mm->pid = pid;
+        return 0;
+}
+
+MMClient *mmclient_ref(MMClient *mm) {
+        /* relaxed: taking a reference needs no ordering, the caller already
+         * holds one (dbus-broker ref.h) */
+        atomic_fetch_add_explicit(&mm->refs, 1, memory_order_relaxed);
+        return mm;
+}
+
+void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e) {
+        uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
+
+        switch (pe_state(v)) {
+        case PE_STORED:
+                pool_release(mm->m->pool, pe_handle(v));
+                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(v), memory_order_relaxed);
+                break;
+        case PE_SAME:
+                atomic_fetch_sub_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
+                break;
+        case PE_STAGED:
+                atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+                break;
+        default:
+                break;
+        }
+}
+
+static int drop_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        MMClient *mm = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        if (pe_state(v) == PE_LOADING) {
+                /* nobody can own it any more: the last reference is gone */
+                uint64_t origin = pe_loading_origin(v);
+                if (pe_state(origin) == PE_STORED)
+                        pool_release(mm->m->pool, pe_handle(origin));
+                atomic_store_explicit(e, 0, memory_order_relaxed);
+                return 0;
+        }
+        mmclient_entry_drop(mm, e);
+        return 0;
+}
+
+MMClient *mmclient_unref(MMClient *mm) {
+        if (!mm)
+                return NULL;
+        /* release on the decrement, acquire before freeing: everything other
+         * holders did happens-before the free */
+        if (atomic_fetch_sub_explicit(&mm->refs, 1, memory_order_release) != 1)
+                return NULL;
+        atomic_thread_fence(memory_order_acquire);
+
+        if (mm->index) {
+                pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
+                pindex_free(mm->index);
+        }
+        safe_close(mm->uffd);
+        safe_close(mm->pidfd);
+        safe_close(mm->pagemap_fd);
+        pthread_mutex_destroy(&mm->regions_lock);
+        free(mm->regions);
+        free(mm);
+        return NULL;
+}
+
+bool mmclient_alive(MMClient *mm) {
+        struct pollfd p = { .fd = mm->pidfd, .events = POLLIN };
+
+        if (mm->pidfd < 0)
+                return false;
+        /* a pidfd becomes readable when the process exits */
+        return poll(&p, 1, 0) == 0;
+}
+
+int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
+        struct iovec local = { .iov_base = buf, .iov_len = len };
+        struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
+        ssize_t n;
+
+        if (mm->pid <= 0)
+                return -ESRCH;
+        n = process_vm_readv(mm->pid, &local, 1, &remote, 1, 0);
+        if (n < 0)
+                return negative_errno();
+        if ((size_t)n != len)
+                return -EFAULT;
+        /* the pid could have been reused if the client died before the read:
+         * a live pidfd after the read proves we read the right process */
+        if (!mmclient_alive(mm))
+                return -ESRCH;
+        return 0;
+}
+
+/* ---- regions (sorted, non-overlapping) ---- */
+
+static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end) {
+        Region *n = realloc(mm->regions, (mm->nregions + 1) * sizeof(Region));
+        if (!n)
+                return -ENOMEM;
+        mm->regions = n;
+        memmove(&n[at + 1], &n[at], (mm->nregions - at) * sizeof(Region));
+        n[at] = (Region){ start, end };
+        mm->nregions++;
+        return 0;
+}
+
+static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end) {
+        size_t i = 0;
+
+        while (i < mm->nregions && mm->regions[i].end <= start)
+                i++;
+        if (i < mm->nregions && mm->regions[i].start < end)
+                return -EEXIST;
+        if (mm->nregions >= mm->m->cfg.max_regions)
+                return -ENOSPC;
+        if (mm->registered_bytes + (end - start) > mm->m->cfg.max_registered)
+                return -ENOSPC;
+        int r = regions_insert(mm, i, start, end);
+        if (r < 0)
+                return r;
+        mm->registered_bytes += end - start;
+        return 0;
+}
+
+int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end) {
+        pthread_mutex_lock(&mm->regions_lock);
+        int r = region_add_locked(mm, start, end);
+        pthread_mutex_unlock(&mm->regions_lock);
+        return r;
+}
+
+static int region_remove_locked(MMClient *mm, uint64_t start, uint64_t end, bool must_exist) {
+        if (must_exist) {
+                /* the whole range must be registered, in one region */
+                size_t i = 0;
+                while (i < mm->nregions && mm->regions[i].end <= start)
+                        i++;
+                if (i == mm->nregions || mm->regions[i].start > start || mm->regions[i].end < end)
+                        return -EINVAL;
+        }
+        for (size_t i = 0; i < mm->nregions;) {
+                Region *g = &mm->regions[i];
+                if (g->end <= start || g->start >= end) {
+                        i++;
+                        continue;
+                }
+                if (g->start < start && g->end > end) {
+                        /* cut a hole: split in two */
+                        uint64_t old_end = g->end;
+                        g->end = start;
+                        int r = regions_insert(mm, i + 1, end, old_end);
+                        if (r < 0) {
+                                g->end = old_end;
+                                return r;
+                        }
+                        mm->registered_bytes -= end - start;
+                        return 0;
+                }
+                uint64_t cs = MAX(g->start, start), ce = MIN(g->end, end);
+                mm->registered_bytes -= ce - cs;
+                if (g->start < start) {
+                        g->end = start;
+                        i++;
+                } else if (g->end > end) {
+                        g->start = end;
+                        i++;
+                } else {
+                        memmove(g, g + 1, (mm->nregions - i - 1) * sizeof(Region));
+                        mm->nregions--;
+                }
+        }
+        return 0;
+}
+
+int mmclient_region_remove(MMClient *mm, uint64_t start, uint64_t end, bool must_exist) {
+        pthread_mutex_lock(&mm->regions_lock);
+        int r = region_remove_locked(mm, start, end, must_exist);
+        pthread_mutex_unlock(&mm->regions_lock);
+        return r;
+}
+
+int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len) {
+        int r = 0;
+
+        pthread_mutex_lock(&mm->regions_lock);
+        /* collect the registered parts of [from, from+len) and re-add them
+         * at the same offsets from `to` */
+        Region parts[64];
+        size_t nparts = 0;
+        for (size_t i = 0; i < mm->nregions && nparts < ELEMENTSOF(parts); i++) {
+                Region *g = &mm->regions[i];
+                uint64_t cs = MAX(g->start, from), ce = MIN(g->end, from + len);
+                if (cs < ce)
+                        parts[nparts++] = (Region){ cs, ce };
+        }
+        region_remove_locked(mm, from, from + len, false);
+        for (size_t i = 0; i < nparts; i++) {
+                uint64_t s = parts[i].start - from + to, e = parts[i].end - from + to;
+                /* the destination may already be registered (it was mapped
+                 * over): the kernel moved the registration, so do we */
+                region_remove_locked(mm, s, e, false);
+                int q = region_add_locked(mm, s, e);
+                if (q < 0 && r == 0)
+                        r = q;
+        }
+        pthread_mutex_unlock(&mm->regions_lock);
+        return r;
+}
+
+int mmclient_regions_copy(MMClient *dst, MMClient *src) {
+        int r = 0;
+
+        pthread_mutex_lock(&src->regions_lock);
+        if (src->nregions) {
+                dst->regions = malloc(src->nregions * sizeof(Region));
+                if (dst->regions) {
+                        memcpy(dst->regions, src->regions, src->nregions * sizeof(Region));
+                        dst->nregions = src->nregions;
+                        dst->registered_bytes = src->registered_bytes;
+                } else
+                        r = -ENOMEM;
+        }
+        pthread_mutex_unlock(&src->regions_lock);
+        return r;
+}
+
+bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end) {
+        bool found = false;
+
+        pthread_mutex_lock(&mm->regions_lock);
+        for (size_t i = 0; i < mm->nregions; i++) {
+                Region *g = &mm->regions[i];
+                if (g->end <= *start)
+                        continue;
+                if (g->start >= *end)
+                        break;
+                *start = MAX(*start, g->start);
+                *end = MIN(*end, g->end);
+                found = true;
+                break;
+        }
+        pthread_mutex_unlock(&mm->regions_lock);
+        return found;
+}
+
+static bool maps_line_ok(const char *line, uint64_t *s, uint64_t *e) {
+        unsigned long long ls, le, off, inode;
+        char perms[8], dev[16];
+        int n = 0;
+
+        if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %n", &ls, &le, perms, &off, dev, &inode, &n) < 6)
+                return false;
+        *s = ls;
+        *e = le;
+        const char *path = line + n;
+        if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' || inode != 0)
+                return false;
+        /* anonymous: no path, or a kernel-named anonymous area */
+        return *path == '\n' || *path == 0 || strncmp(path, "[heap]", 6) == 0 || strncmp(path, "[anon:", 6) == 0 ||
+               strncmp(path, "[stack]", 7) == 0;
+}
+
+int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end) {
+        char path[64], line[4096];
+        FILE *f;
+        uint64_t covered = start;
+
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)mm->pid);
+        f = fopen(path, "re");
+        if (!f)
+                return negative_errno();
+        while (covered < end && fgets(line, sizeof(line), f)) {
+                uint64_t s = 0, e = 0;
+                bool ok = maps_line_ok(line, &s, &e);
+                if (e <= covered)
+                        continue;
+                if (s > covered || !ok)
+                        break;
+                covered = e;
+        }
+        fclose(f);
+        return covered >= end ? 0 : -EINVAL;
+}
+
+bool uffd_mm_alive(int uffd) {
+        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
+        return !(ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == ESRCH);
+}
+
+int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
+        struct uffdio_register reg = { .range = { .start = start, .len = end - start },
+                                       .mode = UFFDIO_REGISTER_MODE_MISSING };
+        if (ioctl(mm->uffd, UFFDIO_REGISTER, &reg) < 0)
+                return negative_errno();
+        return 0;
+}
+
+int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end) {
+        struct uffdio_range r = { .start = start, .len = end - start };
+        if (ioctl(mm->uffd, UFFDIO_UNREGISTER, &r) < 0)
+                return negative_errno();
+        return 0;
+}

@@ -1,0 +1,133 @@
+/*
+ * mmclient.h: what the daemon knows about one client address space (mm).
+ *
+ * A connected process has one MMClient; a child forked by it gets another
+ * one from the UFFD_EVENT_FORK message. See mmclient.c for ownership.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pindex.h"
+#include "protocol.h"
+
+typedef struct Manager Manager;
+typedef struct FaultThread FaultThread;
+typedef struct Conn Conn;
+typedef struct PageoutOp PageoutOp;
+
+#define LANES_MAX 8
+#define LANE_SLOTS ZSWAP_BATCH_MAX
+
+typedef enum LaneState {
+        LANE_FREE,        /* slots unpopulated, may take a new batch */
+        LANE_MOVING,      /* MOVE sent, waiting for MOVE_DONE */
+        LANE_COMPRESSING, /* a worker reads and compresses the slots */
+        LANE_DRAINING,    /* compressed; waiting for fault-path readers to leave */
+        LANE_RELEASING,   /* RELEASE sent, waiting for RELEASE_DONE */
+} LaneState;
+
+typedef struct Lane {
+        /* manager thread only */
+        LaneState state;
+        uint32_t npages;
+        uint64_t addrs[LANE_SLOTS]; /* page i of the batch sits in slot lane*LANE_SLOTS+i */
+        PageoutOp *op;
+        uint32_t stored;            /* pages of the batch now held (STORED/SAME) */
+        /* fault threads add/remove themselves while they read a slot of this
+         * lane; the manager releases the lane only when it reads 0 */
+        _Atomic uint32_t users;
+} Lane;
+
+typedef struct Region {
+        uint64_t start, end;
+} Region;
+
+typedef struct MMClientStats {
+        /* all counters are relaxed atomics: statistics, no ordering */
+        _Atomic uint64_t stored_pages, same_pages, staged_pages, incompressible_pages;
+        _Atomic uint64_t compressed_bytes, evictions, faults, faults_zero;
+} MMClientStats;
+
+typedef struct MMClient {
+        _Atomic int refs;
+        Manager *m;
+        uint64_t id;
+
+        int uffd;        /* the daemon's reference; the client keeps its own */
+        pid_t pid;       /* 0: a fork child that has not attached yet */
+        int pidfd;       /* -1 until pid is known */
+        int pagemap_fd;  /* /proc/PID/pagemap, bound to this mm at open */
+        PageIndex *index;
+
+        /* regions: protected by regions_lock (manager thread and the event
+         * handlers of the owning fault thread; never the fault path) */
+        pthread_mutex_t regions_lock;
+        Region *regions;
+        size_t nregions;
+        uint64_t registered_bytes;
+
+        /* staging: written once by the manager before the first batch */
+        uint64_t staging_addr;
+        unsigned nlanes;
+        Lane lanes[LANES_MAX];
+        uint64_t fork_token_addr;
+        uint64_t fork_token; /* children: the token read from the parent at fork */
+
+        FaultThread *ft;      /* the only thread that reads uffd */
+        _Atomic bool dead;    /* set by the manager when the client is gone */
+
+        /* manager thread only */
+        Conn *conn;
+        struct MMClient *parent;
+        struct MMClient *next; /* manager's list */
+        PageoutOp *ops, **ops_tail;
+        unsigned restores;     /* restore jobs in flight */
+        bool fork_paused;
+        uint64_t fork_paused_at;
+        uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
+        unsigned unregisters;  /* pending unregister requests: pump pauses */
+
+        MMClientStats st;
+} MMClient;
+
+int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret);
+MMClient *mmclient_ref(MMClient *mm);
+MMClient *mmclient_unref(MMClient *mm);
+
+/* Bind a process: opens pidfd and pagemap. */
+int mmclient_set_pid(MMClient *mm, pid_t pid);
+
+/* Regions. All take regions_lock. */
+int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end);
+int mmclient_region_remove(MMClient *mm, uint64_t start, uint64_t end, bool must_exist);
+int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len);
+int mmclient_regions_copy(MMClient *dst, MMClient *src);
+/* Clip [*start, *end) to the first registered part at or after *start;
+ * false if none. Takes regions_lock. */
+bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
+
+/* Release whatever an entry holds (pool object) and zero it. */
+void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e);
+
+/* Is the process still alive (pidfd not readable)? */
+bool mmclient_alive(MMClient *mm);
+
+/* Read len bytes at remote addr of the client (process_vm_readv). */
+int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len);
+
+/* Is [start, end) covered by private, anonymous, writable mappings of the
+ * client (/proc/PID/maps)? 0, -EINVAL, or -errno reading maps. */
+int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end);
+
+/* Does the address space behind uffd still exist? (A non-destructive
+ * UFFDIO_WRITEPROTECT probe: -ESRCH once the mm is gone.) */
+bool uffd_mm_alive(int uffd);
+
+/* Register / unregister [start, end) in the client's uffd (MISSING mode). */
+int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end);
+int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end);

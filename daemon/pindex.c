@@ -1,0 +1,137 @@
+/*
+ * pindex.c: lock-free radix tree of page entries.
+ *
+ * Four levels of 512 slots cover a 48-bit address space (36-bit page
+ * numbers), like an x86-64 page table. Inner nodes hold child pointers,
+ * leaves hold the 64-bit entries. Nodes are created on demand with a
+ * compare-and-swap of a NULL child pointer (release, so a reader that
+ * acquires the pointer sees a zeroed node) and are never freed before the
+ * whole index is, so a reader can never hold a pointer to freed memory.
+ * That is what lets the fault path look pages up without any lock: the
+ * cost is 4 KiB of leaf per 2 MiB of address space that ever held an entry.
+ *
+ * Concurrency of entries themselves is the callers' business (CAS on each
+ * entry); see docs/page-lifecycle.md.
+ */
+#include <stdlib.h>
+
+#include "macro.h"
+#include "pindex.h"
+
+#define LEVEL_BITS 9
+#define FANOUT (1u << LEVEL_BITS)
+#define LEVELS 4
+
+typedef struct Node {
+        union {
+                _Atomic(struct Node *) child[FANOUT];
+                _Atomic uint64_t entry[FANOUT];
+        };
+} Node;
+
+struct PageIndex {
+        Node root;
+        _Atomic uint64_t nodes; /* written by any creator, relaxed: statistics */
+};
+
+static unsigned level_index(uint64_t vpn, int level) {
+        return (unsigned)(vpn >> (LEVEL_BITS * level)) & (FANOUT - 1);
+}
+
+int pindex_new(PageIndex **ret) {
+        PageIndex *pi = calloc(1, sizeof(*pi));
+        if (!pi)
+                return -ENOMEM;
+        *ret = pi;
+        return 0;
+}
+
+static void node_free(Node *n, int level) {
+        if (!n)
+                return;
+        if (level > 0)
+                for (unsigned i = 0; i < FANOUT; i++)
+                        node_free(atomic_load_explicit(&n->child[i], memory_order_relaxed), level - 1);
+        free(n);
+}
+
+PageIndex *pindex_free(PageIndex *pi) {
+        if (!pi)
+                return NULL;
+        for (unsigned i = 0; i < FANOUT; i++)
+                node_free(atomic_load_explicit(&pi->root.child[i], memory_order_relaxed), LEVELS - 2);
+        free(pi);
+        return NULL;
+}
+
+static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create) {
+        /* acquire: pairs with the release CAS below, so the new node's
+         * zeroed contents are visible before we read them */
+        Node *c = atomic_load_explicit(&n->child[idx], memory_order_acquire);
+        if (c || !create)
+                return c;
+
+        Node *fresh = calloc(1, sizeof(Node));
+        if (!fresh)
+                return NULL;
+        Node *expected = NULL;
+        if (atomic_compare_exchange_strong_explicit(&n->child[idx], &expected, fresh,
+                                                    memory_order_acq_rel, memory_order_acquire)) {
+                atomic_fetch_add_explicit(&pi->nodes, 1, memory_order_relaxed);
+                return fresh;
+        }
+        free(fresh); /* somebody else installed one first: use theirs */
+        return expected;
+}
+
+_Atomic uint64_t *pindex_entry(PageIndex *pi, uint64_t addr, bool create) {
+        if (addr >= PINDEX_MAX_ADDR)
+                return NULL;
+        uint64_t vpn = addr >> ZSWAP_PAGE_SHIFT;
+        Node *n = &pi->root;
+        for (int level = LEVELS - 1; level > 0; level--) {
+                n = child_get(pi, n, level_index(vpn, level), create);
+                if (!n)
+                        return NULL;
+        }
+        return &n->entry[level_index(vpn, 0)];
+}
+
+static int walk_node(Node *n, int level, uint64_t base_vpn, uint64_t svpn, uint64_t evpn, PIndexFn fn, void *ud) {
+        uint64_t span = (uint64_t)1 << (LEVEL_BITS * level);
+
+        for (unsigned i = 0; i < FANOUT; i++) {
+                uint64_t lo = base_vpn + i * span, hi = lo + span;
+                if (hi <= svpn || lo >= evpn)
+                        continue;
+                if (level == 0) {
+                        _Atomic uint64_t *e = &n->entry[i];
+                        if (atomic_load_explicit(e, memory_order_acquire) == 0)
+                                continue;
+                        int r = fn(ud, lo << ZSWAP_PAGE_SHIFT, e);
+                        if (r)
+                                return r;
+                        continue;
+                }
+                Node *c = atomic_load_explicit(&n->child[i], memory_order_acquire);
+                if (!c)
+                        continue;
+                int r = walk_node(c, level - 1, lo, svpn, evpn, fn, ud);
+                if (r)
+                        return r;
+        }
+        return 0;
+}
+
+int pindex_walk(PageIndex *pi, uint64_t start, uint64_t end, PIndexFn fn, void *ud) {
+        if (end > PINDEX_MAX_ADDR)
+                end = PINDEX_MAX_ADDR;
+        if (start >= end)
+                return 0;
+        return walk_node(&pi->root, LEVELS - 1, 0, start >> ZSWAP_PAGE_SHIFT,
+                         DIV_ROUND_UP(end, ZSWAP_PAGE_SIZE), fn, ud);
+}
+
+uint64_t pindex_bytes(PageIndex *pi) {
+        return (atomic_load_explicit(&pi->nodes, memory_order_relaxed) + 1) * sizeof(Node);
+}

@@ -1,0 +1,579 @@
+/*
+ * pool.c: the compressed-object pool, a zsmalloc for userspace.
+ *
+ * Layout. pool_new() reserves one large range of address space (64 GiB, less
+ * if the kernel refuses) with MAP_NORESERVE: it costs nothing until touched.
+ * The range is cut into 64 KiB spans, one per chunk id; a chunk of memory of
+ * 4..64 KiB lives at the start of its span. A handle is the offset of the
+ * object from the pool base in 32-byte units, i.e. chunk id << 11 | offset
+ * in the span / 32, so pool_map() is base + handle * 32: no lookup, no lock,
+ * O(1). Chunk id 0 is never used, which makes 0 an invalid handle.
+ *
+ * Size classes are the multiples of 32 bytes up to 4096. Each class picks
+ * the chunk size among 4, 8, 16, 32 and 64 KiB that leaves the smallest
+ * fraction of its tail unused. Objects may straddle page boundaries. Chunk
+ * headers live outside chunk memory, in a metadata array indexed by chunk
+ * id (also MAP_NORESERVE), so chunks hold nothing but objects and
+ * pool_bytes is exactly the memory chunks take.
+ *
+ * Releasing. pool_release() runs on the fault path, which must never wait
+ * for an allocator, so it takes no lock and makes no system call. It sets
+ * the slot's bit in the chunk's atomic `released` bitmap. Bit 63 of each
+ * bitmap word is WORD_PENDING: the releaser whose fetch_or turned it on
+ * pushes that word (a "node": chunk id << 2 | word) onto its class's
+ * pending stack, a Treiber stack whose consumer takes the whole stack at
+ * once with atomic_exchange. With only push and pop-all there is no ABA: a
+ * push links to whatever the head is when its CAS succeeds. A node is on the
+ * stack at most once, from the fetch_or that set WORD_PENDING to the
+ * exchange that clears the word, and both bits travel in one atomic word, so
+ * no release is ever lost between "set bit" and "queue it".
+ *
+ * Reuse. Under the class mutex, pool_alloc() and pool_reclaim() drain the
+ * pending stack: each node's word is swapped to 0 and its bits go into the
+ * chunk's `free` bitmap, which only the class mutex guards. Released but not
+ * drained slots still count as used, so a chunk whose use count is 0 has no
+ * live handle, no node on any stack and no releaser in flight: reclaim can
+ * take it off the class, madvise(MADV_DONTNEED) it outside the lock so RSS
+ * really drops, and put its id on the free-id stack for any class to reuse.
+ *
+ * Limits. pool_alloc() fails with -ENOSPC rather than take pool_bytes past
+ * max_bytes (after one pool_reclaim() to give back what it can). Handles are
+ * addresses, so objects never move: there is no compaction, and a chunk with
+ * one live object keeps all its memory until that object goes. New objects
+ * fill the holes of partly used chunks before any new chunk is made.
+ *
+ * Threads. pool_alloc(): any number of workers, one mutex per class (plus
+ * the id mutex, taken after a class mutex, never before). pool_release():
+ * any thread, lock-free. pool_map(), pool_object_capacity(),
+ * pool_get_stats(): any thread, lock-free. pool_reclaim(): any thread.
+ * Statistics are relaxed atomic counters.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "macro.h"
+#include "pool.h"
+
+#define UNIT_SHIFT 5                                        /* objects sit on 32-byte units */
+#define UNIT (1U << UNIT_SHIFT)
+#define NR_CLASSES (POOL_MAX_OBJECT / UNIT)                 /* 32, 64, ..., 4096 */
+#define SPAN_SHIFT 16                                       /* 64 KiB of address space per chunk id */
+#define SPAN (1UL << SPAN_SHIFT)
+#define HANDLE_UNITS_SHIFT (SPAN_SHIFT - UNIT_SHIFT)        /* 11 bits of unit offset in a handle */
+#define CHUNK_MIN_SIZE 4096U
+#define RESERVE_MAX (64ULL << 30)                           /* 2^20 chunk ids */
+#define RESERVE_MIN (256ULL << 20)
+
+#define WORD_BITS 63                                        /* slot bits per bitmap word */
+#define WORD_PENDING (1ULL << 63)                           /* the word's node is on the pending stack */
+#define CHUNK_WORDS 4
+#define CHUNK_MAX_SLOTS (CHUNK_WORDS * WORD_BITS)           /* 252 */
+#define NODE_SHIFT 2                                        /* node = chunk id << 2 | word */
+
+enum {
+        LIST_NONE,    /* full, or detached by pool_reclaim() */
+        LIST_PARTIAL, /* some slots free */
+        LIST_EMPTY,   /* all slots free: reclaim gives it back */
+};
+
+typedef struct Chunk {
+        /* Slots released but not yet drained, plus WORD_PENDING. Set by
+         * pool_release() on any thread; swapped to 0 by the drainer. */
+        _Atomic uint64_t released[CHUNK_WORDS];
+        /* Next node on the pending stack. Written only by the releaser that
+         * set WORD_PENDING of that word, read by the drainer that popped it. */
+        uint32_t pending_next[CHUNK_WORDS];
+        /* Size class. Stored under the class mutex before any handle of the
+         * chunk exists; loaded lock-free by pool_release() and
+         * pool_object_capacity(), see chunk_class(). */
+        _Atomic uint8_t cls;
+        /* Protected by the class mutex while the chunk belongs to a class.
+         * While detached for freeing, owned by the reclaiming thread; while
+         * free, `next` links the free-id stack under Pool.id_lock. */
+        uint8_t list;
+        uint16_t nr_used; /* slots not in free[], including undrained releases */
+        uint32_t prev, next;
+        uint64_t free[CHUNK_WORDS];
+        /* Per slot, capacity minus requested length (< UNIT). Allocated at
+         * chunk setup; slack[i] is written by pool_alloc() under the class
+         * mutex and read by pool_release() of that very object, which the
+         * hand-over of the handle orders after the write. */
+        uint8_t *slack;
+} Chunk;
+
+typedef struct ChunkList {
+        uint32_t head, tail; /* chunk ids, 0 = none */
+} ChunkList;
+
+typedef struct PoolClass {
+        _Alignas(64) pthread_mutex_t lock; /* own cache line: classes are independent */
+        /* Constant after pool_new(). */
+        uint32_t size;
+        uint32_t chunk_size;
+        uint32_t nr_slots;
+        /* Protected by lock. */
+        ChunkList partial;
+        ChunkList empty;
+        /* Top node of the pending stack: pushed by pool_release() on any
+         * thread, emptied by class_drain() under lock. */
+        _Atomic uint32_t pending;
+} PoolClass;
+
+struct Pool {
+        /* Constant after pool_new(). */
+        uint8_t *base;
+        size_t base_size;
+        Chunk *chunks;
+        size_t chunks_size;
+        uint32_t nr_ids;
+        uint64_t max_bytes;
+
+        pthread_mutex_t id_lock;
+        uint32_t free_ids; /* id_lock: stack of free ids, linked by Chunk.next */
+        uint32_t next_id;  /* id_lock: lowest id never handed out */
+
+        /* Statistics, written by any thread; relaxed everywhere because no
+         * other memory is published through them. */
+        _Atomic uint64_t pool_bytes;
+        _Atomic uint64_t object_bytes;
+        _Atomic uint64_t objects;
+        _Atomic uint64_t nr_chunks;
+        _Atomic uint64_t deferred;
+
+        PoolClass classes[NR_CLASSES];
+};
+
+static inline uint32_t handle_chunk(PoolHandle h) {
+        return h >> HANDLE_UNITS_SHIFT;
+}
+
+static inline uint32_t handle_offset(PoolHandle h) {
+        return (h & ((1U << HANDLE_UNITS_SHIFT) - 1)) << UNIT_SHIFT;
+}
+
+static inline PoolHandle handle_make(uint32_t id, uint32_t offset) {
+        return id << HANDLE_UNITS_SHIFT | offset >> UNIT_SHIFT;
+}
+
+static inline PoolClass *chunk_class(Pool *p, Chunk *ch) {
+        /* relaxed: the store happened before the chunk's first handle was
+         * made, and the caller got its handle through pool_alloc() and
+         * whatever hand-over followed, which already orders it. The atomic
+         * only keeps a misbehaving caller from turning this into UB. */
+        return &p->classes[atomic_load_explicit(&ch->cls, memory_order_relaxed)];
+}
+
+static void stat_add(_Atomic uint64_t *s, uint64_t v) {
+        atomic_fetch_add_explicit(s, v, memory_order_relaxed); /* statistics only */
+}
+
+static void stat_sub(_Atomic uint64_t *s, uint64_t v) {
+        atomic_fetch_sub_explicit(s, v, memory_order_relaxed); /* statistics only */
+}
+
+static void class_init(PoolClass *cls, unsigned k) {
+        uint32_t best = 0, best_waste = 0;
+
+        cls->lock = (pthread_mutex_t) PTHREAD_MUTEX_INITIALIZER;
+        cls->size = (k + 1) * UNIT;
+        for (uint32_t cs = CHUNK_MIN_SIZE; cs <= SPAN; cs *= 2) {
+                uint32_t n = MIN(cs / cls->size, (uint32_t) CHUNK_MAX_SLOTS);
+                uint32_t waste = cs - n * cls->size;
+
+                /* least waste / cs wins; ties go to the smaller chunk, which
+                 * leaves less memory stranded in partly used chunks */
+                if (best == 0 || (uint64_t) waste * best < (uint64_t) best_waste * cs) {
+                        best = cs;
+                        best_waste = waste;
+                }
+        }
+        cls->chunk_size = best;
+        cls->nr_slots = MIN(best / cls->size, (uint32_t) CHUNK_MAX_SLOTS);
+}
+
+/* ---- chunk lists, under the class mutex ---- */
+
+static ChunkList *class_list(PoolClass *cls, uint8_t which) {
+        return which == LIST_PARTIAL ? &cls->partial : &cls->empty;
+}
+
+static void list_add_tail(Pool *p, ChunkList *l, uint32_t id) {
+        Chunk *ch = &p->chunks[id];
+
+        ch->prev = l->tail;
+        ch->next = 0;
+        if (l->tail)
+                p->chunks[l->tail].next = id;
+        else
+                l->head = id;
+        l->tail = id;
+}
+
+static void list_remove(Pool *p, ChunkList *l, uint32_t id) {
+        Chunk *ch = &p->chunks[id];
+
+        if (ch->prev)
+                p->chunks[ch->prev].next = ch->next;
+        else
+                l->head = ch->next;
+        if (ch->next)
+                p->chunks[ch->next].prev = ch->prev;
+        else
+                l->tail = ch->prev;
+}
+
+/* Put the chunk on the list its use count calls for. Chunks that gain free
+ * slots go to the tail, so allocation keeps filling the older ones. */
+static void chunk_relist(Pool *p, PoolClass *cls, uint32_t id) {
+        Chunk *ch = &p->chunks[id];
+        uint8_t want = ch->nr_used == cls->nr_slots ? LIST_NONE :
+                       ch->nr_used == 0             ? LIST_EMPTY :
+                                                      LIST_PARTIAL;
+
+        if (want == ch->list)
+                return;
+        if (ch->list != LIST_NONE)
+                list_remove(p, class_list(cls, ch->list), id);
+        if (want != LIST_NONE)
+                list_add_tail(p, class_list(cls, want), id);
+        ch->list = want;
+}
+
+/* ---- deferred releases ---- */
+
+static void class_push(PoolClass *cls, Chunk *ch, uint32_t node) {
+        uint32_t head = atomic_load_explicit(&cls->pending, memory_order_relaxed);
+
+        do
+                ch->pending_next[node & (CHUNK_WORDS - 1)] = head;
+        /* release on success: the drainer that pops the stack (acquire)
+         * must see pending_next; on failure we only retry with the new head,
+         * nothing is read through it, so relaxed */
+        while (!atomic_compare_exchange_weak_explicit(&cls->pending, &head, node,
+                                                      memory_order_release, memory_order_relaxed));
+}
+
+void pool_release(Pool *p, PoolHandle h) {
+        uint32_t id = handle_chunk(h), slot, w;
+        Chunk *ch;
+        PoolClass *cls;
+        uint64_t bit, old;
+
+        if (h == 0)
+                return;
+        assert(id > 0 && id < p->nr_ids);
+        ch = &p->chunks[id];
+        cls = chunk_class(p, ch);
+        slot = handle_offset(h) / cls->size;
+        assert(slot < cls->nr_slots && handle_offset(h) % cls->size == 0);
+        w = slot / WORD_BITS;
+        bit = 1ULL << (slot % WORD_BITS);
+
+        /* counters first: the drain's decrement of `deferred` must not
+         * overtake our increment, and the fetch_or below orders them */
+        stat_sub(&p->objects, 1);
+        stat_sub(&p->object_bytes, cls->size - ch->slack[slot]);
+        stat_add(&p->deferred, 1);
+
+        /* release: our caller's last reads of the object, and our read of
+         * slack[], must happen before the drainer hands the slot out again.
+         * acquire: pairs with the drainer's exchange, so its read of
+         * pending_next[w] happens before we overwrite it in class_push(). */
+        old = atomic_fetch_or_explicit(&ch->released[w], bit | WORD_PENDING, memory_order_acq_rel);
+        assert(!(old & bit)); /* double release */
+        if (!(old & WORD_PENDING))
+                class_push(cls, ch, id << NODE_SHIFT | w);
+        /* nothing touches the chunk after the push: once drained it may be
+         * freed and reused by another class */
+}
+
+/* Move every deferred release of the class into the free bitmaps. */
+static void class_drain(Pool *p, PoolClass *cls) {
+        uint32_t node, next;
+        uint64_t drained = 0;
+
+        /* relaxed peek: keep the line clean when nothing is pending; a stale
+         * 0 only postpones the work to the next call */
+        if (atomic_load_explicit(&cls->pending, memory_order_relaxed) == 0)
+                return;
+        /* acquire: pairs with class_push()'s release, makes pending_next of
+         * every node on the stack visible */
+        node = atomic_exchange_explicit(&cls->pending, 0, memory_order_acquire);
+        for (; node != 0; node = next) {
+                uint32_t id = node >> NODE_SHIFT, w = node & (CHUNK_WORDS - 1);
+                Chunk *ch = &p->chunks[id];
+                uint64_t bits;
+                unsigned n;
+
+                /* read before the exchange: after it, a releaser may push
+                 * the node again and rewrite pending_next[w] */
+                next = ch->pending_next[w];
+                /* acquire: pairs with pool_release()'s fetch_or, the users'
+                 * accesses to these slots are over before we reuse them.
+                 * release: publishes our read of pending_next[w] to the next
+                 * releaser that pushes this node. */
+                bits = atomic_exchange_explicit(&ch->released[w], 0, memory_order_acq_rel) & ~WORD_PENDING;
+                assert(!(ch->free[w] & bits));
+                n = (unsigned) __builtin_popcountll(bits);
+                ch->free[w] |= bits;
+                ch->nr_used -= n;
+                drained += n;
+                chunk_relist(p, cls, id);
+        }
+        stat_sub(&p->deferred, drained);
+}
+
+/* ---- chunks ---- */
+
+static int pool_charge(Pool *p, uint64_t bytes) {
+        uint64_t cur = atomic_load_explicit(&p->pool_bytes, memory_order_relaxed);
+
+        do
+                if (p->max_bytes > 0 && cur + bytes > p->max_bytes)
+                        return -ENOSPC;
+        /* relaxed: a counter; the CAS only makes the limit check exact */
+        while (!atomic_compare_exchange_weak_explicit(&p->pool_bytes, &cur, cur + bytes,
+                                                      memory_order_relaxed, memory_order_relaxed));
+        return 0;
+}
+
+static uint32_t pool_get_id(Pool *p) {
+        uint32_t id = 0;
+
+        pthread_mutex_lock(&p->id_lock);
+        if (p->free_ids) {
+                id = p->free_ids;
+                p->free_ids = p->chunks[id].next;
+        } else if (p->next_id < p->nr_ids)
+                id = p->next_id++;
+        pthread_mutex_unlock(&p->id_lock);
+        return id;
+}
+
+/* Give a list of detached chunks (linked by next, ending at tail) back. */
+static void pool_put_ids(Pool *p, uint32_t head, uint32_t tail) {
+        pthread_mutex_lock(&p->id_lock);
+        p->chunks[tail].next = p->free_ids;
+        p->free_ids = head;
+        pthread_mutex_unlock(&p->id_lock);
+}
+
+/* Set up a new, empty chunk for the class. Called under the class mutex. */
+static int class_grow(Pool *p, PoolClass *cls) {
+        uint32_t id;
+        uint8_t *slack;
+        Chunk *ch;
+        int r;
+
+        r = pool_charge(p, cls->chunk_size);
+        if (r < 0)
+                return r;
+        slack = malloc(cls->nr_slots);
+        id = slack ? pool_get_id(p) : 0;
+        if (id == 0) {
+                free(slack);
+                stat_sub(&p->pool_bytes, cls->chunk_size);
+                return -ENOMEM;
+        }
+
+        ch = &p->chunks[id];
+        ch->slack = slack;
+        ch->nr_used = 0;
+        ch->list = LIST_NONE;
+        for (uint32_t w = 0; w < CHUNK_WORDS; w++) {
+                uint32_t first = w * WORD_BITS;
+                uint32_t n = cls->nr_slots > first ? MIN(cls->nr_slots - first, (uint32_t) WORD_BITS) : 0;
+
+                ch->free[w] = (1ULL << n) - 1;
+        }
+        /* relaxed: see chunk_class(); no handle of this chunk exists yet */
+        atomic_store_explicit(&ch->cls, (uint8_t) (cls - p->classes), memory_order_relaxed);
+        chunk_relist(p, cls, id);
+        stat_add(&p->nr_chunks, 1);
+        return 0;
+}
+
+static uint32_t chunk_take_slot(Chunk *ch) {
+        for (uint32_t w = 0;; w++)
+                if (ch->free[w]) {
+                        unsigned b = (unsigned) __builtin_ctzll(ch->free[w]);
+
+                        ch->free[w] &= ~(1ULL << b);
+                        ch->nr_used++;
+                        return w * WORD_BITS + b;
+                }
+}
+
+static int class_alloc(Pool *p, PoolClass *cls, size_t len, PoolHandle *ret) {
+        uint32_t id, slot;
+        Chunk *ch;
+        int r = 0;
+
+        pthread_mutex_lock(&cls->lock);
+        class_drain(p, cls);
+        if (!cls->partial.head && !cls->empty.head)
+                r = class_grow(p, cls);
+        if (r >= 0) {
+                id = cls->partial.head ?: cls->empty.head;
+                ch = &p->chunks[id];
+                slot = chunk_take_slot(ch);
+                ch->slack[slot] = (uint8_t) (cls->size - len);
+                chunk_relist(p, cls, id);
+                *ret = handle_make(id, slot * cls->size);
+        }
+        pthread_mutex_unlock(&cls->lock);
+        return r;
+}
+
+int pool_alloc(Pool *p, size_t len, PoolHandle *ret) {
+        PoolClass *cls;
+        int r;
+
+        if (len == 0 || len > POOL_MAX_OBJECT)
+                return -EINVAL;
+        cls = &p->classes[(len - 1) >> UNIT_SHIFT];
+        r = class_alloc(p, cls, len, ret);
+        if (r < 0) {
+                /* out of bytes or chunk ids: other classes may sit on empty
+                 * chunks or undrained releases; give those back, retry once */
+                pool_reclaim(p);
+                r = class_alloc(p, cls, len, ret);
+        }
+        if (r < 0)
+                return r;
+        stat_add(&p->objects, 1);
+        stat_add(&p->object_bytes, len);
+        return 0;
+}
+
+void *pool_map(Pool *p, PoolHandle h) {
+        return p->base + ((size_t) h << UNIT_SHIFT);
+}
+
+size_t pool_object_capacity(Pool *p, PoolHandle h) {
+        assert(h != 0 && handle_chunk(h) < p->nr_ids);
+        return chunk_class(p, &p->chunks[handle_chunk(h)])->size;
+}
+
+/* Return detached empty chunks to the kernel. They have no handles, no
+ * pending nodes and belong to no list: this thread owns them. */
+static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
+        uint64_t n = 0;
+
+        for (uint32_t id = l.head; id != 0; id = p->chunks[id].next) {
+                Chunk *ch = &p->chunks[id];
+
+                /* cannot fail on a range we own; if it did, the memory
+                 * merely stays resident until the id is reused */
+                (void) madvise(p->base + ((size_t) id << SPAN_SHIFT), cls->chunk_size, MADV_DONTNEED);
+                free(ch->slack);
+                ch->slack = NULL;
+                n++;
+        }
+        stat_sub(&p->pool_bytes, n * cls->chunk_size);
+        stat_sub(&p->nr_chunks, n);
+        pool_put_ids(p, l.head, l.tail);
+}
+
+void pool_reclaim(Pool *p) {
+        for (unsigned k = 0; k < NR_CLASSES; k++) {
+                PoolClass *cls = &p->classes[k];
+                ChunkList l;
+
+                pthread_mutex_lock(&cls->lock);
+                class_drain(p, cls);
+                l = cls->empty;
+                cls->empty = (ChunkList) { 0, 0 };
+                pthread_mutex_unlock(&cls->lock);
+
+                /* madvise outside the lock: allocators of this class go on */
+                if (l.head)
+                        class_free_chunks(p, cls, l);
+        }
+}
+
+void pool_get_stats(Pool *p, PoolStats *ret) {
+        /* relaxed: independent counters, see struct Pool */
+        *ret = (PoolStats) {
+                .pool_bytes = atomic_load_explicit(&p->pool_bytes, memory_order_relaxed),
+                .object_bytes = atomic_load_explicit(&p->object_bytes, memory_order_relaxed),
+                .objects = atomic_load_explicit(&p->objects, memory_order_relaxed),
+                .chunks = atomic_load_explicit(&p->nr_chunks, memory_order_relaxed),
+                .deferred = atomic_load_explicit(&p->deferred, memory_order_relaxed),
+        };
+}
+
+/* ---- life cycle ---- */
+
+static void *reserve(size_t size) {
+        void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+        return m == MAP_FAILED ? NULL : m;
+}
+
+static int pool_reserve(Pool *p) {
+        /* halve the wish until the kernel (overcommit policy, RLIMIT_AS)
+         * agrees; the pool then simply has fewer chunk ids */
+        for (uint64_t size = RESERVE_MAX; size >= RESERVE_MIN; size /= 2) {
+                p->base = reserve(size);
+                if (p->base) {
+                        p->base_size = size;
+                        p->nr_ids = (uint32_t) (size >> SPAN_SHIFT);
+                        break;
+                }
+        }
+        if (!p->base)
+                return -ENOMEM;
+
+        p->chunks_size = ALIGN_TO((size_t) p->nr_ids * sizeof(Chunk), ZSWAP_PAGE_SIZE);
+        p->chunks = reserve(p->chunks_size);
+        return p->chunks ? 0 : -ENOMEM;
+}
+
+Pool *pool_free(Pool *p) {
+        if (!p)
+                return NULL;
+        if (p->chunks)
+                for (uint32_t id = 1; id < p->next_id; id++)
+                        free(p->chunks[id].slack);
+        if (p->chunks)
+                munmap(p->chunks, p->chunks_size);
+        if (p->base)
+                munmap(p->base, p->base_size);
+        for (unsigned k = 0; k < NR_CLASSES; k++)
+                pthread_mutex_destroy(&p->classes[k].lock);
+        pthread_mutex_destroy(&p->id_lock);
+        free(p);
+        return NULL;
+}
+
+static void pool_freep(Pool **p) {
+        pool_free(*p);
+}
+
+int pool_new(uint64_t max_bytes, Pool **ret) {
+        _cleanup_(pool_freep) Pool *p = NULL;
+        int r;
+
+        /* aligned_alloc: the classes are cache-line aligned */
+        p = aligned_alloc(_Alignof(Pool), ALIGN_TO(sizeof(Pool), _Alignof(Pool)));
+        if (!p)
+                return -ENOMEM;
+        memset(p, 0, sizeof(*p));
+        p->id_lock = (pthread_mutex_t) PTHREAD_MUTEX_INITIALIZER;
+        for (unsigned k = 0; k < NR_CLASSES; k++)
+                class_init(&p->classes[k], k);
+        p->max_bytes = max_bytes;
+        p->next_id = 1; /* id 0 would make handle 0 */
+
+        r = pool_reserve(p);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(p);
+        return 0;
+}

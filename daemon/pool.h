@@ -1,0 +1,59 @@
+/*
+ * pool.h: the compressed-object pool.
+ *
+ * Compressed pages (1..POOL_MAX_OBJECT bytes) are packed by size class into
+ * chunks of anonymous memory, in the manner of the kernel's zsmalloc. An
+ * object is named by a 32-bit handle; 0 is never a valid handle, so callers
+ * may use it as "none". See pool.c for the design and the threading rules.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Pool Pool;
+typedef uint32_t PoolHandle; /* 0 is never a valid handle */
+
+#define POOL_MAX_OBJECT 4096
+
+typedef struct PoolStats {
+        uint64_t pool_bytes;   /* bytes of chunk memory currently held (what the pool costs in RAM) */
+        uint64_t object_bytes; /* sum of the sizes requested by live objects */
+        uint64_t objects;      /* live objects */
+        uint64_t chunks;       /* live chunks */
+        uint64_t deferred;     /* released objects whose slot is not yet reusable (see pool_reclaim) */
+} PoolStats;
+
+/* Reserve the pool's address space. max_bytes caps pool_bytes (0 = no cap).
+ * Returns 0, or -ENOMEM if the address space cannot be reserved. */
+int pool_new(uint64_t max_bytes, Pool **ret);
+
+/* Unmap everything. Accepts NULL, returns NULL. No other call may run. */
+Pool *pool_free(Pool *p);
+
+/* Allocate an object of len bytes. Returns 0 and a handle in *ret, -EINVAL
+ * for len 0 or > POOL_MAX_OBJECT, -ENOSPC if it would take pool_bytes past
+ * max_bytes, -ENOMEM if out of memory or address space. May block on a
+ * per-size-class mutex; call it from worker threads, not the fault path. */
+int pool_alloc(Pool *p, size_t len, PoolHandle *ret);
+
+/* The object's bytes (pool_object_capacity() of them are writable). Pure
+ * arithmetic: lock-free, O(1). Valid until the handle is released. */
+void *pool_map(Pool *p, PoolHandle h);
+
+/* The size class of h: at least the len it was allocated with. Lock-free. */
+size_t pool_object_capacity(Pool *p, PoolHandle h);
+
+/* Give the object back. Safe on the fault path: never takes a lock, never
+ * blocks, never enters the kernel. The slot becomes reusable later, when
+ * pool_alloc() or pool_reclaim() processes the release. h == 0 is ignored. */
+void pool_release(Pool *p, PoolHandle h);
+
+/* Process every deferred release and return chunks that became empty to the
+ * kernel (madvise(MADV_DONTNEED)). Call it periodically from a maintenance
+ * thread; takes the size-class mutexes in turn and makes system calls. */
+void pool_reclaim(Pool *p);
+
+/* A snapshot of the counters; each is read on its own (relaxed), so fields
+ * may disagree slightly while other threads work. */
+void pool_get_stats(Pool *p, PoolStats *ret);

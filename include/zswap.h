@@ -1,0 +1,98 @@
+/*
+ * zswap.h: libzswap, the client side of zswapd.
+ *
+ * A program hands page-aligned private anonymous memory to the zswapd daemon.
+ * The daemon may then compress pages of it out of the process and puts each
+ * one back, byte for byte, the moment any thread (or the kernel, on behalf of
+ * a system call) touches it. Memory stays at the same addresses; the program
+ * notices only the time a fault takes.
+ *
+ * Every function returns 0 (or a count) on success and a negative errno value
+ * on failure. None of them reads or writes errno. All functions are
+ * thread-safe; one client handle serves every thread of a process.
+ *
+ * The library starts one helper thread per connection (the agent). It does
+ * what only the process itself can do on the daemon's behalf: move pages out
+ * of the address space atomically (UFFDIO_MOVE) and free staging memory.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Default socket path of the daemon. */
+#define ZSWAP_DEFAULT_SOCKET "/run/zswapd/zswapd.sock"
+
+struct zswap_client;
+
+/*
+ * Connect to the daemon at socket_path (NULL: $ZSWAP_SOCKET, then
+ * ZSWAP_DEFAULT_SOCKET), create this process's userfaultfd through it and
+ * start the agent thread. Returns 0 and a handle in *ret, or
+ * -ENOENT/-ECONNREFUSED (no daemon), -EPROTO (version mismatch), -EPERM
+ * (daemon refused this user), -ENOMEM.
+ */
+int zswap_connect(const char *socket_path, struct zswap_client **ret);
+
+/*
+ * Hand [addr, addr+len) to the daemon. addr and len must be multiples of the
+ * page size and the range must be private, anonymous, writable memory that
+ * is not yet registered. Returns -EINVAL for a bad range, -EEXIST if it
+ * overlaps a registered range, -ENOSPC if a per-client limit is reached,
+ * -ENOTCONN if the daemon is gone.
+ */
+int zswap_register(struct zswap_client *c, void *addr, size_t len);
+
+/*
+ * Take [addr, addr+len) back: every evicted page in it is restored first,
+ * then the range stops being managed. The range must be exactly one
+ * registered range or lie inside one (the remainder stays registered).
+ */
+int zswap_unregister(struct zswap_client *c, void *addr, size_t len);
+
+/*
+ * Like madvise(MADV_PAGEOUT): compress the pages of the range out of the
+ * process and return once they are out (or were found incompressible and
+ * kept). Pages of the range that are not registered are left alone. Returns
+ * the number of pages evicted by this call (>= 0), or a negative errno.
+ */
+int zswap_pageout(struct zswap_client *c, void *addr, size_t len);
+
+/* Counters, as the daemon sees them. */
+struct zswap_stats {
+        uint64_t pool_bytes;           /* memory the compressed pool occupies */
+        uint64_t compressed_bytes;     /* sum of the compressed objects' sizes */
+        uint64_t stored_pages;         /* pages held compressed */
+        uint64_t same_pages;           /* same-filled pages (no pool space) */
+        uint64_t incompressible_pages; /* pages found incompressible, kept resident */
+        uint64_t staged_pages;         /* pages moved out, not yet compressed */
+        uint64_t original_bytes;       /* bytes of the pages held (stored + same) */
+        uint64_t evictions;            /* pages evicted since start */
+        uint64_t faults;               /* faults served since start */
+        uint64_t faults_zero;          /* of which: no content held (zero fill) */
+        uint64_t clients;              /* connected clients (processes) */
+        uint64_t registered_bytes;     /* bytes registered */
+};
+
+enum zswap_stats_scope {
+        ZSWAP_STATS_CLIENT = 0, /* this process only */
+        ZSWAP_STATS_GLOBAL = 1, /* the whole daemon */
+};
+
+/* Fill *ret with the counters of one scope. */
+int zswap_get_stats(struct zswap_client *c, enum zswap_stats_scope scope, struct zswap_stats *ret);
+
+/*
+ * Disconnect. Registered ranges are restored and unregistered first, so the
+ * process keeps all its data. Accepts NULL.
+ */
+void zswap_disconnect(struct zswap_client *c);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,240 @@
+/*
+ * harness.c: see harness.h.
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <zstd.h>
+
+#include "harness.h"
+#include "util.h"
+
+static const char *daemon_path(void) {
+        static char path[PATH_MAX];
+        const char *env = getenv("ZSWAPD");
+        if (env)
+                return env;
+        ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+        if (n < 0)
+                test_fail("readlink");
+        path[n] = 0;
+        char *slash = strrchr(path, '/');
+        strcpy(slash, "/../daemon/zswapd");
+        return path;
+}
+
+static void td_spawn(TestDaemon *d) {
+        char cmd[PATH_MAX + 512];
+        d->pid = fork();
+        ASSERT_TRUE(d->pid >= 0);
+        if (d->pid == 0) {
+                snprintf(cmd, sizeof(cmd), "exec %s --socket %s %s", daemon_path(), d->sock, d->args);
+                execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+                _exit(127);
+        }
+        for (int i = 0; i < 500; i++) {
+                struct zswap_client *c;
+                if (zswap_connect(d->sock, &c) == 0) {
+                        zswap_disconnect(c);
+                        return;
+                }
+                int st;
+                if (waitpid(d->pid, &st, WNOHANG) == d->pid)
+                        test_fail("zswapd exited at start (status %d)", st);
+                usleep(10000);
+        }
+        test_fail("zswapd did not start");
+}
+
+void td_start(TestDaemon *d, const char *extra_args) {
+        test_require_root();
+        memset(d, 0, sizeof(*d));
+        snprintf(d->sock, sizeof(d->sock), "/tmp/zswapd-test-%d-%ld.sock", (int)getpid(), (long)time(NULL));
+        snprintf(d->args, sizeof(d->args), "%s", extra_args ? extra_args : "");
+        td_spawn(d);
+}
+
+void td_stop(TestDaemon *d) {
+        int st;
+        if (d->pid <= 0)
+                return;
+        kill(d->pid, SIGTERM);
+        ASSERT_EQ(waitpid(d->pid, &st, 0), d->pid);
+        d->pid = 0;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                test_fail("zswapd did not exit cleanly: status %#x", st);
+}
+
+void td_kill(TestDaemon *d) {
+        if (d->pid <= 0)
+                return;
+        kill(d->pid, SIGKILL);
+        waitpid(d->pid, NULL, 0);
+        d->pid = 0;
+}
+
+void td_restart(TestDaemon *d) {
+        td_kill(d);
+        td_spawn(d);
+}
+
+struct zswap_client *td_connect(TestDaemon *d) {
+        struct zswap_client *c = NULL;
+        ASSERT_OK(zswap_connect(d->sock, &c));
+        return c;
+}
+
+void td_stats(struct zswap_client *c, struct zswap_stats *s) {
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_GLOBAL, s));
+}
+
+void *test_map(size_t len) {
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(p != MAP_FAILED);
+        return p;
+}
+
+uint64_t xorshift(uint64_t *s) {
+        uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return *s = x;
+}
+
+/* ---- corpus ---- */
+
+static uint8_t *corpus;
+static size_t corpus_pages;
+
+static void *load_zst(const char *path, size_t *len) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return NULL;
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        void *in = malloc((size_t)n);
+        if (!in || fread(in, 1, (size_t)n, f) != (size_t)n) {
+                fclose(f);
+                free(in);
+                return NULL;
+        }
+        fclose(f);
+        unsigned long long out_len = ZSTD_getFrameContentSize(in, (size_t)n);
+        if (out_len == ZSTD_CONTENTSIZE_ERROR || out_len == ZSTD_CONTENTSIZE_UNKNOWN)
+                out_len = 8 << 20;
+        void *out = malloc(out_len);
+        size_t r = ZSTD_decompress(out, out_len, in, (size_t)n);
+        free(in);
+        if (ZSTD_isError(r)) {
+                free(out);
+                return NULL;
+        }
+        *len = r;
+        return out;
+}
+
+static void corpus_load(void) {
+        static const char *names[] = { "pyheap-8M.bin.zst", "nodeheap-8M.bin.zst", "javaheap-8M.bin.zst" };
+        const char *dir = getenv("ZSWAP_CORPUS");
+        if (corpus || !dir)
+                return;
+        void *parts[3];
+        size_t lens[3], total = 0;
+        for (int i = 0; i < 3; i++) {
+                char path[PATH_MAX];
+                snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+                parts[i] = load_zst(path, &lens[i]);
+                if (!parts[i])
+                        return;
+                total += lens[i] / ZSWAP_PAGE_SIZE;
+        }
+        corpus = malloc(total * ZSWAP_PAGE_SIZE);
+        /* interleave the three runtimes page by page */
+        size_t k = 0;
+        for (size_t i = 0; k < total; i++)
+                for (int j = 0; j < 3 && k < total; j++)
+                        if (i < lens[j] / ZSWAP_PAGE_SIZE)
+                                memcpy(corpus + (k++) * ZSWAP_PAGE_SIZE, (uint8_t *)parts[j] + i * ZSWAP_PAGE_SIZE,
+                                       ZSWAP_PAGE_SIZE);
+        corpus_pages = total;
+        for (int i = 0; i < 3; i++)
+                free(parts[i]);
+}
+
+static void synthetic_page(uint8_t *p, uint64_t *s) {
+        static const char *words[] = { "alpha ", "beta ", "gamma ", "delta ", "{\"key\": ", "value, ", "0x7f00 ", "\n" };
+        size_t o = 0;
+        while (o < ZSWAP_PAGE_SIZE) {
+                const char *w = words[xorshift(s) % 8];
+                size_t n = strlen(w);
+                if (o + n > ZSWAP_PAGE_SIZE)
+                        n = ZSWAP_PAGE_SIZE - o;
+                memcpy(p + o, w, n);
+                o += n;
+        }
+}
+
+void fill_pages(void *buf, size_t len, uint64_t seed) {
+        uint8_t *b = buf;
+        uint64_t s = seed * 2654435761u + 1;
+        corpus_load();
+        for (size_t i = 0; i < len / ZSWAP_PAGE_SIZE; i++) {
+                uint8_t *p = b + i * ZSWAP_PAGE_SIZE;
+                if (i % 50 == 49) {
+                        memset(p, 0, ZSWAP_PAGE_SIZE);
+                        continue;
+                }
+                if (i % 97 == 96) {
+                        memset(p, 0xa5, ZSWAP_PAGE_SIZE);
+                        continue;
+                }
+                if (corpus)
+                        memcpy(p, corpus + ((i + seed * 131) % corpus_pages) * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
+                else
+                        synthetic_page(p, &s);
+                /* make the page unique to this buffer and position */
+                uint64_t tag = seed ^ (i * 0x9e3779b97f4a7c15ull);
+                memcpy(p + (xorshift(&s) % (ZSWAP_PAGE_SIZE / 8)) * 8, &tag, 8);
+        }
+}
+
+uint64_t page_hash(const void *page) {
+        const uint64_t *w = page;
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < ZSWAP_PAGE_SIZE / 8; i++) {
+                h ^= w[i];
+                h *= 0x100000001b3ull;
+        }
+        return h;
+}
+
+void hash_pages(const void *buf, size_t len, uint64_t *hashes) {
+        for (size_t i = 0; i < len / ZSWAP_PAGE_SIZE; i++)
+                hashes[i] = page_hash((const uint8_t *)buf + i * ZSWAP_PAGE_SIZE);
+}
+
+size_t verify_pages(const void *buf, size_t len, const uint64_t *hashes) {
+        size_t bad = 0;
+        for (size_t i = 0; i < len / ZSWAP_PAGE_SIZE; i++)
+                if (page_hash((const uint8_t *)buf + i * ZSWAP_PAGE_SIZE) != hashes[i]) {
+                        if (bad < 5)
+                                fprintf(stderr, "page %zu differs\n", i);
+                        bad++;
+                }
+        return bad;
+}
+
+uint64_t rss_anon_bytes(pid_t pid) {
+        uint64_t v = 0;
+        proc_status_kb(pid, "RssAnon", &v);
+        return v;
+}

@@ -1,0 +1,47 @@
+/*
+ * harness.h: what the integration tests share: a real zswapd started on a
+ * temporary socket, corpus page data, page checksums.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "macro.h"
+#include "test.h"
+#include "zswap.h"
+
+typedef struct TestDaemon {
+        pid_t pid;
+        char sock[108];
+        char args[256];
+} TestDaemon;
+
+/* Start $ZSWAPD (or ../daemon/zswapd next to the test) with a temporary
+ * socket and extra arguments; returns once it accepts connections. Skips
+ * the test (77) if not root. */
+void td_start(TestDaemon *d, const char *extra_args);
+/* SIGTERM and wait; fails the test if the daemon crashed. */
+void td_stop(TestDaemon *d);
+/* SIGKILL and wait. */
+void td_kill(TestDaemon *d);
+/* Restart with the same socket and arguments. */
+void td_restart(TestDaemon *d);
+struct zswap_client *td_connect(TestDaemon *d);
+
+/* Anonymous private memory. */
+void *test_map(size_t len);
+/* Fill with real heap pages from the corpus (cycled), perturbed by seed so
+ * that different buffers differ; synthetic compressible pages if the corpus
+ * is missing. Every 50th page is zero, every 97th filled with a pattern. */
+void fill_pages(void *buf, size_t len, uint64_t seed);
+uint64_t page_hash(const void *page);
+/* Hash every page into hashes[]. */
+void hash_pages(const void *buf, size_t len, uint64_t *hashes);
+/* Count pages whose hash differs. */
+size_t verify_pages(const void *buf, size_t len, const uint64_t *hashes);
+uint64_t rss_anon_bytes(pid_t pid);
+uint64_t xorshift(uint64_t *s);
+/* Global stats through a fresh control-less client query. */
+void td_stats(struct zswap_client *c, struct zswap_stats *s);

@@ -1,0 +1,53 @@
+/*
+ * test-basic: register, page out, read back byte for byte, unregister;
+ * the counters say what happened.
+ */
+#include "harness.h"
+
+int main(void) {
+        TestDaemon d;
+        const size_t len = 64 << 20;
+        uint64_t *hashes = malloc(len / ZSWAP_PAGE_SIZE * sizeof(uint64_t));
+        struct zswap_stats s;
+
+        td_start(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = test_map(len);
+        fill_pages(buf, len, 1);
+        hash_pages(buf, len, hashes);
+
+        ASSERT_OK(zswap_register(c, buf, len));
+        int n = zswap_pageout(c, buf, len);
+        ASSERT_OK(n);
+        fprintf(stderr, "evicted %d pages\n", n);
+        ASSERT_TRUE(n > (int)(len / ZSWAP_PAGE_SIZE) * 9 / 10);
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        fprintf(stderr, "stored %llu same %llu incompressible %llu compressed %llu\n",
+                (unsigned long long)s.stored_pages, (unsigned long long)s.same_pages,
+                (unsigned long long)s.incompressible_pages, (unsigned long long)s.compressed_bytes);
+        ASSERT_EQ(s.stored_pages + s.same_pages, (uint64_t)n);
+        ASSERT_EQ(s.staged_pages, 0);
+        ASSERT_TRUE(s.same_pages >= len / ZSWAP_PAGE_SIZE / 50);
+
+        ASSERT_EQ(verify_pages(buf, len, hashes), 0);
+        fprintf(stderr, "verified\n");
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        fprintf(stderr, "stats: stored %llu faults %llu\n", (unsigned long long)s.stored_pages, (unsigned long long)s.faults);
+        ASSERT_EQ(s.stored_pages, 0);
+        ASSERT_EQ(s.same_pages, 0);
+        ASSERT_TRUE(s.faults >= (uint64_t)n);
+
+        /* again, then unregister brings every page back without a fault */
+        ASSERT_OK(zswap_pageout(c, buf, len));
+        fprintf(stderr, "second pageout done\n");
+        ASSERT_OK(zswap_unregister(c, buf, len));
+        fprintf(stderr, "unregistered\n");
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        ASSERT_EQ(s.stored_pages + s.same_pages, 0);
+        ASSERT_EQ(verify_pages(buf, len, hashes), 0);
+        ASSERT_EQ(zswap_pageout(c, buf, len), 0); /* not ours any more */
+
+        zswap_disconnect(c);
+        td_stop(&d);
+        return 0;
+}

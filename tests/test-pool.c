@@ -1,0 +1,426 @@
+/*
+ * test-pool.c: the compressed-object pool.
+ *
+ * Every object is filled with a pattern derived from its own seed and
+ * checked later, so overlapping slots or a slot handed out twice show up as
+ * corrupted content. The torture test runs allocators, releasers (which
+ * check content before releasing, as the fault path does) and a reclaimer
+ * at the same time; build it with -fsanitize=thread as well.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "pool.h"
+#include "test.h"
+
+static uint64_t mix(uint64_t x) {
+        /* splitmix64 */
+        x += 0x9e3779b97f4a7c15ULL;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+        return x ^ (x >> 31);
+}
+
+static void pattern_fill(void *dst, size_t len, uint64_t seed) {
+        uint8_t *d = dst;
+
+        for (size_t i = 0; i < len; i += 8) {
+                uint64_t x = mix(seed + i);
+                memcpy(d + i, &x, len - i < 8 ? len - i : 8);
+        }
+}
+
+static bool pattern_ok(const void *src, size_t len, uint64_t seed) {
+        const uint8_t *s = src;
+
+        for (size_t i = 0; i < len; i += 8) {
+                uint64_t x = mix(seed + i);
+                if (memcmp(s + i, &x, len - i < 8 ? len - i : 8) != 0)
+                        return false;
+        }
+        return true;
+}
+
+static PoolStats stats(Pool *p) {
+        PoolStats st;
+
+        pool_get_stats(p, &st);
+        return st;
+}
+
+static void assert_empty(Pool *p) {
+        PoolStats st = stats(p);
+
+        ASSERT_EQ(st.objects, 0);
+        ASSERT_EQ(st.object_bytes, 0);
+        ASSERT_EQ(st.deferred, 0);
+        ASSERT_EQ(st.pool_bytes, 0);
+        ASSERT_EQ(st.chunks, 0);
+}
+
+/* 1 + 2: every size, content, exact statistics, everything given back. */
+static void test_every_size(void) {
+        static PoolHandle h[POOL_MAX_OBJECT + 1];
+        Pool *p;
+        PoolStats st;
+
+        ASSERT_OK(pool_new(0, &p));
+        for (size_t len = 1; len <= POOL_MAX_OBJECT; len++) {
+                ASSERT_OK(pool_alloc(p, len, &h[len]));
+                ASSERT_TRUE(h[len] != 0);
+                ASSERT_LE(len, pool_object_capacity(p, h[len]));
+                ASSERT_LE(pool_object_capacity(p, h[len]), len + 31);
+                pattern_fill(pool_map(p, h[len]), len, len);
+        }
+        for (size_t len = 1; len <= POOL_MAX_OBJECT; len++)
+                ASSERT_TRUE(pattern_ok(pool_map(p, h[len]), len, len));
+
+        st = stats(p);
+        ASSERT_EQ(st.objects, POOL_MAX_OBJECT);
+        ASSERT_EQ(st.object_bytes, POOL_MAX_OBJECT * (POOL_MAX_OBJECT + 1) / 2);
+        ASSERT_EQ(st.deferred, 0);
+        ASSERT_TRUE(st.chunks > 0);
+        ASSERT_LE(st.object_bytes, st.pool_bytes);
+
+        for (size_t len = 1; len <= POOL_MAX_OBJECT; len++)
+                pool_release(p, h[len]);
+        pool_release(p, 0); /* ignored */
+        st = stats(p);
+        ASSERT_EQ(st.objects, 0);
+        ASSERT_EQ(st.object_bytes, 0);
+        ASSERT_EQ(st.deferred, POOL_MAX_OBJECT);
+
+        pool_reclaim(p);
+        assert_empty(p);
+        ASSERT_TRUE(pool_free(p) == NULL);
+        ASSERT_TRUE(pool_free(NULL) == NULL);
+}
+
+/* Allocate n objects of sizes drawn from seed, fill them, return the sum of
+ * their lengths. */
+static uint64_t fill(Pool *p, PoolHandle *h, size_t n, uint64_t seed) {
+        uint64_t sum = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                size_t len = mix(seed + i) % POOL_MAX_OBJECT + 1;
+
+                ASSERT_OK(pool_alloc(p, len, &h[i]));
+                pattern_fill(pool_map(p, h[i]), len, seed ^ h[i]);
+                sum += len;
+        }
+        return sum;
+}
+
+static void check_and_release(Pool *p, PoolHandle *h, size_t n, uint64_t seed) {
+        for (size_t i = 0; i < n; i++) {
+                size_t len = mix(seed + i) % POOL_MAX_OBJECT + 1;
+
+                ASSERT_TRUE(pattern_ok(pool_map(p, h[i]), len, seed ^ h[i]));
+                pool_release(p, h[i]);
+        }
+}
+
+/* 3: released slots are reused, by pool_alloc() alone and after
+ * pool_reclaim(): the same workload never needs more memory. */
+static void test_reuse(void) {
+        enum { N = 20000 };
+        static PoolHandle h[N];
+        uint64_t peak = 0, peak_chunks = 0;
+        Pool *p;
+
+        ASSERT_OK(pool_new(0, &p));
+        for (unsigned cycle = 0; cycle < 6; cycle++) {
+                uint64_t sum = fill(p, h, N, 42);
+                PoolStats st = stats(p);
+
+                ASSERT_EQ(st.objects, N);
+                ASSERT_EQ(st.object_bytes, sum);
+                if (cycle == 0) {
+                        peak = st.pool_bytes;
+                        peak_chunks = st.chunks;
+                }
+                ASSERT_EQ(st.pool_bytes, peak);
+                ASSERT_EQ(st.chunks, peak_chunks);
+
+                check_and_release(p, h, N, 42);
+                if (cycle % 2 == 0) {
+                        /* no reclaim: pool_alloc() must drain by itself */
+                        ASSERT_EQ(stats(p).deferred, N);
+                        ASSERT_EQ(stats(p).pool_bytes, peak);
+                } else {
+                        pool_reclaim(p);
+                        assert_empty(p);
+                }
+        }
+        pool_reclaim(p);
+        assert_empty(p);
+        pool_free(p);
+}
+
+/* 4: bad sizes and the memory cap. */
+static void test_limits(void) {
+        enum { MAX = 256 * 1024 };
+        PoolHandle h[MAX / 4096 + 1], x;
+        size_t n = 0;
+        Pool *p;
+        int r;
+
+        ASSERT_OK(pool_new(0, &p));
+        ASSERT_ERROR(pool_alloc(p, 0, &x), EINVAL);
+        ASSERT_ERROR(pool_alloc(p, POOL_MAX_OBJECT + 1, &x), EINVAL);
+        assert_empty(p);
+        pool_free(p);
+
+        ASSERT_OK(pool_new(MAX, &p));
+        while ((r = pool_alloc(p, 4096, &h[n])) == 0) {
+                n++;
+                ASSERT_LE(n, MAX / 4096);
+        }
+        ASSERT_EQ(r, -ENOSPC);
+        ASSERT_EQ(n, MAX / 4096);
+        ASSERT_LE(stats(p).pool_bytes, MAX);
+        ASSERT_ERROR(pool_alloc(p, 100, &x), ENOSPC);
+
+        /* a deferred release makes room without an explicit reclaim */
+        pool_release(p, h[0]);
+        ASSERT_OK(pool_alloc(p, 4096, &h[0]));
+        /* an empty chunk of another class is given back on demand */
+        pool_release(p, h[1]);
+        ASSERT_OK(pool_alloc(p, 100, &x));
+        pool_release(p, x);
+        pool_release(p, h[0]);
+        for (size_t i = 2; i < n; i++)
+                pool_release(p, h[i]);
+        pool_reclaim(p);
+        assert_empty(p);
+        pool_free(p);
+}
+
+/* 5: torture. */
+enum {
+        QUEUE_SIZE = 4096,
+        KEEP = 512,
+        TORTURE_MS = 2000,
+};
+
+typedef struct Item {
+        PoolHandle h;
+        uint32_t len;
+        uint64_t seed;
+} Item;
+
+typedef struct Torture {
+        Pool *pool;
+        pthread_mutex_t lock;
+        Item queue[QUEUE_SIZE]; /* lock: ring of live objects for the releasers */
+        size_t head, count;     /* lock */
+        atomic_bool stop;
+        _Atomic uint64_t allocs, releases, reclaims;
+} Torture;
+
+typedef struct Allocator {
+        Torture *t;
+        uint64_t rng;
+        Item keep[KEEP]; /* this thread's long-lived objects; read by main after join */
+} Allocator;
+
+static uint64_t counter(_Atomic uint64_t *c) {
+        return atomic_load_explicit(c, memory_order_relaxed); /* read after join */
+}
+
+static bool stopping(Torture *t) {
+        return atomic_load_explicit(&t->stop, memory_order_relaxed);
+}
+
+static void item_release(Torture *t, Item *it) {
+        ASSERT_TRUE(pattern_ok(pool_map(t->pool, it->h), it->len, it->seed));
+        pool_release(t->pool, it->h);
+        atomic_fetch_add_explicit(&t->releases, 1, memory_order_relaxed);
+        it->h = 0;
+}
+
+static bool queue_push(Torture *t, const Item *it) {
+        bool ok;
+
+        pthread_mutex_lock(&t->lock);
+        ok = t->count < QUEUE_SIZE;
+        if (ok)
+                t->queue[(t->head + t->count++) % QUEUE_SIZE] = *it;
+        pthread_mutex_unlock(&t->lock);
+        return ok;
+}
+
+static bool queue_pop(Torture *t, Item *ret) {
+        bool ok;
+
+        pthread_mutex_lock(&t->lock);
+        ok = t->count > 0;
+        if (ok) {
+                *ret = t->queue[t->head];
+                t->head = (t->head + 1) % QUEUE_SIZE;
+                t->count--;
+        }
+        pthread_mutex_unlock(&t->lock);
+        return ok;
+}
+
+static void *allocator_thread(void *arg) {
+        Allocator *a = arg;
+        Torture *t = a->t;
+
+        while (!stopping(t)) {
+                uint64_t r = mix(a->rng++);
+                Item it = { .len = (uint32_t) (r % POOL_MAX_OBJECT + 1), .seed = r };
+
+                ASSERT_OK(pool_alloc(t->pool, it.len, &it.h));
+                ASSERT_LE(it.len, pool_object_capacity(t->pool, it.h));
+                pattern_fill(pool_map(t->pool, it.h), it.len, it.seed);
+                atomic_fetch_add_explicit(&t->allocs, 1, memory_order_relaxed);
+
+                if ((r >> 32) % 8 == 0) {
+                        Item *k = &a->keep[(r >> 40) % KEEP];
+
+                        if (k->h)
+                                item_release(t, k);
+                        *k = it;
+                        continue;
+                }
+                while (!queue_push(t, &it))
+                        if (stopping(t)) {
+                                item_release(t, &it);
+                                break;
+                        } else
+                                sched_yield();
+        }
+        return NULL;
+}
+
+static void *releaser_thread(void *arg) {
+        Torture *t = arg;
+        Item it;
+
+        while (!stopping(t))
+                if (queue_pop(t, &it))
+                        item_release(t, &it);
+                else
+                        sched_yield();
+        return NULL;
+}
+
+static void *reclaimer_thread(void *arg) {
+        Torture *t = arg;
+
+        while (!stopping(t)) {
+                pool_reclaim(t->pool);
+                atomic_fetch_add_explicit(&t->reclaims, 1, memory_order_relaxed);
+        }
+        return NULL;
+}
+
+static void torture_finish(Torture *t, Allocator *a, size_t na) {
+        uint64_t live = t->count, bytes = 0;
+        PoolStats st;
+        Item it;
+
+        for (size_t i = 0; i < t->count; i++)
+                bytes += t->queue[(t->head + i) % QUEUE_SIZE].len;
+        for (size_t i = 0; i < na; i++)
+                for (size_t k = 0; k < KEEP; k++)
+                        if (a[i].keep[k].h) {
+                                live++;
+                                bytes += a[i].keep[k].len;
+                        }
+        st = stats(t->pool);
+        ASSERT_EQ(st.objects, live);
+        ASSERT_EQ(st.object_bytes, bytes);
+        ASSERT_EQ(st.objects, counter(&t->allocs) - counter(&t->releases));
+        ASSERT_LE(st.object_bytes, st.pool_bytes);
+
+        while (queue_pop(t, &it))
+                item_release(t, &it);
+        for (size_t i = 0; i < na; i++)
+                for (size_t k = 0; k < KEEP; k++)
+                        if (a[i].keep[k].h)
+                                item_release(t, &a[i].keep[k]);
+        pool_reclaim(t->pool);
+        assert_empty(t->pool);
+}
+
+static void test_torture(void) {
+        static Torture t = { .lock = PTHREAD_MUTEX_INITIALIZER };
+        static Allocator a[2];
+        pthread_t th[5];
+        struct timespec ts = { TORTURE_MS / 1000, (TORTURE_MS % 1000) * 1000000L };
+
+        ASSERT_OK(pool_new(0, &t.pool));
+        for (size_t i = 0; i < 2; i++) {
+                a[i] = (Allocator) { .t = &t, .rng = (i + 1) << 40 };
+                ASSERT_EQ(pthread_create(&th[i], NULL, allocator_thread, &a[i]), 0);
+                ASSERT_EQ(pthread_create(&th[2 + i], NULL, releaser_thread, &t), 0);
+        }
+        ASSERT_EQ(pthread_create(&th[4], NULL, reclaimer_thread, &t), 0);
+        nanosleep(&ts, NULL);
+        atomic_store_explicit(&t.stop, true, memory_order_relaxed); /* a flag; join orders the rest */
+        for (size_t i = 0; i < 5; i++)
+                ASSERT_EQ(pthread_join(th[i], NULL), 0);
+
+        printf("torture: %" PRIu64 " allocs, %" PRIu64 " releases, %" PRIu64 " reclaims\n",
+               counter(&t.allocs), counter(&t.releases), counter(&t.reclaims));
+        ASSERT_TRUE(counter(&t.allocs) > 1000);
+        torture_finish(&t, a, 2);
+        pool_free(t.pool);
+}
+
+/* Packing efficiency, object_bytes / pool_bytes, on sizes 1000..3000 (what
+ * zstd/lz4 typically make of a 4 KiB page). */
+static void test_efficiency(void) {
+        enum { N = 100000 };
+        static PoolHandle h[N];
+        Pool *p;
+        PoolStats st;
+        double full, holes, refill;
+
+        ASSERT_OK(pool_new(0, &p));
+        for (size_t i = 0; i < N; i++)
+                ASSERT_OK(pool_alloc(p, 1000 + mix(i) % 2001, &h[i]));
+        st = stats(p);
+        full = (double) st.object_bytes / (double) st.pool_bytes;
+
+        /* free a random half: holes the pool cannot compact */
+        for (size_t i = 0; i < N; i++)
+                if (mix(i ^ 0xabcdef) & 1) {
+                        pool_release(p, h[i]);
+                        h[i] = 0;
+                }
+        pool_reclaim(p);
+        st = stats(p);
+        holes = (double) st.object_bytes / (double) st.pool_bytes;
+
+        for (size_t i = 0; i < N; i++)
+                if (!h[i])
+                        ASSERT_OK(pool_alloc(p, 1000 + mix(i + N) % 2001, &h[i]));
+        st = stats(p);
+        refill = (double) st.object_bytes / (double) st.pool_bytes;
+
+        printf("packing efficiency (sizes 1000..3000, %d objects): full %.4f, half released %.4f, refilled %.4f\n",
+               N, full, holes, refill);
+        ASSERT_TRUE(full > 0.95);
+        ASSERT_TRUE(refill > 0.95);
+        for (size_t i = 0; i < N; i++)
+                pool_release(p, h[i]);
+        pool_reclaim(p);
+        assert_empty(p);
+        pool_free(p);
+}
+
+int main(void) {
+        test_every_size();
+        test_reuse();
+        test_limits();
+        test_efficiency();
+        test_torture();
+        return 0;
+}

@@ -1,0 +1,80 @@
+/*
+ * test.h: assertions for the test programs.
+ *
+ * One program per behaviour: exit 0 passes, 77 skips (meson reads it), any
+ * other status fails. Each assertion prints the expression, its value and
+ * errno before aborting, so a CI log says what went wrong without a rerun.
+ */
+#pragma once
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TEST_SKIP 77
+
+#define test_fail(...)                                                          \
+        do {                                                                    \
+                fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                 \
+                fprintf(stderr, __VA_ARGS__);                                   \
+                fprintf(stderr, "\n");                                          \
+                fflush(stderr);                                                 \
+                abort();                                                        \
+        } while (0)
+
+#define test_skip(...)                                                          \
+        do {                                                                    \
+                fprintf(stderr, "SKIP: ");                                      \
+                fprintf(stderr, __VA_ARGS__);                                   \
+                fprintf(stderr, "\n");                                          \
+                exit(TEST_SKIP);                                                \
+        } while (0)
+
+/* expr returns >= 0 on success, -errno (or -1 + errno) on failure. */
+#define ASSERT_OK(expr)                                                         \
+        do {                                                                    \
+                long long _r = (long long)(expr);                               \
+                if (_r < 0)                                                     \
+                        test_fail("%s failed: %lld (%s), errno=%d (%s)", #expr, \
+                                  _r, strerror((int)-_r), errno, strerror(errno)); \
+        } while (0)
+
+/* expr must fail with exactly -err (or -1 and errno == err). */
+#define ASSERT_ERROR(expr, err)                                                 \
+        do {                                                                    \
+                errno = 0;                                                      \
+                long long _r = (long long)(expr);                               \
+                int _e = _r == -1 && errno ? errno : (int)-_r;                  \
+                if (_e != (err))                                                \
+                        test_fail("%s: expected error %s, got %lld (%s)", #expr, \
+                                  strerror(err), _r, strerror(_e));             \
+        } while (0)
+
+#define ASSERT_EQ(a, b)                                                         \
+        do {                                                                    \
+                long long _a = (long long)(a), _b = (long long)(b);             \
+                if (_a != _b)                                                   \
+                        test_fail("%s == %s failed: %lld != %lld", #a, #b, _a, _b); \
+        } while (0)
+
+#define ASSERT_TRUE(expr)                                                       \
+        do {                                                                    \
+                if (!(expr))                                                    \
+                        test_fail("%s is false (errno=%d %s)", #expr, errno,    \
+                                  strerror(errno));                             \
+        } while (0)
+
+#define ASSERT_LE(a, b)                                                         \
+        do {                                                                    \
+                long long _a = (long long)(a), _b = (long long)(b);             \
+                if (!(_a <= _b))                                                \
+                        test_fail("%s <= %s failed: %lld > %lld", #a, #b, _a, _b); \
+        } while (0)
+
+static inline void test_require_root(void) {
+        if (geteuid() != 0)
+                test_skip("needs root (userfaultfd events, /dev/userfaultfd)");
+}
