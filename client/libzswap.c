@@ -644,8 +644,15 @@ static int child_reconnect(struct zswap_client *c) {
         r = hello(c, ZROLE_CHILD, &devfd);
         if (r < 0)
                 return r;
-        zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 0, sizeof(ch));
-        r = request(c, &ch, sizeof(ch), NULL, 0, NULL, 0, &c->uffd, NULL);
+        /* the daemon may still be handling the fork event that created our
+         * address space: give it a moment */
+        for (int i = 0; i < 200; i++) {
+                zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 0, sizeof(ch));
+                r = request(c, &ch, sizeof(ch), NULL, 0, NULL, 0, &c->uffd, NULL);
+                if (r != -ESRCH)
+                        break;
+                usleep(5000);
+        }
         if (r == 0 && c->uffd < 0)
                 r = -EPROTO;
         if (r == 0)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,6 +36,8 @@ static void td_spawn(TestDaemon *d) {
         d->pid = fork();
         ASSERT_TRUE(d->pid >= 0);
         if (d->pid == 0) {
+                /* never outlive the test */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
                 snprintf(cmd, sizeof(cmd), "exec %s --socket %s %s", daemon_path(), d->sock, d->args);
                 execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
                 _exit(127);

@@ -1,0 +1,363 @@
+/*
+ * test-codec: the page codec on real heap pages and on hostile input.
+ *
+ * Every page of the corpus ($ZSWAP_CORPUS, three zstd-compressed heap
+ * dumps) goes through lz4 and zstd and comes back byte for byte. The
+ * decoder is fed truncated, extended, bit-flipped, random, empty and
+ * oversized input: it must fail on anything that is not one whole 4 KiB
+ * page and never read or write out of bounds: inputs and outputs end
+ * right before a PROT_NONE page, so an overrun faults even inside the
+ * (uninstrumented) lz4 and zstd libraries; under ASan the rest is checked
+ * too. Same-filled detection is checked at every byte position, and
+ * incompressible data must give -ENOSPC.
+ */
+#include <lz4.h>
+#include <sys/mman.h>
+#include <zstd.h>
+
+#include "codec.h"
+#include "macro.h"
+#include "test.h"
+
+#define PAGE ZSWAP_PAGE_SIZE
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t next_rand(void) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return rng;
+}
+
+static void fill_random(uint8_t *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                p[i] = (uint8_t)next_rand();
+}
+
+/* A buffer of len bytes that ends where an inaccessible page begins. */
+static uint8_t *guarded_new(size_t len) {
+        size_t span = ALIGN_TO(len ? len : 1, PAGE);
+        uint8_t *base = mmap(NULL, span + 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(base != MAP_FAILED);
+        ASSERT_OK(mprotect(base + PAGE, span, PROT_READ | PROT_WRITE));
+        return base + PAGE + span - len;
+}
+
+static void guarded_free(uint8_t *p, size_t len) {
+        size_t span = ALIGN_TO(len ? len : 1, PAGE);
+        ASSERT_OK(munmap(p + len - span - PAGE, span + 2 * PAGE));
+}
+
+/* ---- corpus ---- */
+
+static uint8_t *load_zst(const char *dir, const char *name, size_t *ret_len) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return NULL;
+        fseek(f, 0, SEEK_END);
+        size_t n = (size_t)ftell(f);
+        fseek(f, 0, SEEK_SET);
+        uint8_t *in = malloc(n);
+        ASSERT_TRUE(in);
+        ASSERT_EQ(fread(in, 1, n, f), n);
+        fclose(f);
+        unsigned long long out_len = ZSTD_getFrameContentSize(in, n);
+        if (out_len == ZSTD_CONTENTSIZE_ERROR || out_len == ZSTD_CONTENTSIZE_UNKNOWN)
+                out_len = 64 << 20;
+        uint8_t *out = malloc(out_len);
+        ASSERT_TRUE(out);
+        size_t r = ZSTD_decompress(out, out_len, in, n);
+        if (ZSTD_isError(r))
+                test_fail("%s: %s", path, ZSTD_getErrorName(r));
+        free(in);
+        *ret_len = r;
+        return out;
+}
+
+typedef struct Corpus {
+        const char *name;
+        uint8_t *data;
+        size_t npages;
+} Corpus;
+
+static Corpus corpus[3] = { { .name = "pyheap-8M.bin.zst" },
+                             { .name = "nodeheap-8M.bin.zst" },
+                             { .name = "javaheap-8M.bin.zst" } };
+
+static bool corpus_load(void) {
+        const char *dir = getenv("ZSWAP_CORPUS") ?: "/work/shared/corpus";
+        for (size_t i = 0; i < ELEMENTSOF(corpus); i++) {
+                size_t len;
+                corpus[i].data = load_zst(dir, corpus[i].name, &len);
+                if (!corpus[i].data) {
+                        fprintf(stderr, "corpus %s/%s missing: synthetic pages instead\n", dir, corpus[i].name);
+                        return false;
+                }
+                corpus[i].npages = len / PAGE;
+                ASSERT_TRUE(corpus[i].npages > 0);
+        }
+        return true;
+}
+
+static void corpus_synthesize(void) {
+        for (size_t i = 0; i < ELEMENTSOF(corpus); i++) {
+                corpus[i].npages = 256;
+                corpus[i].data = malloc(corpus[i].npages * PAGE);
+                for (size_t p = 0; p < corpus[i].npages * PAGE; p += 8) {
+                        uint64_t w = next_rand() % 64; /* small integers, like pointers' low bits */
+                        memcpy(corpus[i].data + p, &w, 8);
+                }
+        }
+}
+
+/* ---- round trips ---- */
+
+/* Decode src[0..len) from a guarded copy; return the result. */
+static int decode_exact(CodecDCtx *dc, const uint8_t *src, size_t len, uint8_t *out) {
+        uint8_t *copy = guarded_new(len);
+        memcpy(copy, src, len);
+        int r = codec_decompress(dc, copy, len, out);
+        guarded_free(copy, len);
+        ASSERT_TRUE(r == 0 || r == -EBADMSG);
+        return r;
+}
+
+static const struct {
+        CodecKind kind;
+        int level;
+} codecs[] = { { CODEC_LZ4, 0 }, { CODEC_LZ4, 4 }, { CODEC_ZSTD, 1 }, { CODEC_ZSTD, 3 } };
+
+static void round_trip_corpus(CodecKind kind, int level) {
+        CodecCCtx *cc;
+        CodecDCtx *dc;
+        uint8_t *dst = guarded_new(PAGE), *out = guarded_new(PAGE), *src = malloc(PAGE + 1);
+
+        ASSERT_OK(codec_cctx_new(kind, level, &cc));
+        ASSERT_OK(codec_dctx_new(kind, &dc));
+        for (size_t c = 0; c < ELEMENTSOF(corpus); c++) {
+                uint64_t in = 0, outb = 0, fits = 0, nospc = 0;
+                for (size_t p = 0; p < corpus[c].npages; p++) {
+                        const uint8_t *page = corpus[c].data + p * PAGE;
+                        int n = codec_compress(cc, page, dst, PAGE);
+                        if (n == -ENOSPC) {
+                                nospc++;
+                                continue;
+                        }
+                        ASSERT_TRUE(n > 0 && (size_t)n <= PAGE);
+                        memset(out, 0xcc, PAGE);
+                        ASSERT_OK(codec_decompress(dc, dst, (size_t)n, out));
+                        if (memcmp(out, page, PAGE) != 0)
+                                test_fail("%s level %d: %s page %zu differs after round trip", codec_to_string(kind),
+                                          level, corpus[c].name, p);
+                        /* the object in a guarded buffer: a decoder that reads
+                         * past its input faults */
+                        memset(out, 0xcc, PAGE);
+                        ASSERT_OK(decode_exact(dc, dst, (size_t)n, out));
+                        ASSERT_EQ(memcmp(out, page, PAGE), 0);
+                        /* one byte short, one byte long: never a page */
+                        if (n > 1)
+                                ASSERT_ERROR(decode_exact(dc, dst, (size_t)n - 1, out), EBADMSG);
+                        memcpy(src, dst, (size_t)n);
+                        src[n] = 0;
+                        if ((size_t)n < PAGE)
+                                ASSERT_ERROR(codec_decompress(dc, src, (size_t)n + 1, out), EBADMSG);
+                        in += PAGE;
+                        outb += (uint64_t)n;
+                        fits += (size_t)n <= PAGE * 3 / 4;
+                }
+                ASSERT_TRUE(outb > 0);
+                fprintf(stderr, "%-4s level %d  %-20s %5zu pages: ratio %.2f, %" PRIu64 " fit in 3/4 page, %" PRIu64
+                                " incompressible\n",
+                        codec_to_string(kind), level, corpus[c].name, corpus[c].npages, (double)in / (double)outb,
+                        fits, nospc);
+                /* heap pages compress; if most did not, the codec is broken */
+                ASSERT_TRUE(fits * 2 > corpus[c].npages);
+        }
+        codec_cctx_free(cc);
+        codec_dctx_free(dc);
+        guarded_free(dst, PAGE);
+        guarded_free(out, PAGE);
+        free(src);
+}
+
+/* ---- hostile input ---- */
+
+static void hostile(CodecKind kind) {
+        CodecCCtx *cc;
+        CodecDCtx *dc;
+        uint8_t *obj = malloc(PAGE), *out = guarded_new(PAGE), *big = malloc(4 * PAGE), *garbage = malloc(2 * PAGE);
+        uint64_t flips = 0, flips_undetected = 0; /* undetected: decoded to some page */
+
+        ASSERT_OK(codec_cctx_new(kind, 1, &cc));
+        ASSERT_OK(codec_dctx_new(kind, &dc));
+
+        /* lengths that cannot be a page, whatever the bytes */
+        fill_random(garbage, 2 * PAGE);
+        ASSERT_ERROR(codec_decompress(dc, garbage, 0, out), EBADMSG);
+        ASSERT_ERROR(codec_decompress(dc, garbage, PAGE + 1, out), EBADMSG);
+        ASSERT_ERROR(codec_decompress(dc, garbage, 2 * PAGE, out), EBADMSG);
+        ASSERT_ERROR(codec_decompress(dc, garbage, SIZE_MAX, out), EBADMSG);
+
+        /* random garbage of every size class */
+        for (int i = 0; i < 20000; i++) {
+                size_t len = 1 + next_rand() % (i < 10000 ? 64 : PAGE);
+                fill_random(garbage, len);
+                ASSERT_ERROR(decode_exact(dc, garbage, len, out), EBADMSG);
+        }
+
+        /* valid frames of the wrong size: half a page, two pages */
+        fill_random(big, 4 * PAGE);
+        for (size_t i = 0; i < 4 * PAGE; i++)
+                big[i] &= 7;
+        for (size_t sz = PAGE / 2; sz <= 2 * PAGE; sz += PAGE / 2) {
+                int n;
+                if (kind == CODEC_ZSTD) {
+                        size_t z = ZSTD_compress(garbage, 2 * PAGE, big, sz, 1);
+                        ASSERT_TRUE(!ZSTD_isError(z));
+                        n = (int)z;
+                } else
+                        n = LZ4_compress_default((const char *)big, (char *)garbage, (int)sz, 2 * PAGE);
+                ASSERT_TRUE(n > 0);
+                if ((size_t)n > PAGE)
+                        continue;
+                if (sz == PAGE)
+                        ASSERT_OK(decode_exact(dc, garbage, (size_t)n, out));
+                else
+                        ASSERT_ERROR(decode_exact(dc, garbage, (size_t)n, out), EBADMSG);
+        }
+
+        /* real objects: every truncation fails, flips never go out of bounds */
+        for (size_t k = 0; k < 24; k++) {
+                const Corpus *c = &corpus[k % 3];
+                const uint8_t *page = c->data + (next_rand() % c->npages) * PAGE;
+                int n = codec_compress(cc, page, obj, PAGE);
+                if (n <= 0)
+                        continue;
+                for (int len = 1; len < n; len++)
+                        ASSERT_ERROR(decode_exact(dc, obj, (size_t)len, out), EBADMSG);
+                for (int pos = 0; pos < n; pos++) {
+                        uint8_t saved = obj[pos];
+                        obj[pos] ^= (uint8_t)(1u << (next_rand() % 8));
+                        int r = decode_exact(dc, obj, (size_t)n, out);
+                        obj[pos] = saved;
+                        flips++;
+                        /* a flipped literal byte still decodes (neither lz4 nor
+                         * checksum-less zstd can tell), into exactly one page */
+                        flips_undetected += r == 0;
+                        /* the zstd magic number is always checked */
+                        if (kind == CODEC_ZSTD && pos < 4)
+                                ASSERT_EQ(r, -EBADMSG);
+                }
+                ASSERT_OK(decode_exact(dc, obj, (size_t)n, out));
+                ASSERT_EQ(memcmp(out, page, PAGE), 0);
+        }
+        fprintf(stderr, "%s: %" PRIu64 " single-bit flips, %" PRIu64 " decoded to a page (undetectable without a checksum)\n",
+                codec_to_string(kind), flips, flips_undetected);
+        codec_cctx_free(cc);
+        codec_dctx_free(dc);
+        free(obj);
+        guarded_free(out, PAGE);
+        free(big);
+        free(garbage);
+}
+
+static void incompressible(CodecKind kind, int level) {
+        CodecCCtx *cc;
+        uint8_t *page = malloc(PAGE);
+
+        ASSERT_OK(codec_cctx_new(kind, level, &cc));
+        for (int i = 0; i < 64; i++) {
+                fill_random(page, PAGE);
+                /* guarded destinations: writing past dst_cap faults */
+                static const size_t caps[] = { 3072, 2048, 16, 1 };
+                for (size_t j = 0; j < ELEMENTSOF(caps); j++) {
+                        uint8_t *dst = guarded_new(caps[j]);
+                        ASSERT_ERROR(codec_compress(cc, page, dst, caps[j]), ENOSPC);
+                        guarded_free(dst, caps[j]);
+                }
+        }
+        /* a compressible page that still does not fit a tiny buffer */
+        memset(page, 'x', PAGE);
+        page[100] = 'y';
+        uint8_t *tiny = guarded_new(4);
+        ASSERT_ERROR(codec_compress(cc, page, tiny, 4), ENOSPC);
+        guarded_free(tiny, 4);
+        codec_cctx_free(cc);
+        free(page);
+}
+
+/* ---- same-filled pages ---- */
+
+static void same_filled(void) {
+        uint64_t *w = malloc(PAGE);
+        uint8_t *p = (uint8_t *)w;
+        uint32_t fill;
+
+        memset(p, 0, PAGE);
+        fill = 1;
+        ASSERT_TRUE(page_same_filled(p, &fill));
+        ASSERT_EQ(fill, 0);
+        memset(p, 0xa5, PAGE);
+        ASSERT_TRUE(page_same_filled(p, &fill));
+        ASSERT_EQ(fill, 0xa5a5a5a5);
+
+        static const uint32_t patterns[] = { 0xdeadbeef, 1, 0x80000000, UINT32_MAX, 0x00ff00ff };
+        for (size_t i = 0; i < ELEMENTSOF(patterns); i++) {
+                page_fill(p, patterns[i]);
+                for (size_t k = 0; k < PAGE / 4; k++)
+                        ASSERT_EQ(((uint32_t *)p)[k], patterns[i]);
+                fill = 0;
+                ASSERT_TRUE(page_same_filled(p, &fill));
+                ASSERT_EQ(fill, patterns[i]);
+                /* one byte off anywhere (first, middle, last word and every
+                 * other position) makes it a normal page */
+                for (size_t pos = 0; pos < PAGE; pos++) {
+                        p[pos] ^= 0x10;
+                        if (page_same_filled(p, &fill))
+                                test_fail("pattern %#x with byte %zu changed taken as same-filled", patterns[i], pos);
+                        p[pos] ^= 0x10;
+                }
+                ASSERT_TRUE(page_same_filled(p, &fill));
+        }
+        /* a repeated 64-bit word whose halves differ is not a 32-bit fill */
+        for (size_t k = 0; k < PAGE / 8; k++)
+                w[k] = 0x1111111122222222ull;
+        ASSERT_TRUE(!page_same_filled(p, &fill));
+        /* nor is a repeated 16-byte pattern */
+        for (size_t k = 0; k < PAGE / 8; k++)
+                w[k] = k & 1 ? 0x3333333333333333ull : 0x4444444444444444ull;
+        ASSERT_TRUE(!page_same_filled(p, &fill));
+        free(w);
+}
+
+int main(void) {
+        CodecKind k;
+
+        ASSERT_OK(codec_from_string("lz4", &k));
+        ASSERT_EQ(k, CODEC_LZ4);
+        ASSERT_OK(codec_from_string("zstd", &k));
+        ASSERT_EQ(k, CODEC_ZSTD);
+        ASSERT_ERROR(codec_from_string("gzip", &k), EINVAL);
+        ASSERT_ERROR(codec_from_string("", &k), EINVAL);
+        ASSERT_EQ(strcmp(codec_to_string(CODEC_ZSTD), "zstd"), 0);
+        ASSERT_EQ(strcmp(codec_to_string(CODEC_LZ4), "lz4"), 0);
+
+        if (!corpus_load())
+                corpus_synthesize();
+        for (size_t i = 0; i < ELEMENTSOF(codecs); i++)
+                round_trip_corpus(codecs[i].kind, codecs[i].level);
+        hostile(CODEC_LZ4);
+        hostile(CODEC_ZSTD);
+        for (size_t i = 0; i < ELEMENTSOF(codecs); i++)
+                incompressible(codecs[i].kind, codecs[i].level);
+        same_filled();
+        ASSERT_TRUE(codec_cctx_free(NULL) == NULL);
+        ASSERT_TRUE(codec_dctx_free(NULL) == NULL);
+        for (size_t i = 0; i < ELEMENTSOF(corpus); i++)
+                free(corpus[i].data);
+        fprintf(stderr, "codec: ok\n");
+        return 0;
+}

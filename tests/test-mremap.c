@@ -1,0 +1,54 @@
+/*
+ * test-mremap: mremap of evicted memory keeps its content at the new
+ * address, and the moved range stays managed there.
+ */
+#include <sys/mman.h>
+
+#include "harness.h"
+
+#define NPAGES 4096
+
+int main(void) {
+        TestDaemon d;
+        const size_t len = NPAGES * ZSWAP_PAGE_SIZE;
+        uint64_t hashes[NPAGES];
+        struct zswap_stats s;
+
+        td_start(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = test_map(len);
+        fill_pages(buf, len, 5);
+        hash_pages(buf, len, hashes);
+        ASSERT_OK(zswap_register(c, buf, len));
+        ASSERT_OK(zswap_pageout(c, buf, len));
+        /* touch a few so the range is part resident, part evicted */
+        for (size_t i = 0; i < NPAGES; i += 3)
+                ASSERT_EQ(page_hash(buf + i * ZSWAP_PAGE_SIZE), hashes[i]);
+
+        /* move the whole range to an address of our choosing */
+        uint8_t *target = test_map(len + (2 << 20));
+        ASSERT_OK(munmap(target, len + (2 << 20)));
+        uint8_t *moved = mremap(buf, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+        ASSERT_TRUE(moved == target);
+        ASSERT_EQ(verify_pages(moved, len, hashes), 0);
+
+        /* managed at the new place: evict and read back again */
+        int n = zswap_pageout(c, moved, len);
+        ASSERT_OK(n);
+        ASSERT_TRUE(n > NPAGES / 2);
+        ASSERT_EQ(verify_pages(moved, len, hashes), 0);
+
+        /* move half of it while evicted; the other half stays */
+        ASSERT_OK(zswap_pageout(c, moved, len));
+        uint8_t *half = mremap(moved + len / 2, len / 2, len / 2, MREMAP_MAYMOVE | MREMAP_FIXED,
+                               target + len + (1 << 20) - (1 << 20) + 0);
+        (void)half;
+        ASSERT_TRUE(half != MAP_FAILED);
+        ASSERT_EQ(verify_pages(moved, len / 2, hashes), 0);
+        ASSERT_EQ(verify_pages(half, len / 2, hashes + NPAGES / 2), 0);
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        ASSERT_EQ(s.stored_pages + s.same_pages, 0);
+        zswap_disconnect(c);
+        td_stop(&d);
+        return 0;
+}

@@ -1,0 +1,138 @@
+/*
+ * test-torture: several threads write and read random pages of a large
+ * region while the daemon evicts it continuously; every read is checked
+ * against a shadow version, and at the end every page is.
+ *
+ * Each page belongs to one thread (page % nthreads) so the shadow needs no
+ * lock; the races under test are between the client's accesses and the
+ * daemon (eviction, staging, compression, fault service, MADV_DONTNEED
+ * events), which see all pages. Page content is a function of (page,
+ * version), compressible like real data; version 0 means "dropped with
+ * MADV_DONTNEED", whose content must read as zeros.
+ *
+ * TORTURE_SECONDS (default 60), TORTURE_MB (default 256), TORTURE_THREADS (4).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+#include "harness.h"
+#include "util.h"
+
+static uint8_t *region;
+static size_t npages;
+static unsigned nthreads;
+static uint32_t *version; /* shadow: written by the owning thread only */
+static _Atomic bool stop;
+static _Atomic uint64_t reads, writes, drops, errors;
+
+static void make_page(uint64_t *w, size_t page, uint32_t ver) {
+        uint64_t tag = (uint64_t)page << 32 | ver;
+        for (size_t j = 0; j < ZSWAP_PAGE_SIZE / 8; j++)
+                w[j] = (j & 3) ? tag + (j & ~(size_t)3) : j;
+}
+
+static bool check_page(const uint64_t *w, size_t page, uint32_t ver) {
+        uint64_t expect[ZSWAP_PAGE_SIZE / 8];
+        if (ver == 0)
+                memset(expect, 0, sizeof(expect));
+        else
+                make_page(expect, page, ver);
+        if (memcmp(w, expect, ZSWAP_PAGE_SIZE) == 0)
+                return true;
+        fprintf(stderr, "page %zu: expected version %u, first word %#llx word1 %#llx\n", page, ver,
+                (unsigned long long)w[0], (unsigned long long)w[1]);
+        return false;
+}
+
+static void *worker(void *arg) {
+        unsigned t = (unsigned)(uintptr_t)arg;
+        uint64_t seed = 1000 + t;
+
+        while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+                size_t page = (xorshift(&seed) % (npages / nthreads)) * nthreads + t;
+                uint64_t *p = (uint64_t *)(region + page * ZSWAP_PAGE_SIZE);
+                unsigned op = (unsigned)(xorshift(&seed) % 100);
+                if (op < 45) {
+                        if (!check_page(p, page, version[page]))
+                                atomic_fetch_add(&errors, 1);
+                        atomic_fetch_add_explicit(&reads, 1, memory_order_relaxed);
+                } else if (op < 97) {
+                        /* word by word, so eviction can hit a half-written page */
+                        version[page]++;
+                        if (version[page] == 0)
+                                version[page] = 1;
+                        make_page(p, page, version[page]);
+                        atomic_fetch_add_explicit(&writes, 1, memory_order_relaxed);
+                } else {
+                        madvise(p, ZSWAP_PAGE_SIZE, MADV_DONTNEED);
+                        version[page] = 0;
+                        atomic_fetch_add_explicit(&drops, 1, memory_order_relaxed);
+                }
+        }
+        return NULL;
+}
+
+static unsigned env_or(const char *name, unsigned dflt) {
+        const char *v = getenv(name);
+        return v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+int main(void) {
+        TestDaemon d;
+        unsigned seconds = env_or("TORTURE_SECONDS", 60), mb = env_or("TORTURE_MB", 256);
+        pthread_t threads[16];
+        uint64_t seed = 7, passes = 0, evicted = 0;
+
+        nthreads = env_or("TORTURE_THREADS", 4);
+        if (nthreads < 1 || nthreads > 16)
+                nthreads = 4;
+        npages = ((size_t)mb << 20) / ZSWAP_PAGE_SIZE;
+        td_start(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        region = test_map(npages * ZSWAP_PAGE_SIZE);
+        version = calloc(npages, sizeof(uint32_t));
+        for (size_t i = 0; i < npages; i++) {
+                version[i] = 1;
+                make_page((uint64_t *)(region + i * ZSWAP_PAGE_SIZE), i, 1);
+        }
+        ASSERT_OK(zswap_register(c, region, npages * ZSWAP_PAGE_SIZE));
+        for (unsigned t = 0; t < nthreads; t++)
+                ASSERT_OK(-pthread_create(&threads[t], NULL, worker, (void *)(uintptr_t)t));
+
+        uint64_t end = now_ns() + (uint64_t)seconds * 1000000000ull;
+        while (now_ns() < end && atomic_load(&errors) == 0) {
+                /* random windows, sometimes the whole region */
+                size_t first = xorshift(&seed) % npages, n = 1 + xorshift(&seed) % 2048;
+                if (passes % 16 == 0) {
+                        first = 0;
+                        n = npages;
+                }
+                if (first + n > npages)
+                        n = npages - first;
+                int r = zswap_pageout(c, region + first * ZSWAP_PAGE_SIZE, n * ZSWAP_PAGE_SIZE);
+                ASSERT_OK(r);
+                evicted += (uint64_t)r;
+                passes++;
+        }
+        atomic_store(&stop, true);
+        for (unsigned t = 0; t < nthreads; t++)
+                pthread_join(threads[t], NULL);
+
+        size_t bad = 0;
+        for (size_t i = 0; i < npages; i++)
+                bad += !check_page((uint64_t *)(region + i * ZSWAP_PAGE_SIZE), i, version[i]);
+        struct zswap_stats s;
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        fprintf(stderr, "%u s, %u MiB, %u threads: %llu pageout passes, %llu pages evicted, %llu faults, "
+                        "%llu reads, %llu writes, %llu drops; %llu read errors, %zu bad pages at the end\n",
+                seconds, mb, nthreads, (unsigned long long)passes, (unsigned long long)evicted,
+                (unsigned long long)s.faults, (unsigned long long)reads, (unsigned long long)writes,
+                (unsigned long long)drops, (unsigned long long)errors, bad);
+        ASSERT_EQ(atomic_load(&errors), 0);
+        ASSERT_EQ(bad, 0);
+        ASSERT_TRUE(evicted > npages);
+        zswap_disconnect(c);
+        td_stop(&d);
+        return 0;
+}
