@@ -653,6 +653,12 @@ static void run_inbox(FaultThread *ft) {
                         work_install(ft, w);
                         work_free(w);
                         break;
+                case FW_SYNC:
+                        /* every uffd message read before this point has been
+                         * handled completely: this thread handles them in order */
+                        w->type = MW_SYNC_DONE;
+                        manager_post(ft->m, w);
+                        break;
                 case FW_RESTORE:
                         w->next = ft->restores;
                         ft->restores = w;

@@ -13,6 +13,7 @@ enum {
         FW_INSTALL,    /* put back the staged page at a (entry value v): incompressible or no pool room */
         FW_RESTORE,    /* install every held page of [a, b), then tell the manager (id) */
         FW_ADOPT,      /* start reading mm's uffd */
+        FW_SYNC,       /* bounce back to the manager once every event read so far is handled */
 };
 
 int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret);

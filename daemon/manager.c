@@ -43,6 +43,8 @@
 #define PROTOCOL_ERRORS_MAX 64
 
 static void conn_free(Manager *m, Conn *c);
+static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg);
+static int stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope);
 
 void manager_post(Manager *m, Work *w) {
         inbox_push(&m->inbox, w);
@@ -153,6 +155,8 @@ static void mm_retire(Manager *m, MMClient *mm) {
                 free(op);
         }
         mm->ops_tail = &mm->ops;
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                mm->lanes[i].op = NULL; /* freed above; batches still in flight finish without it */
         if (mm->ft) {
                 Work *w = work_new(FW_REMOVE, mm);
                 if (w)
@@ -196,6 +200,39 @@ static void restore_done(Manager *m, Work *w) {
         evict_restore_done(m, w);
 }
 
+/* A range request, after the fault thread caught up with mm's events. */
+static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t id, uint64_t s, uint64_t e) {
+        int r;
+
+        if (type == ZMSG_STATS)
+                return stats_reply(m, c, id, (uint32_t)s);
+        if (type == ZMSG_REGISTER) {
+                ZMsgRange rg = { .addr = s, .len = e - s };
+                return do_register(m, mm, &rg);
+        }
+        if (type == ZMSG_UNREGISTER) {
+                r = mmclient_region_remove(mm, s, e, true);
+                if (r < 0)
+                        return r;
+        }
+        r = evict_queue(m, mm, c, id, s, e, type == ZMSG_UNREGISTER);
+        return r < 0 ? r : 1;
+}
+
+static void sync_done(Manager *m, Work *w) {
+        for (Conn *c = m->conns; c; c = c->next) {
+                if (c->serial != w->v || c->dying || c->mm != w->mm)
+                        continue;
+                if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
+                        break;
+                int r = range_request(m, c, w->mm, w->status, w->id, w->a, w->b);
+                if (r <= 0)
+                        conn_reply(c, w->id, r, 0);
+                break;
+        }
+        work_free(w);
+}
+
 static void run_inbox(Manager *m) {
         inbox_clear(&m->inbox);
         for (Work *w = inbox_take(&m->inbox); w;) {
@@ -204,6 +241,8 @@ static void run_inbox(Manager *m) {
                         evict_batch_done(m, w);
                 else if (w->type == MW_RESTORE_DONE)
                         restore_done(m, w);
+                else if (w->type == MW_SYNC_DONE)
+                        sync_done(m, w);
                 else
                         work_free(w);
                 w = n;
@@ -417,15 +456,15 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
         return r;
 }
 
-static int do_stats(Manager *m, Conn *c, const ZMsgStatsReq *q) {
+static int stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
         ZMsgStatsReply rep = { .status = 0 };
 
-        if (q->scope == ZSWAP_STATS_CLIENT && !c->mm)
+        if (scope == ZSWAP_STATS_CLIENT && !c->mm)
                 return -ENOTCONN;
-        if (q->scope != ZSWAP_STATS_CLIENT && q->scope != ZSWAP_STATS_GLOBAL)
+        if (scope != ZSWAP_STATS_CLIENT && scope != ZSWAP_STATS_GLOBAL)
                 return -EINVAL;
-        stats_collect(m, q->scope == ZSWAP_STATS_CLIENT ? c->mm : NULL, &rep.stats);
-        zmsg_init(&rep.hdr, ZMSG_STATS_REPLY, q->hdr.id, sizeof(rep));
+        stats_collect(m, scope == ZSWAP_STATS_CLIENT ? c->mm : NULL, &rep.stats);
+        zmsg_init(&rep.hdr, ZMSG_STATS_REPLY, id, sizeof(rep));
         reply_send(c, &rep, sizeof(rep), NULL, 0);
         return 1;
 }
@@ -445,7 +484,21 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
         case ZMSG_CHILD_ATTACH:
                 return do_child_attach(m, c, buf);
         case ZMSG_STATS:
-                return do_stats(m, c, buf);
+                if (((const ZMsgStatsReq *)buf)->scope > ZSWAP_STATS_GLOBAL)
+                        return -EINVAL;
+                if (ready) {
+                        /* counters as of after every event the client caused */
+                        Work *w = work_new(FW_SYNC, mm);
+                        if (!w)
+                                return -ENOMEM;
+                        w->a = ((const ZMsgStatsReq *)buf)->scope;
+                        w->id = h->id;
+                        w->status = h->type;
+                        w->v = c->serial;
+                        fault_thread_post(mm->ft, w);
+                        return 1;
+                }
+                return stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
         case ZMSG_REGISTER:
         case ZMSG_UNREGISTER:
         case ZMSG_PAGEOUT: {
@@ -455,15 +508,19 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                         return -ENOTCONN;
                 if (r < 0)
                         return r;
-                if (h->type == ZMSG_REGISTER)
-                        return do_register(m, mm, rg);
-                if (h->type == ZMSG_UNREGISTER) {
-                        r = mmclient_region_remove(mm, rg->addr, rg->addr + rg->len, true);
-                        if (r < 0)
-                                return r;
-                }
-                r = evict_queue(m, mm, c, h->id, rg->addr, rg->addr + rg->len, h->type == ZMSG_UNREGISTER);
-                return r < 0 ? r : 1;
+                /* The client's view of its address space may be ahead of
+                 * ours: munmap() returns once the UNMAP event is read, not
+                 * once it is handled. Let the fault thread catch up first. */
+                Work *w = work_new(FW_SYNC, mm);
+                if (!w)
+                        return -ENOMEM;
+                w->a = rg->addr;
+                w->b = rg->addr + rg->len;
+                w->id = h->id;
+                w->status = h->type;
+                w->v = c->serial;
+                fault_thread_post(mm->ft, w);
+                return 1;
         }
         case ZMSG_FORK_PREPARE:
                 if (!ready)
@@ -553,6 +610,7 @@ static void conn_accept(Manager *m) {
                         continue;
                 }
                 c->m = m;
+                c->serial = ++m->next_conn_serial;
                 c->fd = fd;
                 c->pid = cred.pid;
                 c->uid = cred.uid;

@@ -40,6 +40,7 @@ struct Conn {
         MMClient *mm;      /* role CLIENT/CHILD after ATTACH */
         bool dying;
         unsigned errors;   /* protocol errors so far */
+        uint64_t serial;   /* unique for the daemon's life: conns are found by it */
         Conn *next;
 };
 
@@ -62,6 +63,7 @@ struct Manager {
         unsigned nconns;
         MMClient *mms;
         uint64_t next_mm_id;
+        uint64_t next_conn_serial;
 
         /* children created by UFFD_EVENT_FORK that no process has claimed
          * yet; protected by orphans_lock (fault threads add, manager takes) */
@@ -80,6 +82,7 @@ int manager_run(Manager *m);
 enum {
         MW_BATCH_DONE = 100, /* a worker compressed lane `lane` of mm; v = pages stored */
         MW_RESTORE_DONE,     /* a fault thread restored [a, b) of mm for request id */
+        MW_SYNC_DONE,        /* a fault thread caught up with mm's events: run the request */
 };
 void manager_post(Manager *m, Work *w);
 

@@ -124,11 +124,11 @@ static int drop_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 MMClient *mmclient_unref(MMClient *mm) {
         if (!mm)
                 return NULL;
-        /* release on the decrement, acquire before freeing: everything other
-         * holders did happens-before the free */
-        if (atomic_fetch_sub_explicit(&mm->refs, 1, memory_order_release) != 1)
+        /* acq_rel: release what this holder did, and the last one acquires
+         * what every other holder did before the free (an acquire fence
+         * would do, but ThreadSanitizer does not model fences) */
+        if (atomic_fetch_sub_explicit(&mm->refs, 1, memory_order_acq_rel) != 1)
                 return NULL;
-        atomic_thread_fence(memory_order_acquire);
 
         if (mm->index) {
                 pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);

@@ -10,7 +10,7 @@
 
 #define VICTIM_MB 64
 
-static void victim(const char *sock, int ready_fd) {
+static _Noreturn void victim(const char *sock, int ready_fd) {
         struct zswap_client *c;
         size_t len = (size_t)VICTIM_MB << 20;
         if (zswap_connect(sock, &c) < 0)
@@ -28,8 +28,12 @@ static void victim(const char *sock, int ready_fd) {
         }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
         TestDaemon d;
+
+        /* victims are exec'ed, not just forked: a fresh process, as in life */
+        if (argc == 4 && strcmp(argv[1], "--victim") == 0)
+                victim(argv[2], atoi(argv[3]));
         const size_t len = 16 << 20;
         static uint64_t hashes[(16 << 20) / 4096];
         struct zswap_stats s;
@@ -48,8 +52,11 @@ int main(void) {
                 ASSERT_OK(pipe(p));
                 pid_t pid = fork();
                 if (pid == 0) {
+                        char fd[16];
                         close(p[0]);
-                        victim(d.sock, p[1]);
+                        snprintf(fd, sizeof(fd), "%d", p[1]);
+                        execl("/proc/self/exe", "test-client-kill", "--victim", d.sock, fd, (char *)NULL);
+                        _exit(127);
                 }
                 close(p[1]);
                 ASSERT_EQ(read(p[0], &x, 1), 1);
