@@ -306,8 +306,9 @@ typedef struct Plan {
         uint32_t slot0;
 } Plan;
 
-/* Mark one page MOVING and add it to the plan; false if the plan is full. */
-static bool plan_add(MMClient *mm, Plan *p, uint64_t addr) {
+/* Mark one page MOVING and add it to the plan; false if the plan is full.
+ * pm is the page's pagemap word. */
+static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
         Lane *lane = p->lane;
         ZMsgMove *msg = &p->msg;
         bool extend = msg->nruns > 0 && msg->runs[msg->nruns - 1].addr +
@@ -319,6 +320,14 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr) {
         uint64_t expected = 0;
         if (!e)
                 return true; /* no memory for the index: leave the page resident */
+        uint64_t cur = atomic_load_explicit(e, memory_order_acquire);
+        if (pe_state(cur) == PE_REMOVED) {
+                /* the frame a MADV_DONTNEED is about to zap: never move it
+                 * (fault.c, tombstone_mapped); a new frame is fair game */
+                if (pe_removed_pfn(cur) == (uint32_t)(pm & ((1ull << 55) - 1)))
+                        return true;
+                expected = cur;
+        }
         /* only a plain EMPTY entry: not incompressible, not held */
         if (!atomic_compare_exchange_strong_explicit(e, &expected, pe_make_slot(PE_MOVING, p->slot0 + lane->npages),
                                                      memory_order_acq_rel, memory_order_relaxed))
@@ -351,7 +360,7 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p) {
                         /* present, private, not in swap: the only pages worth moving */
                         if ((pm[i] & (PM_PRESENT | PM_FILE)) != PM_PRESENT)
                                 continue;
-                        if (!plan_add(mm, p, s + i * ZSWAP_PAGE_SIZE))
+                        if (!plan_add(mm, p, s + i * ZSWAP_PAGE_SIZE, pm[i]))
                                 break;
                 }
                 op->cursor = s + i * ZSWAP_PAGE_SIZE;

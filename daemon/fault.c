@@ -250,6 +250,7 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
         for (;;) {
                 switch (pe_state(v)) {
                 case PE_EMPTY:
+                case PE_REMOVED:
                         serve_zero(ft, mm, addr, write);
                         return;
                 case PE_LOADING:
@@ -328,12 +329,48 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
+/*
+ * MADV_DONTNEED sends REMOVE before it zaps the pages, and the zap comes
+ * only after we have read the event. A page still mapped now could be
+ * chosen for eviction and moved out by the agent in that window; its old
+ * content would then come back after the zap. So every page still mapped
+ * gets a tombstone with its frame number: the planner will not move that
+ * frame. Once the page is gone or replaced by a new frame, the tombstone
+ * means nothing and is overwritten.
+ */
+static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
+        uint64_t pm[512];
+
+        if (mm->pagemap_fd < 0)
+                return;
+        end = MIN(end, PINDEX_MAX_ADDR);
+        for (uint64_t a = start; a < end;) {
+                size_t n = MIN((end - a) >> ZSWAP_PAGE_SHIFT, ELEMENTSOF(pm));
+                ssize_t got = pread(mm->pagemap_fd, pm, n * 8, (off_t)(a >> ZSWAP_PAGE_SHIFT) * 8);
+                if (got <= 0)
+                        return;
+                n = (size_t)got / 8;
+                for (size_t i = 0; i < n; i++) {
+                        if (!(pm[i] & ((uint64_t)1 << 63)))
+                                continue;
+                        _Atomic uint64_t *e = pindex_entry(mm->index, a + i * ZSWAP_PAGE_SIZE, true);
+                        uint64_t zero = 0;
+                        if (e)
+                                atomic_compare_exchange_strong_explicit(e, &zero, pe_make_removed(pm[i] & ((1ull << 55) - 1)),
+                                                                        memory_order_acq_rel, memory_order_relaxed);
+                }
+                a += n * ZSWAP_PAGE_SIZE;
+        }
+}
+
 static void event_remove(FaultThread *ft, MMClient *mm, uint64_t start, uint64_t end, bool unmap) {
         RangeCtx c = { .ft = ft, .mm = mm };
 
         pindex_walk(mm->index, start, end, remove_cb, &c);
         if (unmap)
                 mmclient_region_remove(mm, start, end, false);
+        else
+                tombstone_mapped(mm, start, end);
 }
 
 static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {

@@ -413,6 +413,10 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
         if (r == 0 && token != ch->fork_token)
                 r = -EPERM;
         if (r < 0) {
+                /* unbind again: the orphan keeps waiting for its real owner */
+                found->pidfd = safe_close(found->pidfd);
+                found->pagemap_fd = safe_close(found->pagemap_fd);
+                found->pid = 0;
                 manager_adopt_orphan(m, found);
                 return r;
         }
@@ -551,7 +555,9 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
 
 static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds, pid_t sender) {
         const ZMsgHeader *h = buf;
-        uint32_t id = (size_t)n >= sizeof(ZMsgHeader) ? h->id : 0;
+        /* n may be negative (-EMSGSIZE): then nothing of buf is ours to echo */
+        bool has_hdr = n >= (ssize_t)sizeof(ZMsgHeader);
+        uint32_t id = has_hdr ? h->id : 0;
         int r;
 
         if (n < 0 || zmsg_validate(buf, (size_t)n) < 0)
@@ -564,7 +570,7 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
         if (r == -EPROTO) {
                 atomic_fetch_add_explicit(&m->protocol_errors, 1, memory_order_relaxed);
                 log_warn("client pid %d: malformed or unexpected message (%zd bytes, type %u)", (int)c->pid, n,
-                         (size_t)n >= sizeof(ZMsgHeader) ? h->type : 0);
+                         has_hdr ? h->type : 0);
                 if (++c->errors > PROTOCOL_ERRORS_MAX)
                         conn_kill(c, "too many protocol errors");
         }

@@ -23,7 +23,11 @@ enum {
         PE_STORED = 3,  /* compressed: pool handle + length */
         PE_SAME = 4,    /* same-filled page: 32-bit fill value */
         PE_LOADING = 5, /* STORED/SAME payload owned by a thread that is installing it */
+        PE_REMOVED = 6, /* MADV_DONTNEED seen while the page (frame pfn) was still mapped:
+                         * that frame is about to be zapped and must not be evicted */
 };
+static inline uint64_t pe_make_removed(uint64_t pfn) { return PE_REMOVED | (pfn & 0xffffffffull) << 32; }
+static inline uint32_t pe_removed_pfn(uint64_t e) { return (uint32_t)(e >> 32); }
 #define PE_FLAG_INCOMPRESSIBLE ((uint64_t)1 << 3) /* on EMPTY: last eviction found it incompressible */
 
 #define PINDEX_MAX_ADDR ((uint64_t)1 << 48)

@@ -150,6 +150,16 @@ static void u32_req(int fd, uint16_t t, uint32_t v, int status) {
         req(fd, NULL, 0, status);
 }
 
+/* The last reader of the pipe is gone, here and in the daemon (which
+ * closes what it was sent right after replying). */
+static void assert_no_reader(int wfd) {
+        ssize_t w = 0;
+        for (int k = 0; k < 200 && (w = write(wfd, "x", 1)) == 1; k++)
+                usleep(10000);
+        ASSERT_TRUE(w < 0 && errno == EPIPE);
+        close(wfd);
+}
+
 /* ---- malformed packets ---- */
 
 /* Refused with EPROTO: type, size field (0: the type's), bytes sent (0: as
@@ -190,6 +200,27 @@ static void malformed(void) {
         ZMsgMove *mv = msg(ZMSG_MOVE, zmsg_move_size(1));
         mv->nruns = mv->npages = mv->runs[0].npages = 1;
         req(fd, NULL, 0, -EPROTO);
+
+        /* descriptors on a request that takes none, and more of them than
+         * the daemon's control buffer holds: answered, and all closed */
+        int p[2], copies[20];
+        char control[CMSG_SPACE(sizeof(copies))] = {};
+        ASSERT_OK(pipe2(p, O_CLOEXEC | O_NONBLOCK));
+        for (size_t i = 0; i < ELEMENTSOF(copies); i++)
+                copies[i] = p[0];
+        MSG(ZMsgStatsReq, ZMSG_STATS)->scope = ZSWAP_STATS_GLOBAL;
+        xmit(fd, 0, copies, 4);
+        ASSERT_TRUE(recv_msg(fd, NULL) == sizeof(ZMsgStatsReply) && ((ZMsgStatsReply *)in)->status == 0);
+        struct msghdr mh = { .msg_iov = &(struct iovec){ out, ((ZMsgHeader *)out)->size },
+                             .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control) };
+        *CMSG_FIRSTHDR(&mh) = (struct cmsghdr){ .cmsg_len = CMSG_LEN(sizeof(copies)), .cmsg_level = SOL_SOCKET,
+                                                .cmsg_type = SCM_RIGHTS };
+        memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), copies, sizeof(copies));
+        ((ZMsgHeader *)out)->id = ++ids;
+        ASSERT_TRUE(sendmsg(fd, &mh, 0) > 0);
+        reply(fd, ids, -EPROTO);
+        close(p[0]);
+        assert_no_reader(p[1]);
 
         /* after all that, the connection still answers, with real numbers */
         MSG(ZMsgStatsReq, ZMSG_STATS)->scope = ZSWAP_STATS_GLOBAL;
@@ -264,13 +295,8 @@ static int handshake_abuse(uint64_t sa) {
         attach_req(fd, sa, LANE_BYTES, &devfd, 1, -EBADF);
         attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, p[0][0], p[1][0] }, 3, -EBADF);
         for (int i = 0; i < 2; i++) {
-                /* no reader left anywhere (the daemon closes right after replying) */
-                ssize_t w = 0;
                 close(p[i][0]);
-                for (int k = 0; k < 200 && (w = write(p[i][1], "x", 1)) == 1; k++)
-                        usleep(10000);
-                ASSERT_TRUE(w < 0 && errno == EPIPE);
-                close(p[i][1]);
+                assert_no_reader(p[i][1]);
         }
         /* a uffd somebody already initialised is refused */
         int used = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
