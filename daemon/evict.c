@@ -340,17 +340,23 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
         return true;
 }
 
+/* Pages of address space one planning step may look at: a PAGEOUT of a
+ * huge, mostly empty range must not hold the manager thread for seconds. */
+#define PLAN_SCAN_BUDGET (64 * LANE_SLOTS)
+
 /* Fill a batch from op; the op's cursor moves past what was looked at. */
-static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p) {
+static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
         uint64_t pm[LANE_SLOTS];
 
-        while (p->lane->npages < LANE_SLOTS && op->cursor < op->end) {
+        while (p->lane->npages < LANE_SLOTS && op->cursor < op->end && *budget > 0) {
                 uint64_t s = op->cursor, e = op->end;
                 if (!mmclient_region_clip(mm, &s, &e)) {
                         op->cursor = op->end;
                         break;
                 }
                 size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, (size_t)(LANE_SLOTS - p->lane->npages));
+                n = MIN(n, (size_t)*budget);
+                *budget -= (unsigned)n;
                 if (read_pagemap(mm, s, n, pm) < 0) {
                         op->cursor = op->end;
                         break;
@@ -376,7 +382,7 @@ static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {
         return zmsg_send(mm->conn->fd, &p->msg, zmsg_move_size(p->msg.nruns), NULL, 0);
 }
 
-static bool pump_one(Manager *m, MMClient *mm) {
+static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         PageoutOp *op = mm->ops;
         unsigned li;
 
@@ -413,9 +419,15 @@ static bool pump_one(Manager *m, MMClient *mm) {
 
         Plan p = { .lane = &mm->lanes[li], .slot0 = li * LANE_SLOTS };
         p.lane->npages = 0;
-        plan_batch(mm, op, &p);
-        if (p.lane->npages == 0)
+        plan_batch(mm, op, &p, budget);
+        if (p.lane->npages == 0) {
+                if (*budget == 0) {
+                        /* come back after the other clients had their turn */
+                        mm->repump = true;
+                        return false;
+                }
                 return true; /* the cursor moved; look again */
+        }
         p.lane->op = op;
         p.lane->stored = 0;
         p.lane->state = LANE_MOVING;
@@ -428,7 +440,10 @@ static bool pump_one(Manager *m, MMClient *mm) {
 }
 
 void evict_pump(Manager *m, MMClient *mm) {
-        while (!atomic_load_explicit(&mm->dead, memory_order_relaxed) && pump_one(m, mm))
+        unsigned budget = PLAN_SCAN_BUDGET;
+
+        mm->repump = false;
+        while (!atomic_load_explicit(&mm->dead, memory_order_relaxed) && pump_one(m, mm, &budget))
                 ;
         if (mm->fork_reply_id && evict_settled(mm) && mm->conn) {
                 conn_reply(mm->conn, mm->fork_reply_id, 0, 0);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "log.h"
 #include "manager.h"
@@ -111,7 +112,8 @@ int main(int argc, char **argv) {
                 .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
                 .max_regions = 4096,
                 .max_registered = UINT64_MAX,
-                .max_clients = 4096,
+                .max_clients = 1024,
+                .max_conns_per_user = 64,
                 .listen_fd = -1,
         };
         Manager *m = NULL;
@@ -119,6 +121,12 @@ int main(int argc, char **argv) {
 
         if (parse_args(argc, argv, &cfg) < 0)
                 return 2;
+        /* every client costs a connection, a uffd, a pidfd and a pagemap fd */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                setrlimit(RLIMIT_NOFILE, &rl);
+        }
         /* TODO(issue 6): lock the daemon's own memory; mlockall() would make
          * the pool's MADV_DONTNEED fail, so the pool must be exempted first */
         r = manager_new(&cfg, &m);

@@ -268,6 +268,8 @@ static void tick_orphans(Manager *m) {
         pthread_mutex_unlock(&m->orphans_lock);
 }
 
+static int epoll_add(int epfd, int fd, uint64_t tag);
+
 static void tick(Manager *m) {
         uint64_t expirations;
         static unsigned n;
@@ -286,6 +288,8 @@ static void tick(Manager *m) {
                 }
                 evict_tick(m, mm);
         }
+        if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
+                m->listen_paused = false;
         if (++n % (1000 / TICK_MS) == 0) {
                 tick_orphans(m);
                 pool_reclaim(m->pool);
@@ -358,8 +362,6 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
                 return -EPERM;
         if (nfds != 1 || fd_is_userfaultfd(fds[0]) != 1)
                 return -EBADF;
-        if (m->nconns > m->cfg.max_clients)
-                return -EUSERS;
         /* the handshake is ours: a uffd the client already initialised is refused */
         if (ioctl(fds[0], UFFDIO_API, &api) < 0)
                 return -EINVAL;
@@ -555,8 +557,10 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
 
 static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds, pid_t sender) {
         const ZMsgHeader *h = buf;
-        /* n may be negative (-EMSGSIZE): then nothing of buf is ours to echo */
-        bool has_hdr = n >= (ssize_t)sizeof(ZMsgHeader);
+        /* a truncated packet (-EMSGSIZE) has a header only if it was long:
+         * conn_readable() zeroes the header before each receive, so a short
+         * one never echoes stale bytes of ours */
+        bool has_hdr = n >= (ssize_t)sizeof(ZMsgHeader) || (n == -EMSGSIZE && h->magic == ZSWAP_PROTO_MAGIC);
         uint32_t id = has_hdr ? h->id : 0;
         int r;
 
@@ -587,6 +591,7 @@ static void conn_readable(Manager *m, Conn *c) {
                 int fds[4];
                 size_t nfds = ELEMENTSOF(fds);
                 pid_t sender = 0;
+                memset(buf, 0, sizeof(ZMsgHeader));
                 ssize_t n = zmsg_recv(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
                 if (n == -EAGAIN)
                         return;
@@ -600,17 +605,39 @@ static void conn_readable(Manager *m, Conn *c) {
 
 /* ---- connections ---- */
 
+static unsigned conns_of_uid(Manager *m, uid_t uid) {
+        unsigned n = 0;
+        for (Conn *c = m->conns; c; c = c->next)
+                n += c->uid == uid;
+        return n;
+}
+
 static void conn_accept(Manager *m) {
         for (;;) {
                 int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (fd < 0)
+                if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE) {
+                                /* stop listening until the next tick instead of
+                                 * spinning on a listen socket we cannot serve */
+                                log_warn("out of file descriptors: not accepting for a moment");
+                                epoll_ctl(m->epfd, EPOLL_CTL_DEL, m->listen_fd, NULL);
+                                m->listen_paused = true;
+                        }
                         return;
+                }
                 struct ucred cred;
                 socklen_t len = sizeof(cred);
                 int one = 1;
                 Conn *c = calloc(1, sizeof(*c));
                 if (!c || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
                     setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
+                        free(c);
+                        safe_close(fd);
+                        continue;
+                }
+                if (m->nconns >= m->cfg.max_clients ||
+                    (cred.uid != 0 && conns_of_uid(m, cred.uid) >= m->cfg.max_conns_per_user)) {
+                        log_warn("pid %d (uid %u): too many connections, refused", (int)cred.pid, cred.uid);
                         free(c);
                         safe_close(fd);
                         continue;
@@ -804,7 +831,10 @@ int manager_run(Manager *m) {
         log_info("ready: socket %s, %s, %u workers, %u fault threads", m->cfg.socket_path,
                  codec_to_string(m->cfg.codec), m->cfg.workers, m->nfts);
         while (!m->exiting) {
-                int n = epoll_wait(m->epfd, evs, ELEMENTSOF(evs), -1);
+                bool repump = false;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        repump |= mm->repump;
+                int n = epoll_wait(m->epfd, evs, ELEMENTSOF(evs), repump ? 0 : -1);
                 if (n < 0 && errno != EINTR)
                         return negative_errno();
                 for (int i = 0; i < n; i++) {
@@ -824,6 +854,9 @@ int manager_run(Manager *m) {
                                 conn_readable(m, evs[i].data.ptr);
                 }
                 reap_conns(m);
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        if (mm->repump)
+                                evict_pump(m, mm);
         }
         return 0;
 }

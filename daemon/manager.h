@@ -25,7 +25,8 @@ typedef struct ManagerConfig {
         uint32_t max_compressed; /* larger compressed pages are incompressible */
         uint64_t max_regions;   /* per client */
         uint64_t max_registered; /* bytes per client */
-        unsigned max_clients;
+        unsigned max_clients;   /* connections in all */
+        unsigned max_conns_per_user; /* connections of one non-root user */
         bool allow_users;       /* admit clients other than root */
         int listen_fd;          /* from socket activation, or -1 */
 } ManagerConfig;
@@ -53,6 +54,7 @@ struct Manager {
         int timer_fd;      /* periodic maintenance */
         int signal_fd;
         bool exiting;
+        bool listen_paused; /* out of fds: listen socket out of epoll until the next tick */
 
         FaultThread **fts;
         unsigned nfts;

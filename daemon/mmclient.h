@@ -91,6 +91,7 @@ typedef struct MMClient {
         uint64_t fork_paused_at;
         uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
         unsigned unregisters;  /* pending unregister requests: pump pauses */
+        bool repump;           /* planning ran out of budget: pump again soon */
 
         MMClientStats st;
 } MMClient;
