@@ -76,6 +76,9 @@ static void print_stats(const struct zswap_stats *s, bool json, bool bytes) {
                 { "faults_zero_fill", s->faults_zero, false },
                 { "clients", s->clients, false },
                 { "registered_bytes", s->registered_bytes, true },
+                /* what packing costs: chunk memory not holding object bytes */
+                { "pool_overhead_bytes", s->pool_bytes > s->compressed_bytes ? s->pool_bytes - s->compressed_bytes : 0,
+                  true },
         };
 
         if (json) {
