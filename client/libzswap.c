@@ -40,6 +40,7 @@
 #include "macro.h"
 #include "protocol.h"
 #include "uffd-compat.h"
+#include "util.h"
 #include "zswap.h"
 
 #define STAGING_LANES 4
@@ -332,21 +333,11 @@ static int agent_start(struct zswap_client *c) {
 /* ---- setup ---- */
 
 static int sock_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
         struct timeval tv = { .tv_sec = 10 };
-        int fd;
+        int fd = unix_connect(path);
 
-        if (strlen(path) >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return -errno;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int r = -errno;
-                close(fd);
-                return r;
-        }
+                return fd;
         /* never hang forever on a daemon that stopped answering */
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         return fd;

@@ -13,24 +13,7 @@
 
 #include "macro.h"
 #include "protocol.h"
-
-static int ctl_connect(const char *path) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
-        int fd;
-
-        if (strlen(path) >= sizeof(sa.sun_path))
-                return -ENAMETOOLONG;
-        strcpy(sa.sun_path, path);
-        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return negative_errno();
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int r = negative_errno();
-                close(fd);
-                return r;
-        }
-        return fd;
-}
+#include "util.h"
 
 static int ctl_request(int fd, void *msg, size_t len, void *reply, size_t cap) {
         ZMsgHeader *h = msg;
@@ -100,7 +83,7 @@ static void print_stats(const struct zswap_stats *s, bool json, bool bytes) {
 }
 
 static int cmd_status(const char *path, bool json, bool bytes) {
-        _cleanup_close_ int fd = ctl_connect(path);
+        _cleanup_close_ int fd = unix_connect(path);
         ZMsgHello h = { .role = ZROLE_CONTROL };
         ZMsgStatsReq q = { .scope = ZSWAP_STATS_GLOBAL };
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];

@@ -23,3 +23,6 @@ int fd_set_nonblock(int fd, bool nonblock);
 
 /* Parse a size like 512, 64K, 2M, 1G (powers of 1024). */
 int parse_size(const char *s, uint64_t *ret);
+
+/* Connect a SOCK_SEQPACKET | SOCK_CLOEXEC Unix socket to path; fd or -errno. */
+int unix_connect(const char *path);

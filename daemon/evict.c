@@ -37,9 +37,6 @@
 #include "pool.h"
 #include "util.h"
 
-#define PM_PRESENT ((uint64_t)1 << 63)
-#define PM_SWAP ((uint64_t)1 << 62)
-#define PM_FILE ((uint64_t)1 << 61)
 
 enum { JOB_COMPRESS = 1 };
 
@@ -320,15 +317,8 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
         uint64_t expected = 0;
         if (!e)
                 return true; /* no memory for the index: leave the page resident */
-        uint64_t cur = atomic_load_explicit(e, memory_order_acquire);
-        if (pe_state(cur) == PE_REMOVED) {
-                /* the frame a MADV_DONTNEED is about to zap: never move it
-                 * (fault.c, tombstone_mapped); a new frame is fair game */
-                if (pe_removed_pfn(cur) == (uint32_t)(pm & ((1ull << 55) - 1)))
-                        return true;
-                expected = cur;
-        }
-        /* only a plain EMPTY entry: not incompressible, not held */
+        /* only a plain EMPTY entry: REMOVED is a frame a MADV_DONTNEED is
+         * about to zap (fault.c, tombstone_mapped), never to be moved */
         if (!atomic_compare_exchange_strong_explicit(e, &expected, pe_make_slot(PE_MOVING, p->slot0 + lane->npages),
                                                      memory_order_acq_rel, memory_order_relaxed))
                 return true;
@@ -489,11 +479,19 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
         lane = &mm->lanes[li];
         for (uint32_t i = 0; i < lane->npages; i++) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
-                uint64_t v = pe_make_slot(PE_MOVING, li * LANE_SLOTS + i);
+                uint32_t slot = li * LANE_SLOTS + i;
+                uint64_t v = pe_make_slot(PE_MOVING, slot);
                 bool moved = msg->moved[i / 64] & ((uint64_t)1 << (i % 64));
                 if (!e)
                         continue;
-                if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_with_state(v, PE_STAGED),
+                uint64_t cur = atomic_load_explicit(e, memory_order_acquire);
+                if (pe_state(cur) == PE_MOVING_REMOVED && pe_slot(cur) == slot) {
+                        /* MADV_DONTNEED/munmap came between plan and move, and
+                         * no fault since: what was moved is dead */
+                        v = cur;
+                        moved = false;
+                }
+                if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_make_slot(PE_STAGED, slot),
                                                                       memory_order_acq_rel, memory_order_relaxed)) {
                         atomic_fetch_add_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
                         staged++;

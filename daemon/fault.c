@@ -106,23 +106,7 @@ void fault_thread_post(FaultThread *ft, Work *w) {
 
 /* Counters and pool object of the state a LOADING entry came from. */
 static void loading_release(MMClient *mm, uint64_t loading) {
-        uint64_t origin = pe_loading_origin(loading);
-
-        switch (pe_state(origin)) {
-        case PE_STORED:
-                pool_release(mm->m->pool, pe_handle(origin));
-                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(origin), memory_order_relaxed);
-                break;
-        case PE_SAME:
-                atomic_fetch_sub_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
-                break;
-        case PE_STAGED:
-                atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
-                break;
-        default:
-                break;
-        }
+        mmclient_release_payload(mm, loading);
 }
 
 static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page) {
@@ -249,8 +233,15 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
 
         for (;;) {
                 switch (pe_state(v)) {
-                case PE_EMPTY:
                 case PE_REMOVED:
+                        /* the program touches the page again after dropping it:
+                         * from now on its content is new, evictable as any */
+                        if (!atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
+                                                                     memory_order_acquire))
+                                continue;
+                        serve_zero(ft, mm, addr, write);
+                        return;
+                case PE_EMPTY:
                         serve_zero(ft, mm, addr, write);
                         return;
                 case PE_LOADING:
@@ -262,6 +253,19 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
                                 return;
                         v = atomic_load_explicit(e, memory_order_acquire);
                         continue;
+                case PE_MOVING_REMOVED: {
+                        /* dropped while chosen for eviction, touched again now.
+                         * If the agent moved the page already, it moved the dead
+                         * frame: forget it. If not, what it moves later is what
+                         * the program writes after this fault: keep it. */
+                        uint64_t pm = mmclient_pagemap(mm, mm->staging_addr + (uint64_t)pe_slot(v) * ZSWAP_PAGE_SIZE);
+                        uint64_t nv = (pm & PM_PRESENT) ? 0 : pe_make_slot(PE_MOVING, pe_slot(v));
+                        if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_acq_rel,
+                                                                     memory_order_acquire))
+                                continue;
+                        serve_zero(ft, mm, addr, write);
+                        return;
+                }
                 case PE_STORED:
                 case PE_SAME: {
                         uint64_t loading = pe_make_loading(v);
@@ -323,8 +327,18 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 }
                 return 0;
         }
-        /* STAGED/MOVING become EMPTY here: the worker's and the manager's
-         * compare-and-swap will fail and they let go of the page */
+        if (pe_state(v) == PE_MOVING) {
+                /* the agent may still move this page, before the zap (dead
+                 * content) or after it (a hole, or content written after a
+                 * fault we will see first): doom it until that fault */
+                atomic_compare_exchange_strong_explicit(e, &v, pe_with_state(v, PE_MOVING_REMOVED),
+                                                        memory_order_acq_rel, memory_order_relaxed);
+                return 0;
+        }
+        if (pe_state(v) == PE_MOVING_REMOVED || pe_state(v) == PE_REMOVED)
+                return 0;
+        /* STAGED: moved before the event, dead content. The worker's CAS
+         * fails and it lets the page go */
         mmclient_entry_drop(c->mm, e);
         return 0;
 }
@@ -351,13 +365,22 @@ static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
                         return;
                 n = (size_t)got / 8;
                 for (size_t i = 0; i < n; i++) {
-                        if (!(pm[i] & ((uint64_t)1 << 63)))
+                        if (!(pm[i] & PM_PRESENT))
                                 continue;
                         _Atomic uint64_t *e = pindex_entry(mm->index, a + i * ZSWAP_PAGE_SIZE, true);
-                        uint64_t zero = 0;
-                        if (e)
-                                atomic_compare_exchange_strong_explicit(e, &zero, pe_make_removed(pm[i] & ((1ull << 55) - 1)),
-                                                                        memory_order_acq_rel, memory_order_relaxed);
+                        if (!e)
+                                continue;
+                        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+                        for (;;) {
+                                unsigned st = pe_state(v);
+                                uint64_t nv = st == PE_EMPTY    ? pe_make_removed()
+                                              : st == PE_MOVING ? pe_with_state(v, PE_MOVING_REMOVED)
+                                                                : v;
+                                /* the planner may have chosen it since remove_cb */
+                                if (nv == v || atomic_compare_exchange_weak_explicit(e, &v, nv, memory_order_acq_rel,
+                                                                                     memory_order_acquire))
+                                        break;
+                        }
                 }
                 a += n * ZSWAP_PAGE_SIZE;
         }
@@ -390,7 +413,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (p)
                         (*p)->addr = to;
                 uffd_wake(c->mm->uffd, addr);
-        } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED) {
+        } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED || pe_state(v) == PE_MOVING_REMOVED) {
                 /* the worker and the manager know the page by its old
                  * address; take it over now and install it where it went */
                 serve(c->ft, c->mm, to, false);
@@ -599,6 +622,7 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_STORED:
         case PE_SAME:
         case PE_MOVING:
+        case PE_MOVING_REMOVED:
         case PE_STAGED:
                 c->budget--;
                 serve(c->ft, c->mm, addr, false);

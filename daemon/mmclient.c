@@ -86,9 +86,7 @@ MMClient *mmclient_ref(MMClient *mm) {
         return mm;
 }
 
-void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e) {
-        uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
-
+void mmclient_release_payload(MMClient *mm, uint64_t v) {
         switch (pe_state(v)) {
         case PE_STORED:
                 pool_release(mm->m->pool, pe_handle(v));
@@ -101,23 +99,28 @@ void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e) {
         case PE_STAGED:
                 atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
                 break;
+        case PE_LOADING:
+                mmclient_release_payload(mm, pe_loading_origin(v));
+                break;
         default:
                 break;
         }
 }
 
-static int drop_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
-        MMClient *mm = ud;
+void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e) {
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
-        if (pe_state(v) == PE_LOADING) {
-                /* nobody can own it any more: the last reference is gone */
-                uint64_t origin = pe_loading_origin(v);
-                if (pe_state(origin) == PE_STORED)
-                        pool_release(mm->m->pool, pe_handle(origin));
-                atomic_store_explicit(e, 0, memory_order_relaxed);
-                return 0;
-        }
-        mmclient_entry_drop(mm, e);
+
+        do {
+                /* a LOADING entry is owned by its fault thread, which decides */
+                if (pe_state(v) == PE_LOADING || v == 0)
+                        return;
+        } while (!atomic_compare_exchange_weak_explicit(e, &v, 0, memory_order_acq_rel, memory_order_acquire));
+        mmclient_release_payload(mm, v);
+}
+
+static int drop_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        /* the last reference is gone: nobody owns a LOADING entry any more */
+        mmclient_release_payload(ud, atomic_exchange_explicit(e, 0, memory_order_acq_rel));
         return 0;
 }
 
@@ -141,6 +144,14 @@ MMClient *mmclient_unref(MMClient *mm) {
         free(mm->regions);
         free(mm);
         return NULL;
+}
+
+uint64_t mmclient_pagemap(MMClient *mm, uint64_t addr) {
+        uint64_t pm = 0;
+        if (mm->pagemap_fd < 0 ||
+            pread(mm->pagemap_fd, &pm, sizeof(pm), (off_t)(addr >> ZSWAP_PAGE_SHIFT) * 8) != sizeof(pm))
+                return 0;
+        return pm;
 }
 
 bool mmclient_alive(MMClient *mm) {

@@ -112,8 +112,19 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src);
  * false if none. Takes regions_lock. */
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
 
-/* Release whatever an entry holds (pool object) and zero it. */
+/* Release what entry value v holds (pool object, counters); for LOADING,
+ * what the state it came from held. */
+void mmclient_release_payload(MMClient *mm, uint64_t v);
+/* Zero an entry and release what it held, unless a fault thread owns it
+ * (LOADING): then the owner releases it. */
 void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e);
+
+/* The /proc/PID/pagemap word of addr; 0 if it cannot be read. */
+uint64_t mmclient_pagemap(MMClient *mm, uint64_t addr);
+#define PM_PRESENT ((uint64_t)1 << 63)
+#define PM_SWAP ((uint64_t)1 << 62)
+#define PM_FILE ((uint64_t)1 << 61)
+#define PM_PFN(pm) ((pm) & ((1ull << 55) - 1))
 
 /* Is the process still alive (pidfd not readable)? */
 bool mmclient_alive(MMClient *mm);
