@@ -108,6 +108,9 @@ int main(int argc, char **argv) {
                (unsigned long long)s.stored_pages, (unsigned long long)s.same_pages,
                (unsigned long long)s.incompressible_pages);
         zswap_get_stats(c, ZSWAP_STATS_GLOBAL, &s);
+        printf("  compressed objects: %.1f MiB; pool chunks: %.1f MiB (packing overhead %.1f %%)\n",
+               (double)s.compressed_bytes / 1048576, (double)s.pool_bytes / 1048576,
+               s.compressed_bytes ? 100.0 * ((double)s.pool_bytes - (double)s.compressed_bytes) / (double)s.compressed_bytes : 0.0);
         printf("  pool: %llu MiB for %llu MiB of pages (ratio %.2f); saved %llu MiB\n",
                (unsigned long long)(s.pool_bytes >> 20), (unsigned long long)(s.original_bytes >> 20),
                s.pool_bytes ? (double)s.original_bytes / (double)s.pool_bytes : 0.0,

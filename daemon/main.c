@@ -20,6 +20,7 @@ static void help(void) {
                "  -w, --workers N         compression worker threads (default: CPUs)\n"
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
+               "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
                "  -u, --allow-users       admit clients that are not root\n"
                "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
                "  -v, --verbose           log debug messages\n"
@@ -42,14 +43,15 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "socket", required_argument, NULL, 's' },      { "compressor", required_argument, NULL, 'c' },
                 { "level", required_argument, NULL, 'l' },       { "workers", required_argument, NULL, 'w' },
                 { "fault-threads", required_argument, NULL, 't' }, { "pool-max", required_argument, NULL, 'p' },
-                { "allow-users", no_argument, NULL, 'u' },       { "foreground", no_argument, NULL, 'f' },
+                { "allow-users", no_argument, NULL, 'u' },
+                { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
                 {}
         };
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:ufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:ufvh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -83,6 +85,12 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case 'u':
                         cfg->allow_users = true;
                         break;
+                case 'S':
+                        if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
+                                fprintf(stderr, "zswapd: --fault-spin-us takes 0..10000\n");
+                                return -EINVAL;
+                        }
+                        break;
                 case 'f':
                         break;
                 case 'v':
@@ -109,6 +117,7 @@ int main(int argc, char **argv) {
                 .codec = CODEC_LZ4,
                 .workers = ncpu > 0 ? (unsigned)ncpu : 1,
                 .fault_threads = ncpu > 0 ? (unsigned)ncpu : 1,
+                .fault_spin_us = 50,
                 .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
                 .max_regions = 4096,
                 .max_registered = UINT64_MAX,

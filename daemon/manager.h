@@ -21,6 +21,7 @@ typedef struct ManagerConfig {
         int level;
         unsigned workers;       /* compression workers */
         unsigned fault_threads; /* threads serving faults */
+        unsigned fault_spin_us; /* poll this long after a fault before sleeping */
         uint64_t pool_max;      /* bytes, 0 = unlimited */
         uint32_t max_compressed; /* larger compressed pages are incompressible */
         uint64_t max_regions;   /* per client */
