@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <sys/un.h>
 
 #include "macro.h"
@@ -74,6 +75,7 @@ struct zswap_client {
         pthread_cond_t cond;
         Pending *pending;
         bool dead;            /* the daemon hung up */
+        bool wait_limited;    /* waits for replies time out (set while forking) */
         Range *ranges;        /* what we registered, for disconnect */
         size_t nranges;
 
@@ -137,8 +139,20 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
         r = zmsg_send(c->sock, msg, len, fds, nfds);
 
         pthread_mutex_lock(&c->lock);
-        while (r >= 0 && !p->done && !c->dead)
-                pthread_cond_wait(&c->cond, &c->lock);
+        while (r >= 0 && !p->done && !c->dead) {
+                if (!c->wait_limited) {
+                        pthread_cond_wait(&c->cond, &c->lock);
+                        continue;
+                }
+                /* the fork handler never waits forever on a stuck daemon */
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_sec += 10;
+                if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && !p->done) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+        }
         for (Pending **q = &c->pending; *q; q = &(*q)->next)
                 if (*q == p) {
                         *q = p->next;
@@ -146,6 +160,8 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
                 }
         if (r >= 0)
                 r = p->done ? p->len : -ENOTCONN;
+        else if (r == -ETIMEDOUT && p->fd >= 0)
+                p->fd = safe_close(p->fd);
         pthread_mutex_unlock(&c->lock);
         return r;
 }
@@ -406,13 +422,21 @@ static void atfork_install(void) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
+static void cond_init_monotonic(pthread_cond_t *cond) {
+        pthread_condattr_t a;
+        pthread_condattr_init(&a);
+        pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+        pthread_cond_init(cond, &a);
+        pthread_condattr_destroy(&a);
+}
+
 static int client_alloc(const char *path, struct zswap_client **ret) {
         struct zswap_client *c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
         c->sock = c->uffd = c->stage_uffd = -1;
         pthread_mutex_init(&c->lock, NULL);
-        pthread_cond_init(&c->cond, NULL);
+        cond_init_monotonic(&c->cond);
         snprintf(c->path, sizeof(c->path), "%s", path);
         c->staging = mmap(NULL, STAGING_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (c->staging == MAP_FAILED) {
@@ -610,8 +634,14 @@ static void atfork_prepare(void) {
                 ZMsgHeader h;
                 zmsg_init(&h, ZMSG_FORK_PREPARE, 0, sizeof(h));
                 /* waits until no page of ours is in flight; a dead daemon
-                 * answers at once with ENOTCONN */
+                 * answers at once with ENOTCONN, a stuck one times out */
+                pthread_mutex_lock(&c->lock);
+                c->wait_limited = true;
+                pthread_mutex_unlock(&c->lock);
                 request(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL);
+                pthread_mutex_lock(&c->lock);
+                c->wait_limited = false;
+                pthread_mutex_unlock(&c->lock);
         }
 }
 
@@ -669,7 +699,8 @@ static void atfork_child(void) {
                 c->pending = NULL;
                 c->dead = false;
                 pthread_mutex_init(&c->lock, NULL);
-                pthread_cond_init(&c->cond, NULL);
+                cond_init_monotonic(&c->cond);
+                c->wait_limited = false;
                 /* the staging copy is not registered in the child: free it */
                 madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
                 if (child_reconnect(c) < 0) {
