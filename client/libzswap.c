@@ -1,16 +1,19 @@
 /*
  * libzswap.c: the client side of zswapd.
  *
- * A client is one connection to the daemon plus two userfaultfds created
- * in this process through the /dev/userfaultfd descriptor the daemon hands
+ * A client is one connection to the daemon plus one userfaultfd created in
+ * this process through the /dev/userfaultfd descriptor the daemon hands
  * over (so kernel-mode faults, e.g. read(2) into evicted memory, reach the
- * daemon; UFFD_USER_MODE_ONLY is never used):
- *   - the main uffd, whose faults and events the daemon reads. We keep our
- *     own reference for as long as the process lives, so a dying daemon
- *     never makes the kernel unregister our memory and zero-fill it;
- *   - the staging uffd, private to us, on which the agent thread issues
- *     UFFDIO_MOVE: a page leaves our page table atomically into the
- *     staging area, where the daemon reads it (process_vm_readv).
+ * daemon; UFFD_USER_MODE_ONLY is never used). The daemon reads its faults
+ * and events. We keep our own reference for as long as the process lives,
+ * so a dying daemon never makes the kernel unregister our memory and
+ * zero-fill it. The agent thread issues UFFDIO_MOVE on the same uffd: a
+ * page leaves our page table atomically into the staging area (registered
+ * on that uffd in write-protect mode, never armed, because a move's
+ * destination must be), where the daemon reads it (process_vm_readv).
+ * Moving through the daemon's own uffd matters: the kernel refuses a move
+ * (EAGAIN) while an munmap/madvise/mremap/fork event of that uffd is
+ * pending, so no page leaves while the daemon has not seen the change.
  *
  * The agent thread is the only reader of the socket. It executes the
  * daemon's MOVE and RELEASE commands (only this process may move or free
@@ -51,6 +54,7 @@
 typedef struct Pending {
         struct Pending *next;
         uint32_t id;
+        unsigned timeout_s; /* 0: wait for as long as the daemon lives */
         bool done;
         ssize_t len;
         int fd;
@@ -64,7 +68,6 @@ typedef struct Range {
 struct zswap_client {
         int sock;
         int uffd;
-        int stage_uffd;
         uint8_t *staging;
         char path[108];
 
@@ -75,7 +78,7 @@ struct zswap_client {
         pthread_cond_t cond;
         Pending *pending;
         bool dead;            /* the daemon hung up */
-        bool wait_limited;    /* waits for replies time out (set while forking) */
+        bool keep_uffd;       /* pages may still be held: never close our uffd */
         Range *ranges;        /* what we registered, for disconnect */
         size_t nranges;
 
@@ -140,14 +143,14 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
 
         pthread_mutex_lock(&c->lock);
         while (r >= 0 && !p->done && !c->dead) {
-                if (!c->wait_limited) {
+                if (!p->timeout_s) {
                         pthread_cond_wait(&c->cond, &c->lock);
                         continue;
                 }
                 /* the fork handler never waits forever on a stuck daemon */
                 struct timespec ts;
                 clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_sec += 10;
+                ts.tv_sec += p->timeout_s;
                 if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT && !p->done) {
                         r = -ETIMEDOUT;
                         break;
@@ -166,10 +169,11 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
         return r;
 }
 
-/* Send msg (its header id is set here) and wait for the reply. Returns the
- * reply's status (or value >= 0 through *value), or -errno. */
-static int request(struct zswap_client *c, void *msg, size_t len, const int *fds, size_t nfds, void *reply,
-                   size_t reply_cap, int *rfd, int64_t *value) {
+/* Send msg (its header id is set here) and wait for the reply, at most
+ * timeout_s seconds if not 0. Returns the reply's status (or value >= 0
+ * through *value), or -errno. */
+static int request_timed(struct zswap_client *c, void *msg, size_t len, const int *fds, size_t nfds, void *reply,
+                         size_t reply_cap, int *rfd, int64_t *value, unsigned timeout_s) {
         ZMsgHeader *h = msg;
         Pending *p = NULL;
         _Alignas(8) uint8_t local[ZSWAP_MSG_MAX];
@@ -177,6 +181,8 @@ static int request(struct zswap_client *c, void *msg, size_t len, const int *fds
 
         if (rfd)
                 *rfd = -1;
+        if (c->sock < 0)
+                return -ENOTCONN;
         h->id = new_id(c);
         if (c->agent_running) {
                 p = calloc(1, sizeof(*p));
@@ -184,6 +190,7 @@ static int request(struct zswap_client *c, void *msg, size_t len, const int *fds
                         return -ENOMEM;
                 p->id = h->id;
                 p->fd = -1;
+                p->timeout_s = timeout_s;
                 n = request_agent(c, p, msg, len, fds, nfds);
                 if (n > 0)
                         memcpy(local, p->buf, (size_t)n);
@@ -209,20 +216,29 @@ static int request(struct zswap_client *c, void *msg, size_t len, const int *fds
         return rep->status;
 }
 
+static int request(struct zswap_client *c, void *msg, size_t len, const int *fds, size_t nfds, void *reply,
+                   size_t reply_cap, int *rfd, int64_t *value) {
+        return request_timed(c, msg, len, fds, nfds, reply, reply_cap, rfd, value, 0);
+}
+
 /* ---- the agent ---- */
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 static void cow_break(uint64_t addr) {
-        /* A page shared after fork (or by KSM) cannot be moved. An atomic
-         * add of zero writes it, giving us a private copy, without losing a
-         * concurrent write of another thread. UFFDIO_MOVE only runs on
-         * writable memory, so this cannot fault on a read-only page. */
-        __atomic_fetch_add((uint64_t *)(uintptr_t)addr, 0, __ATOMIC_SEQ_CST);
+        /* A page shared after fork (or by KSM) cannot be moved. Populating
+         * it for writing gives us a private copy without writing a byte (so
+         * no concurrent write of another thread can be lost), and fails
+         * with an error rather than a signal if the page went away. */
+        madvise((void *)(uintptr_t)addr, ZSWAP_PAGE_SIZE, MADV_POPULATE_WRITE);
 }
 
 static int move_one(struct zswap_client *c, uint64_t src, uint64_t dst, uint64_t npages, int64_t *moved) {
         struct uffdio_move mv = { .dst = dst, .src = src, .len = npages * ZSWAP_PAGE_SIZE,
                                   .mode = UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES };
-        int r = ioctl(c->stage_uffd, UFFDIO_MOVE, &mv);
+        int r = ioctl(c->uffd, UFFDIO_MOVE, &mv);
         *moved = mv.move > 0 ? mv.move / (int64_t)ZSWAP_PAGE_SIZE : 0;
         return r < 0 ? -errno : 0;
 }
@@ -266,12 +282,25 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
         zmsg_send(c->sock, &done, sizeof(done), NULL, 0);
 }
 
+/* Free staging slots. The range is unregistered around the MADV_DONTNEED:
+ * a registered range would send the daemon a REMOVE event and block us
+ * until it reads it, which a dead daemon never does. No move targets a
+ * lane while it is being released. */
+static void staging_free(struct zswap_client *c, size_t off, size_t len) {
+        struct uffdio_range r = { .start = (uintptr_t)c->staging + off, .len = len };
+        struct uffdio_register reg = { .range = r, .mode = UFFDIO_REGISTER_MODE_WP };
+        bool registered = ioctl(c->uffd, UFFDIO_UNREGISTER, &r) == 0;
+
+        madvise(c->staging + off, len, MADV_DONTNEED);
+        if (registered)
+                ioctl(c->uffd, UFFDIO_REGISTER, &reg);
+}
+
 static void agent_release(struct zswap_client *c, const ZMsgRelease *m) {
         ZMsgRelease done = *m;
 
         if ((uint64_t)m->slot0 + m->nslots <= STAGING_BYTES / ZSWAP_PAGE_SIZE)
-                madvise(c->staging + (size_t)m->slot0 * ZSWAP_PAGE_SIZE, (size_t)m->nslots * ZSWAP_PAGE_SIZE,
-                        MADV_DONTNEED);
+                staging_free(c, (size_t)m->slot0 * ZSWAP_PAGE_SIZE, (size_t)m->nslots * ZSWAP_PAGE_SIZE);
         zmsg_init(&done.hdr, ZMSG_RELEASE_DONE, m->hdr.id, sizeof(done));
         zmsg_send(c->sock, &done, sizeof(done), NULL, 0);
 }
@@ -368,25 +397,17 @@ static int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         return r;
 }
 
-/* Create the staging uffd from devfd and register the staging area on it. */
-static int staging_setup(struct zswap_client *c, int devfd) {
-        struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_MOVE };
+/* Register the staging area on our uffd: write-protect mode, never armed,
+ * only because UFFDIO_MOVE needs its destination in a range of the uffd it
+ * runs on. Needs the daemon's UFFDIO_API handshake done (after ATTACH). */
+static int staging_register(struct zswap_client *c) {
         struct uffdio_register reg = { .range = { .start = (uintptr_t)c->staging, .len = STAGING_BYTES },
                                        .mode = UFFDIO_REGISTER_MODE_WP };
 
-        c->stage_uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        if (c->stage_uffd < 0)
-                return -errno;
-        if (ioctl(c->stage_uffd, UFFDIO_API, &api) < 0)
-                return -errno;
-        if (!(api.features & UFFD_FEATURE_MOVE))
-                return -EOPNOTSUPP;
         /* a read of a slot maps the 4 KiB zero page, never a huge one that
          * would cover other slots */
         madvise(c->staging, STAGING_BYTES, MADV_NOHUGEPAGE);
-        /* registered (write-protect mode, never armed) only because
-         * UFFDIO_MOVE needs its destination in a uffd range of its own */
-        if (ioctl(c->stage_uffd, UFFDIO_REGISTER, &reg) < 0)
+        if (ioctl(c->uffd, UFFDIO_REGISTER, &reg) < 0)
                 return -errno;
         return 0;
 }
@@ -401,11 +422,20 @@ static int attach(struct zswap_client *c, bool with_uffd) {
 static void client_free(struct zswap_client *c) {
         if (c->sock >= 0)
                 shutdown(c->sock, SHUT_RDWR);
-        if (c->agent_running)
-                pthread_join(c->agent, NULL);
+        if (c->agent_running) {
+                /* the agent leaves on EOF; it never blocks on the daemon, but
+                 * do not hang a program's exit on it if it does */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 5;
+                if (pthread_timedjoin_np(c->agent, NULL, &ts) != 0) {
+                        pthread_detach(c->agent);
+                        return; /* leak the client rather than free what the agent uses */
+                }
+        }
         safe_close(c->sock);
-        safe_close(c->stage_uffd);
-        safe_close(c->uffd);
+        if (!c->keep_uffd)
+                safe_close(c->uffd);
         if (c->staging && c->staging != MAP_FAILED)
                 munmap(c->staging, STAGING_BYTES);
         pthread_mutex_destroy(&c->lock);
@@ -434,7 +464,7 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
         struct zswap_client *c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        c->sock = c->uffd = c->stage_uffd = -1;
+        c->sock = c->uffd = -1;
         pthread_mutex_init(&c->lock, NULL);
         cond_init_monotonic(&c->cond);
         snprintf(c->path, sizeof(c->path), "%s", path);
@@ -458,14 +488,19 @@ static int connect_client(struct zswap_client *c) {
         if (r < 0)
                 return r;
         c->uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        r = c->uffd < 0 ? -errno : staging_setup(c, devfd);
+        r = c->uffd < 0 ? -errno : 0;
         close(devfd);
         if (r < 0)
                 return r;
         r = agent_start(c);
         if (r < 0)
                 return r;
-        return attach(c, true);
+        r = attach(c, true);
+        if (r < 0)
+                return r;
+        /* the daemon moves nothing before our first PAGEOUT, which can only
+         * come after this */
+        return staging_register(c);
 }
 
 _public_ int zswap_connect(const char *socket_path, struct zswap_client **ret) {
@@ -611,11 +646,12 @@ _public_ void zswap_disconnect(struct zswap_client *c) {
                 if (!any)
                         break;
                 if (range_request(c, ZMSG_UNREGISTER, (void *)(uintptr_t)g.addr, g.len, NULL) < 0) {
-                        /* the daemon is gone: our uffd keeps the memory
-                         * registered, so an evicted page waits rather than
-                         * reading back as zeros */
+                        /* the daemon is gone (or refuses): our uffd must stay
+                         * open, so that the memory stays registered and an
+                         * evicted page waits rather than reading as zeros */
                         pthread_mutex_lock(&c->lock);
                         c->nranges--;
+                        c->keep_uffd = true;
                         pthread_mutex_unlock(&c->lock);
                         continue;
                 }
@@ -635,13 +671,7 @@ static void atfork_prepare(void) {
                 zmsg_init(&h, ZMSG_FORK_PREPARE, 0, sizeof(h));
                 /* waits until no page of ours is in flight; a dead daemon
                  * answers at once with ENOTCONN, a stuck one times out */
-                pthread_mutex_lock(&c->lock);
-                c->wait_limited = true;
-                pthread_mutex_unlock(&c->lock);
-                request(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL);
-                pthread_mutex_lock(&c->lock);
-                c->wait_limited = false;
-                pthread_mutex_unlock(&c->lock);
+                request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
         }
 }
 
@@ -674,11 +704,15 @@ static int child_reconnect(struct zswap_client *c) {
                         break;
                 usleep(5000);
         }
+        safe_close(devfd);
         if (r == 0 && c->uffd < 0)
                 r = -EPROTO;
-        if (r == 0)
-                r = staging_setup(c, devfd);
-        safe_close(devfd);
+        if (r < 0)
+                return r;
+        /* the staging area came with the fork, registered on our new uffd,
+         * with whatever the parent had in it: free that first */
+        staging_free(c, 0, STAGING_BYTES);
+        r = staging_register(c);
         if (r < 0)
                 return r;
         r = agent_start(c);
@@ -694,15 +728,11 @@ static void atfork_child(void) {
                 /* what we inherited belongs to the parent */
                 c->sock = safe_close(c->sock);
                 c->uffd = safe_close(c->uffd);
-                c->stage_uffd = safe_close(c->stage_uffd);
                 c->agent_running = false;
                 c->pending = NULL;
                 c->dead = false;
                 pthread_mutex_init(&c->lock, NULL);
                 cond_init_monotonic(&c->cond);
-                c->wait_limited = false;
-                /* the staging copy is not registered in the child: free it */
-                madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
                 if (child_reconnect(c) < 0) {
                         /* carry on unmanaged; the daemon still serves the
                          * pages it holds for us through the uffd it got */

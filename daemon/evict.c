@@ -69,15 +69,19 @@ static void job_fail_all(MMClient *mm, Lane *lane, uint32_t slot0) {
 }
 
 static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr, uint64_t v, int why) {
+        /* pin the lane until the fault thread has read the slot */
+        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
         Work *w = work_new(FW_INSTALL, mm);
-        if (!w)
-                return; /* stays STAGED; the drain below waits, the fault path can still serve it */
+        if (!w) {
+                /* the page stays STAGED in a lane that stays pinned: a fault
+                 * still finds it; eviction loses this lane, no page is lost */
+                log_error("pid %d: out of memory handing a page back; staging lane %u kept", (int)mm->pid, lane_idx);
+                return;
+        }
         w->a = addr;
         w->v = v;
         w->lane = lane_idx;
         w->status = why;
-        /* pin the lane until the fault thread has read the slot */
-        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
         fault_thread_post(mm->ft, w);
 }
 
@@ -136,10 +140,14 @@ static void job_compress(Worker *wk, Work *w) {
 
         r = mmclient_read(mm, mm->staging_addr + (uint64_t)slot0 * ZSWAP_PAGE_SIZE, wk->buf,
                           (size_t)lane->npages * ZSWAP_PAGE_SIZE);
-        if (r < 0) {
-                if (r != -ESRCH)
-                        log_error("pid %d: cannot read staging: %s", (int)mm->pid, strerror(-r));
-                job_fail_all(mm, lane, slot0);
+        if (r == -ESRCH)
+                job_fail_all(mm, lane, slot0); /* the process is gone, and its pages with it */
+        else if (r < 0) {
+                /* the pages are still in the slots: each goes back where it came from */
+                log_error("pid %d: cannot read staging (%s): putting %u pages back", (int)mm->pid, strerror(-r),
+                          lane->npages);
+                for (uint32_t i = 0; i < lane->npages; i++)
+                        hand_back(mm, lane, w->lane, lane->addrs[i], pe_make_slot(PE_STAGED, slot0 + i), -ENOMEM);
         } else
                 for (uint32_t i = 0; i < lane->npages; i++)
                         stored += store_page(wk, mm, lane, w->lane, i, wk->buf + (size_t)i * ZSWAP_PAGE_SIZE);
@@ -436,8 +444,16 @@ void evict_pump(Manager *m, MMClient *mm) {
         while (!atomic_load_explicit(&mm->dead, memory_order_relaxed) && pump_one(m, mm, &budget))
                 ;
         if (mm->fork_reply_id && evict_settled(mm) && mm->conn) {
-                conn_reply(mm->conn, mm->fork_reply_id, 0, 0);
-                mm->fork_reply_id = 0;
+                /* answered once the fault thread has also caught up (pages
+                 * handed back to it, events): see manager.c range_request() */
+                Work *w = work_new(FW_SYNC, mm);
+                if (w) {
+                        w->id = mm->fork_reply_id;
+                        w->status = ZMSG_FORK_PREPARE;
+                        w->v = mm->conn->serial;
+                        fault_thread_post(mm->ft, w);
+                        mm->fork_reply_id = 0;
+                }
         }
 }
 
@@ -446,7 +462,10 @@ static void lane_try_release(Manager *m, MMClient *mm, unsigned li) {
         ZMsgRelease msg;
 
         /* seq_cst pairs with the fault thread's increment before it reads a
-         * slot: if we see 0 here, any later reader sees its entry changed */
+         * slot: if we see 0 here, any later reader sees its entry changed.
+         * The fence orders the entry CASes that ended the batch (worker,
+         * seen through the inbox) before this load in the C11 model too. */
+        atomic_thread_fence(memory_order_seq_cst);
         if (atomic_load_explicit(&lane->users, memory_order_seq_cst) != 0)
                 return;
         if (!mm->conn) {
@@ -484,13 +503,6 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                 bool moved = msg->moved[i / 64] & ((uint64_t)1 << (i % 64));
                 if (!e)
                         continue;
-                uint64_t cur = atomic_load_explicit(e, memory_order_acquire);
-                if (pe_state(cur) == PE_MOVING_REMOVED && pe_slot(cur) == slot) {
-                        /* MADV_DONTNEED/munmap came between plan and move, and
-                         * no fault since: what was moved is dead */
-                        v = cur;
-                        moved = false;
-                }
                 if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_make_slot(PE_STAGED, slot),
                                                                       memory_order_acq_rel, memory_order_relaxed)) {
                         atomic_fetch_add_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);

@@ -38,6 +38,7 @@
 
 typedef struct Retry {
         struct Retry *next;
+        bool reserved;     /* from the thread's reserve, not malloc */
         MMClient *mm;      /* reference */
         uint64_t addr;
         uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
@@ -53,6 +54,7 @@ struct FaultThread {
         Inbox inbox;
         CodecDCtx *dctx;
         Retry *retries;     /* this thread only */
+        Retry *reserve;     /* spare retries for when malloc fails; this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
         MMClient **owned;   /* this thread only */
         size_t nowned;
@@ -109,16 +111,30 @@ static void loading_release(MMClient *mm, uint64_t loading) {
         mmclient_release_payload(mm, loading);
 }
 
+#define RETRY_RESERVE 64
+
+static void retry_free(FaultThread *ft, Retry *r) {
+        mmclient_unref(r->mm);
+        if (r->reserved) {
+                r->next = ft->reserve;
+                ft->reserve = r;
+        } else
+                free(r);
+}
+
 static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page) {
         Retry *r = malloc(sizeof(*r));
-        if (!r) {
-                /* no memory for the retry: spin on the copy instead of losing the page */
-                for (;;) {
-                        int q = page ? uffd_copy(mm->uffd, addr, page) : uffd_zeropage(mm->uffd, addr);
-                        if (q != -EAGAIN)
-                                return;
-                        sched_yield();
-                }
+        if (r)
+                r->reserved = false;
+        else if (ft->reserve) {
+                /* the page must not be lost, and spinning here cannot help:
+                 * only this thread reads the event the copy waits for */
+                r = ft->reserve;
+                ft->reserve = r->next;
+        } else {
+                log_error("pid %d: out of memory and retry reserve: page at %#llx stays pending",
+                          (int)mm->pid, (unsigned long long)addr);
+                return;
         }
         r->mm = mmclient_ref(mm);
         r->addr = addr;
@@ -253,19 +269,6 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
                                 return;
                         v = atomic_load_explicit(e, memory_order_acquire);
                         continue;
-                case PE_MOVING_REMOVED: {
-                        /* dropped while chosen for eviction, touched again now.
-                         * If the agent moved the page already, it moved the dead
-                         * frame: forget it. If not, what it moves later is what
-                         * the program writes after this fault: keep it. */
-                        uint64_t pm = mmclient_pagemap(mm, mm->staging_addr + (uint64_t)pe_slot(v) * ZSWAP_PAGE_SIZE);
-                        uint64_t nv = (pm & PM_PRESENT) ? 0 : pe_make_slot(PE_MOVING, pe_slot(v));
-                        if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_acq_rel,
-                                                                     memory_order_acquire))
-                                continue;
-                        serve_zero(ft, mm, addr, write);
-                        return;
-                }
                 case PE_STORED:
                 case PE_SAME: {
                         uint64_t loading = pe_make_loading(v);
@@ -298,11 +301,10 @@ static Retry **retry_find(FaultThread *ft, MMClient *mm, uint64_t addr) {
         return NULL;
 }
 
-static void retry_drop(Retry **p) {
+static void retry_drop(FaultThread *ft, Retry **p) {
         Retry *r = *p;
         *p = r->next;
-        mmclient_unref(r->mm);
-        free(r);
+        retry_free(ft, r);
 }
 
 typedef struct RangeCtx {
@@ -313,6 +315,34 @@ typedef struct RangeCtx {
         int errors;
 } RangeCtx;
 
+/*
+ * A page chosen for eviction (MOVING) in a range the program just dropped
+ * or unmapped. The agent may not have moved it yet; whatever it would move
+ * from now on is either the dying frame or, after munmap, a new mapping's
+ * page that is not ours. Reading the slot maps the zero page there, and
+ * UFFDIO_MOVE refuses a destination that is populated: the move can no
+ * longer happen. If it happened already, the slot holds dead content. The
+ * entry is dropped either way; the manager's and worker's CAS will fail.
+ */
+static void moving_cancel(MMClient *mm, _Atomic uint64_t *e, uint64_t v) {
+        for (;;) {
+                unsigned st = pe_state(v);
+                if (st == PE_MOVING) {
+                        uint8_t byte;
+                        mmclient_read(mm, mm->staging_addr + (uint64_t)pe_slot(v) * ZSWAP_PAGE_SIZE, &byte, 1);
+                        if (atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
+                                                                    memory_order_acquire))
+                                return;
+                        continue; /* MOVE_DONE made it STAGED meanwhile */
+                }
+                if (st == PE_STAGED) {
+                        mmclient_entry_drop(mm, e); /* moved before the event: dead */
+                        return;
+                }
+                return;
+        }
+}
+
 static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RangeCtx *c = ud;
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
@@ -321,21 +351,17 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 Retry **p = retry_find(c->ft, c->mm, addr);
                 if (p) {
                         loading_release(c->mm, (*p)->loading);
-                        retry_drop(p);
+                        retry_drop(c->ft, p);
                         atomic_store_explicit(e, 0, memory_order_release);
                         uffd_wake(c->mm->uffd, addr);
                 }
                 return 0;
         }
         if (pe_state(v) == PE_MOVING) {
-                /* the agent may still move this page, before the zap (dead
-                 * content) or after it (a hole, or content written after a
-                 * fault we will see first): doom it until that fault */
-                atomic_compare_exchange_strong_explicit(e, &v, pe_with_state(v, PE_MOVING_REMOVED),
-                                                        memory_order_acq_rel, memory_order_relaxed);
+                moving_cancel(c->mm, e, v);
                 return 0;
         }
-        if (pe_state(v) == PE_MOVING_REMOVED || pe_state(v) == PE_REMOVED)
+        if (pe_state(v) == PE_REMOVED)
                 return 0;
         /* STAGED: moved before the event, dead content. The worker's CAS
          * fails and it lets the page go */
@@ -373,12 +399,14 @@ static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
                         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
                         for (;;) {
                                 unsigned st = pe_state(v);
-                                uint64_t nv = st == PE_EMPTY    ? pe_make_removed()
-                                              : st == PE_MOVING ? pe_with_state(v, PE_MOVING_REMOVED)
-                                                                : v;
-                                /* the planner may have chosen it since remove_cb */
-                                if (nv == v || atomic_compare_exchange_weak_explicit(e, &v, nv, memory_order_acq_rel,
-                                                                                     memory_order_acquire))
+                                if (st == PE_MOVING || st == PE_STAGED) {
+                                        /* the planner chose it since remove_cb */
+                                        moving_cancel(mm, e, v);
+                                        break;
+                                }
+                                if (st != PE_EMPTY ||
+                                    atomic_compare_exchange_weak_explicit(e, &v, pe_make_removed(), memory_order_acq_rel,
+                                                                          memory_order_acquire))
                                         break;
                         }
                 }
@@ -390,10 +418,17 @@ static void event_remove(FaultThread *ft, MMClient *mm, uint64_t start, uint64_t
         RangeCtx c = { .ft = ft, .mm = mm };
 
         pindex_walk(mm->index, start, end, remove_cb, &c);
-        if (unmap)
+        if (unmap) {
                 mmclient_region_remove(mm, start, end, false);
-        else
-                tombstone_mapped(mm, start, end);
+                return;
+        }
+        /* only what we manage: the staging area is registered too, and
+         * MADV_DONTNEED of it (RELEASE) comes here as well */
+        for (uint64_t s = start, e = end; s < end; s = e, e = end) {
+                if (!mmclient_region_clip(mm, &s, &e))
+                        break;
+                tombstone_mapped(mm, s, e);
+        }
 }
 
 static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
@@ -413,7 +448,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (p)
                         (*p)->addr = to;
                 uffd_wake(c->mm->uffd, addr);
-        } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED || pe_state(v) == PE_MOVING_REMOVED) {
+        } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED) {
                 /* the worker and the manager know the page by its old
                  * address; take it over now and install it where it went */
                 serve(c->ft, c->mm, to, false);
@@ -448,6 +483,9 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         switch (pe_state(v)) {
         case PE_EMPTY:
                 nv = v; /* keeps the incompressible mark */
+                break;
+        case PE_REMOVED:
+                /* the parent's dying frame is still mapped in the child */
                 break;
         case PE_SAME:
                 nv = v;
@@ -515,9 +553,10 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
         if (c.errors)
                 log_error("pid %d: %d pages could not be copied to a forked child", (int)mm->pid, c.errors);
-        if (mm->fork_token_addr)
-                mmclient_read(mm, mm->fork_token_addr, &child->fork_token, sizeof(child->fork_token));
-        child->parent = mm; /* only compared, never dereferenced after the parent goes */
+        /* the token of this fork was read at FORK_PREPARE: reading it now
+         * could see the next fork's already */
+        child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
+        child->parent_pid = mm->pid;
         child->ft = ft;
         fault_thread_own(ft, child);
         manager_adopt_orphan(mm->m, child); /* hands over our reference */
@@ -547,20 +586,23 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
 }
 
 /* Read and handle messages until the uffd is empty. */
+/* Read and handle messages until the uffd is empty. One message per read:
+ * the kernel lets a munmap() or madvise() return once its event is read,
+ * so an event must be handled right after it is read, not after a batch
+ * of faults read with it. */
 static void drain_uffd(FaultThread *ft, MMClient *mm) {
-        struct uffd_msg msgs[32];
+        struct uffd_msg msg;
 
         for (;;) {
-                ssize_t n = read(mm->uffd, msgs, sizeof(msgs));
+                ssize_t n = read(mm->uffd, &msg, sizeof(msg));
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
                         return; /* EAGAIN: empty */
                 }
-                if (n == 0)
+                if (n != sizeof(msg))
                         return;
-                for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++)
-                        handle_msg(ft, mm, &msgs[i]);
+                handle_msg(ft, mm, &msg);
         }
 }
 
@@ -581,8 +623,7 @@ static void run_retries(FaultThread *ft) {
                                 install(ft, r->mm, r->addr, e, r->loading, r->page,
                                         (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0);
                 }
-                mmclient_unref(r->mm);
-                free(r);
+                retry_free(ft, r);
         }
 }
 
@@ -595,7 +636,7 @@ static void work_install(FaultThread *ft, Work *w) {
                 /* the worker found the page incompressible (or the pool full):
                  * it goes back where it was, marked so we do not retry it on
                  * every pass */
-                uint64_t final = (w->status == -ENOSPC) ? 0 : PE_FLAG_INCOMPRESSIBLE;
+                uint64_t final = (w->status == -E2BIG) ? PE_FLAG_INCOMPRESSIBLE : 0;
                 serve_slot(ft, mm, w->a, e, v, final);
         }
         /* the worker pinned the lane for us until now */
@@ -622,7 +663,6 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_STORED:
         case PE_SAME:
         case PE_MOVING:
-        case PE_MOVING_REMOVED:
         case PE_STAGED:
                 c->budget--;
                 serve(c->ft, c->mm, addr, false);
@@ -681,7 +721,7 @@ static void fault_thread_disown(FaultThread *ft, MMClient *mm) {
                 ft->owned[i] = ft->owned[--ft->nowned];
                 for (Retry **p = &ft->retries; *p;) {
                         if ((*p)->mm == mm)
-                                retry_drop(p);
+                                retry_drop(ft, p);
                         else
                                 p = &(*p)->next;
                 }
@@ -805,6 +845,16 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
         r = codec_dctx_new(m->cfg.codec, &ft->dctx);
         if (r < 0)
                 goto fail;
+        for (int i = 0; i < RETRY_RESERVE; i++) {
+                Retry *rr = calloc(1, sizeof(*rr));
+                if (!rr) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                rr->reserved = true;
+                rr->next = ft->reserve;
+                ft->reserve = rr;
+        }
         if (epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->inbox.efd, &ev) < 0) {
                 r = negative_errno();
                 goto fail;
@@ -842,7 +892,12 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 ft->restores = n;
         }
         while (ft->retries)
-                retry_drop(&ft->retries);
+                retry_drop(ft, &ft->retries);
+        while (ft->reserve) {
+                Retry *r = ft->reserve;
+                ft->reserve = r->next;
+                free(r);
+        }
         while (ft->nowned)
                 fault_thread_disown(ft, ft->owned[0]);
         free(ft->owned);

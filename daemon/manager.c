@@ -41,6 +41,7 @@
 #define EP_SIGNAL 4
 #define TICK_MS 20
 #define PROTOCOL_ERRORS_MAX 64
+#define RESTORE_DETACH 1 /* Work.status of the restore that ends a client */
 
 static void conn_free(Manager *m, Conn *c);
 static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg);
@@ -179,6 +180,7 @@ static void mm_detach(Manager *m, MMClient *mm, Conn *c) {
                         w->a = 0;
                         w->b = PINDEX_MAX_ADDR;
                         w->id = 0;
+                        w->status = RESTORE_DETACH;
                         mm->restores++;
                         fault_thread_post(mm->ft, w);
                         return; /* retired when the restore is done */
@@ -189,7 +191,7 @@ static void mm_detach(Manager *m, MMClient *mm, Conn *c) {
 
 static void restore_done(Manager *m, Work *w) {
         MMClient *mm = w->mm;
-        if (w->id == 0 && !mm->conn) {
+        if (w->status == RESTORE_DETACH) {
                 /* the end of mm_detach() */
                 mm_unregister_all(mm);
                 mm->restores--;
@@ -206,6 +208,15 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
 
         if (type == ZMSG_STATS)
                 return stats_reply(m, c, id, (uint32_t)s);
+        if (type == ZMSG_FORK_PREPARE) {
+                /* nothing of ours is in flight, every event and hand-back
+                 * so far is handled: note the token of this fork */
+                uint64_t token = 0;
+                if (mm->fork_token_addr)
+                        mmclient_read(mm, mm->fork_token_addr, &token, sizeof(token));
+                atomic_store_explicit(&mm->next_fork_token, token, memory_order_relaxed);
+                return 0;
+        }
         if (type == ZMSG_REGISTER) {
                 ZMsgRange rg = { .addr = s, .len = e - s };
                 return do_register(m, mm, &rg);
@@ -346,7 +357,8 @@ static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
 static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
-                                              UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP };
+                                              UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+                                              UFFD_FEATURE_MOVE };
         unsigned nlanes;
         MMClient *mm;
         int r;
@@ -396,16 +408,26 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
                 return -EPERM;
         if (proc_ppid(c->pid, &ppid) < 0)
                 return -ESRCH;
+        unsigned matches = 0;
         pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient **p = &m->orphans; *p; p = &(*p)->next) {
-                MMClient *mm = *p;
-                if (mm->fork_token != ch->fork_token || !mm->parent || mm->parent->pid != ppid)
-                        continue;
-                *p = mm->next;
-                found = mm;
-                break;
-        }
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->parent_pid == ppid) {
+                        found = mm;
+                        matches++;
+                }
+        if (matches == 1)
+                for (MMClient **p = &m->orphans; *p; p = &(*p)->next)
+                        if (*p == found) {
+                                *p = found->next;
+                                break;
+                        }
         pthread_mutex_unlock(&m->orphans_lock);
+        if (matches > 1) {
+                /* never guess which address space a process is */
+                log_warn("pid %d: fork token %llu matches %u children: refused", (int)c->pid,
+                         (unsigned long long)ch->fork_token, matches);
+                return -EBUSY;
+        }
         if (!found)
                 return -ESRCH;
         int r = mmclient_set_pid(found, c->pid);
@@ -422,7 +444,6 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
                 manager_adopt_orphan(m, found);
                 return r;
         }
-        found->parent = NULL;
         found->id = ++m->next_mm_id;
         found->conn = c;
         c->mm = found;
@@ -451,8 +472,11 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
         uint64_t cs = s, ce = e;
         if (mmclient_region_clip(mm, &cs, &ce))
                 return -EEXIST;
-        if (s >= mm->staging_addr && s < mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE)
-                return -EINVAL;
+        for (PageoutOp *op = mm->ops; op; op = op->next)
+                if (op->unregister && op->start < e && s < op->end)
+                        return -EBUSY; /* still being unregistered: ask again when that returns */
+        if (s < mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE && e > mm->staging_addr)
+                return -EINVAL; /* the staging area is the agent's, never managed */
         r = mmclient_uffd_register(mm, s, e);
         if (r < 0)
                 return r == -EBUSY ? -EEXIST : r;
@@ -793,6 +817,16 @@ Manager *manager_free(Manager *m) {
                 return NULL;
         while (m->conns)
                 conn_free(m, m->conns);
+        /* clients still alive get their pages back before we go (bounded) */
+        for (uint64_t end = now_ns() + 10ull * 1000000000; now_ns() < end;) {
+                bool busy = false;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        busy |= mm->restores > 0;
+                if (!busy)
+                        break;
+                usleep(1000);
+                run_inbox(m);
+        }
         /* workers first: their jobs hold client references */
         m->evictor = evictor_free(m->evictor);
         run_inbox(m);

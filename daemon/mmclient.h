@@ -76,14 +76,18 @@ typedef struct MMClient {
         unsigned nlanes;
         Lane lanes[LANES_MAX];
         uint64_t fork_token_addr;
-        uint64_t fork_token; /* children: the token read from the parent at fork */
+        uint64_t fork_token; /* children: the parent's token at the fork */
+        /* the token the client announced for its next fork (read from its
+         * memory at FORK_PREPARE); written by the manager, read by the fault
+         * thread when the FORK event comes: relaxed, the sync orders it */
+        _Atomic uint64_t next_fork_token;
+        pid_t parent_pid;    /* children: who forked them (by value: the parent may go first) */
 
         FaultThread *ft;      /* the only thread that reads uffd */
         _Atomic bool dead;    /* set by the manager when the client is gone */
 
         /* manager thread only */
         Conn *conn;
-        struct MMClient *parent;
         struct MMClient *next; /* manager's list */
         PageoutOp *ops, **ops_tail;
         unsigned restores;     /* restore jobs in flight */

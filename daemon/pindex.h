@@ -26,9 +26,6 @@ enum {
         PE_REMOVED = 6, /* MADV_DONTNEED seen while the page was still mapped: that
                          * frame is about to be zapped and must not be moved out;
                          * the next fault on the page clears it */
-        PE_MOVING_REMOVED = 7, /* MOVING, but MADV_DONTNEED/munmap came first: whatever
-                                * the agent moves is dead, until a fault on the page
-                                * shows the program wrote it anew */
 };
 static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
 #define PE_FLAG_INCOMPRESSIBLE ((uint64_t)1 << 3) /* on EMPTY: last eviction found it incompressible */
@@ -44,7 +41,7 @@ static inline uint64_t pe_make_slot(unsigned state, uint32_t slot) { return stat
 static inline uint64_t pe_with_state(uint64_t e, unsigned state) { return (e & ~(uint64_t)7) | state; }
 static inline uint32_t pe_handle(uint64_t e) { return (uint32_t)(e >> 32); }
 static inline uint32_t pe_fill(uint64_t e) { return (uint32_t)(e >> 32); }
-/* the staging slot of MOVING, STAGED and MOVING_REMOVED entries */
+/* the staging slot of MOVING and STAGED entries */
 static inline uint32_t pe_slot(uint64_t e) { return (uint32_t)(e >> 32); }
 static inline uint32_t pe_clen(uint64_t e) { return (uint32_t)(e >> 8) & 0x1fff; }
 /* LOADING keeps the payload of the entry it came from; bits 4-6 say which
@@ -58,8 +55,6 @@ static inline uint64_t pe_make_loading(uint64_t from) {
         case PE_SAME:
                 return pe_with_state(from, PE_LOADING) | PE_LOADING_SAME;
         case PE_MOVING:
-                return pe_with_state(from, PE_LOADING) | PE_LOADING_SLOT;
-        case PE_MOVING_REMOVED:
                 return pe_with_state(from, PE_LOADING) | PE_LOADING_SLOT;
         case PE_STAGED:
                 return pe_with_state(from, PE_LOADING) | PE_LOADING_SLOT | PE_LOADING_STAGED;
