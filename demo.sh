@@ -12,6 +12,6 @@ sock=$(mktemp -u /tmp/zswapd-demo-XXXX.sock)
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-./build/client/zswap-demo --socket "$sock" --size "${DEMO_MB:-1024}" --corpus "${ZSWAP_CORPUS:-../shared/corpus}"
+./build/client/zswap-demo --socket "$sock" --size "${DEMO_MB:-1024}"
 echo
 ./build/client/zswapctl --socket "$sock" status

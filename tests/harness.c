@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <zstd.h>
 
+#include "corpus.h"
 #include "harness.h"
 #include "util.h"
 
@@ -104,6 +104,14 @@ void *test_map(size_t len) {
         return p;
 }
 
+uint8_t *td_region(struct zswap_client *c, size_t len, uint64_t seed, uint64_t *hashes) {
+        uint8_t *buf = test_map(len);
+        fill_pages(buf, len, seed);
+        hash_pages(buf, len, hashes);
+        ASSERT_OK(zswap_register(c, buf, len));
+        return buf;
+}
+
 uint64_t xorshift(uint64_t *s) {
         uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
         x ^= x << 13;
@@ -114,63 +122,17 @@ uint64_t xorshift(uint64_t *s) {
 
 /* ---- corpus ---- */
 
-static uint8_t *corpus;
-static size_t corpus_pages;
+static Corpus *corpus;
 
-static void *load_zst(const char *path, size_t *len) {
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        void *in = malloc((size_t)n);
-        if (!in || fread(in, 1, (size_t)n, f) != (size_t)n) {
-                fclose(f);
-                free(in);
-                return NULL;
-        }
-        fclose(f);
-        unsigned long long out_len = ZSTD_getFrameContentSize(in, (size_t)n);
-        if (out_len == ZSTD_CONTENTSIZE_ERROR || out_len == ZSTD_CONTENTSIZE_UNKNOWN)
-                out_len = 8 << 20;
-        void *out = malloc(out_len);
-        size_t r = ZSTD_decompress(out, out_len, in, (size_t)n);
-        free(in);
-        if (ZSTD_isError(r)) {
-                free(out);
-                return NULL;
-        }
-        *len = r;
-        return out;
-}
+static void corpus_once(void) {
+        static bool tried;
+        _cleanup_free_ char *dir = NULL;
 
-static void corpus_load(void) {
-        static const char *names[] = { "pyheap-8M.bin.zst", "nodeheap-8M.bin.zst", "javaheap-8M.bin.zst" };
-        const char *dir = getenv("ZSWAP_CORPUS");
-        if (corpus || !dir)
+        if (tried)
                 return;
-        void *parts[3];
-        size_t lens[3], total = 0;
-        for (int i = 0; i < 3; i++) {
-                char path[PATH_MAX];
-                snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-                parts[i] = load_zst(path, &lens[i]);
-                if (!parts[i])
-                        return;
-                total += lens[i] / ZSWAP_PAGE_SIZE;
-        }
-        corpus = malloc(total * ZSWAP_PAGE_SIZE);
-        /* interleave the three runtimes page by page */
-        size_t k = 0;
-        for (size_t i = 0; k < total; i++)
-                for (int j = 0; j < 3 && k < total; j++)
-                        if (i < lens[j] / ZSWAP_PAGE_SIZE)
-                                memcpy(corpus + (k++) * ZSWAP_PAGE_SIZE, (uint8_t *)parts[j] + i * ZSWAP_PAGE_SIZE,
-                                       ZSWAP_PAGE_SIZE);
-        corpus_pages = total;
-        for (int i = 0; i < 3; i++)
-                free(parts[i]);
+        tried = true;
+        if (corpus_find_dir(NULL, &dir) < 0 || corpus_load(dir, &corpus) < 0)
+                fprintf(stderr, "corpus not found: synthetic pages instead\n");
 }
 
 static void synthetic_page(uint8_t *p, uint64_t *s) {
@@ -189,7 +151,7 @@ static void synthetic_page(uint8_t *p, uint64_t *s) {
 void fill_pages(void *buf, size_t len, uint64_t seed) {
         uint8_t *b = buf;
         uint64_t s = seed * 2654435761u + 1;
-        corpus_load();
+        corpus_once();
         for (size_t i = 0; i < len / ZSWAP_PAGE_SIZE; i++) {
                 uint8_t *p = b + i * ZSWAP_PAGE_SIZE;
                 if (i % 50 == 49) {
@@ -201,7 +163,7 @@ void fill_pages(void *buf, size_t len, uint64_t seed) {
                         continue;
                 }
                 if (corpus)
-                        memcpy(p, corpus + ((i + seed * 131) % corpus_pages) * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
+                        memcpy(p, corpus->data + corpus_index(i + seed * 131) * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
                 else
                         synthetic_page(p, &s);
                 /* make the page unique to this buffer and position */

@@ -30,6 +30,10 @@ void td_kill(TestDaemon *d);
 void td_restart(TestDaemon *d);
 struct zswap_client *td_connect(TestDaemon *d);
 
+/* len bytes of fill_pages(seed) data, page hashes into hashes[len / 4096],
+ * registered with c: where almost every test starts. */
+uint8_t *td_region(struct zswap_client *c, size_t len, uint64_t seed, uint64_t *hashes);
+
 /* Anonymous private memory. */
 void *test_map(size_t len);
 /* Fill with real heap pages from the corpus (cycled), perturbed by seed so

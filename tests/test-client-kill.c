@@ -41,10 +41,7 @@ int main(int argc, char **argv) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = test_map(len);
-        fill_pages(buf, len, 31);
-        hash_pages(buf, len, hashes);
-        ASSERT_OK(zswap_register(c, buf, len));
+        uint8_t *buf = td_region(c, len, 31, hashes);
 
         for (int round = 0; round < 6; round++) {
                 int p[2];
@@ -87,8 +84,16 @@ int main(int argc, char **argv) {
         ASSERT_EQ(s.stored_pages, mine.stored_pages);
         ASSERT_EQ(s.staged_pages, 0);
         ASSERT_EQ(s.compressed_bytes, mine.compressed_bytes);
-        /* the pool shrinks back to what our pages need (plus partly used chunks) */
-        ASSERT_LE(s.pool_bytes, mine.compressed_bytes * 2 + (8 << 20));
+        /* the pool shrinks back to what our pages need, plus chunks that
+         * still hold one of ours among the victims' holes (the pool does
+         * not compact yet); reclaim runs about once a second */
+        uint64_t bound = mine.compressed_bytes * 2 + (16 << 20);
+        for (int i = 0; i < 150 && s.pool_bytes > bound; i++) {
+                usleep(20000);
+                td_stats(c, &s);
+        }
+        fprintf(stderr, "pool after reclaim: %llu bytes\n", (unsigned long long)s.pool_bytes);
+        ASSERT_LE(s.pool_bytes, bound);
         ASSERT_EQ(verify_pages(buf, len, hashes), 0);
         zswap_disconnect(c);
         td_stop(&d);

@@ -16,6 +16,7 @@
 #include <zstd.h>
 
 #include "codec.h"
+#include "corpus.h"
 #include "macro.h"
 #include "test.h"
 
@@ -51,54 +52,32 @@ static void guarded_free(uint8_t *p, size_t len) {
 
 /* ---- corpus ---- */
 
-static uint8_t *load_zst(const char *dir, const char *name, size_t *ret_len) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return NULL;
-        fseek(f, 0, SEEK_END);
-        size_t n = (size_t)ftell(f);
-        fseek(f, 0, SEEK_SET);
-        uint8_t *in = malloc(n);
-        ASSERT_TRUE(in);
-        ASSERT_EQ(fread(in, 1, n, f), n);
-        fclose(f);
-        unsigned long long out_len = ZSTD_getFrameContentSize(in, n);
-        if (out_len == ZSTD_CONTENTSIZE_ERROR || out_len == ZSTD_CONTENTSIZE_UNKNOWN)
-                out_len = 64 << 20;
-        uint8_t *out = malloc(out_len);
-        ASSERT_TRUE(out);
-        size_t r = ZSTD_decompress(out, out_len, in, n);
-        if (ZSTD_isError(r))
-                test_fail("%s: %s", path, ZSTD_getErrorName(r));
-        free(in);
-        *ret_len = r;
-        return out;
-}
-
-typedef struct Corpus {
+typedef struct Source {
         const char *name;
         uint8_t *data;
         size_t npages;
-} Corpus;
+} Source;
 
-static Corpus corpus[3] = { { .name = "pyheap-8M.bin.zst" },
+static Source corpus[3] = { { .name = "pyheap-8M.bin.zst" },
                              { .name = "nodeheap-8M.bin.zst" },
                              { .name = "javaheap-8M.bin.zst" } };
+static Corpus *shared;
 
-static bool corpus_load(void) {
-        const char *dir = getenv("ZSWAP_CORPUS") ?: "/work/shared/corpus";
-        for (size_t i = 0; i < ELEMENTSOF(corpus); i++) {
-                size_t len;
-                corpus[i].data = load_zst(dir, corpus[i].name, &len);
-                if (!corpus[i].data) {
-                        fprintf(stderr, "corpus %s/%s missing: synthetic pages instead\n", dir, corpus[i].name);
-                        return false;
-                }
-                corpus[i].npages = len / PAGE;
-                ASSERT_TRUE(corpus[i].npages > 0);
+static bool sources_load(void) {
+        _cleanup_free_ char *dir = NULL;
+
+        if (corpus_find_dir(NULL, &dir) < 0 || corpus_load(dir, &shared) < 0) {
+                fprintf(stderr, "corpus missing: synthetic pages instead\n");
+                return false;
         }
+        /* the shared loader keeps the files one after the other */
+        for (size_t i = 0; i < ELEMENTSOF(corpus); i++) {
+                corpus[i].npages = CORPUS_FILE_PAGES;
+                corpus[i].data = malloc(CORPUS_FILE_PAGES * PAGE);
+                ASSERT_TRUE(corpus[i].data);
+                memcpy(corpus[i].data, shared->data + i * CORPUS_FILE_PAGES * PAGE, CORPUS_FILE_PAGES * PAGE);
+        }
+        shared = corpus_free(shared);
         return true;
 }
 
@@ -231,7 +210,7 @@ static void hostile(CodecKind kind) {
 
         /* real objects: every truncation fails, flips never go out of bounds */
         for (size_t k = 0; k < 24; k++) {
-                const Corpus *c = &corpus[k % 3];
+                const Source *c = &corpus[k % 3];
                 const uint8_t *page = c->data + (next_rand() % c->npages) * PAGE;
                 int n = codec_compress(cc, page, obj, PAGE);
                 if (n <= 0)
@@ -345,7 +324,7 @@ int main(void) {
         ASSERT_EQ(strcmp(codec_to_string(CODEC_ZSTD), "zstd"), 0);
         ASSERT_EQ(strcmp(codec_to_string(CODEC_LZ4), "lz4"), 0);
 
-        if (!corpus_load())
+        if (!sources_load())
                 corpus_synthesize();
         for (size_t i = 0; i < ELEMENTSOF(codecs); i++)
                 round_trip_corpus(codecs[i].kind, codecs[i].level);

@@ -40,10 +40,7 @@ int main(void) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
-        buf = test_map(len);
-        fill_pages(buf, len, 41);
-        hash_pages(buf, len, hashes);
-        ASSERT_OK(zswap_register(c, buf, len));
+        buf = td_region(c, len, 41, hashes);
         ASSERT_OK(zswap_pageout(c, buf + 128 * ZSWAP_PAGE_SIZE, len / 2)); /* upper half out */
 
         td_kill(&d);

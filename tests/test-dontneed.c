@@ -24,10 +24,7 @@ int main(void) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = test_map(len);
-        fill_pages(buf, len, 3);
-        hash_pages(buf, len, hashes);
-        ASSERT_OK(zswap_register(c, buf, len));
+        uint8_t *buf = td_region(c, len, 3, hashes);
         ASSERT_OK(zswap_pageout(c, buf, len));
 
         /* pages [1024, 2048): dropped while evicted */

@@ -45,10 +45,7 @@ int main(void) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = test_map(len);
-        fill_pages(buf, len, 11);
-        hash_pages(buf, len, orig);
-        ASSERT_OK(zswap_register(c, buf, len));
+        uint8_t *buf = td_region(c, len, 11, orig);
 
         for (int round = 0; round < 3; round++) {
                 ASSERT_OK(zswap_pageout(c, buf, len));

@@ -25,10 +25,7 @@ int main(void) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = test_map(len);
-        fill_pages(buf, len, 5);
-        hash_pages(buf, len, hashes);
-        ASSERT_OK(zswap_register(c, buf, len));
+        uint8_t *buf = td_region(c, len, 5, hashes);
         ASSERT_OK(zswap_pageout(c, buf, len));
         /* touch a few so the range is part resident, part evicted */
         for (size_t i = 0; i < NPAGES; i += 3)
