@@ -696,8 +696,8 @@ static int child_reconnect(struct zswap_client *c) {
         if (r < 0)
                 return r;
         /* the daemon may still be handling the fork event that created our
-         * address space: give it a moment */
-        for (int i = 0; i < 200; i++) {
+         * address space (it copies what the parent had evicted): up to 5 s */
+        for (int i = 0; i < 1000; i++) {
                 zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 0, sizeof(ch));
                 r = request(c, &ch, sizeof(ch), NULL, 0, NULL, 0, &c->uffd, NULL);
                 if (r != -ESRCH)
