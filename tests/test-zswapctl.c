@@ -1,0 +1,78 @@
+/*
+ * test-zswapctl: `zswapctl status` reports what the daemon holds (text and
+ * JSON agree with the library's counters) and says what to do when no
+ * daemon runs.
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "harness.h"
+
+static char *run(const char *cmd, int *status) {
+        static char out[8192];
+        FILE *p = popen(cmd, "r");
+        ASSERT_TRUE(p);
+        size_t n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = 0;
+        *status = pclose(p);
+        return out;
+}
+
+static unsigned long long json_field(const char *json, const char *key) {
+        char pat[64];
+        snprintf(pat, sizeof(pat), "\"%s\": ", key);
+        const char *p = strstr(json, pat);
+        if (!p)
+                test_fail("no %s in %s", key, json);
+        return strtoull(p + strlen(pat), NULL, 10);
+}
+
+int main(void) {
+        TestDaemon d;
+        static uint64_t hashes[4096];
+        char ctl[PATH_MAX], cmd[PATH_MAX + 256];
+        struct zswap_stats s;
+        int st;
+
+        const char *zswapd = getenv("ZSWAPD");
+        if (!zswapd)
+                test_skip("ZSWAPD not set");
+        snprintf(ctl, sizeof(ctl), "%s", zswapd);
+        strcpy(strrchr(ctl, '/'), "/../client/zswapctl");
+
+        td_start(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, 9, hashes);
+        int n = zswap_pageout(c, buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE);
+        ASSERT_TRUE(n > 4000);
+        td_stats(c, &s);
+
+        snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", ctl, d.sock);
+        char *out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        ASSERT_EQ(json_field(out, "stored_pages") + json_field(out, "same_filled_pages"), (unsigned long long)n);
+        ASSERT_EQ(json_field(out, "original_bytes"), (unsigned long long)n * ZSWAP_PAGE_SIZE);
+        ASSERT_EQ(json_field(out, "compressed_bytes"), s.compressed_bytes);
+        ASSERT_EQ(json_field(out, "clients"), 1);
+        ASSERT_TRUE(json_field(out, "pool_bytes") >= s.compressed_bytes);
+
+        snprintf(cmd, sizeof(cmd), "%s --socket %s status --bytes", ctl, d.sock);
+        out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        char want[64];
+        snprintf(want, sizeof(want), "compressed_bytes       %llu\n", (unsigned long long)s.compressed_bytes);
+        if (!strstr(out, want))
+                test_fail("text output lacks '%s':\n%s", want, out);
+
+        ASSERT_EQ(verify_pages(buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, hashes), 0);
+        zswap_disconnect(c);
+        td_stop(&d);
+
+        /* no daemon: a clear message and a failure status */
+        snprintf(cmd, sizeof(cmd), "%s --socket %s status 2>&1", ctl, d.sock);
+        out = run(cmd, &st);
+        ASSERT_TRUE(st != 0);
+        if (!strstr(out, "zswapd is not running"))
+                test_fail("unexpected message: %s", out);
+        return 0;
+}
