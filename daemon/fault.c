@@ -492,6 +492,13 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 atomic_fetch_add_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
                 break;
         case PE_STORED:
+                /* parent and child share the object, like swap entries after fork */
+                if (pool_share(pool, pe_handle(v)) == 0) {
+                        nv = v;
+                        atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
+                        atomic_fetch_add_explicit(&c->child->st.compressed_bytes, pe_clen(v), memory_order_relaxed);
+                        break;
+                }
                 src = pool_map(pool, pe_handle(v));
                 len = pe_clen(v);
                 break;

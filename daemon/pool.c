@@ -104,6 +104,9 @@ typedef struct Chunk {
          * mutex and read by pool_release() of that very object, which the
          * hand-over of the handle orders after the write. */
         uint8_t *slack;
+        /* Per slot, holders beyond the first (pool_share()); 0 for a slot
+         * that is free. Changed by any thread with CAS; allocated with slack. */
+        _Atomic uint8_t *shares;
 } Chunk;
 
 typedef struct ChunkList {
@@ -258,6 +261,30 @@ static void class_push(PoolClass *cls, Chunk *ch, uint32_t node) {
                                                       memory_order_release, memory_order_relaxed));
 }
 
+static _Atomic uint8_t *slot_shares(Pool *p, PoolHandle h) {
+        Chunk *ch = &p->chunks[handle_chunk(h)];
+        PoolClass *cls = chunk_class(p, ch);
+        return &ch->shares[handle_offset(h) / cls->size];
+}
+
+int pool_share(Pool *p, PoolHandle h) {
+        _Atomic uint8_t *s;
+        uint8_t v;
+
+        if (h == 0)
+                return -EINVAL;
+        s = slot_shares(p, h);
+        /* relaxed: the caller holds a reference, the object cannot go away
+         * under us, and nothing else is published through the count */
+        v = atomic_load_explicit(s, memory_order_relaxed);
+        do {
+                if (v == UINT8_MAX)
+                        return -EOVERFLOW;
+        } while (!atomic_compare_exchange_weak_explicit(s, &v, (uint8_t)(v + 1), memory_order_relaxed,
+                                                        memory_order_relaxed));
+        return 0;
+}
+
 void pool_release(Pool *p, PoolHandle h) {
         uint32_t id = handle_chunk(h), slot, w;
         Chunk *ch;
@@ -271,6 +298,15 @@ void pool_release(Pool *p, PoolHandle h) {
         cls = chunk_class(p, ch);
         slot = handle_offset(h) / cls->size;
         assert(slot < cls->nr_slots && handle_offset(h) % cls->size == 0);
+
+        /* a shared object: drop one share, the last holder frees it.
+         * release: our reads of the object before the last holder's free;
+         * acquire: the last holder sees every other holder's reads done */
+        uint8_t v = atomic_load_explicit(&ch->shares[slot], memory_order_acquire);
+        while (v > 0)
+                if (atomic_compare_exchange_weak_explicit(&ch->shares[slot], &v, (uint8_t)(v - 1),
+                                                          memory_order_acq_rel, memory_order_acquire))
+                        return;
         w = slot / WORD_BITS;
         bit = 1ULL << (slot % WORD_BITS);
 
@@ -374,15 +410,18 @@ static int class_grow(Pool *p, PoolClass *cls) {
         if (r < 0)
                 return r;
         slack = malloc(cls->nr_slots);
-        id = slack ? pool_get_id(p) : 0;
+        _Atomic uint8_t *shares = calloc(cls->nr_slots, 1);
+        id = slack && shares ? pool_get_id(p) : 0;
         if (id == 0) {
                 free(slack);
+                free((void *)shares);
                 stat_sub(&p->pool_bytes, cls->chunk_size);
                 return -ENOMEM;
         }
 
         ch = &p->chunks[id];
         ch->slack = slack;
+        ch->shares = shares;
         ch->nr_used = 0;
         ch->list = LIST_NONE;
         for (uint32_t w = 0; w < CHUNK_WORDS; w++) {
@@ -473,6 +512,8 @@ static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
                 (void) madvise(p->base + ((size_t) id << SPAN_SHIFT), cls->chunk_size, MADV_DONTNEED);
                 free(ch->slack);
                 ch->slack = NULL;
+                free((void *)ch->shares);
+                ch->shares = NULL;
                 n++;
         }
         stat_sub(&p->pool_bytes, n * cls->chunk_size);
@@ -539,8 +580,10 @@ Pool *pool_free(Pool *p) {
         if (!p)
                 return NULL;
         if (p->chunks)
-                for (uint32_t id = 1; id < p->next_id; id++)
+                for (uint32_t id = 1; id < p->next_id; id++) {
                         free(p->chunks[id].slack);
+                        free((void *)p->chunks[id].shares);
+                }
         if (p->chunks)
                 munmap(p->chunks, p->chunks_size);
         if (p->base)

@@ -48,6 +48,10 @@ size_t pool_object_capacity(Pool *p, PoolHandle h);
  * blocks, never enters the kernel. The slot becomes reusable later, when
  * pool_alloc() or pool_reclaim() processes the release. h == 0 is ignored. */
 void pool_release(Pool *p, PoolHandle h);
+/* One more holder of h (as after fork, when parent and child hold the same
+ * page): each holder calls pool_release() once, the last one frees it.
+ * Lock-free. -EOVERFLOW past 255 extra holders (copy instead). */
+int pool_share(Pool *p, PoolHandle h);
 
 /* Process every deferred release and return chunks that became empty to the
  * kernel (madvise(MADV_DONTNEED)). Call it periodically from a maintenance

@@ -416,7 +416,48 @@ static void test_efficiency(void) {
         pool_free(p);
 }
 
+/* Shared objects (fork): every holder releases once, the last one frees;
+ * until then the bytes stay intact and the slot is not handed out again. */
+static void test_share(void) {
+        Pool *p;
+        PoolHandle h, other;
+        PoolStats st;
+
+        ASSERT_OK(pool_new(0, &p));
+        ASSERT_OK(pool_alloc(p, 1000, &h));
+        memset(pool_map(p, h), 0x5a, 1000);
+        ASSERT_OK(pool_share(p, h));
+        ASSERT_OK(pool_share(p, h));
+        pool_release(p, h);
+        pool_release(p, h);
+        pool_reclaim(p);
+        pool_get_stats(p, &st);
+        ASSERT_EQ(st.objects, 1);
+        for (int i = 0; i < 1000; i++)
+                ASSERT_EQ(((uint8_t *)pool_map(p, h))[i], 0x5a);
+        ASSERT_OK(pool_alloc(p, 1000, &other));
+        ASSERT_TRUE(other != h);
+        pool_release(p, h);
+        pool_release(p, other);
+        pool_reclaim(p);
+        pool_get_stats(p, &st);
+        ASSERT_EQ(st.objects, 0);
+        ASSERT_EQ(st.pool_bytes, 0);
+        /* a slot freed with shares gone starts unshared when reused */
+        ASSERT_OK(pool_alloc(p, 1000, &h));
+        for (int i = 0; i < 255; i++)
+                ASSERT_OK(pool_share(p, h));
+        ASSERT_ERROR(pool_share(p, h), EOVERFLOW);
+        for (int i = 0; i < 256; i++)
+                pool_release(p, h);
+        pool_reclaim(p);
+        pool_get_stats(p, &st);
+        ASSERT_EQ(st.objects, 0);
+        pool_free(p);
+}
+
 int main(void) {
+        test_share();
         test_every_size();
         test_reuse();
         test_limits();
