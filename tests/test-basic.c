@@ -10,8 +10,19 @@ int main(void) {
         uint64_t *hashes = malloc(len / ZSWAP_PAGE_SIZE * sizeof(uint64_t));
         struct zswap_stats s;
 
+        /* no daemon there: an error, never a crash or a hang */
+        struct zswap_client *none = NULL;
+        test_require_root();
+        ASSERT_ERROR(zswap_connect("/nonexistent/zswapd.sock", &none), ENOENT);
+        ASSERT_TRUE(none == NULL);
+
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
+        /* bad arguments are refused by the library itself */
+        ASSERT_ERROR(zswap_register(c, NULL, 4096), EINVAL);
+        ASSERT_ERROR(zswap_register(c, (void *)0x1001, 4096), EINVAL);
+        ASSERT_ERROR(zswap_pageout(c, (void *)0x1000, 100), EINVAL);
+        ASSERT_ERROR(zswap_get_stats(c, ZSWAP_STATS_CLIENT, NULL), EINVAL);
         uint8_t *buf = test_map(len);
         fill_pages(buf, len, 1);
         hash_pages(buf, len, hashes);
