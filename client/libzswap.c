@@ -686,7 +686,8 @@ static void atfork_parent(void) {
 
 /* In the child: take over the address space the daemon tracks for us. */
 static int child_reconnect(struct zswap_client *c) {
-        ZMsgChild ch = { .fork_token = fork_token, .fork_token_addr = (uintptr_t)&fork_token };
+        ZMsgChild ch = { .fork_token = fork_token, .fork_token_addr = (uintptr_t)&fork_token,
+                         .staging_addr = (uintptr_t)c->staging };
         int devfd = -1, r;
 
         c->sock = sock_connect(c->path);

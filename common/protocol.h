@@ -81,6 +81,8 @@ typedef struct ZMsgChild {
         ZMsgHeader hdr;
         uint64_t fork_token;      /* the token the child inherited */
         uint64_t fork_token_addr;
+        uint64_t staging_addr;    /* the inherited client's staging area: names the
+                                   * client when the process has several */
 } ZMsgChild;
 
 typedef struct ZMsgRange {

@@ -373,6 +373,30 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
         }
 }
 
+/*
+ * An munmap handled between our pagemap read and our CAS leaves a page
+ * marked MOVING outside every region, where a new mapping may appear whose
+ * page the agent would then move out (the fault thread removes the region
+ * before it walks the entries, so one of us sees the other). Such pages
+ * get their slot poisoned, which makes the agent's move of them fail, and
+ * their entry back.
+ */
+static void plan_verify(MMClient *mm, Plan *p) {
+        pthread_mutex_lock(&mm->regions_lock);
+        for (uint32_t i = 0; i < p->lane->npages; i++) {
+                uint64_t addr = p->lane->addrs[i];
+                if (mmclient_region_has_locked(mm, addr))
+                        continue;
+                uint8_t byte;
+                uint64_t v = pe_make_slot(PE_MOVING, p->slot0 + i);
+                _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
+                mmclient_read(mm, mm->staging_addr + (uint64_t)(p->slot0 + i) * ZSWAP_PAGE_SIZE, &byte, 1);
+                if (e)
+                        atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&mm->regions_lock);
+}
+
 static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {
         zmsg_init(&p->msg.hdr, ZMSG_MOVE, li, zmsg_move_size(p->msg.nruns));
         p->msg.slot0 = p->slot0;
@@ -418,6 +442,7 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         Plan p = { .lane = &mm->lanes[li], .slot0 = li * LANE_SLOTS };
         p.lane->npages = 0;
         plan_batch(mm, op, &p, budget);
+        plan_verify(mm, &p);
         if (p.lane->npages == 0) {
                 if (*budget == 0) {
                         /* come back after the other clients had their turn */

@@ -335,8 +335,11 @@ static void moving_cancel(MMClient *mm, _Atomic uint64_t *e, uint64_t v) {
                                 return;
                         continue; /* MOVE_DONE made it STAGED meanwhile */
                 }
-                if (st == PE_STAGED) {
-                        mmclient_entry_drop(mm, e); /* moved before the event: dead */
+                if (st == PE_STAGED || st == PE_STORED || st == PE_SAME) {
+                        /* moved before the event (and maybe compressed since):
+                         * dead. Only this thread turns such an entry back into
+                         * EMPTY, so it is still that page */
+                        mmclient_entry_drop(mm, e);
                         return;
                 }
                 return;
@@ -417,11 +420,13 @@ static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
 static void event_remove(FaultThread *ft, MMClient *mm, uint64_t start, uint64_t end, bool unmap) {
         RangeCtx c = { .ft = ft, .mm = mm };
 
-        pindex_walk(mm->index, start, end, remove_cb, &c);
-        if (unmap) {
+        /* the region goes first: a page the planner marks after our walk is
+         * then outside every region, which the planner checks (evict.c) */
+        if (unmap)
                 mmclient_region_remove(mm, start, end, false);
+        pindex_walk(mm->index, start, end, remove_cb, &c);
+        if (unmap)
                 return;
-        }
         /* only what we manage: the staging area is registered too, and
          * MADV_DONTNEED of it (RELEASE) comes here as well */
         for (uint64_t s = start, e = end; s < end; s = e, e = end) {
@@ -564,6 +569,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
         child->parent_pid = mm->pid;
+        child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;
         fault_thread_own(ft, child);
         manager_adopt_orphan(mm->m, child); /* hands over our reference */

@@ -411,7 +411,8 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
         unsigned matches = 0;
         pthread_mutex_lock(&m->orphans_lock);
         for (MMClient *mm = m->orphans; mm; mm = mm->next)
-                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->parent_pid == ppid) {
+                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->parent_pid == ppid &&
+                    mm->origin_staging == ch->staging_addr) {
                         found = mm;
                         matches++;
                 }

@@ -315,6 +315,21 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src) {
         return r;
 }
 
+bool mmclient_region_has_locked(MMClient *mm, uint64_t addr) {
+        size_t lo = 0, hi = mm->nregions;
+
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (mm->regions[mid].end <= addr)
+                        lo = mid + 1;
+                else if (mm->regions[mid].start > addr)
+                        hi = mid;
+                else
+                        return true;
+        }
+        return false;
+}
+
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end) {
         bool found = false;
 

@@ -82,6 +82,8 @@ typedef struct MMClient {
          * thread when the FORK event comes: relaxed, the sync orders it */
         _Atomic uint64_t next_fork_token;
         pid_t parent_pid;    /* children: who forked them (by value: the parent may go first) */
+        uint64_t origin_staging; /* children: the parent client's staging area, which names
+                                  * the client when a process has several */
 
         FaultThread *ft;      /* the only thread that reads uffd */
         _Atomic bool dead;    /* set by the manager when the client is gone */
@@ -115,6 +117,8 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src);
 /* Clip [*start, *end) to the first registered part at or after *start;
  * false if none. Takes regions_lock. */
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
+/* Is addr inside a registered region? Caller holds regions_lock. */
+bool mmclient_region_has_locked(MMClient *mm, uint64_t addr);
 
 /* Release what entry value v holds (pool object, counters); for LOADING,
  * what the state it came from held. */
