@@ -445,7 +445,17 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 c->errors++;
                 return 0;
         }
-        mmclient_entry_drop(c->mm, ne); /* the kernel unmapped the destination first */
+        /* the kernel unmapped the destination first: what we held there is
+         * dead, including a retry of ours */
+        if (pe_state(atomic_load_explicit(ne, memory_order_acquire)) == PE_LOADING) {
+                Retry **p = retry_find(c->ft, c->mm, to);
+                if (p) {
+                        loading_release(c->mm, (*p)->loading);
+                        retry_drop(c->ft, p);
+                        atomic_store_explicit(ne, 0, memory_order_release);
+                }
+        }
+        mmclient_entry_drop(c->mm, ne);
         uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
         atomic_store_explicit(ne, v, memory_order_release);
         if (pe_state(v) == PE_LOADING) {
