@@ -57,6 +57,7 @@ static void print_stats(const struct zswap_stats *s, bool json, bool bytes) {
                 { "evictions", s->evictions, false },
                 { "faults", s->faults, false },
                 { "faults_zero_fill", s->faults_zero, false },
+                { "prefetches", s->prefetches, false },
                 { "clients", s->clients, false },
                 { "registered_bytes", s->registered_bytes, true },
                 /* what packing costs: chunk memory not holding object bytes */

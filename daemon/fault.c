@@ -79,6 +79,14 @@ static int uffd_zeropage(int uffd, uint64_t addr) {
         return z.zeropage < 0 ? (int)z.zeropage : negative_errno();
 }
 
+static int uffd_copy_dontwake(int uffd, uint64_t addr, const void *page) {
+        struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE,
+                                 .mode = UFFDIO_COPY_MODE_DONTWAKE };
+        if (ioctl(uffd, UFFDIO_COPY, &c) == 0)
+                return 0;
+        return c.copy < 0 ? (int)c.copy : negative_errno();
+}
+
 static void uffd_wake(int uffd, uint64_t addr) {
         struct uffdio_range r = { .start = addr, .len = ZSWAP_PAGE_SIZE };
         (void)ioctl(uffd, UFFDIO_WAKE, &r);
@@ -241,6 +249,49 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
         return true;
 }
 
+#define RA_MIN 4   /* pages installed ahead once a reader looks sequential */
+#define RA_MAX 64  /* and at most, doubling while it stays sequential */
+
+/*
+ * Fault-around. The faulting page was installed (and its thread woken)
+ * first; if this fault continues a sequential run, the next pages held
+ * compressed go in too, without waking anybody, so the reader finds them
+ * mapped instead of faulting on each. Random faults install nothing
+ * extra. A page that is busy, present or gone ends the window; its entry
+ * keeps what it held.
+ */
+static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        bool sequential = addr == mm->ra_next;
+        unsigned window = !sequential ? 0 : mm->ra_window ? MIN(mm->ra_window * 2, RA_MAX) : RA_MIN;
+        uint64_t a = addr + ZSWAP_PAGE_SIZE;
+
+        mm->ra_window = window;
+        for (unsigned i = 0; i < window; i++, a += ZSWAP_PAGE_SIZE) {
+                /* a reader that caught up faults inside the window: serve
+                 * it now rather than after the whole window */
+                struct pollfd pfd = { .fd = mm->uffd, .events = POLLIN };
+                if (i > 0 && poll(&pfd, 1, 0) > 0)
+                        break;
+                _Atomic uint64_t *e = pindex_entry(mm->index, a, false);
+                uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
+                if (pe_state(v) != PE_STORED && pe_state(v) != PE_SAME)
+                        break;
+                uint64_t loading = pe_make_loading(v);
+                if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire, memory_order_acquire))
+                        break;
+                if (decode(ft, mm, v) < 0 || uffd_copy_dontwake(mm->uffd, a, ft->page) < 0) {
+                        atomic_store_explicit(e, v, memory_order_release);
+                        break;
+                }
+                loading_release(mm, loading);
+                atomic_store_explicit(e, 0, memory_order_release);
+                atomic_fetch_add_explicit(&mm->st.prefetches, 1, memory_order_relaxed);
+        }
+        /* the next fault of a sequential reader is the first page we did
+         * not install */
+        mm->ra_next = a;
+}
+
 static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
         _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
         /* acquire: pairs with the release CAS that published the entry, so
@@ -284,6 +335,7 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0);
+                        fault_around(ft, mm, addr);
                         return;
                 }
                 default:

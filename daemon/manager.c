@@ -94,6 +94,7 @@ static void stats_add_mm(struct zswap_stats *s, MMClient *mm) {
         s->evictions += atomic_load_explicit(&mm->st.evictions, memory_order_relaxed);
         s->faults += atomic_load_explicit(&mm->st.faults, memory_order_relaxed);
         s->faults_zero += atomic_load_explicit(&mm->st.faults_zero, memory_order_relaxed);
+        s->prefetches += atomic_load_explicit(&mm->st.prefetches, memory_order_relaxed);
         pthread_mutex_lock(&mm->regions_lock);
         s->registered_bytes += mm->registered_bytes;
         pthread_mutex_unlock(&mm->regions_lock);

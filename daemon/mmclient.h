@@ -50,7 +50,7 @@ typedef struct Region {
 typedef struct MMClientStats {
         /* all counters are relaxed atomics: statistics, no ordering */
         _Atomic uint64_t stored_pages, same_pages, staged_pages, incompressible_pages;
-        _Atomic uint64_t compressed_bytes, evictions, faults, faults_zero;
+        _Atomic uint64_t compressed_bytes, evictions, faults, faults_zero, prefetches;
 } MMClientStats;
 
 typedef struct MMClient {
@@ -86,6 +86,9 @@ typedef struct MMClient {
                                   * the client when a process has several */
 
         FaultThread *ft;      /* the only thread that reads uffd */
+        /* fault-around state: the owning fault thread only */
+        uint64_t ra_next;     /* where a sequential reader faults next */
+        unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         _Atomic bool dead;    /* set by the manager when the client is gone */
 
         /* manager thread only */

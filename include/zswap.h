@@ -77,6 +77,7 @@ struct zswap_stats {
         uint64_t faults_zero;          /* of which: no content held (zero fill) */
         uint64_t clients;              /* connected clients (processes) */
         uint64_t registered_bytes;     /* bytes registered */
+        uint64_t prefetches;           /* pages installed ahead of a sequential reader */
 };
 
 enum zswap_stats_scope {

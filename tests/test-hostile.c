@@ -537,7 +537,7 @@ int main(void) {
         ASSERT_EQ(verify_pages(buf, LEN, hashes), 0);
         ASSERT_OK(zswap_get_stats(legit, ZSWAP_STATS_CLIENT, &s));
         ASSERT_EQ(s.stored_pages + s.same_pages, 0);
-        ASSERT_TRUE(s.faults >= legit_held);
+        ASSERT_TRUE(s.faults + s.prefetches >= legit_held); /* fault-around installs some ahead */
         ASSERT_OK(zswap_unregister(legit, buf, LEN));
         zswap_disconnect(legit);
 
