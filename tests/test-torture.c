@@ -3,8 +3,9 @@
  * region while the daemon evicts it continuously; every read is checked
  * against a shadow version, and at the end every page is.
  *
- * Each page belongs to one thread (page % nthreads) so the shadow needs no
- * lock; the races under test are between the client's accesses and the
+ * Pages belong to threads in blocks of BLOCK pages (block % nthreads), so
+ * the shadow needs no lock and each thread can also read a whole block in
+ * address order, which makes the daemon install pages ahead (fault-around); the races under test are between the client's accesses and the
  * daemon (eviction, staging, compression, fault service, MADV_DONTNEED
  * events), which see all pages. Page content is a function of (page,
  * version), compressible like real data; version 0 means "dropped with
@@ -45,15 +46,28 @@ static bool check_page(const uint64_t *w, size_t page, uint32_t ver) {
         return false;
 }
 
+#define BLOCK 64
+
+static void scan_block(size_t block) {
+        for (size_t page = block * BLOCK; page < (block + 1) * BLOCK && page < npages; page++)
+                if (!check_page((uint64_t *)(region + page * ZSWAP_PAGE_SIZE), page, version[page]))
+                        atomic_fetch_add(&errors, 1);
+        atomic_fetch_add_explicit(&reads, BLOCK, memory_order_relaxed);
+}
+
 static void *worker(void *arg) {
         unsigned t = (unsigned)(uintptr_t)arg;
         uint64_t seed = 1000 + t;
+        size_t blocks = npages / BLOCK / nthreads;
 
         while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
-                size_t page = (xorshift(&seed) % (npages / nthreads)) * nthreads + t;
+                size_t block = (xorshift(&seed) % blocks) * nthreads + t;
+                size_t page = block * BLOCK + xorshift(&seed) % BLOCK;
                 uint64_t *p = (uint64_t *)(region + page * ZSWAP_PAGE_SIZE);
                 unsigned op = (unsigned)(xorshift(&seed) % 100);
-                if (op < 45) {
+                if (op < 2) {
+                        scan_block(block);
+                } else if (op < 45) {
                         if (!check_page(p, page, version[page]))
                                 atomic_fetch_add(&errors, 1);
                         atomic_fetch_add_explicit(&reads, 1, memory_order_relaxed);
@@ -85,6 +99,8 @@ int main(void) {
         uint64_t seed = 7, passes = 0, evicted = 0;
 
         nthreads = env_or("TORTURE_THREADS", 4);
+        if (mb < 4)
+                mb = 4;
         if (nthreads < 1 || nthreads > 16)
                 nthreads = 4;
         npages = ((size_t)mb << 20) / ZSWAP_PAGE_SIZE;
@@ -125,13 +141,16 @@ int main(void) {
         struct zswap_stats s;
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
         fprintf(stderr, "%u s, %u MiB, %u threads: %llu pageout passes, %llu pages evicted, %llu faults, "
-                        "%llu reads, %llu writes, %llu drops; %llu read errors, %zu bad pages at the end\n",
+                        "%llu installed ahead, %llu reads, %llu writes, %llu drops; %llu read errors, "
+                        "%zu bad pages at the end\n",
                 seconds, mb, nthreads, (unsigned long long)passes, (unsigned long long)evicted,
-                (unsigned long long)s.faults, (unsigned long long)reads, (unsigned long long)writes,
+                (unsigned long long)s.faults, (unsigned long long)s.prefetches, (unsigned long long)reads,
+                (unsigned long long)writes,
                 (unsigned long long)drops, (unsigned long long)errors, bad);
         ASSERT_EQ(atomic_load(&errors), 0);
         ASSERT_EQ(bad, 0);
         ASSERT_TRUE(evicted > npages);
+        ASSERT_TRUE(s.prefetches > 0); /* the block scans exercised fault-around */
         zswap_disconnect(c);
         td_stop(&d);
         return 0;
