@@ -209,8 +209,12 @@ static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
                 retry_add(ft, mm, addr, 0, NULL);
                 return;
         }
-        if (r < 0)
+        if (r < 0) {
+                /* EEXIST: installed meanwhile (fault-around, a racing
+                 * fault): nothing was zero-filled, just wake the thread */
                 uffd_wake(mm->uffd, addr);
+                return;
+        }
         atomic_fetch_add_explicit(&mm->st.faults_zero, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->m->faults_zero, 1, memory_order_relaxed);
 }
@@ -286,6 +290,7 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 loading_release(mm, loading);
                 atomic_store_explicit(e, 0, memory_order_release);
                 atomic_fetch_add_explicit(&mm->st.prefetches, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->m->prefetches, 1, memory_order_relaxed);
         }
         /* the next fault of a sequential reader is the first page we did
          * not install */

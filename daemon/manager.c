@@ -117,12 +117,16 @@ static void stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         for (MMClient *mm = m->orphans; mm; mm = mm->next)
                 stats_add_mm(s, mm);
         pthread_mutex_unlock(&m->orphans_lock);
+        /* releases are deferred (the fault path never takes the pool's
+         * locks): settle them so the figures are current */
+        pool_reclaim(m->pool);
         pool_get_stats(m->pool, &ps);
         s->pool_bytes = ps.pool_bytes;
         /* global counters outlive the clients they counted */
         s->evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);
         s->faults = atomic_load_explicit(&m->faults, memory_order_relaxed);
         s->faults_zero = atomic_load_explicit(&m->faults_zero, memory_order_relaxed);
+        s->prefetches = atomic_load_explicit(&m->prefetches, memory_order_relaxed);
 }
 
 /* ---- client address spaces ---- */

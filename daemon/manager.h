@@ -74,7 +74,7 @@ struct Manager {
         MMClient *orphans;
 
         /* global counters, relaxed atomics */
-        _Atomic uint64_t faults, faults_zero, evictions, protocol_errors;
+        _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors;
 };
 
 int manager_new(const ManagerConfig *cfg, Manager **ret);
