@@ -138,7 +138,7 @@ static void job_compress(Worker *wk, Work *w) {
         uint64_t stored = 0;
         int r;
 
-        r = mmclient_read(mm, mm->staging_addr + (uint64_t)slot0 * ZSWAP_PAGE_SIZE, wk->buf,
+        r = mmclient_read(mm, mmclient_slot_addr(mm, slot0), wk->buf,
                           (size_t)lane->npages * ZSWAP_PAGE_SIZE);
         if (r == -ESRCH)
                 job_fail_all(mm, lane, slot0); /* the process is gone, and its pages with it */
@@ -387,10 +387,9 @@ static void plan_verify(MMClient *mm, Plan *p) {
                 uint64_t addr = p->lane->addrs[i];
                 if (mmclient_region_has_locked(mm, addr))
                         continue;
-                uint8_t byte;
                 uint64_t v = pe_make_slot(PE_MOVING, p->slot0 + i);
                 _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
-                mmclient_read(mm, mm->staging_addr + (uint64_t)(p->slot0 + i) * ZSWAP_PAGE_SIZE, &byte, 1);
+                mmclient_slot_poison(mm, p->slot0 + i);
                 if (e)
                         atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed);
         }

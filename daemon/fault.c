@@ -114,11 +114,6 @@ void fault_thread_post(FaultThread *ft, Work *w) {
 
 /* ---- owning a LOADING entry ---- */
 
-/* Counters and pool object of the state a LOADING entry came from. */
-static void loading_release(MMClient *mm, uint64_t loading) {
-        mmclient_release_payload(mm, loading);
-}
-
 #define RETRY_RESERVE 64
 
 static void retry_free(FaultThread *ft, Retry *r) {
@@ -173,7 +168,7 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                 uffd_wake(mm->uffd, addr);
                 return;
         }
-        loading_release(mm, loading);
+        mmclient_release_payload(mm, loading);
         /* release: a later reader of the entry sees the pool object freed
          * only after our read of it finished */
         atomic_store_explicit(e, r == 0 ? final : 0, memory_order_release);
@@ -240,11 +235,11 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
                 atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
                 return false;
         }
-        int r = mmclient_read(mm, mm->staging_addr + (uint64_t)slot * ZSWAP_PAGE_SIZE, ft->page, ZSWAP_PAGE_SIZE);
+        int r = mmclient_read(mm, mmclient_slot_addr(mm, slot), ft->page, ZSWAP_PAGE_SIZE);
         atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
         if (r < 0) {
                 /* the client is gone or broke its staging area: nothing to install */
-                loading_release(mm, loading);
+                mmclient_release_payload(mm, loading);
                 atomic_store_explicit(e, 0, memory_order_release);
                 uffd_wake(mm->uffd, addr);
                 return true;
@@ -287,7 +282,7 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                         atomic_store_explicit(e, v, memory_order_release);
                         break;
                 }
-                loading_release(mm, loading);
+                mmclient_release_payload(mm, loading);
                 atomic_store_explicit(e, 0, memory_order_release);
                 atomic_fetch_add_explicit(&mm->st.prefetches, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->m->prefetches, 1, memory_order_relaxed);
@@ -385,8 +380,7 @@ static void moving_cancel(MMClient *mm, _Atomic uint64_t *e, uint64_t v) {
         for (;;) {
                 unsigned st = pe_state(v);
                 if (st == PE_MOVING) {
-                        uint8_t byte;
-                        mmclient_read(mm, mm->staging_addr + (uint64_t)pe_slot(v) * ZSWAP_PAGE_SIZE, &byte, 1);
+                        mmclient_slot_poison(mm, pe_slot(v));
                         if (atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
                                                                     memory_order_acquire))
                                 return;
@@ -410,7 +404,7 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (pe_state(v) == PE_LOADING) {
                 Retry **p = retry_find(c->ft, c->mm, addr);
                 if (p) {
-                        loading_release(c->mm, (*p)->loading);
+                        mmclient_release_payload(c->mm, (*p)->loading);
                         retry_drop(c->ft, p);
                         atomic_store_explicit(e, 0, memory_order_release);
                         uffd_wake(c->mm->uffd, addr);
@@ -507,7 +501,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (pe_state(atomic_load_explicit(ne, memory_order_acquire)) == PE_LOADING) {
                 Retry **p = retry_find(c->ft, c->mm, to);
                 if (p) {
-                        loading_release(c->mm, (*p)->loading);
+                        mmclient_release_payload(c->mm, (*p)->loading);
                         retry_drop(c->ft, p);
                         atomic_store_explicit(ne, 0, memory_order_release);
                 }

@@ -146,14 +146,6 @@ MMClient *mmclient_unref(MMClient *mm) {
         return NULL;
 }
 
-uint64_t mmclient_pagemap(MMClient *mm, uint64_t addr) {
-        uint64_t pm = 0;
-        if (mm->pagemap_fd < 0 ||
-            pread(mm->pagemap_fd, &pm, sizeof(pm), (off_t)(addr >> ZSWAP_PAGE_SHIFT) * 8) != sizeof(pm))
-                return 0;
-        return pm;
-}
-
 bool mmclient_alive(MMClient *mm) {
         struct pollfd p = { .fd = mm->pidfd, .events = POLLIN };
 
@@ -180,6 +172,11 @@ int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
         if (!mmclient_alive(mm))
                 return -ESRCH;
         return 0;
+}
+
+void mmclient_slot_poison(MMClient *mm, uint32_t slot) {
+        uint8_t byte;
+        mmclient_read(mm, mmclient_slot_addr(mm, slot), &byte, 1);
 }
 
 /* ---- regions (sorted, non-overlapping) ---- */

@@ -130,8 +130,15 @@ void mmclient_release_payload(MMClient *mm, uint64_t v);
  * (LOADING): then the owner releases it. */
 void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e);
 
-/* The /proc/PID/pagemap word of addr; 0 if it cannot be read. */
-uint64_t mmclient_pagemap(MMClient *mm, uint64_t addr);
+/* Address of a staging slot in the client. */
+static inline uint64_t mmclient_slot_addr(const MMClient *mm, uint32_t slot) {
+        return mm->staging_addr + (uint64_t)slot * ZSWAP_PAGE_SIZE;
+}
+
+/* Read one byte of a staging slot: maps the zero page there if it is
+ * empty, and UFFDIO_MOVE refuses a populated destination, so a move into
+ * that slot can no longer happen (docs/page-lifecycle.md). */
+void mmclient_slot_poison(MMClient *mm, uint32_t slot);
 #define PM_PRESENT ((uint64_t)1 << 63)
 #define PM_SWAP ((uint64_t)1 << 62)
 #define PM_FILE ((uint64_t)1 << 61)
