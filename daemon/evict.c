@@ -26,6 +26,7 @@
  * never delay a fault thread or the client's own threads.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -157,12 +158,30 @@ static void job_compress(Worker *wk, Work *w) {
         manager_post(wk->ev->m, w);
 }
 
+/*
+ * SCHED_IDLE runs a worker only when nothing else wants the CPU; a nice
+ * value keeps a share of it (a nice 10 thread gets ~1/10 of a nice 0 one).
+ * Failure is logged and ignored: a worker at the default priority still
+ * works, it only competes harder.
+ */
+static void worker_set_priority(const ManagerConfig *cfg) {
+        pid_t tid = (pid_t)syscall(SYS_gettid);
+
+        if (cfg->worker_sched_idle) {
+                struct sched_param sp = { 0 };
+                if (sched_setscheduler(tid, SCHED_IDLE, &sp) < 0)
+                        log_warn("worker: cannot switch to SCHED_IDLE: %m");
+        } else if (setpriority(PRIO_PROCESS, (id_t)tid, cfg->worker_nice) < 0) {
+                log_warn("worker: cannot set nice %d: %m", cfg->worker_nice);
+        }
+}
+
 static void *worker_main(void *arg) {
         Worker *wk = arg;
         Evictor *ev = wk->ev;
 
         /* below the clients' own threads and far below the fault threads */
-        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+        worker_set_priority(&ev->m->cfg);
         for (;;) {
                 pthread_mutex_lock(&ev->lock);
                 while (!ev->head && !ev->stop)
@@ -346,13 +365,15 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
 static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
         uint64_t pm[LANE_SLOTS];
 
-        while (p->lane->npages < LANE_SLOTS && op->cursor < op->end && *budget > 0) {
+        size_t limit = MIN(mm->m->cfg.batch_pages, (unsigned)LANE_SLOTS);
+
+        while (p->lane->npages < limit && op->cursor < op->end && *budget > 0) {
                 uint64_t s = op->cursor, e = op->end;
                 if (!mmclient_region_clip(mm, &s, &e)) {
                         op->cursor = op->end;
                         break;
                 }
-                size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, (size_t)(LANE_SLOTS - p->lane->npages));
+                size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, limit - p->lane->npages);
                 n = MIN(n, (size_t)*budget);
                 *budget -= (unsigned)n;
                 if (read_pagemap(mm, s, n, pm) < 0) {

@@ -21,6 +21,9 @@ static void help(void) {
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
                "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
+               "  -b, --batch N           pages per eviction batch, 1..512 (default 512)\n"
+               "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
+               "  -I, --worker-idle       run the compression workers SCHED_IDLE instead\n"
                "  -u, --allow-users       admit clients that are not root\n"
                "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
                "  -v, --verbose           log debug messages\n"
@@ -44,6 +47,8 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "level", required_argument, NULL, 'l' },       { "workers", required_argument, NULL, 'w' },
                 { "fault-threads", required_argument, NULL, 't' }, { "pool-max", required_argument, NULL, 'p' },
                 { "allow-users", no_argument, NULL, 'u' },
+                { "batch", required_argument, NULL, 'b' },       { "worker-nice", required_argument, NULL, 'n' },
+                { "worker-idle", no_argument, NULL, 'I' },
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
                 {}
@@ -51,7 +56,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:ufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:Iufvh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -85,6 +90,25 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case 'u':
                         cfg->allow_users = true;
                         break;
+                case 'b':
+                        if (parse_uint(optarg, 1, ZSWAP_BATCH_MAX, &cfg->batch_pages) < 0) {
+                                fprintf(stderr, "zswapd: --batch takes 1..%d pages\n", ZSWAP_BATCH_MAX);
+                                return -EINVAL;
+                        }
+                        break;
+                case 'n': {
+                        char *end;
+                        long v = strtol(optarg, &end, 10);
+                        if (!*optarg || *end || v < -20 || v > 19) {
+                                fprintf(stderr, "zswapd: --worker-nice takes -20..19\n");
+                                return -EINVAL;
+                        }
+                        cfg->worker_nice = (int)v;
+                        break;
+                }
+                case 'I':
+                        cfg->worker_sched_idle = true;
+                        break;
                 case 'S':
                         if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
                                 fprintf(stderr, "zswapd: --fault-spin-us takes 0..10000\n");
@@ -116,6 +140,8 @@ int main(int argc, char **argv) {
                 .socket_path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET,
                 .codec = CODEC_LZ4,
                 .workers = ncpu > 0 ? (unsigned)ncpu : 1,
+                .batch_pages = ZSWAP_BATCH_MAX,
+                .worker_nice = 10,
                 .fault_threads = ncpu > 0 ? (unsigned)ncpu : 1,
                 .fault_spin_us = 50,
                 .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */

@@ -20,6 +20,9 @@ typedef struct ManagerConfig {
         CodecKind codec;
         int level;
         unsigned workers;       /* compression workers */
+        unsigned batch_pages;   /* pages per eviction batch, 1..ZSWAP_BATCH_MAX */
+        int worker_nice;        /* workers' nice value (unless SCHED_IDLE) */
+        bool worker_sched_idle; /* workers run SCHED_IDLE */
         unsigned fault_threads; /* threads serving faults */
         unsigned fault_spin_us; /* poll this long after a fault before sleeping */
         uint64_t pool_max;      /* bytes, 0 = unlimited */
