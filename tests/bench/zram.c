@@ -18,21 +18,15 @@
  * before teardown, or swapoff has to read it all back first.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/swap.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "kswap.h"
 #include "zram.h"
-
-/* Above any priority a distribution gives its swap (the kernel caps at 32767). */
-#define ZRAM_SWAP_PRIO 32767
 
 struct Zram {
         char *sysfs;
@@ -44,69 +38,19 @@ struct Zram {
         int page_cluster;  /* value before we wrote 0; -1: not changed */
 };
 
-static void sleep_ms(long ms) {
-        struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                ;
-}
-
-static int write_string(const char *path, const char *s) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC);
-        size_t n = strlen(s);
-        ssize_t k;
-
-        if (fd < 0)
-                return -errno;
-        k = write(fd, s, n);
-        if (k < 0)
-                return -errno;
-        return (size_t)k == n ? 0 : -EIO;
-}
-
-static int read_string(const char *path, char *buf, size_t size) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t k;
-
-        if (fd < 0)
-                return -errno;
-        k = read(fd, buf, size - 1);
-        if (k < 0)
-                return -errno;
-        buf[k] = 0;
-        return 0;
-}
-
-static int read_int(const char *path, int *ret) {
-        char buf[64];
-        char *end;
-        long v;
-        int r;
-
-        r = read_string(path, buf, sizeof(buf));
-        if (r < 0)
-                return r;
-        errno = 0;
-        v = strtol(buf, &end, 10);
-        if (errno || end == buf || v < 0 || v > INT32_MAX)
-                return -EBADMSG;
-        *ret = (int)v;
-        return 0;
-}
-
 /* Write s to /sys/block/zramN/<attr> of our device. */
 static int zram_attr_write(const Zram *z, const char *attr, const char *s) {
         char path[256];
 
         snprintf(path, sizeof(path), "%s/block/zram%d/%s", z->sysfs, z->id, attr);
-        return write_string(path, s);
+        return kswap_write_file(path, s);
 }
 
 static int zram_hot_add(Zram *z) {
         char path[256];
 
         snprintf(path, sizeof(path), "%s/class/zram-control/hot_add", z->sysfs);
-        return read_int(path, &z->id);
+        return kswap_read_int(path, &z->id);
 }
 
 static int zram_configure(Zram *z, const char *algo, uint64_t disksize) {
@@ -130,63 +74,24 @@ static int wait_for_node(const char *dev) {
         for (int i = 0; i < 100; i++) {
                 if (access(dev, F_OK) == 0)
                         return 0;
-                sleep_ms(10);
+                kswap_sleep_ms(10);
         }
         return -ENOENT;
 }
 
-static int run_mkswap(const char *dev) {
-        int status;
-        pid_t pid;
-
-        pid = fork();
-        if (pid < 0)
-                return -errno;
-        if (pid == 0) {
-                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-
-                /* Silence the "Setting up swapspace" chatter, keep errors. */
-                if (null >= 0)
-                        dup2(null, STDOUT_FILENO);
-                execl("/sbin/mkswap", "mkswap", dev, (char *)NULL);
-                execlp("mkswap", "mkswap", dev, (char *)NULL);
-                _exit(127);
-        }
-        while (waitpid(pid, &status, 0) < 0)
-                if (errno != EINTR)
-                        return -errno;
-        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
-}
-
 static int zram_swapon(Zram *z) {
-        int flags = SWAP_FLAG_PREFER | ((ZRAM_SWAP_PRIO << SWAP_FLAG_PRIO_SHIFT) & SWAP_FLAG_PRIO_MASK);
         int r;
 
         r = wait_for_node(z->dev);
         if (r < 0)
                 return r;
-        r = run_mkswap(z->dev);
+        r = kswap_mkswap(z->dev);
         if (r < 0)
                 return r;
-        if (swapon(z->dev, flags) < 0)
-                return -errno;
+        r = kswap_swapon(z->dev);
+        if (r < 0)
+                return r;
         z->swap_on = true;
-        return 0;
-}
-
-/* Readahead would bring 2^page-cluster pages per fault; zswapd brings one. */
-static int zram_page_cluster_off(Zram *z) {
-        char path[256];
-        int saved, r;
-
-        snprintf(path, sizeof(path), "%s/sys/vm/page-cluster", z->procfs);
-        r = read_int(path, &saved);
-        if (r < 0)
-                return r;
-        r = write_string(path, "0");
-        if (r < 0)
-                return r;
-        z->page_cluster = saved;
         return 0;
 }
 
@@ -195,6 +100,9 @@ int zram_new(const char *sysfs, const char *procfs, const char *algo, uint64_t d
         Zram *z;
         int r;
 
+        /* zswap would catch every page before it reached zram: we would measure zswap. */
+        if (zram_kernel_zswap_enabled(sysfs))
+                return -EBUSY;
         z = calloc(1, sizeof(*z));
         if (!z)
                 return -ENOMEM;
@@ -214,8 +122,9 @@ int zram_new(const char *sysfs, const char *procfs, const char *algo, uint64_t d
         }
         if (r == 0)
                 r = zram_swapon(z);
+        /* Readahead would bring 2^page-cluster pages per fault; zswapd brings one. */
         if (r == 0)
-                r = zram_page_cluster_off(z);
+                r = kswap_page_cluster_off(z->procfs, &z->page_cluster);
         if (r < 0) {
                 zram_free(z);
                 return r;
@@ -224,31 +133,12 @@ int zram_new(const char *sysfs, const char *procfs, const char *algo, uint64_t d
         return 0;
 }
 
-static int zram_page_cluster_restore(Zram *z) {
-        char path[256], value[16];
-        int r;
-
-        if (z->page_cluster < 0)
-                return 0;
-        snprintf(path, sizeof(path), "%s/sys/vm/page-cluster", z->procfs);
-        snprintf(value, sizeof(value), "%d", z->page_cluster);
-        r = write_string(path, value);
-        if (r == 0)
-                z->page_cluster = -1;
-        return r;
-}
-
-/* swapoff gives up with EINTR when a signal arrives while it reads pages back; try again. */
 static int zram_swapoff(Zram *z) {
-        int r = 0;
+        int r;
 
         if (!z->swap_on)
                 return 0;
-        for (int i = 0; i < 10; i++) {
-                r = swapoff(z->dev) < 0 ? -errno : 0;
-                if (r != -EINTR)
-                        break;
-        }
+        r = kswap_swapoff(z->dev);
         if (r == 0)
                 z->swap_on = false;
         return r;
@@ -264,7 +154,7 @@ static int zram_reset(Zram *z) {
                 r = zram_attr_write(z, "reset", "1");
                 if (r != -EBUSY)
                         break;
-                sleep_ms(20);
+                kswap_sleep_ms(20);
         }
         if (r == 0)
                 z->configured = false;
@@ -280,10 +170,10 @@ static int zram_hot_remove(Zram *z) {
         snprintf(path, sizeof(path), "%s/class/zram-control/hot_remove", z->sysfs);
         snprintf(id, sizeof(id), "%d", z->id);
         for (int i = 0; i < 100; i++) {
-                r = write_string(path, id);
+                r = kswap_write_file(path, id);
                 if (r != -EBUSY)
                         break;
-                sleep_ms(20);
+                kswap_sleep_ms(20);
         }
         if (r == 0)
                 z->id = -1;
@@ -295,7 +185,7 @@ int zram_teardown(Zram *z) {
 
         if (!z)
                 return 0;
-        r = zram_page_cluster_restore(z);
+        r = kswap_page_cluster_restore(z->procfs, &z->page_cluster);
         first = first ?: r;
         r = zram_swapoff(z);
         first = first ?: r;
@@ -335,7 +225,7 @@ int zram_mm_stat(const Zram *z, uint64_t *ret_orig, uint64_t *ret_used) {
         int r;
 
         snprintf(path, sizeof(path), "%s/block/zram%d/mm_stat", z->sysfs, z->id);
-        r = read_string(path, buf, sizeof(buf));
+        r = kswap_read_file(path, buf, sizeof(buf));
         if (r < 0)
                 return r;
         /* orig_data_size compr_data_size mem_used_total mem_limit ... */
@@ -350,7 +240,7 @@ bool zram_kernel_zswap_enabled(const char *sysfs) {
         char path[256], buf[16];
 
         snprintf(path, sizeof(path), "%s/module/zswap/parameters/enabled", sysfs);
-        return read_string(path, buf, sizeof(buf)) == 0 && buf[0] == 'Y';
+        return kswap_read_file(path, buf, sizeof(buf)) == 0 && buf[0] == 'Y';
 }
 
 size_t zram_resident_pages(void *addr, size_t len, unsigned char *vec) {

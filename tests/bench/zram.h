@@ -21,7 +21,8 @@ typedef struct Zram Zram;
 /*
  * Create /dev/zramN with compressor algo and disksize bytes, mkswap it and
  * swapon it. sysfs and procfs are the roots of /sys and /proc. On failure
- * everything done so far is undone and a negative errno is returned.
+ * everything done so far is undone and a negative errno is returned; -EBUSY
+ * if the kernel's zswap is enabled (it would sit in front of the device).
  */
 int zram_new(const char *sysfs, const char *procfs, const char *algo, uint64_t disksize,
              Zram **ret);
