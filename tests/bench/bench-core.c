@@ -1,12 +1,13 @@
 /*
- * bench-core.c: zswapd against kernel zram, one run, one table.
+ * bench-core.c: zswapd against kernel zram and kernel zswap, one run, one
+ * table (experiment 5 of issue 3).
  *
- * The same workload (real heap pages, corpus.c) goes through both backends
- * and is measured by the same code: a Backend supplies only how to page a
- * region out, how much memory that took and whose CPU time to read. Each
- * phase maps a fresh private anonymous region, fills it, pages it out, reads
- * it back in address order and checks every page, pages it out again, reads
- * it back in a seeded random order and checks again.
+ * The same workload (real heap pages, corpus.c) goes through every backend
+ * (backend.h) and is measured by the same code. Each phase sets its backend
+ * up, maps a fresh private anonymous region, fills it, pages it out, reads it
+ * back in address order and checks every page, pages it out again, reads it
+ * back in a seeded random order and checks again, then tears the backend
+ * down. The kernel phases hold the benchmarks' lock while they run.
  *
  * Measuring: each fault is one volatile byte read bracketed by two
  * CLOCK_MONOTONIC reads (vDSO, ~25 ns each, included in every figure).
@@ -14,18 +15,19 @@
  * so a page the backend kept resident does not count as a fast fault.
  * Read-back MB/s is the region size over the whole pass. The bench process's
  * own CPU time is counted over the timed sections only (pageouts and fault
- * passes, not filling or checking): for zram that is where the kernel
+ * passes, not filling or checking): for the kernel that is where it
  * compresses and decompresses; for zswapd it is the library's agent thread.
  * The daemon's CPU is read from /proc/PID/stat over its whole phase, as it
- * may compress after zswap_pageout() has returned.
+ * may compress after zswap_pageout() has returned. The memory ratio is the
+ * bytes paged out (by mincore()) over the memory the backend uses for them,
+ * so all-zero pages, which no backend stores, count the same on all.
  *
- * THP is switched off for both regions (MADV_NOHUGEPAGE): one fault, one
- * page, on both sides. Swap readahead is off for the zram run (zram.c).
+ * THP is off for every region (backend_attach()): one fault, one page.
+ * Swap readahead is off for the kernel phases (page-cluster 0).
  *
  * SIGINT, SIGTERM and SIGHUP only set a flag; loops stop at the next page or
- * call, and the phase tears down what it set up. The daemon runs in its own
- * process group so that a ^C reaches only the bench, which still needs the
- * daemon to put its pages back before stopping it.
+ * call, and the phase tears down what it set up (backend.c blocks the
+ * signals while it changes the machine back).
  *
  * Single-threaded (libzswap starts its own agent thread).
  */
@@ -33,30 +35,23 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <libgen.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "corpus.h"
 #include "macro.h"
 #include "zram.h"
-#ifndef BENCH_ZRAM_ONLY
-#include "zswap.h"
-#endif
 
 #define RANDOM_SEED 0x5eed2024ULL
-#define PAGEOUT_MAX_CALLS 8 /* MADV_PAGEOUT repeats while it makes progress */
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static volatile sig_atomic_t interrupted;
@@ -68,6 +63,7 @@ typedef struct Options {
         unsigned long size_mib;
         long workers;
         bool skip_zram;
+        bool skip_kzswap;
 } Options;
 
 typedef struct Latency {
@@ -77,6 +73,7 @@ typedef struct Latency {
 } Latency;
 
 typedef struct Result {
+        char name[32];        /* the backend's, once set up */
         bool done;
         double pageout_mbs;   /* bytes paged out / time, both passes */
         double out_pct;       /* region paged out after the first pageout */
@@ -99,17 +96,6 @@ typedef struct Run {
         size_t *perm;            /* the random order, same for every phase */
         uint64_t out_bytes, out_ns;
 } Run;
-
-/* What differs between zswapd and zram. */
-typedef struct Backend {
-        const char *name;
-        void *ctx;
-        int (*attach)(void *ctx, void *addr, size_t len);    /* optional */
-        void (*detach)(void *ctx, void *addr, size_t len);   /* optional */
-        int (*pageout)(void *ctx, void *addr, size_t len);   /* pages out or -errno */
-        int (*memory)(void *ctx, uint64_t out_bytes, double *ret_ratio);
-        int (*daemon_cpu)(void *ctx, double *ret_secs);      /* optional */
-} Backend;
 
 static void on_signal(int sig) {
         interrupted = sig;
@@ -177,15 +163,30 @@ static void latency_summarize(uint64_t *lat, size_t n, Latency *ret) {
         ret->max_us = percentile_us(lat, n, 1.0);
 }
 
+/* What the backend holds after the first pageout: memory ratio and its own counters. */
+static int measure_memory(Backend *b, uint64_t out_bytes, Result *res) {
+        uint64_t orig, used;
+        char report[512];
+        int r;
+
+        r = backend_memory(b, &orig, &used);
+        if (r < 0)
+                return r;
+        if (backend_report(b, report, sizeof(report)) == 0)
+                printf("  %s\n", report);
+        res->mem_ratio = used ? (double)out_bytes / used : NAN;
+        return 0;
+}
+
 /* Page the whole region out; the first pass also records what it achieved. */
-static int measure_pageout(Run *run, const Backend *b, bool first, Result *res) {
+static int measure_pageout(Run *run, Backend *b, BackendClient *c, bool first, Result *res) {
         long rss0 = self_rss_anon_kib("/proc"), rss1;
         double cpu0 = self_cpu_s();
         uint64_t t0 = now_ns(), dt;
         size_t out;
         int n;
 
-        n = b->pageout(b->ctx, run->region, run->len);
+        n = backend_pageout(c, run->region, run->len);
         dt = now_ns() - t0;
         res->self_cpu_s += self_cpu_s() - cpu0;
         if (n < 0)
@@ -196,12 +197,12 @@ static int measure_pageout(Run *run, const Backend *b, bool first, Result *res) 
         run->out_ns += dt;
         res->moved_gib += out * ZSWAP_PAGE_SIZE / GIB;
         printf("  %s pageout %d: %zu of %zu pages out (backend says %d) in %.3f s, RssAnon %ld -> %ld KiB\n",
-               b->name, first ? 1 : 2, out, run->n_pages, n, dt / 1e9, rss0, rss1);
+               res->name, first ? 1 : 2, out, run->n_pages, n, dt / 1e9, rss0, rss1);
         if (!first)
                 return 0;
         res->out_pct = 100.0 * out / run->n_pages;
         res->rss_drop_pct = 100.0 * (rss0 - rss1) * 1024.0 / run->len;
-        return b->memory(b->ctx, out * ZSWAP_PAGE_SIZE, &res->mem_ratio);
+        return measure_memory(b, out * ZSWAP_PAGE_SIZE, res);
 }
 
 /* Touch every page once, sequentially or in run->perm order, timing each touch. */
@@ -239,360 +240,139 @@ static int measure_faults(Run *run, const char *name, bool random, Latency *ret,
         return 0;
 }
 
-static int phase_measure(Run *run, const Backend *b, Result *res) {
-        double cpu0 = 0, cpu1 = 0;
+static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
+        double cpu0 = backend_daemon_cpu_s(b);
         int r = 0;
 
-        if (b->daemon_cpu)
-                r = b->daemon_cpu(b->ctx, &cpu0);
+        if (!interrupted)
+                r = measure_pageout(run, b, c, true, res);
         if (r == 0 && !interrupted)
-                r = measure_pageout(run, b, true, res);
+                r = measure_faults(run, res->name, false, &res->seq, res);
         if (r == 0 && !interrupted)
-                r = measure_faults(run, b->name, false, &res->seq, res);
+                r = measure_pageout(run, b, c, false, res);
         if (r == 0 && !interrupted)
-                r = measure_pageout(run, b, false, res);
-        if (r == 0 && !interrupted)
-                r = measure_faults(run, b->name, true, &res->rnd, res);
-        if (r == 0 && b->daemon_cpu)
-                r = b->daemon_cpu(b->ctx, &cpu1);
-        res->daemon_cpu_s = b->daemon_cpu ? cpu1 - cpu0 : NAN;
+                r = measure_faults(run, res->name, true, &res->rnd, res);
+        res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
         res->pageout_mbs = run->out_ns ? run->out_bytes / (run->out_ns / 1e3) : NAN;
         return interrupted ? -EINTR : r;
 }
 
-static int phase_run(Run *run, const Backend *b, Result *res) {
+/* Map, fill, attach, measure, detach, unmap: everything the phase needs a client for. */
+static int phase_region(Run *run, Backend *b, Result *res) {
+        BackendClient *c = NULL;
         int r;
 
         run->out_bytes = run->out_ns = 0;
+        r = backend_client_new(b, &c);
+        if (r < 0)
+                return r;
         run->region = mmap(NULL, run->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (run->region == MAP_FAILED)
+        if (run->region == MAP_FAILED) {
+                run->region = NULL;
+                backend_client_free(c);
                 return -errno;
+        }
+        /* THP off before the first touch: backend_attach() would be too late for pages already there. */
         (void)madvise(run->region, run->len, MADV_NOHUGEPAGE);
         corpus_fill(run->corpus, run->region, run->n_pages);
-
-        r = b->attach ? b->attach(b->ctx, run->region, run->len) : 0;
+        r = backend_attach(c, run->region, run->len);
         if (r == 0) {
-                r = phase_measure(run, b, res);
-                if (b->detach)
-                        b->detach(b->ctx, run->region, run->len);
+                r = phase_measure(run, b, c, res);
+                backend_detach(c, run->region, run->len);
         }
+        /* Unmapped before teardown, or swapoff would read it all back. */
         munmap(run->region, run->len);
         run->region = NULL;
+        backend_client_free(c);
         res->done = r == 0;
         return r;
 }
 
-/* ---- zswapd ---- */
-#ifndef BENCH_ZRAM_ONLY
-
-static void sleep_us(long us) {
-        struct timespec ts = { us / 1000000, (us % 1000000) * 1000L };
-
-        nanosleep(&ts, NULL);
-}
-
-/* utime + stime of pid from procfs/PID/stat, in seconds. */
-static int proc_cpu_s(const char *procfs, pid_t pid, double *ret) {
-        char path[128], buf[1024], *p;
-        unsigned long long utime, stime;
-        size_t k;
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/%d/stat", procfs, (int)pid);
-        f = fopen(path, "re");
-        if (!f)
-                return -errno;
-        k = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[k] = 0;
-        /* comm may hold spaces and parens; the fields start after the last ')'. */
-        p = strrchr(buf, ')');
-        if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-                         &utime, &stime) != 2)
-                return -EBADMSG;
-        *ret = (double)(utime + stime) / sysconf(_SC_CLK_TCK);
-        return 0;
-}
-
-typedef struct Daemon {
-        pid_t pid;
-        char sock[108];
-        char log[108];
-        struct zswap_client *client;
-} Daemon;
-
-static _noreturn_ void daemon_exec(const Options *o, const char *path, const Daemon *d, pid_t parent) {
-        char workers[24];
-        char *argv[] = { (char *)path, "--socket", (char *)d->sock, "--foreground",
-                         "--compressor", (char *)o->compressor, "--workers", workers, NULL };
-        int fd;
-
-        setpgid(0, 0); /* ^C is for the bench, which stops the daemon in order */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-                _exit(1);
-        snprintf(workers, sizeof(workers), "%ld", o->workers);
-        fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-                dup2(fd, STDOUT_FILENO);
-                dup2(fd, STDERR_FILENO);
-        }
-        execv(path, argv);
-        fprintf(stderr, "bench-core: cannot execute %s: %m\n", path);
-        _exit(127);
-}
-
-/*
- * zswap_connect() starts the library's agent thread, which inherits our
- * signal mask: block the signals we catch while it starts, so they always
- * land on this thread and never interrupt the agent's system calls.
- */
-static int daemon_connect(Daemon *d) {
-        sigset_t mask, old;
-        int r;
-
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGINT);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGHUP);
-        pthread_sigmask(SIG_BLOCK, &mask, &old);
-        r = zswap_connect(d->sock, &d->client);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        return r;
-}
-
-static int daemon_wait_ready(Daemon *d) {
-        for (int i = 0; i < 500 && !interrupted; i++) {
-                int status;
-
-                if (daemon_connect(d) == 0)
-                        return 0;
-                if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-                        printf("  zswapd exited before accepting connections (wait status 0x%x)\n", status);
-                        d->pid = -1;
-                        return -ECHILD;
+/* Why a backend could not be set up; true if that means "skipped", not "failed". */
+static bool explain_setup_error(const char *label, const BackendConfig *cfg, int r) {
+        switch (r) {
+        case -EPERM:
+                printf("%s phase: skipped, needs root (swap, zram, zswap parameters)\n", label);
+                return true;
+        case -ENODEV:
+                printf("%s phase: skipped, not in this kernel\n", label);
+                return true;
+        case -EBUSY:
+                printf("%s phase: refused, kernel zswap is enabled and would catch every page before zram\n"
+                       "  (echo N > /sys/module/zswap/parameters/enabled if no one needs it)\n", label);
+                return false;
+        case -ENOENT:
+                if (cfg->kind == BACKEND_ZSWAPD) {
+                        printf("%s phase: no zswapd at %s; build it or pass --zswapd PATH\n", label,
+                               cfg->zswapd_path ?: "<bench dir>/../../daemon/zswapd");
+                        return false;
                 }
-                sleep_us(10000);
+                break;
+        case -EINTR:
+                printf("%s phase: interrupted while setting up\n", label);
+                return false;
         }
-        return interrupted ? -EINTR : -ETIMEDOUT;
-}
-
-static int daemon_start(const Options *o, const char *path, Daemon *d) {
-        pid_t parent = getpid();
-
-        snprintf(d->sock, sizeof(d->sock), "/tmp/zswapd-bench-%d.sock", (int)parent);
-        snprintf(d->log, sizeof(d->log), "/tmp/zswapd-bench-%d.log", (int)parent);
-        unlink(d->sock);
-        d->pid = fork();
-        if (d->pid < 0)
-                return -errno;
-        if (d->pid == 0)
-                daemon_exec(o, path, d, parent);
-        return daemon_wait_ready(d);
-}
-
-/* Reap pid within ms milliseconds; false if it is still running. */
-static bool reap_within(pid_t pid, int *status, int ms) {
-        for (int i = 0; i < ms / 10; i++) {
-                pid_t r = waitpid(pid, status, WNOHANG);
-
-                if (r == pid || (r < 0 && errno != EINTR))
-                        return true;
-                sleep_us(10000);
-        }
+        printf("%s phase: set-up failed: %s\n", label, strerror(-r));
+        if (cfg->kind == BACKEND_ZSWAPD && backend_last_log())
+                printf("  daemon log: %s\n", backend_last_log());
         return false;
 }
 
-/* Returns true if the daemon ended as asked (SIGTERM or exit 0). */
-static bool daemon_stop(Daemon *d) {
-        bool clean = true;
-        int status = 0;
-
-        zswap_disconnect(d->client);
-        d->client = NULL;
-        if (d->pid > 0) {
-                kill(d->pid, SIGTERM);
-                if (!reap_within(d->pid, &status, 5000)) {
-                        printf("  zswapd did not exit within 5 s of SIGTERM; killing it\n");
-                        kill(d->pid, SIGKILL);
-                        waitpid(d->pid, &status, 0);
-                }
-                clean = (WIFEXITED(status) && WEXITSTATUS(status) == 0) ||
-                        (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
-                if (!clean)
-                        printf("  zswapd ended with wait status 0x%x\n", status);
-        }
-        d->pid = -1;
-        unlink(d->sock);
-        return clean;
-}
-
-static int zswapd_attach(void *ctx, void *addr, size_t len) {
-        return zswap_register(((Daemon *)ctx)->client, addr, len);
-}
-
-static void zswapd_detach(void *ctx, void *addr, size_t len) {
-        zswap_unregister(((Daemon *)ctx)->client, addr, len);
-}
-
-/* Out means compressed: wait for the daemon to drain what it staged. */
-static int zswapd_pageout(void *ctx, void *addr, size_t len) {
-        Daemon *d = ctx;
-        struct zswap_stats st;
-        int n, r;
-
-        n = zswap_pageout(d->client, addr, len);
-        if (n < 0)
-                return n;
-        for (int i = 0; i < 30000 && !interrupted; i++) {
-                r = zswap_get_stats(d->client, ZSWAP_STATS_CLIENT, &st);
-                if (r < 0)
-                        return r;
-                if (st.staged_pages == 0)
-                        return n;
-                sleep_us(1000);
-        }
-        return interrupted ? -EINTR : -ETIMEDOUT;
-}
-
-static int zswapd_memory(void *ctx, _unused_ uint64_t out_bytes, double *ret) {
-        struct zswap_stats st;
-        int r;
-
-        r = zswap_get_stats(((Daemon *)ctx)->client, ZSWAP_STATS_GLOBAL, &st);
-        if (r < 0)
-                return r;
-        printf("  zswapd holds %" PRIu64 " bytes in a pool of %" PRIu64 " (%" PRIu64 " stored, %" PRIu64
-               " same-filled, %" PRIu64 " incompressible pages)\n",
-               st.original_bytes, st.pool_bytes, st.stored_pages, st.same_pages, st.incompressible_pages);
-        *ret = st.pool_bytes ? (double)st.original_bytes / st.pool_bytes : NAN;
-        return 0;
-}
-
-static int zswapd_cpu(void *ctx, double *ret) {
-        return proc_cpu_s("/proc", ((Daemon *)ctx)->pid, ret);
-}
-
-static int zswapd_phase(const Options *o, const char *exe_dir, Run *run, Result *res) {
-        _cleanup_free_ char *path = NULL;
-        Daemon d = { .pid = -1 };
-        Backend b = { "zswapd", &d, zswapd_attach, zswapd_detach, zswapd_pageout,
-                      zswapd_memory, zswapd_cpu };
-        int r;
-
-        if (o->zswapd)
-                path = strdup(o->zswapd);
-        else if (asprintf(&path, "%s/../../daemon/zswapd", exe_dir) < 0)
-                path = NULL;
-        if (!path)
-                return -ENOMEM;
-        printf("zswapd phase: %s, compressor %s, %ld workers\n", path, o->compressor, o->workers);
-        if (access(path, X_OK) < 0) {
-                printf("  no zswapd there (%m); build it or pass --zswapd PATH\n");
-                return -ENOENT;
-        }
-        r = daemon_start(o, path, &d);
-        if (r < 0)
-                printf("  zswapd did not come up on %s: %s\n", d.sock, strerror(-r));
-        else
-                r = phase_run(run, &b, res);
-        if (!daemon_stop(&d) || (r < 0 && r != -EINTR) || res->bad_pages)
-                printf("  daemon log: %s\n", d.log);
-        else
-                unlink(d.log);
-        return r;
-}
-
-#else
-
-static int zswapd_phase(_unused_ const Options *o, _unused_ const char *exe_dir,
-                        _unused_ Run *run, _unused_ Result *res) {
-        printf("zswapd phase: skipped (built with BENCH_ZRAM_ONLY)\n");
-        return 0;
-}
-
-#endif
-
-/* ---- zram ---- */
-
-typedef struct ZramCtx {
-        Zram *zram;
-        Run *run;
-} ZramCtx;
-
-static int zram_backend_pageout(void *ctx, void *addr, size_t len) {
-        ZramCtx *zc = ctx;
-        ZramPageout po;
-        int n;
-
-        n = zram_pageout(addr, len, zc->run->resident, PAGEOUT_MAX_CALLS, &po);
-        if (n >= 0 && (po.calls > 1 || po.resident > 0))
-                printf("  zram: %u MADV_PAGEOUT calls; the first left %zu pages resident, the last %zu\n",
-                       po.calls, po.first_resident, po.resident);
-        return n;
-}
-
-static int zram_backend_memory(void *ctx, uint64_t out_bytes, double *ret) {
-        ZramCtx *zc = ctx;
-        uint64_t orig, used;
-        int r;
-
-        r = zram_mm_stat(zc->zram, &orig, &used);
-        if (r < 0)
-                return r;
-        printf("  zram mm_stat: orig_data_size %" PRIu64 ", mem_used_total %" PRIu64 "\n", orig, used);
-        *ret = used ? (double)out_bytes / used : NAN;
-        return 0;
-}
-
-static int zram_phase(Run *run, Result *res) {
-        ZramCtx zc = { .run = run };
-        Backend b = { "zram", &zc, NULL, NULL, zram_backend_pageout, zram_backend_memory, NULL };
+static int phase_run(Run *run, const char *label, const BackendConfig *cfg, Result *res) {
+        char log[128] = "";
+        Backend *b = NULL;
         int r, rt;
 
-        if (geteuid() != 0) {
-                printf("zram phase: skipped, needs root (zram-control, swapon)\n");
-                return 0;
-        }
-        if (access("/sys/class/zram-control/hot_add", R_OK) < 0) {
-                printf("zram phase: skipped, no /sys/class/zram-control (zram not in this kernel)\n");
-                return 0;
-        }
-        if (zram_kernel_zswap_enabled("/sys"))
-                printf("zram phase: note: kernel zswap is enabled and sits in front of zram\n");
-        r = zram_new("/sys", "/proc", "lz4", 2 * (uint64_t)run->len, &zc.zram);
-        if (r < 0) {
-                printf("zram phase: could not set up a zram swap device: %s\n", strerror(-r));
-                return r;
-        }
-        printf("zram phase: %s, lz4, disksize %zu MiB, swap priority 32767, page-cluster %d -> 0 "
-               "(no swap readahead: one page per fault)\n",
-               zram_device(zc.zram), 2 * run->len >> 20, zram_saved_page_cluster(zc.zram));
-        r = phase_run(run, &b, res);
-        rt = zram_teardown(zc.zram);
+        snprintf(res->name, sizeof(res->name), "%s", label);
+        r = backend_setup(cfg, &b);
+        if (r < 0)
+                return explain_setup_error(label, cfg, r) ? 0 : r;
+        snprintf(res->name, sizeof(res->name), "%s", backend_name(b));
+        printf("%s phase: %s\n", res->name, backend_describe(b));
+        r = phase_region(run, b, res);
+        if (r < 0 && r != -EINTR)
+                printf("  %s phase failed: %s\n", res->name, strerror(-r));
+        if ((r < 0 && r != -EINTR) || res->bad_pages)
+                backend_keep_log(b);
+        if (backend_log(b))
+                snprintf(log, sizeof(log), "%s", backend_log(b));
+        rt = backend_teardown(b);
         if (rt < 0)
-                printf("  zram teardown of %s failed: %s; check swapon --show\n",
-                       zram_device(zc.zram), strerror(-rt));
-        zc.zram = zram_free(zc.zram);
+                printf("  %s teardown failed: %s; check swapon --show and /sys/module/zswap/parameters\n",
+                       res->name, strerror(-rt));
+        if (log[0] && (rt < 0 || (r < 0 && r != -EINTR) || res->bad_pages))
+                printf("  daemon log: %s\n", log);
         return r ?: rt;
 }
 
 /* ---- output ---- */
 
-static void print_row(const char *name, const char *fmt, double a, double b) {
-        char sa[32] = "-", sb[32] = "-", sr[32] = "-";
+enum { ZSWAPD, ZRAM, KZSWAP, N_BACKENDS };
 
-        if (isfinite(a))
-                snprintf(sa, sizeof(sa), fmt, a);
-        if (isfinite(b))
-                snprintf(sb, sizeof(sb), fmt, b);
-        if (isfinite(a) && isfinite(b) && b != 0)
-                snprintf(sr, sizeof(sr), "%.2f", a / b);
-        printf("%-30s %12s %12s %8s\n", name, sa, sb, sr);
+/* "-" for a value that was not measured. */
+static void format_cell(char *buf, size_t size, const char *fmt, double v) {
+        if (isfinite(v))
+                snprintf(buf, size, fmt, v);
+        else
+                snprintf(buf, size, "-");
 }
 
-/* A value of r, or NAN if its phase did not complete. */
-#define VAL(r, field) ((r)->done ? (double)(r)->field : NAN)
+/* One metric for every backend, then zswapd's value as a ratio to each kernel's. */
+static void print_row(const char *name, const char *fmt, const double v[N_BACKENDS]) {
+        char cell[N_BACKENDS][32], ratio[N_BACKENDS][16];
+
+        for (int i = 0; i < N_BACKENDS; i++) {
+                format_cell(cell[i], sizeof(cell[i]), fmt, v[i]);
+                format_cell(ratio[i], sizeof(ratio[i]), "%.2f", v[i] != 0 ? v[ZSWAPD] / v[i] : NAN);
+        }
+        printf("%-30s %12s %12s %12s %8s %8s\n", name, cell[ZSWAPD], cell[ZRAM], cell[KZSWAP], ratio[ZRAM],
+               ratio[KZSWAP]);
+}
+
+/* A figure of r, or NAN if its phase did not complete. */
+static double value(const Result *r, size_t offset) {
+        return r->done ? *(const double *)((const char *)r + offset) : NAN;
+}
 
 enum { CPU_DAEMON, CPU_SELF, CPU_TOTAL };
 
@@ -605,29 +385,86 @@ static double cpu_per_gib(const Result *r, int which) {
         return r->done && r->moved_gib > 0 ? s / r->moved_gib : NAN;
 }
 
-static void print_table(const Result *z, const Result *k) {
-        printf("\nratio = zswapd / zram. Lower is better for latency and CPU, higher for MB/s, memory ratio and RssAnon drop.\n");
-        printf("%-30s %12s %12s %8s\n", "metric", "zswapd", "zram-lz4", "ratio");
-        print_row("pageout MB/s", "%.0f", VAL(z, pageout_mbs), VAL(k, pageout_mbs));
-        print_row("fault seq median us", "%.2f", VAL(z, seq.median_us), VAL(k, seq.median_us));
-        print_row("fault seq p99 us", "%.2f", VAL(z, seq.p99_us), VAL(k, seq.p99_us));
-        print_row("fault seq p99.9 us", "%.2f", VAL(z, seq.p999_us), VAL(k, seq.p999_us));
-        print_row("fault seq max us", "%.1f", VAL(z, seq.max_us), VAL(k, seq.max_us));
-        print_row("fault rand median us", "%.2f", VAL(z, rnd.median_us), VAL(k, rnd.median_us));
-        print_row("fault rand p99 us", "%.2f", VAL(z, rnd.p99_us), VAL(k, rnd.p99_us));
-        print_row("fault rand p99.9 us", "%.2f", VAL(z, rnd.p999_us), VAL(k, rnd.p999_us));
-        print_row("fault rand max us", "%.1f", VAL(z, rnd.max_us), VAL(k, rnd.max_us));
-        print_row("read-back seq MB/s", "%.0f", VAL(z, seq.mbs), VAL(k, seq.mbs));
-        print_row("read-back rand MB/s", "%.0f", VAL(z, rnd.mbs), VAL(k, rnd.mbs));
-        print_row("memory ratio (orig/used)", "%.2f", VAL(z, mem_ratio), VAL(k, mem_ratio));
-        print_row("CPU s/GiB moved: daemon", "%.3f", cpu_per_gib(z, CPU_DAEMON), NAN);
-        print_row("CPU s/GiB moved: bench proc", "%.3f", cpu_per_gib(z, CPU_SELF), cpu_per_gib(k, CPU_SELF));
-        print_row("CPU s/GiB moved: total", "%.3f", cpu_per_gib(z, CPU_TOTAL), cpu_per_gib(k, CPU_TOTAL));
-        print_row("RssAnon drop % of region", "%.1f", VAL(z, rss_drop_pct), VAL(k, rss_drop_pct));
-        print_row("region paged out % (mincore)", "%.1f", VAL(z, out_pct), VAL(k, out_pct));
-        printf("CPU: zram compresses in the calling process, so its CPU is the bench's own (utime+stime,\n"
-               "timed sections only); zswapd's is the daemon's (/proc/PID/stat, whole phase) plus the bench's.\n"
-               "GiB moved = pages paged out + pages faulted back, both passes.\n");
+static void print_table(const Result res[N_BACKENDS]) {
+        static const struct {
+                const char *name, *fmt;
+                size_t offset;
+        } rows[] = {
+                { "pageout MB/s", "%.0f", offsetof(Result, pageout_mbs) },
+                { "fault seq median us", "%.2f", offsetof(Result, seq.median_us) },
+                { "fault seq p99 us", "%.2f", offsetof(Result, seq.p99_us) },
+                { "fault seq p99.9 us", "%.2f", offsetof(Result, seq.p999_us) },
+                { "fault seq max us", "%.1f", offsetof(Result, seq.max_us) },
+                { "fault rand median us", "%.2f", offsetof(Result, rnd.median_us) },
+                { "fault rand p99 us", "%.2f", offsetof(Result, rnd.p99_us) },
+                { "fault rand p99.9 us", "%.2f", offsetof(Result, rnd.p999_us) },
+                { "fault rand max us", "%.1f", offsetof(Result, rnd.max_us) },
+                { "read-back seq MB/s", "%.0f", offsetof(Result, seq.mbs) },
+                { "read-back rand MB/s", "%.0f", offsetof(Result, rnd.mbs) },
+                { "memory ratio (out/used)", "%.2f", offsetof(Result, mem_ratio) },
+                { "RssAnon drop % of region", "%.1f", offsetof(Result, rss_drop_pct) },
+                { "region paged out % (mincore)", "%.1f", offsetof(Result, out_pct) },
+        };
+        static const char *const cpu_rows[] = { "CPU s/GiB moved: daemon", "CPU s/GiB moved: bench proc",
+                                                "CPU s/GiB moved: total" };
+        double v[N_BACKENDS];
+
+        printf("\nratio = zswapd / kernel. Lower is better for latency and CPU, higher for MB/s, memory ratio "
+               "and RssAnon drop.\n");
+        printf("%-30s %12s %12s %12s %8s %8s\n", "metric", res[ZSWAPD].name, res[ZRAM].name, res[KZSWAP].name,
+               "/zram", "/zswap");
+        for (size_t i = 0; i < ELEMENTSOF(rows); i++) {
+                for (int k = 0; k < N_BACKENDS; k++)
+                        v[k] = value(&res[k], rows[i].offset);
+                print_row(rows[i].name, rows[i].fmt, v);
+        }
+        for (int which = CPU_DAEMON; which <= CPU_TOTAL; which++) {
+                for (int k = 0; k < N_BACKENDS; k++)
+                        v[k] = cpu_per_gib(&res[k], which);
+                print_row(cpu_rows[which], "%.3f", v);
+        }
+        printf("CPU: the kernel compresses and decompresses in the calling process, so its CPU is the bench's\n"
+               "own (utime+stime, timed sections only); zswapd's is the daemon's (/proc/PID/stat, whole phase)\n"
+               "plus the bench's. GiB moved = pages paged out + pages faulted back, both passes.\n");
+}
+
+/* zswapd's figure over a kernel's, for a target; NAN if either is missing. */
+static double target_ratio(const Result res[N_BACKENDS], int kernel, size_t offset, double scale) {
+        double z = value(&res[ZSWAPD], offset), k = value(&res[kernel], offset);
+
+        return k != 0 ? z * scale / k : NAN;
+}
+
+/* The goals of issue 3, experiment 5: zswapd as a ratio to zram-lz4 in this run. */
+static void print_targets(const Result res[N_BACKENDS], long workers) {
+        const struct {
+                const char *name;
+                size_t offset;
+                double scale, goal;
+                bool at_most;
+        } targets[] = {
+                { "random fault-in median", offsetof(Result, rnd.median_us), 1, 1.2, true },
+                { "sequential read-back", offsetof(Result, seq.mbs), 1, 1.5, false },
+                { "pageout per worker", offsetof(Result, pageout_mbs), 1.0 / workers, 1.0, false },
+                { "pool memory (memory ratio)", offsetof(Result, mem_ratio), 1, 1.0, false },
+        };
+        char label[48], vz[16], vk[16];
+
+        printf("\ntargets (issue 3): %s as a ratio to %s in this run (%s for comparison); pageout per worker\n"
+               "divides zswapd's MB/s by its %ld workers\n",
+               res[ZSWAPD].name, res[ZRAM].name, res[KZSWAP].name, workers);
+        printf("%-30s %8s %10s %-8s %10s\n", "target", "goal", "/zram", "", "/zswap");
+        for (size_t i = 0; i < ELEMENTSOF(targets); i++) {
+                double rz = target_ratio(res, ZRAM, targets[i].offset, targets[i].scale);
+                double rk = target_ratio(res, KZSWAP, targets[i].offset, targets[i].scale);
+                bool met = targets[i].at_most ? rz <= targets[i].goal : rz >= targets[i].goal;
+
+                snprintf(label, sizeof(label), "%s %.2f", targets[i].at_most ? "<=" : ">=", targets[i].goal);
+                format_cell(vz, sizeof(vz), "%.3f", rz);
+                format_cell(vk, sizeof(vk), "%.3f", rk);
+                printf("%-30s %8s %10s %-8s %10s\n", targets[i].name, label, vz,
+                       isfinite(rz) ? (met ? "met" : "MISSED") : "-", vk);
+        }
 }
 
 static void print_machine(const Options *o, const char *corpus_dir) {
@@ -643,8 +480,10 @@ static void print_machine(const Options *o, const char *corpus_dir) {
 
 static void help(void) {
         printf("bench-core [--zswapd PATH] [--size MiB] [--corpus DIR] [--compressor lz4|zstd]\n"
-               "           [--workers N] [--skip-zram]\n\n"
-               "Measure zswapd against kernel zram (lz4) on real heap pages.\n");
+               "           [--workers N] [--skip-zram] [--skip-kzswap]\n\n"
+               "Measure zswapd against kernel zram (lz4) and kernel zswap (lzo, in front of a swapfile)\n"
+               "on real heap pages, and print the targets of issue 3 as ratios to zram. Kernel phases\n"
+               "need root and take %s.\n", BACKEND_LOCK_FILE);
 }
 
 static int parse_argv(int argc, char **argv, Options *o) {
@@ -656,6 +495,7 @@ static int parse_argv(int argc, char **argv, Options *o) {
                 { "compressor", required_argument, NULL, 'C' },
                 { "workers", required_argument, NULL, 'w' },
                 { "skip-zram", no_argument, NULL, 'Z' },
+                { "skip-kzswap", no_argument, NULL, 'K' },
                 {}
         };
         char *end;
@@ -689,6 +529,9 @@ static int parse_argv(int argc, char **argv, Options *o) {
                         break;
                 case 'Z':
                         o->skip_zram = true;
+                        break;
+                case 'K':
+                        o->skip_kzswap = true;
                         break;
                 default:
                         return -EINVAL;
@@ -727,14 +570,40 @@ static void install_signals(void) {
         signal(SIGPIPE, SIG_IGN);
 }
 
+/* Each backend in turn, on the same data; a kernel phase only while not interrupted. */
+static int run_phases(const Options *o, Run *run, Result res[N_BACKENDS]) {
+        char workers[24];
+        const char *const args[] = { "--workers", workers, NULL };
+        const BackendConfig cfg[N_BACKENDS] = {
+                [ZSWAPD] = { .kind = BACKEND_ZSWAPD, .compressor = o->compressor, .size_bytes = run->len,
+                             .zswapd_path = o->zswapd, .zswapd_args = args },
+                [ZRAM] = { .kind = BACKEND_ZRAM, .compressor = "lz4", .size_bytes = run->len },
+                [KZSWAP] = { .kind = BACKEND_KZSWAP, .compressor = "lzo", .size_bytes = run->len },
+        };
+        static const char *const label[N_BACKENDS] = { "zswapd", "zram", "zswap" };
+        const bool skip[N_BACKENDS] = { false, o->skip_zram, o->skip_kzswap };
+        int failed = 0;
+
+        snprintf(workers, sizeof(workers), "%ld", o->workers);
+        for (int i = 0; i < N_BACKENDS; i++) {
+                snprintf(res[i].name, sizeof(res[i].name), "%s-%s", label[i], cfg[i].compressor);
+                if (skip[i])
+                        printf("%s phase: skipped (--skip-%s)\n", label[i], i == ZRAM ? "zram" : "kzswap");
+                else if (!interrupted)
+                        failed |= phase_run(run, label[i], &cfg[i], &res[i]) < 0;
+        }
+        return failed;
+}
+
 int main(int argc, char **argv) {
         Options o = { .compressor = "lz4", .size_mib = 1024, .workers = sysconf(_SC_NPROCESSORS_ONLN) };
         _cleanup_free_ char *exe = NULL, *corpus_dir = NULL;
         _cleanup_corpus_ Corpus *corpus = NULL;
-        Result zres = { .daemon_cpu_s = NAN }, kres = { .daemon_cpu_s = NAN };
+        Result res[N_BACKENDS];
         const char *exe_dir;
+        size_t bad = 0;
         Run run = {};
-        int r, failed = 0;
+        int r, failed;
 
         r = parse_argv(argc, argv, &o);
         if (r <= 0)
@@ -750,21 +619,25 @@ int main(int argc, char **argv) {
                                corpus_dir ?: o.corpus ?: "not found", strerror(-r)), 1;
         if (run_init(&run, corpus, o.size_mib) < 0)
                 return fprintf(stderr, "out of memory\n"), 1;
+        for (int i = 0; i < N_BACKENDS; i++)
+                res[i] = (Result) { .daemon_cpu_s = NAN };
         install_signals();
+        /* Progress lines as they happen, also into a file or a pipe. */
+        setvbuf(stdout, NULL, _IOLBF, 0);
         print_machine(&o, corpus_dir);
 
-        failed |= zswapd_phase(&o, exe_dir, &run, &zres) < 0;
-        if (o.skip_zram)
-                printf("zram phase: skipped (--skip-zram)\n");
-        else if (!interrupted)
-                failed |= zram_phase(&run, &kres) < 0;
+        failed = run_phases(&o, &run, res);
         run_done(&run);
 
-        print_table(&zres, &kres);
-        if (zres.bad_pages || kres.bad_pages)
-                printf("VERIFICATION FAILED: %zu zswapd pages, %zu zram pages differ from what was written\n",
-                       zres.bad_pages, kres.bad_pages);
+        print_table(res);
+        print_targets(res, o.workers);
+        for (int i = 0; i < N_BACKENDS; i++) {
+                if (res[i].bad_pages)
+                        printf("VERIFICATION FAILED: %zu %s pages differ from what was written\n",
+                               res[i].bad_pages, res[i].name);
+                bad += res[i].bad_pages;
+        }
         if (interrupted)
                 return printf("interrupted by signal %d\n", (int)interrupted), 130;
-        return failed || zres.bad_pages || kres.bad_pages ? 1 : 0;
+        return failed || bad ? 1 : 0;
 }
