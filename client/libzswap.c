@@ -434,10 +434,19 @@ static void client_free(struct zswap_client *c) {
                 }
         }
         safe_close(c->sock);
+        if (c->staging && c->staging != MAP_FAILED) {
+                /* Unregister first: munmap() of a registered range queues
+                 * an UNMAP event and waits until somebody reads it, and the
+                 * daemon may have stopped reading our uffd already (it does
+                 * once the connection is gone). Without the range, the
+                 * munmap sends nothing. */
+                struct uffdio_range r = { .start = (uintptr_t)c->staging, .len = STAGING_BYTES };
+                if (c->uffd >= 0)
+                        (void)ioctl(c->uffd, UFFDIO_UNREGISTER, &r);
+                munmap(c->staging, STAGING_BYTES);
+        }
         if (!c->keep_uffd)
                 safe_close(c->uffd);
-        if (c->staging && c->staging != MAP_FAILED)
-                munmap(c->staging, STAGING_BYTES);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
         free(c->ranges);
@@ -645,13 +654,20 @@ _public_ void zswap_disconnect(struct zswap_client *c) {
                 pthread_mutex_unlock(&c->lock);
                 if (!any)
                         break;
-                if (range_request(c, ZMSG_UNREGISTER, (void *)(uintptr_t)g.addr, g.len, NULL) < 0) {
-                        /* the daemon is gone (or refuses): our uffd must stay
-                         * open, so that the memory stays registered and an
-                         * evicted page waits rather than reading as zeros */
+                int r = range_request(c, ZMSG_UNREGISTER, (void *)(uintptr_t)g.addr, g.len, NULL);
+                if (r < 0) {
+                        /* The daemon is gone or not answering: our uffd must
+                         * stay open, so that the memory stays registered and
+                         * an evicted page waits rather than reading as zeros.
+                         * Any other refusal (the program unmapped part of the
+                         * range itself, say) leaves nothing of ours held
+                         * there: the daemon restores every page it holds for
+                         * us when the connection closes. */
+                        bool gone = r == -ENOTCONN || r == -ETIMEDOUT || r == -ECONNRESET || r == -EPIPE;
                         pthread_mutex_lock(&c->lock);
                         c->nranges--;
-                        c->keep_uffd = true;
+                        if (gone)
+                                c->keep_uffd = true;
                         pthread_mutex_unlock(&c->lock);
                         continue;
                 }
