@@ -24,6 +24,7 @@
  */
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -38,8 +39,7 @@
 
 typedef struct Retry {
         struct Retry *next;
-        bool reserved;     /* from the thread's reserve, not malloc */
-        MMClient *mm;      /* reference */
+        bool reserved;     /* from a thread's reserve, not malloc */
         uint64_t addr;
         uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
         uint8_t page[ZSWAP_PAGE_SIZE];
@@ -53,11 +53,11 @@ struct FaultThread {
         int epfd;
         Inbox inbox;
         CodecDCtx *dctx;
-        Retry *retries;     /* this thread only */
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
-        MMClient **owned;   /* this thread only */
+        MMClient **owned;   /* watched in epfd, one reference each; this thread only */
         size_t nowned;
+        bool retry_due;     /* this thread left retries on some mm; this thread only */
         _Atomic bool stop; /* written by the manager, read by the thread */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
@@ -112,12 +112,41 @@ void fault_thread_post(FaultThread *ft, Work *w) {
         inbox_push(&ft->inbox, w);
 }
 
+int fault_post_mm(FaultThread *ft, int type, MMClient *mm) {
+        Work *w = work_new(type, mm);
+        if (!w)
+                return -ENOMEM;
+        fault_thread_post(ft, w);
+        return 0;
+}
+
+int fault_watch(Manager *m, MMClient *mm) {
+        int r = 0;
+        /* the home thread first: if the others cannot be told, it alone
+         * still serves every message, only not always on the faulting CPU */
+        r = fault_post_mm(mm->ft, FW_ADOPT, mm);
+        if (r < 0)
+                return r;
+        for (unsigned i = 0; i < m->nfts; i++)
+                if (m->fts[i] != mm->ft && fault_post_mm(m->fts[i], FW_ADOPT, mm) < 0)
+                        log_warn("pid %d: a fault thread cannot watch the client (out of memory)", (int)mm->pid);
+        return 0;
+}
+
+void fault_unwatch(Manager *m, MMClient *mm) {
+        /* a thread that misses this keeps a reference and an epoll entry
+         * until it stops: the client's memory is not lost, only kept */
+        for (unsigned i = 0; i < m->nfts; i++)
+                if (fault_post_mm(m->fts[i], FW_REMOVE, mm) < 0)
+                        log_error("pid %d: fault thread %u cannot let the client go (out of memory)",
+                                  (int)mm->pid, i);
+}
+
 /* ---- owning a LOADING entry ---- */
 
 #define RETRY_RESERVE 64
 
 static void retry_free(FaultThread *ft, Retry *r) {
-        mmclient_unref(r->mm);
         if (r->reserved) {
                 r->next = ft->reserve;
                 ft->reserve = r;
@@ -139,13 +168,22 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
                           (int)mm->pid, (unsigned long long)addr);
                 return;
         }
-        r->mm = mmclient_ref(mm);
         r->addr = addr;
         r->loading = loading;
         if (page)
                 memcpy(r->page, page, ZSWAP_PAGE_SIZE);
-        r->next = ft->retries;
-        ft->retries = r;
+        r->next = mm->retries;
+        mm->retries = r;
+        atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
+        ft->retry_due = true;
+}
+
+void fault_mm_free_retries(MMClient *mm) {
+        while (mm->retries) {
+                Retry *r = mm->retries;
+                mm->retries = r->next;
+                free(r); /* reserve entries too: the thread that lent it gets by with one less */
+        }
 }
 
 /*
@@ -346,9 +384,9 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
 
 /* ---- events ---- */
 
-static Retry **retry_find(FaultThread *ft, MMClient *mm, uint64_t addr) {
-        for (Retry **p = &ft->retries; *p; p = &(*p)->next)
-                if ((*p)->mm == mm && (*p)->addr == addr)
+static Retry **retry_find(MMClient *mm, uint64_t addr) {
+        for (Retry **p = &mm->retries; *p; p = &(*p)->next)
+                if ((*p)->addr == addr)
                         return p;
         return NULL;
 }
@@ -402,7 +440,7 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
 
         if (pe_state(v) == PE_LOADING) {
-                Retry **p = retry_find(c->ft, c->mm, addr);
+                Retry **p = retry_find(c->mm, addr);
                 if (p) {
                         mmclient_release_payload(c->mm, (*p)->loading);
                         retry_drop(c->ft, p);
@@ -499,7 +537,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         /* the kernel unmapped the destination first: what we held there is
          * dead, including a retry of ours */
         if (pe_state(atomic_load_explicit(ne, memory_order_acquire)) == PE_LOADING) {
-                Retry **p = retry_find(c->ft, c->mm, to);
+                Retry **p = retry_find(c->mm, to);
                 if (p) {
                         mmclient_release_payload(c->mm, (*p)->loading);
                         retry_drop(c->ft, p);
@@ -510,7 +548,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
         atomic_store_explicit(ne, v, memory_order_release);
         if (pe_state(v) == PE_LOADING) {
-                Retry **p = retry_find(c->ft, c->mm, addr);
+                Retry **p = retry_find(c->mm, addr);
                 if (p)
                         (*p)->addr = to;
                 uffd_wake(c->mm->uffd, addr);
@@ -569,7 +607,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 len = pe_clen(v);
                 break;
         case PE_LOADING: {
-                Retry **p = retry_find(c->ft, c->mm, addr);
+                Retry **p = retry_find(c->mm, addr);
                 if (p && (*p)->loading) {
                         src = (*p)->page;
                         len = ZSWAP_PAGE_SIZE;
@@ -633,6 +671,9 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;
         fault_thread_own(ft, child);
+        for (unsigned i = 0; i < mm->m->nfts; i++)
+                if (mm->m->fts[i] != ft)
+                        fault_post_mm(mm->m->fts[i], FW_ADOPT, child);
         manager_adopt_orphan(mm->m, child); /* hands over our reference */
 }
 
@@ -682,22 +723,57 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
 
 /* ---- retries, installs from workers, restores ---- */
 
-static void run_retries(FaultThread *ft) {
-        Retry *list = ft->retries;
-        ft->retries = NULL;
+/* Under mm->serve_lock. A copy that fails again goes back on the list. */
+static void run_retries(FaultThread *ft, MMClient *mm) {
+        Retry *list = mm->retries;
+        mm->retries = NULL;
+        atomic_store_explicit(&mm->has_retries, false, memory_order_relaxed);
 
         while (list) {
                 Retry *r = list;
                 list = r->next;
                 if (!r->loading)
-                        serve(ft, r->mm, r->addr, true);
+                        serve(ft, mm, r->addr, true);
                 else {
-                        _Atomic uint64_t *e = pindex_entry(r->mm->index, r->addr, false);
+                        _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
                         if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
-                                install(ft, r->mm, r->addr, e, r->loading, r->page,
+                                install(ft, mm, r->addr, e, r->loading, r->page,
                                         (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0);
                 }
                 retry_free(ft, r);
+        }
+}
+
+/*
+ * Read and handle mm's messages if no other fault thread is doing so. All
+ * threads' epolls get every edge of the uffd (EPOLLET), so a thread that
+ * finds the lock taken can walk away: the holder's own epoll has the same
+ * edge and brings it back here once it is done, and the message is read
+ * either by the holder's drain or then.
+ */
+static void service(FaultThread *ft, MMClient *mm) {
+        if (pthread_mutex_trylock(&mm->serve_lock) != 0)
+                return;
+        drain_uffd(ft, mm);
+        if (mm->retries)
+                run_retries(ft, mm);
+        pthread_mutex_unlock(&mm->serve_lock);
+}
+
+/* Retries this thread left behind, on whichever mm they are. */
+static void run_due_retries(FaultThread *ft) {
+        ft->retry_due = false;
+        for (size_t i = 0; i < ft->nowned; i++) {
+                MMClient *mm = ft->owned[i];
+                if (!atomic_load_explicit(&mm->has_retries, memory_order_relaxed))
+                        continue;
+                if (pthread_mutex_trylock(&mm->serve_lock) != 0) {
+                        ft->retry_due = true; /* the holder may leave them; look again */
+                        continue;
+                }
+                if (mm->retries)
+                        run_retries(ft, mm);
+                pthread_mutex_unlock(&mm->serve_lock);
         }
 }
 
@@ -706,6 +782,7 @@ static void work_install(FaultThread *ft, Work *w) {
         _Atomic uint64_t *e = pindex_entry(mm->index, w->a, false);
         uint64_t v = w->v;
 
+        pthread_mutex_lock(&mm->serve_lock);
         if (e && atomic_load_explicit(e, memory_order_acquire) == v) {
                 /* the worker found the page incompressible (or the pool full):
                  * it goes back where it was, marked so we do not retry it on
@@ -713,6 +790,7 @@ static void work_install(FaultThread *ft, Work *w) {
                 uint64_t final = (w->status == -E2BIG) ? PE_FLAG_INCOMPRESSIBLE : 0;
                 serve_slot(ft, mm, w->a, e, v, final);
         }
+        pthread_mutex_unlock(&mm->serve_lock);
         /* the worker pinned the lane for us until now */
         atomic_fetch_sub_explicit(&mm->lanes[w->lane].users, 1, memory_order_release);
 }
@@ -760,7 +838,10 @@ static bool work_restore(FaultThread *ft, Work *w) {
         /* w->v is the cursor: a and b stay what the manager asked for */
         if (w->v < w->a)
                 w->v = w->a;
-        if (pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c)) {
+        pthread_mutex_lock(&w->mm->serve_lock);
+        int more = pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c);
+        pthread_mutex_unlock(&w->mm->serve_lock);
+        if (more) {
                 w->v = c.next;
                 return false;
         }
@@ -773,7 +854,7 @@ static bool work_restore(FaultThread *ft, Work *w) {
 }
 
 static void fault_thread_own(FaultThread *ft, MMClient *mm) {
-        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = mmclient_ref(mm) };
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = mmclient_ref(mm) };
         MMClient **n = realloc(ft->owned, (ft->nowned + 1) * sizeof(*n));
 
         if (!n || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, mm->uffd, &ev) < 0) {
@@ -793,13 +874,7 @@ static void fault_thread_disown(FaultThread *ft, MMClient *mm) {
                         continue;
                 epoll_ctl(ft->epfd, EPOLL_CTL_DEL, mm->uffd, NULL);
                 ft->owned[i] = ft->owned[--ft->nowned];
-                for (Retry **p = &ft->retries; *p;) {
-                        if ((*p)->mm == mm)
-                                retry_drop(ft, p);
-                        else
-                                p = &(*p)->next;
-                }
-                mmclient_unref(mm);
+                mmclient_unref(mm); /* its retries go with it (mmclient_unref) */
                 return;
         }
 }
@@ -822,6 +897,9 @@ static void run_inbox(FaultThread *ft) {
                         break;
                 case FW_ADOPT:
                         fault_thread_own(ft, w->mm);
+                        /* edges that came before we watched are not ours:
+                         * look once */
+                        service(ft, w->mm);
                         work_free(w);
                         break;
                 case FW_INSTALL:
@@ -830,7 +908,10 @@ static void run_inbox(FaultThread *ft) {
                         break;
                 case FW_SYNC:
                         /* every uffd message read before this point has been
-                         * handled completely: this thread handles them in order */
+                         * handled completely: a reader holds serve_lock from
+                         * its read until the message is handled */
+                        pthread_mutex_lock(&w->mm->serve_lock);
+                        pthread_mutex_unlock(&w->mm->serve_lock);
                         w->type = MW_SYNC_DONE;
                         manager_post(ft->m, w);
                         break;
@@ -862,10 +943,41 @@ static void run_restores(FaultThread *ft) {
         }
 }
 
+/*
+ * One fault thread per CPU, each pinned to its CPU: the thread on the
+ * faulting CPU is woken there, runs as soon as the faulting thread sleeps,
+ * and wakes it on the same CPU again (3-7 us here). An unpinned thread is
+ * woken on whichever CPU is idle, which is the other one, and a wake-up
+ * across vCPUs costs ~60 us on this kind of machine (tests/bench/bench-wake,
+ * docs/benchmarks.md). The CPUs are those the daemon may run on, in order.
+ */
+static void pin_to_cpu(FaultThread *ft) {
+        cpu_set_t allowed, one;
+        unsigned k = 0;
+
+        if (!ft->m->cfg.fault_pin || sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+                return;
+        if ((unsigned)CPU_COUNT(&allowed) != ft->m->cfg.fault_threads)
+                return; /* not one thread per CPU: let the scheduler place them */
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+                if (!CPU_ISSET(cpu, &allowed) || k++ != ft->idx)
+                        continue;
+                CPU_ZERO(&one);
+                CPU_SET(cpu, &one);
+                if (sched_setaffinity(0, sizeof(one), &one) < 0)
+                        log_warn("fault thread %u: cannot pin to CPU %d: %m", ft->idx, cpu);
+                else
+                        log_debug("fault thread %u serves CPU %d", ft->idx, cpu);
+                return;
+        }
+}
+
 static void *fault_thread_main(void *arg) {
         FaultThread *ft = arg;
         struct epoll_event evs[16];
         uint64_t spin_until = 0, spin_ns = ft->m->cfg.fault_spin_us * 1000ull;
+
+        pin_to_cpu(ft);
 
         while (!atomic_load_explicit(&ft->stop, memory_order_relaxed)) {
                 /* After a fault, poll for a while before sleeping: a program
@@ -874,7 +986,7 @@ static void *fault_thread_main(void *arg) {
                  * ~60 us here (KERNEL.md). Bounded by fault_spin_us per
                  * fault; 0 turns it off. */
                 bool spinning = spin_ns && now_ns() < spin_until;
-                int timeout = spinning ? 0 : (ft->retries || ft->restores) ? 1 : -1;
+                int timeout = spinning ? 0 : (ft->retry_due || ft->restores) ? 1 : -1;
                 int n = epoll_wait(ft->epfd, evs, ELEMENTSOF(evs), timeout);
                 bool inbox = false;
 
@@ -888,14 +1000,14 @@ static void *fault_thread_main(void *arg) {
                                 inbox = true;
                                 continue;
                         }
-                        drain_uffd(ft, evs[i].data.ptr);
+                        service(ft, evs[i].data.ptr);
                 }
                 /* an mm may be disowned by the inbox: only after this batch
                  * of events, whose pointers refer to it, is done */
                 if (inbox)
                         run_inbox(ft);
-                if (ft->retries)
-                        run_retries(ft);
+                if (ft->retry_due)
+                        run_due_retries(ft);
                 if (ft->restores)
                         run_restores(ft);
         }
@@ -944,17 +1056,22 @@ fail:
         return r;
 }
 
+void fault_thread_stop(FaultThread *ft) {
+        if (!ft || !ft->started)
+                return;
+        Work *w = work_new(0, NULL);
+        /* relaxed: the inbox push that follows publishes it */
+        atomic_store_explicit(&ft->stop, true, memory_order_relaxed);
+        if (w)
+                fault_thread_post(ft, w);
+        pthread_join(ft->thread, NULL);
+        ft->started = false;
+}
+
 FaultThread *fault_thread_free(FaultThread *ft) {
         if (!ft)
                 return NULL;
-        if (ft->started) {
-                Work *w = work_new(0, NULL);
-                /* relaxed: the inbox push that follows publishes it */
-                atomic_store_explicit(&ft->stop, true, memory_order_relaxed);
-                if (w)
-                        fault_thread_post(ft, w);
-                pthread_join(ft->thread, NULL);
-        }
+        fault_thread_stop(ft);
         for (Work *w = inbox_take(&ft->inbox); w;) {
                 Work *n = w->next;
                 work_free(w);
@@ -965,8 +1082,6 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 work_free(ft->restores);
                 ft->restores = n;
         }
-        while (ft->retries)
-                retry_drop(ft, &ft->retries);
         while (ft->reserve) {
                 Retry *r = ft->reserve;
                 ft->reserve = r->next;

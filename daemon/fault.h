@@ -9,16 +9,28 @@
 typedef struct FaultThread FaultThread;
 
 enum {
-        FW_REMOVE = 1, /* stop reading mm's uffd, drop the reference */
+        FW_REMOVE = 1, /* stop watching mm's uffd, drop the reference (sent to every thread) */
         FW_INSTALL,    /* put back the staged page at a (entry value v): incompressible or no pool room */
         FW_RESTORE,    /* install every held page of [a, b), then tell the manager (id) */
-        FW_ADOPT,      /* start reading mm's uffd */
+        FW_ADOPT,      /* start watching mm's uffd (sent to every thread) */
         FW_SYNC,       /* bounce back to the manager once every event read so far is handled */
 };
 
 int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret);
+/* Stop the thread (joins it). Stop every thread before freeing any: a
+ * thread may post to the others (a forked child to watch). */
+void fault_thread_stop(FaultThread *ft);
 /* Stops the thread, drops every client it holds. */
 FaultThread *fault_thread_free(FaultThread *ft);
+
+/* Every fault thread starts (FW_ADOPT) or stops (FW_REMOVE) watching mm's
+ * uffd; mm->ft must be set. Any thread may call them. */
+int fault_watch(Manager *m, MMClient *mm);
+void fault_unwatch(Manager *m, MMClient *mm);
+int fault_post_mm(FaultThread *ft, int type, MMClient *mm);
+
+/* Free the retries still held on mm (its last reference is going). */
+void fault_mm_free_retries(MMClient *mm);
 
 /* Queue work for the thread (any thread). Takes ownership of w. */
 void fault_thread_post(FaultThread *ft, Work *w);

@@ -21,6 +21,7 @@ static void help(void) {
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
                "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
+               "  -P, --no-fault-pin      do not pin one fault thread to each CPU\n"
                "  -b, --batch N           pages per eviction batch, 1..512 (default 512)\n"
                "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
                "  -I, --worker-idle       run the compression workers SCHED_IDLE instead\n"
@@ -48,7 +49,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "fault-threads", required_argument, NULL, 't' }, { "pool-max", required_argument, NULL, 'p' },
                 { "allow-users", no_argument, NULL, 'u' },
                 { "batch", required_argument, NULL, 'b' },       { "worker-nice", required_argument, NULL, 'n' },
-                { "worker-idle", no_argument, NULL, 'I' },
+                { "worker-idle", no_argument, NULL, 'I' },      { "no-fault-pin", no_argument, NULL, 'P' },
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
                 {}
@@ -56,7 +57,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:Iufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPufvh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -109,6 +110,9 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case 'I':
                         cfg->worker_sched_idle = true;
                         break;
+                case 'P':
+                        cfg->fault_pin = false;
+                        break;
                 case 'S':
                         if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
                                 fprintf(stderr, "zswapd: --fault-spin-us takes 0..10000\n");
@@ -144,6 +148,7 @@ int main(int argc, char **argv) {
                 .worker_nice = 10,
                 .fault_threads = ncpu > 0 ? (unsigned)ncpu : 1,
                 .fault_spin_us = 50,
+                .fault_pin = true,
                 .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
                 .max_regions = 4096,
                 .max_registered = UINT64_MAX,

@@ -163,11 +163,8 @@ static void mm_retire(Manager *m, MMClient *mm) {
         mm->ops_tail = &mm->ops;
         for (unsigned i = 0; i < mm->nlanes; i++)
                 mm->lanes[i].op = NULL; /* freed above; batches still in flight finish without it */
-        if (mm->ft) {
-                Work *w = work_new(FW_REMOVE, mm);
-                if (w)
-                        fault_thread_post(mm->ft, w);
-        }
+        if (mm->ft)
+                fault_unwatch(m, mm);
         mm_unlink(m, mm);
         mmclient_unref(mm);
 }
@@ -392,13 +389,12 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         mm->conn = c;
         c->mm = mm;
         mm->ft = m->fts[mm->id % m->nfts];
-        Work *w = work_new(FW_ADOPT, mm);
-        if (!w) {
+        if (fault_watch(m, mm) < 0) {
                 c->mm = NULL;
+                mm->ft = NULL;
                 mmclient_unref(mm);
                 return -ENOMEM;
         }
-        fault_thread_post(mm->ft, w);
         mm_link(m, mm);
         log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
         return 0;
@@ -843,6 +839,8 @@ Manager *manager_free(Manager *m) {
                 m->orphans = mm->next;
                 mmclient_unref(mm);
         }
+        for (unsigned i = 0; i < m->nfts; i++)
+                fault_thread_stop(m->fts[i]);
         for (unsigned i = 0; i < m->nfts; i++)
                 fault_thread_free(m->fts[i]);
         free(m->fts);

@@ -24,6 +24,7 @@
 
 #include "uffd-compat.h"
 
+#include "fault.h"
 #include "log.h"
 #include "manager.h"
 #include "mmclient.h"
@@ -42,6 +43,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         mm->pagemap_fd = -1;
         mm->ops_tail = &mm->ops;
         pthread_mutex_init(&mm->regions_lock, NULL);
+        pthread_mutex_init(&mm->serve_lock, NULL);
         r = pindex_new(&mm->index);
         if (r < 0) {
                 free(mm);
@@ -133,6 +135,7 @@ MMClient *mmclient_unref(MMClient *mm) {
         if (atomic_fetch_sub_explicit(&mm->refs, 1, memory_order_acq_rel) != 1)
                 return NULL;
 
+        fault_mm_free_retries(mm);
         if (mm->index) {
                 pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
                 pindex_free(mm->index);
@@ -141,6 +144,7 @@ MMClient *mmclient_unref(MMClient *mm) {
         safe_close(mm->pidfd);
         safe_close(mm->pagemap_fd);
         pthread_mutex_destroy(&mm->regions_lock);
+        pthread_mutex_destroy(&mm->serve_lock);
         free(mm->regions);
         free(mm);
         return NULL;

@@ -85,8 +85,17 @@ typedef struct MMClient {
         uint64_t origin_staging; /* children: the parent client's staging area, which names
                                   * the client when a process has several */
 
-        FaultThread *ft;      /* the only thread that reads uffd */
-        /* fault-around state: the owning fault thread only */
+        /*
+         * Every fault thread watches uffd; whichever wakes first takes
+         * serve_lock and reads (fault.c). The lock makes the reader single
+         * at any moment, and a message is handled completely before the
+         * lock is let go, so messages are still handled one by one in
+         * kernel order. Everything below it is under serve_lock.
+         */
+        FaultThread *ft;      /* home thread: gets this mm's installs, restores, syncs */
+        pthread_mutex_t serve_lock;
+        struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
+        _Atomic bool has_retries; /* retries != NULL, readable without the lock */
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         _Atomic bool dead;    /* set by the manager when the client is gone */
