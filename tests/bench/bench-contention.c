@@ -187,6 +187,7 @@ typedef struct RunResult {
         bool ok;
         double slowest_ms, slowest1_ms, over_10ms, reads, avg_us, stdev_us, p50_us, p99_us, max_us;
         double iops, wall_iops, low_iops, low_p99_us, out_pct, daemon_cpu_s;
+        double foreign_pct; /* CPU that neither the bench nor its daemon used, % of all CPUs */
         double worker_passes, reader_passes, pageout_ms; /* pageout_ms: per pass of the nice -19 readers */
         uint64_t bad_pages;
 } RunResult;
@@ -213,6 +214,56 @@ static void sleep_ns(uint64_t ns) {
         struct timespec ts = { ns / 1000000000ULL, ns % 1000000000ULL };
 
         nanosleep(&ts, NULL);
+}
+
+/* Busy and stolen CPU time of the whole machine, from /proc/stat, in seconds. */
+static double machine_cpu_s(void) {
+        unsigned long long v[8] = {};
+        FILE *f = fopen("/proc/stat", "re");
+        int n;
+
+        if (!f)
+                return NAN;
+        /* user nice system idle iowait irq softirq steal */
+        n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]);
+        fclose(f);
+        if (n != 8)
+                return NAN;
+        return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / sysconf(_SC_CLK_TCK);
+}
+
+/* CPU time of the reaped participants. */
+static double children_cpu_s(void) {
+        struct rusage ru;
+
+        getrusage(RUSAGE_CHILDREN, &ru);
+        return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/*
+ * What the machine spent on others while a run lasted: its busy and stolen
+ * time less that of the participants and of the daemon. Other programs on
+ * this small machine change the figures a lot; this says when they did.
+ */
+typedef struct Foreign {
+        double machine, children, daemon;
+        uint64_t t;
+} Foreign;
+
+static void foreign_start(Foreign *f, const Backend *b) {
+        f->machine = machine_cpu_s();
+        f->children = children_cpu_s();
+        f->daemon = backend_daemon_cpu_s(b);
+        f->t = now_ns();
+}
+
+static double foreign_pct(const Foreign *f, const Backend *b) {
+        double daemon = backend_daemon_cpu_s(b) - f->daemon;
+        double other = machine_cpu_s() - f->machine - (children_cpu_s() - f->children) - (isfinite(daemon) ? daemon : 0);
+        double all = sysconf(_SC_NPROCESSORS_ONLN) * (now_ns() - f->t) / 1e9;
+
+        return all > 0 ? 100.0 * MAX(other, 0.0) / all : NAN;
 }
 
 /* ---- histogram ---- */
@@ -694,8 +745,9 @@ static void run_print(const Run *run, const char *backend, unsigned k, const Run
                 printf(", low readers IOPS %.0f p99 %.2f us", r->low_iops, r->low_p99_us);
         else
                 printf(", worker passes %.1f", r->worker_passes);
-        printf("; reader passes %.1f (pageout %.1f ms each), %.1f %% out; daemon CPU %.2f s; bad pages %" PRIu64 "\n",
-               r->reader_passes, r->pageout_ms, r->out_pct, r->daemon_cpu_s, r->bad_pages);
+        printf("; reader passes %.1f (pageout %.1f ms each), %.1f %% out; daemon CPU %.2f s; foreign CPU %.1f %%; "
+               "bad pages %" PRIu64 "\n",
+               r->reader_passes, r->pageout_ms, r->out_pct, r->daemon_cpu_s, r->foreign_pct, r->bad_pages);
 }
 
 /* What the backend holds with every buffer out: the compression is real. */
@@ -714,6 +766,7 @@ static void print_memory(Backend *b, const char *name) {
 
 static int run_once(Run *run, Backend *b, const char *name, unsigned k, RunResult *res) {
         Shared *sh = run->part[0].sh;
+        Foreign foreign;
         double cpu0, seconds;
         uint64_t t0;
         size_t left;
@@ -722,6 +775,7 @@ static int run_once(Run *run, Backend *b, const char *name, unsigned k, RunResul
         memset(sh->slot, 0, run->n * sizeof(Slot));
         atomic_store_explicit(&sh->phase, PHASE_PREPARE, memory_order_relaxed);
         *res = (RunResult) { .daemon_cpu_s = NAN };
+        foreign_start(&foreign, b);
         r = run_fork(run);
         left = r < 0 ? 0 : run_wait_state(run, SLOT_STARTING, READY_TIMEOUT_S, false);
         if (r < 0 || left || interrupted) {
@@ -769,6 +823,7 @@ static int run_once(Run *run, Backend *b, const char *name, unsigned k, RunResul
                         r = r ?: run->part[j].slot->error ?: -EIO;
                 }
         res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
+        res->foreign_pct = foreign_pct(&foreign, b);
         run_collect(run, seconds, res);
         res->ok = r == 0;
         run_print(run, name, k, res);
@@ -962,19 +1017,19 @@ static void print_inversion(const Options *o) {
                        fmt_stat(s3, sizeof(s3), true, STAT(s, over_10ms)),
                        fmt_stat(s4, sizeof(s4), true, STAT(s, reads)));
         }
-        printf("\n%-12s %-20s %-20s %-24s %-18s %5s %5s\n", "backend", "p50 us", "p99 us", "reader pageout ms",
-               "daemon CPU s/run", "bad", "fail");
+        printf("\n%-12s %-20s %-20s %-22s %-18s %-18s %5s %5s\n", "backend", "p50 us", "p99 us",
+               "reader pageout ms", "daemon CPU s/run", "foreign CPU %", "bad", "fail");
         for (unsigned i = 0; i < o->n_backends; i++) {
                 const Series *s = &results[i][e];
 
                 if (s->n == 0)
                         continue;
-                printf("%-12s %-20s %-20s %-24s %-18s %5" PRIu64 " %5u\n", o->backend[i].name,
+                printf("%-12s %-20s %-20s %-22s %-18s %-18s %5" PRIu64 " %5u\n", o->backend[i].name,
                        fmt_stat(s1, sizeof(s1), false, STAT(s, p50_us)),
                        fmt_stat(s2, sizeof(s2), false, STAT(s, p99_us)),
                        fmt_stat(s3, sizeof(s3), false, STAT(s, pageout_ms)),
                        is_kernel(o, i) ? "-" : fmt_stat(s5, sizeof(s5), false, STAT(s, daemon_cpu_s)),
-                       series_bad(s), series_failed(s));
+                       fmt_stat(s4, sizeof(s4), false, STAT(s, foreign_pct)), series_bad(s), series_failed(s));
         }
         printf("\nratios zswapd/kernel of the medians (lower is better):\n");
         print_ratios(o, e, "slowest read", offsetof(RunResult, slowest_ms));
@@ -1022,18 +1077,19 @@ static void print_readers(const Options *o) {
                        fmt_stat(s6, sizeof(s6), false, STAT(s, max_us)),
                        fmt_stat(s7, sizeof(s7), true, STAT(s, low_iops)), series_bad(s), series_failed(s));
         }
-        printf("\n%-12s %-22s %-24s %-24s %-20s\n", "backend", "faults/s (wall)", "reader pageout ms",
-               "slowest read ms", "daemon CPU s/run");
+        printf("\n%-12s %-22s %-22s %-22s %-18s %-18s\n", "backend", "faults/s (wall)", "reader pageout ms",
+               "slowest read ms", "daemon CPU s/run", "foreign CPU %");
         for (unsigned i = 0; i < o->n_backends; i++) {
                 const Series *s = &results[i][e];
 
                 if (s->n == 0)
                         continue;
-                printf("%-12s %-22s %-24s %-24s %-20s\n", o->backend[i].name,
+                printf("%-12s %-22s %-22s %-22s %-18s %-18s\n", o->backend[i].name,
                        fmt_stat(s1, sizeof(s1), true, STAT(s, wall_iops)),
                        fmt_stat(s3, sizeof(s3), false, STAT(s, pageout_ms)),
                        fmt_stat(s4, sizeof(s4), false, STAT(s, slowest_ms)),
-                       is_kernel(o, i) ? "-" : fmt_stat(s2, sizeof(s2), false, STAT(s, daemon_cpu_s)));
+                       is_kernel(o, i) ? "-" : fmt_stat(s2, sizeof(s2), false, STAT(s, daemon_cpu_s)),
+                       fmt_stat(s5, sizeof(s5), false, STAT(s, foreign_pct)));
         }
         printf("\nratios zswapd/kernel of the medians (IOPS: higher is better; latency: lower):\n");
         print_ratios(o, e, "IOPS", offsetof(RunResult, iops));
@@ -1051,7 +1107,7 @@ static void print_readers(const Options *o) {
                 if (is_kernel(o, z) || s->n == 0)
                         continue;
                 print_goal(o->backend[z].name, "max latency <= 10x median (medians of runs)",
-                           max.n && p50.n && max.median <= 10 * p50.median, "max %.4g us, p50 %.3g us: %.0fx",
+                           max.n && p50.n && max.median <= 10 * p50.median, "max %.0f us, p50 %.1f us: %.0fx",
                            max.median, p50.median, max.median / p50.median);
                 ok = beats_kernels(o, e, z, offsetof(RunResult, iops), false, why, sizeof(why));
                 print_goal(o->backend[z].name, "IOPS >= the kernel's", ok, "%s", why);
