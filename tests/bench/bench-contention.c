@@ -753,8 +753,9 @@ static void run_print(const Run *run, const char *backend, unsigned k, const Run
         else
                 printf(", worker passes %.1f", r->worker_passes);
         printf("; reader passes %.1f (pageout %.1f ms each), %.1f %% out; daemon CPU %.2f s; foreign CPU %.1f %%; "
-               "bad pages %" PRIu64 "\n",
-               r->reader_passes, r->pageout_ms, r->out_pct, r->daemon_cpu_s, r->foreign_pct, r->bad_pages);
+               "bad pages %" PRIu64 "%s\n",
+               r->reader_passes, r->pageout_ms, r->out_pct, r->daemon_cpu_s, r->foreign_pct, r->bad_pages,
+               r->ok ? "" : "; FAILED, not counted");
 }
 
 /* What the backend holds with every buffer out: the compression is real. */
@@ -771,13 +772,41 @@ static void print_memory(Backend *b, const char *name) {
         printf("\n");
 }
 
+/* Every participant should be in state want: report those that failed. */
+static int run_check(const Run *run, int want) {
+        int r = 0;
+
+        for (size_t j = 0; j < run->n; j++) {
+                const Slot *s = run->part[j].slot;
+                int st = atomic_load_explicit(&s->state, memory_order_acquire);
+
+                if (st == want)
+                        continue;
+                if (st == SLOT_FAILED) {
+                        printf("  %s %zu failed in %s: %s\n", run->part[j].role->name, j, s->what, strerror(-s->error));
+                        r = r ?: s->error ?: -EIO;
+                } else {
+                        r = r ?: -ECHILD; /* died or was killed: said above */
+                }
+        }
+        return r;
+}
+
+/* Stop, reap and, if need be, kill every participant; returns r. */
+static int run_abort(Run *run, Backend *b, int r) {
+        atomic_store_explicit(&run->part[0].sh->phase, PHASE_STOP, memory_order_release);
+        if (run_wait_state(run, -1, HANG_TIMEOUT_S, true))
+                run_kill_all(run, b, "participants did not stop after a failed start");
+        return r;
+}
+
 static int run_once(Run *run, Backend *b, const char *name, unsigned k, RunResult *res) {
         Shared *sh = run->part[0].sh;
         Foreign foreign;
         double cpu0, seconds;
         uint64_t t0;
         size_t left;
-        int r;
+        int r, rc;
 
         memset(sh->slot, 0, run->n * sizeof(Slot));
         atomic_store_explicit(&sh->phase, PHASE_PREPARE, memory_order_relaxed);
@@ -785,22 +814,16 @@ static int run_once(Run *run, Backend *b, const char *name, unsigned k, RunResul
         foreign_start(&foreign, b);
         r = run_fork(run);
         left = r < 0 ? 0 : run_wait_state(run, SLOT_STARTING, READY_TIMEOUT_S, false);
-        if (r < 0 || left || interrupted) {
-                if (left && !interrupted)
-                        printf("  %zu participants not ready after %d s\n", left, READY_TIMEOUT_S);
-                atomic_store_explicit(&sh->phase, PHASE_STOP, memory_order_release);
-                run_wait_state(run, -1, HANG_TIMEOUT_S, true);
-                run_kill_all(run, b, "participants did not get ready");
-                return r < 0 ? r : interrupted ? -EINTR : -ETIMEDOUT;
+        if (r == 0 && interrupted)
+                r = -EINTR;
+        if (r == 0 && left) {
+                printf("  %zu participants not ready after %d s\n", left, READY_TIMEOUT_S);
+                r = -ETIMEDOUT;
         }
-        for (size_t j = 0; j < run->n; j++)
-                if (atomic_load_explicit(&run->part[j].slot->state, memory_order_acquire) == SLOT_FAILED) {
-                        const Slot *s = run->part[j].slot;
-
-                        printf("  %s %zu failed in %s: %s\n", run->part[j].role->name, j, s->what,
-                               strerror(-s->error));
-                        r = s->error ?: -EIO;
-                }
+        if (r == 0)
+                r = run_check(run, SLOT_READY);
+        if (r < 0)
+                return run_abort(run, b, r);
 
         if (k == 0)
                 print_memory(b, name);
@@ -823,12 +846,8 @@ static int run_once(Run *run, Backend *b, const char *name, unsigned k, RunResul
                 run_kill_all(run, b, why);
                 r = -ETIMEDOUT;
         }
-        for (size_t j = 0; j < run->n; j++)
-                if (atomic_load_explicit(&run->part[j].slot->state, memory_order_acquire) == SLOT_FAILED) {
-                        printf("  %s %zu failed in %s: %s\n", run->part[j].role->name, j,
-                               run->part[j].slot->what, strerror(-run->part[j].slot->error));
-                        r = r ?: run->part[j].slot->error ?: -EIO;
-                }
+        rc = run_check(run, SLOT_DONE);
+        r = r ?: rc;
         res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
         res->foreign_pct = foreign_pct(&foreign, b);
         run_collect(run, seconds, res);
@@ -1063,6 +1082,10 @@ static void print_inversion(const Options *o) {
 
                 if (is_kernel(o, z) || s->n == 0)
                         continue;
+                if (slow.n == 0) {
+                        print_goal(o->backend[z].name, "all goals", false, "no completed run");
+                        continue;
+                }
                 print_goal(o->backend[z].name, "slowest read < 1 ms (median of runs)", slow.n && slow.median < 1.0,
                            "%.3g ms (worst run %.3g ms)", slow.median, slow.max);
                 print_goal(o->backend[z].name, "no read > 10 ms in any run", over.n && over.max == 0,
@@ -1127,6 +1150,10 @@ static void print_readers(const Options *o) {
 
                 if (is_kernel(o, z) || s->n == 0)
                         continue;
+                if (max.n == 0) {
+                        print_goal(o->backend[z].name, "all goals", false, "no completed run");
+                        continue;
+                }
                 print_goal(o->backend[z].name, "max latency <= 10x median (medians of runs)",
                            max.n && p50.n && max.median <= 10 * p50.median, "max %.0f us, p50 %.1f us: %.0fx",
                            max.median, p50.median, max.median / p50.median);
@@ -1317,7 +1344,8 @@ static int backend_run(const Options *o, unsigned i, const char *exe_dir, const 
                 }
         rt = backend_teardown(b);
         if (rt < 0)
-                printf("%s: TEARDOWN FAILED: %s; check swapon --show\n", o->backend[i].name, strerror(-rt));
+                printf("%s: TEARDOWN FAILED: %s; %s\n", o->backend[i].name, strerror(-rt),
+                       is_kernel(o, i) ? "check swapon --show" : "the daemon did not end cleanly (its log is kept)");
         return r ?: rt;
 }
 
