@@ -37,6 +37,13 @@
 #include "uffd-compat.h"
 #include "util.h"
 
+#define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
+
+typedef struct RaPage {
+        _Atomic uint64_t *e;
+        uint64_t v, loading;
+} RaPage;
+
 typedef struct Retry {
         struct Retry *next;
         bool reserved;     /* from a thread's reserve, not malloc */
@@ -61,6 +68,7 @@ struct FaultThread {
         _Atomic bool stop; /* written by the manager, read by the thread */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
+        _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];
 };
 
 /* ---- uffd ioctls ---- */
@@ -77,14 +85,6 @@ static int uffd_zeropage(int uffd, uint64_t addr) {
         if (ioctl(uffd, UFFDIO_ZEROPAGE, &z) == 0)
                 return 0;
         return z.zeropage < 0 ? (int)z.zeropage : negative_errno();
-}
-
-static int uffd_copy_dontwake(int uffd, uint64_t addr, const void *page) {
-        struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE,
-                                 .mode = UFFDIO_COPY_MODE_DONTWAKE };
-        if (ioctl(uffd, UFFDIO_COPY, &c) == 0)
-                return 0;
-        return c.copy < 0 ? (int)c.copy : negative_errno();
 }
 
 static void uffd_wake(int uffd, uint64_t addr) {
@@ -217,10 +217,10 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                 uffd_wake(mm->uffd, addr);
 }
 
-/* Decode a STORED/SAME payload into ft->page. */
-static int decode(FaultThread *ft, MMClient *mm, uint64_t origin) {
+/* Decode a STORED/SAME payload into dst. */
+static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) {
         if (pe_state(origin) == PE_SAME) {
-                page_fill(ft->page, pe_fill(origin));
+                page_fill(dst, pe_fill(origin));
                 return 0;
         }
         const void *src = pool_map(mm->m->pool, pe_handle(origin));
@@ -228,10 +228,10 @@ static int decode(FaultThread *ft, MMClient *mm, uint64_t origin) {
         if (!src)
                 return -EBADMSG;
         if (clen == ZSWAP_PAGE_SIZE) {
-                memcpy(ft->page, src, ZSWAP_PAGE_SIZE); /* stored raw */
+                memcpy(dst, src, ZSWAP_PAGE_SIZE); /* stored raw */
                 return 0;
         }
-        return codec_decompress(ft->dctx, src, clen, ft->page);
+        return codec_decompress(ft->dctx, src, clen, dst);
 }
 
 static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
@@ -286,29 +286,18 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
         return true;
 }
 
-#define RA_MIN 4   /* pages installed ahead once a reader looks sequential */
-#define RA_MAX 64  /* and at most, doubling while it stays sequential */
+#define RA_MIN 4    /* pages installed ahead once a reader looks sequential */
+#define RA_MAX 64   /* and at most, doubling while it stays sequential */
 
 /*
- * Fault-around. The faulting page was installed (and its thread woken)
- * first; if this fault continues a sequential run, the next pages held
- * compressed go in too, without waking anybody, so the reader finds them
- * mapped instead of faulting on each. Random faults install nothing
- * extra. A page that is busy, present or gone ends the window; its entry
- * keeps what it held.
+ * Claim up to RA_CHUNK consecutive held pages from a and decode them into
+ * ft->ra_buf. Stops at the first page that is not STORED/SAME, is taken by
+ * somebody else, or fails to decode (its entry keeps what it held).
  */
-static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
-        bool sequential = addr == mm->ra_next;
-        unsigned window = !sequential ? 0 : mm->ra_window ? MIN(mm->ra_window * 2, RA_MAX) : RA_MIN;
-        uint64_t a = addr + ZSWAP_PAGE_SIZE;
+static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, RaPage *pages) {
+        unsigned n = 0;
 
-        mm->ra_window = window;
-        for (unsigned i = 0; i < window; i++, a += ZSWAP_PAGE_SIZE) {
-                /* a reader that caught up faults inside the window: serve
-                 * it now rather than after the whole window */
-                struct pollfd pfd = { .fd = mm->uffd, .events = POLLIN };
-                if (i > 0 && poll(&pfd, 1, 0) > 0)
-                        break;
+        for (; n < max; n++, a += ZSWAP_PAGE_SIZE) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, a, false);
                 uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
                 if (pe_state(v) != PE_STORED && pe_state(v) != PE_SAME)
@@ -316,21 +305,108 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 uint64_t loading = pe_make_loading(v);
                 if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire, memory_order_acquire))
                         break;
-                if (decode(ft, mm, v) < 0 || uffd_copy_dontwake(mm->uffd, a, ft->page) < 0) {
+                if (decode(ft, mm, v, ft->ra_buf[n]) < 0) {
                         atomic_store_explicit(e, v, memory_order_release);
                         break;
                 }
-                mmclient_release_payload(mm, loading);
-                atomic_store_explicit(e, 0, memory_order_release);
-                atomic_fetch_add_explicit(&mm->st.prefetches, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->m->prefetches, 1, memory_order_relaxed);
+                pages[n] = (RaPage){ e, v, loading };
+        }
+        return n;
+}
+
+/*
+ * Look at the next message while installing ahead. A fault inside the
+ * window is the reader that caught up: it is served by the copies to come
+ * (they wake from then on), or at once if its page went in already. Any
+ * other message ends the window and is handled next (mm->stash), so events
+ * keep their order and no other fault waits for more than one chunk.
+ * Returns false when the window must end.
+ */
+static bool ra_look(MMClient *mm, uint64_t done_from, uint64_t a, uint64_t end, bool *waiter) {
+        struct uffd_msg msg;
+        ssize_t n = read(mm->uffd, &msg, sizeof(msg));
+
+        if (n != sizeof(msg))
+                return true; /* nothing waiting */
+        if (msg.event == UFFD_EVENT_PAGEFAULT) {
+                uint64_t f = msg.arg.pagefault.address & ~(ZSWAP_PAGE_SIZE - 1);
+                if (f >= done_from && f < a) {
+                        uffd_wake(mm->uffd, f); /* installed without a wake a moment ago */
+                        return true;
+                }
+                if (f >= a && f < end) {
+                        *waiter = true;
+                        mm->ra_waiter = f;
+                        return true;
+                }
+        }
+        mm->stash = msg;
+        mm->has_stash = true;
+        return false;
+}
+
+/*
+ * Fault-around. The faulting page was installed (and its thread woken)
+ * first; if this fault continues a sequential run, the next pages held
+ * compressed go in too, RA_CHUNK at a time with one UFFDIO_COPY each, so
+ * the reader finds them mapped instead of faulting on each. Random faults
+ * install nothing extra. A page that is busy, present or gone ends the
+ * window; its entry keeps what it held.
+ *
+ * On a machine where the woken reader runs on this very CPU it preempts us
+ * and soon faults on the next page; that fault is absorbed here (ra_look)
+ * rather than breaking the window, so the window keeps paying off.
+ */
+static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        bool sequential = addr == mm->ra_next;
+        unsigned window = !sequential ? 0 : mm->ra_window ? MIN(mm->ra_window * 2, RA_MAX) : RA_MIN;
+        uint64_t first = addr + ZSWAP_PAGE_SIZE, a = first, end = first + (uint64_t)window * ZSWAP_PAGE_SIZE;
+        bool waiter = false;
+        RaPage pages[RA_CHUNK];
+
+        mm->ra_window = window;
+        while (a < end) {
+                if (!waiter && !ra_look(mm, first, a, end, &waiter))
+                        break;
+                unsigned n = ra_claim(ft, mm, a, (unsigned)MIN((uint64_t)RA_CHUNK, (end - a) >> ZSWAP_PAGE_SHIFT), pages);
+                if (n == 0)
+                        break;
+                struct uffdio_copy c = { .dst = a, .src = (uintptr_t)ft->ra_buf, .len = n * ZSWAP_PAGE_SIZE,
+                                         .mode = waiter ? 0 : UFFDIO_COPY_MODE_DONTWAKE };
+                unsigned copied = n;
+                if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
+                        copied = c.copy > 0 ? (unsigned)((uint64_t)c.copy >> ZSWAP_PAGE_SHIFT) : 0;
+                for (unsigned i = 0; i < n; i++) {
+                        if (i >= copied) {
+                                /* present meanwhile, or the address space is changing
+                                 * (EAGAIN: an event is queued): keep what we hold */
+                                atomic_store_explicit(pages[i].e, pages[i].v, memory_order_release);
+                                continue;
+                        }
+                        mmclient_release_payload(mm, pages[i].loading);
+                        atomic_store_explicit(pages[i].e, 0, memory_order_release);
+                }
+                atomic_fetch_add_explicit(&mm->st.prefetches, copied, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->m->prefetches, copied, memory_order_relaxed);
+                a += (uint64_t)copied * ZSWAP_PAGE_SIZE;
+                if (copied < n)
+                        break;
+        }
+        if (waiter && mm->ra_waiter >= a) {
+                /* the window ended before the waiter's page: serve it next */
+                mm->stash = (struct uffd_msg){ .event = UFFD_EVENT_PAGEFAULT };
+                mm->stash.arg.pagefault.address = mm->ra_waiter;
+                mm->has_stash = true;
         }
         /* the next fault of a sequential reader is the first page we did
          * not install */
         mm->ra_next = a;
 }
 
-static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
+/* Serve a fault at addr (or take a page back for a restore or an event:
+ * around false, no fault-around, since only a real fault may look at the
+ * uffd's next message). */
+static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around) {
         _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
         /* acquire: pairs with the release CAS that published the entry, so
          * the pool object's bytes are visible */
@@ -364,7 +440,7 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
                         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
                                                                      memory_order_acquire))
                                 continue;
-                        if (decode(ft, mm, v) < 0) {
+                        if (decode(ft, mm, v, ft->page) < 0) {
                                 /* never install garbage; leave the entry so the
                                  * fault stays pending and the error is visible */
                                 log_error("pid %d: page at %#llx fails to decompress", (int)mm->pid,
@@ -373,7 +449,8 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0);
-                        fault_around(ft, mm, addr);
+                        if (around)
+                                fault_around(ft, mm, addr);
                         return;
                 }
                 default:
@@ -555,7 +632,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED) {
                 /* the worker and the manager know the page by its old
                  * address; take it over now and install it where it went */
-                serve(c->ft, c->mm, to, false);
+                serve(c->ft, c->mm, to, false, false);
         }
         return 0;
 }
@@ -681,7 +758,7 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
         switch (msg->event) {
         case UFFD_EVENT_PAGEFAULT:
                 serve(ft, mm, msg->arg.pagefault.address & ~(ZSWAP_PAGE_SIZE - 1),
-                      msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE);
+                      msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE, true);
                 break;
         case UFFD_EVENT_FORK:
                 event_fork(ft, mm, (int)msg->arg.fork.ufd);
@@ -709,6 +786,13 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
         struct uffd_msg msg;
 
         for (;;) {
+                if (mm->has_stash) {
+                        /* read by fault-around, handled now, in order */
+                        msg = mm->stash;
+                        mm->has_stash = false;
+                        handle_msg(ft, mm, &msg);
+                        continue;
+                }
                 ssize_t n = read(mm->uffd, &msg, sizeof(msg));
                 if (n < 0) {
                         if (errno == EINTR)
@@ -733,7 +817,7 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
                 Retry *r = list;
                 list = r->next;
                 if (!r->loading)
-                        serve(ft, mm, r->addr, true);
+                        serve(ft, mm, r->addr, true, false);
                 else {
                         _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
                         if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
@@ -751,13 +835,38 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
  * edge and brings it back here once it is done, and the message is read
  * either by the holder's drain or then.
  */
+static void serve_unlock(FaultThread *ft, MMClient *mm);
+
 static void service(FaultThread *ft, MMClient *mm) {
+        /* kick first, then try: if the lock is taken, its holder lets go
+         * after our store and sees the kick (serve_unlock) */
+        atomic_store(&mm->kick, true);
         if (pthread_mutex_trylock(&mm->serve_lock) != 0)
                 return;
+        atomic_store(&mm->kick, false);
         drain_uffd(ft, mm);
         if (mm->retries)
                 run_retries(ft, mm);
-        pthread_mutex_unlock(&mm->serve_lock);
+        serve_unlock(ft, mm);
+}
+
+/*
+ * Let go of mm->serve_lock, then read what a thread that found it taken
+ * left for us (service()'s kick). A copy that met EAGAIN waits for an
+ * event still unread, so retries also read the uffd first.
+ */
+static void serve_unlock(FaultThread *ft, MMClient *mm) {
+        for (;;) {
+                pthread_mutex_unlock(&mm->serve_lock);
+                if (!atomic_load(&mm->kick))
+                        return;
+                if (pthread_mutex_trylock(&mm->serve_lock) != 0)
+                        return; /* the new holder sees the kick when it lets go */
+                atomic_store(&mm->kick, false);
+                drain_uffd(ft, mm);
+                if (mm->retries)
+                        run_retries(ft, mm);
+        }
 }
 
 /* Retries this thread left behind, on whichever mm they are. */
@@ -771,9 +880,10 @@ static void run_due_retries(FaultThread *ft) {
                         ft->retry_due = true; /* the holder may leave them; look again */
                         continue;
                 }
+                drain_uffd(ft, mm);
                 if (mm->retries)
                         run_retries(ft, mm);
-                pthread_mutex_unlock(&mm->serve_lock);
+                serve_unlock(ft, mm);
         }
 }
 
@@ -790,7 +900,7 @@ static void work_install(FaultThread *ft, Work *w) {
                 uint64_t final = (w->status == -E2BIG) ? PE_FLAG_INCOMPRESSIBLE : 0;
                 serve_slot(ft, mm, w->a, e, v, final);
         }
-        pthread_mutex_unlock(&mm->serve_lock);
+        serve_unlock(ft, mm);
         /* the worker pinned the lane for us until now */
         atomic_fetch_sub_explicit(&mm->lanes[w->lane].users, 1, memory_order_release);
 }
@@ -817,7 +927,7 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_MOVING:
         case PE_STAGED:
                 c->budget--;
-                serve(c->ft, c->mm, addr, false);
+                serve(c->ft, c->mm, addr, false, false);
                 v = atomic_load_explicit(e, memory_order_acquire);
                 if (pe_state(v) == PE_LOADING)
                         c->busy++;
@@ -840,7 +950,7 @@ static bool work_restore(FaultThread *ft, Work *w) {
                 w->v = w->a;
         pthread_mutex_lock(&w->mm->serve_lock);
         int more = pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c);
-        pthread_mutex_unlock(&w->mm->serve_lock);
+        serve_unlock(ft, w->mm);
         if (more) {
                 w->v = c.next;
                 return false;
@@ -911,7 +1021,7 @@ static void run_inbox(FaultThread *ft) {
                          * handled completely: a reader holds serve_lock from
                          * its read until the message is handled */
                         pthread_mutex_lock(&w->mm->serve_lock);
-                        pthread_mutex_unlock(&w->mm->serve_lock);
+                        serve_unlock(ft, w->mm);
                         w->type = MW_SYNC_DONE;
                         manager_post(ft->m, w);
                         break;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "pindex.h"
+#include "uffd-compat.h"
 #include "protocol.h"
 
 typedef struct Manager Manager;
@@ -96,8 +97,12 @@ typedef struct MMClient {
         pthread_mutex_t serve_lock;
         struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
         _Atomic bool has_retries; /* retries != NULL, readable without the lock */
+        _Atomic bool kick;     /* a thread found serve_lock taken: the holder reads the uffd again */
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
+        uint64_t ra_waiter;   /* a fault fault-around read and will serve */
+        struct uffd_msg stash; /* a message fault-around read and left to handle next */
+        bool has_stash;
         _Atomic bool dead;    /* set by the manager when the client is gone */
 
         /* manager thread only */
