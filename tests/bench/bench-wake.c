@@ -27,7 +27,6 @@
  * Needs CAP_SYS_PTRACE-free plain userfaultfd (root, or
  * vm.unprivileged_userfaultfd=1).
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
