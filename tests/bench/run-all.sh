@@ -1,0 +1,43 @@
+#!/bin/bash
+# Issue 3's five experiments (and the wake-up measurement that chose the
+# fault-thread layout), one after the other, each printing its own table of
+# zswapd beside kernel zram-lz4 and kernel zswap-lzo measured in the same
+# run. Needs root; sets up and tears down its own swap (tests/bench/backend.c).
+#
+#   sudo tests/bench/run-all.sh [BUILD_DIR]      (default: build)
+#
+# Takes ~15 minutes on 2 vCPUs. Run it on an otherwise idle machine: every
+# experiment compares within its own run, but a busy machine widens the
+# spread. Output: the tables on stdout; a copy in BUILD_DIR/bench-all.log.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+bench=$build/tests/bench
+
+if [ "$(id -u)" != 0 ]; then
+        echo "run-all.sh: needs root (kernel zram and zswap are the reference)" >&2
+        exit 1
+fi
+if [ ! -x "$bench/bench-core" ]; then
+        echo "run-all.sh: no benchmarks in $build: meson setup $build && ninja -C $build" >&2
+        exit 1
+fi
+
+run() {
+        echo
+        echo "################ $*"
+        "$@"
+        local rc=$?
+        [ $rc -eq 0 ] || echo "################ exit status $rc: $*"
+        return 0
+}
+
+{
+        echo "zswapd issue-3 benchmarks, $(date -u '+%F %T') UTC, $(uname -r), $(nproc) CPUs, git $(git rev-parse --short HEAD 2>/dev/null)"
+        run "$bench/bench-wake" 20000
+        run "$bench/bench-contention" inversion
+        run "$bench/bench-contention" readers
+        run "$bench/bench-store"
+        run "$bench/bench-scale"
+        run "$bench/bench-core" --size 1024
+} 2>&1 | tee "$build/bench-all.log"
