@@ -10,7 +10,8 @@
  * references through MADV_PAGEOUT into a zram-lz4 device or zswap-lzo. The
  * daemon runs with --batch 1, 8, 32, 512 (its default) and --workers 1 and 2;
  * every configuration gets a fresh backend, all of them in one run, so the
- * ratios to zram-lz4 compare like with like on this noisy machine.
+ * ratios to zram-lz4 compare like with like on this noisy machine. With
+ * --repeat N the configurations take turns N times and medians are shown.
  *
  * What is measured, per configuration:
  *   throughput     bytes paged out (mincore() after the call) over the time
@@ -31,9 +32,12 @@
  *                  of at least 0.9x the raw codec speed on the same data.
  *                  Raw speed: this process compresses the same pages with
  *                  liblz4/libzstd exactly as a worker calls it, one thread,
- *                  bytes / thread CPU time. Daemon: bytes evicted / the
- *                  workers' CPU time (schedstat), and for --workers 1 also
- *                  bytes / wall time of the pageout.
+ *                  bytes / thread CPU time, measured right before and after
+ *                  each zswapd configuration (other work on the machine
+ *                  comes and goes) and once up front with 2 threads at once
+ *                  and with the worker's copies added. Daemon: bytes evicted
+ *                  / the workers' CPU time (schedstat), and for --workers 1
+ *                  also bytes / wall time of the pageout.
  * After all processes are out and the figures taken, each process reads its
  * region back in address order and checks every page against the corpus.
  *
