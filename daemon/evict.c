@@ -424,34 +424,43 @@ static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {
         return zmsg_send(mm->conn->fd, &p->msg, zmsg_move_size(p->msg.nruns), NULL, 0);
 }
 
+/*
+ * Start one step of the client's queued requests: the first request that
+ * still has pages to plan gets a lane. A request whose last batches are in
+ * flight does not hold up the ones behind it (a program whose threads page
+ * out in parallel gets its requests served in parallel, up to the lanes it
+ * has), but nothing passes an UNREGISTER: it waits for everything before it
+ * and everything after it waits for it.
+ */
 static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
-        PageoutOp *op = mm->ops;
+        PageoutOp *op;
         unsigned li;
 
-        if (!op)
-                return false;
-        if (op->unregister) {
-                /* an unregister waits until nothing of the client is in flight,
-                 * then the fault thread puts the pages back */
-                if (!op->posted && evict_settled(mm)) {
-                        Work *w = work_new(FW_RESTORE, mm);
-                        if (!w)
-                                return false;
-                        w->a = op->start;
-                        w->b = op->end;
-                        w->id = op->id;
-                        op->posted = true;
-                        fault_thread_post(mm->ft, w);
+        for (op = mm->ops; op; op = op->next) {
+                if (op->unregister) {
+                        /* an unregister waits until nothing of the client is in
+                         * flight, then the fault thread puts the pages back */
+                        if (op == mm->ops && !op->posted && evict_settled(mm)) {
+                                Work *w = work_new(FW_RESTORE, mm);
+                                if (!w)
+                                        return false;
+                                w->a = op->start;
+                                w->b = op->end;
+                                w->id = op->id;
+                                op->posted = true;
+                                fault_thread_post(mm->ft, w);
+                        }
+                        return false;
                 }
-                return false;
-        }
-        if (op->cursor >= op->end) {
+                if (op->cursor < op->end)
+                        break;
                 if (op->inflight == 0) {
                         op_finish(m, mm, op);
                         return true;
                 }
-                return false;
         }
+        if (!op)
+                return false;
         if (mm->fork_paused || !mm->conn || mm->nlanes == 0)
                 return false;
         for (li = 0; li < mm->nlanes && mm->lanes[li].state != LANE_FREE; li++)

@@ -50,7 +50,6 @@
 #include "zswap.h"
 
 #define PAGEOUT_MAX_CALLS 8        /* MADV_PAGEOUT repeats while it makes progress */
-#define PAGEOUT_DRAIN_MS 30000     /* the daemon compresses what it staged by then */
 #define DAEMON_START_MS 10000      /* noisy machine: allow a slow start */
 #define DAEMON_STOP_MS 5000        /* then SIGKILL */
 #define KZSWAP_MAX_POOL_PERCENT 50 /* the whole data set must fit in the pool */
@@ -529,25 +528,12 @@ int backend_detach(BackendClient *c, void *addr, size_t len) {
         return c->zc ? zswap_unregister(c->zc, addr, len) : 0;
 }
 
-/* Out means compressed: wait for the daemon to drain what it staged for us. */
+/* zswap_pageout() returns once the batches it started are compressed and
+ * their staging released (or put back as incompressible): out means out.
+ * No extra wait here: with several threads, a wait for the whole client's
+ * staged pages would make each thread wait for the others' pageouts. */
 static int zswapd_pageout(BackendClient *c, void *addr, size_t len) {
-        struct zswap_stats st;
-        int n, r;
-
-        n = zswap_pageout(c->zc, addr, len);
-        if (n < 0)
-                return n;
-        for (int i = 0; i < PAGEOUT_DRAIN_MS; i++) {
-                r = zswap_get_stats(c->zc, ZSWAP_STATS_CLIENT, &st);
-                if (r < 0)
-                        return r;
-                if (st.staged_pages == 0)
-                        return n;
-                r = sleep_interruptible(1);
-                if (r < 0)
-                        return r;
-        }
-        return -ETIMEDOUT;
+        return zswap_pageout(c->zc, addr, len);
 }
 
 static int kernel_pageout(BackendClient *c, void *addr, size_t len) {
