@@ -1088,6 +1088,15 @@ static void *fault_thread_main(void *arg) {
         uint64_t spin_until = 0, spin_ns = ft->m->cfg.fault_spin_us * 1000ull;
 
         pin_to_cpu(ft);
+        if (ft->m->cfg.fault_rt_prio > 0) {
+                /* a fault is served before any time-shared thread runs on
+                 * this CPU (a CPU hog, a low-priority client), as the
+                 * kernel serves a fault in the faulting task's own context */
+                struct sched_param sp = { .sched_priority = (int)ft->m->cfg.fault_rt_prio };
+                if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
+                        log_warn("fault thread %u: cannot switch to SCHED_FIFO %u: %m", ft->idx,
+                                 ft->m->cfg.fault_rt_prio);
+        }
 
         while (!atomic_load_explicit(&ft->stop, memory_order_relaxed)) {
                 /* After a fault, poll for a while before sleeping: a program

@@ -22,6 +22,7 @@ static void help(void) {
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
                "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
                "  -P, --no-fault-pin      do not pin one fault thread to each CPU\n"
+               "  -R, --fault-rt-prio N   fault threads SCHED_FIFO at priority N (0: time-shared)\n"
                "  -b, --batch N           pages per eviction batch, 1..512 (default 512)\n"
                "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
                "  -I, --worker-idle       run the compression workers SCHED_IDLE instead\n"
@@ -50,6 +51,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "allow-users", no_argument, NULL, 'u' },
                 { "batch", required_argument, NULL, 'b' },       { "worker-nice", required_argument, NULL, 'n' },
                 { "worker-idle", no_argument, NULL, 'I' },      { "no-fault-pin", no_argument, NULL, 'P' },
+                { "fault-rt-prio", required_argument, NULL, 'R' },
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
                 {}
@@ -57,7 +59,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPR:ufvh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -112,6 +114,12 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         break;
                 case 'P':
                         cfg->fault_pin = false;
+                        break;
+                case 'R':
+                        if (parse_uint(optarg, 0, 99, &cfg->fault_rt_prio) < 0) {
+                                fprintf(stderr, "zswapd: --fault-rt-prio takes 0..99\n");
+                                return -EINVAL;
+                        }
                         break;
                 case 'S':
                         if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
