@@ -1016,6 +1016,10 @@ static void run_inbox(FaultThread *ft) {
                         work_install(ft, w);
                         work_free(w);
                         break;
+                case FW_KICK:
+                        service(ft, w->mm);
+                        work_free(w);
+                        break;
                 case FW_SYNC:
                         /* every uffd message read before this point has been
                          * handled completely: a reader holds serve_lock from

@@ -14,6 +14,7 @@ enum {
         FW_RESTORE,    /* install every held page of [a, b), then tell the manager (id) */
         FW_ADOPT,      /* start watching mm's uffd (sent to every thread) */
         FW_SYNC,       /* bounce back to the manager once every event read so far is handled */
+        FW_KICK,       /* read mm's uffd: a kick was left while a non-fault thread held serve_lock */
 };
 
 int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret);

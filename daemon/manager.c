@@ -232,6 +232,23 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         return r < 0 ? r : 1;
 }
 
+/*
+ * FW_SYNC without the round trip: if no fault thread holds serve_lock,
+ * every uffd message read so far has been handled (a reader holds it from
+ * its read until the message is handled), which is all FW_SYNC waits for.
+ * A fault thread that found the lock taken meanwhile left a kick for us,
+ * the holder; we cannot read the uffd, so its home thread is asked to.
+ * False: a fault thread is busy with this client; take the slow way.
+ */
+static bool mm_sync_now(MMClient *mm) {
+        if (!mm->ft || pthread_mutex_trylock(&mm->serve_lock) != 0)
+                return false;
+        pthread_mutex_unlock(&mm->serve_lock);
+        if (atomic_load(&mm->kick) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mm->pid);
+        return true;
+}
+
 static void sync_done(Manager *m, Work *w) {
         for (Conn *c = m->conns; c; c = c->next) {
                 if (c->serial != w->v || c->dying || c->mm != w->mm)
@@ -520,6 +537,8 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                         return -EINVAL;
                 if (ready) {
                         /* counters as of after every event the client caused */
+                        if (mm_sync_now(mm))
+                                return stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
                         Work *w = work_new(FW_SYNC, mm);
                         if (!w)
                                 return -ENOMEM;
@@ -543,6 +562,8 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                 /* The client's view of its address space may be ahead of
                  * ours: munmap() returns once the UNMAP event is read, not
                  * once it is handled. Let the fault thread catch up first. */
+                if (mm_sync_now(mm))
+                        return range_request(m, c, mm, h->type, h->id, rg->addr, rg->addr + rg->len);
                 Work *w = work_new(FW_SYNC, mm);
                 if (!w)
                         return -ENOMEM;
