@@ -30,7 +30,6 @@
  * page in a retry item of the address space, keeps the entry LOADING, and
  * is retried after the queued messages have been read.
  */
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -836,15 +835,15 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
         }
 }
 
-/*
- * Read and handle mm's messages if no other fault thread is doing so. All
- * threads' epolls get every edge of the uffd (EPOLLET), so a thread that
- * finds the lock taken can walk away: the holder's own epoll has the same
- * edge and brings it back here once it is done, and the message is read
- * either by the holder's drain or then.
- */
 static void serve_unlock(FaultThread *ft, MMClient *mm);
 
+/*
+ * Read and handle mm's messages if no other thread holds serve_lock. A
+ * thread that finds the lock taken walks away after leaving a kick: the
+ * holder, which may be a fault thread busy with something else or the
+ * manager, reads the uffd again (or has it read) once it lets go. The edge
+ * this thread consumed is not needed after that.
+ */
 static void service(FaultThread *ft, MMClient *mm) {
         /* kick first, then try: if the lock is taken, its holder lets go
          * after our store and sees the kick (serve_unlock) */
