@@ -132,7 +132,7 @@ int fault_watch(Manager *m, MMClient *mm) {
         /* the home thread first: if the others cannot be told, it alone
          * still serves every message, only not always on the faulting CPU */
         r = fault_post_mm(mm->ft, FW_ADOPT, mm);
-        if (r < 0)
+        if (r < 0 || !m->cfg.fault_shared)
                 return r;
         for (unsigned i = 0; i < m->nfts; i++)
                 if (m->fts[i] != mm->ft && fault_post_mm(m->fts[i], FW_ADOPT, mm) < 0)
@@ -755,7 +755,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;
         fault_thread_own(ft, child);
-        for (unsigned i = 0; i < mm->m->nfts; i++)
+        for (unsigned i = 0; mm->m->cfg.fault_shared && i < mm->m->nfts; i++)
                 if (mm->m->fts[i] != ft)
                         fault_post_mm(mm->m->fts[i], FW_ADOPT, child);
         manager_adopt_orphan(mm->m, child); /* hands over our reference */
@@ -1076,7 +1076,7 @@ static void pin_to_cpu(FaultThread *ft) {
         cpu_set_t allowed, one;
         unsigned k = 0;
 
-        if (!ft->m->cfg.fault_pin || sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+        if (!ft->m->cfg.fault_pin || !ft->m->cfg.fault_shared || sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
                 return;
         if ((unsigned)CPU_COUNT(&allowed) != ft->m->cfg.fault_threads)
                 return; /* not one thread per CPU: let the scheduler place them */

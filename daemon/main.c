@@ -21,7 +21,9 @@ static void help(void) {
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
                "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
-               "  -P, --no-fault-pin      do not pin one fault thread to each CPU\n"
+               "  -F, --fault-shared      every fault thread watches every client, pinned one per CPU\n"
+               "                          (EXPERIMENTAL: the torture test has lost pages with it)\n"
+               "  -P, --no-fault-pin      with --fault-shared: do not pin the threads\n"
                "  -R, --fault-rt-prio N   fault threads SCHED_FIFO at priority N (0: time-shared)\n"
                "  -b, --batch N           pages per eviction batch, 1..512 (default 512)\n"
                "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
@@ -51,6 +53,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "allow-users", no_argument, NULL, 'u' },
                 { "batch", required_argument, NULL, 'b' },       { "worker-nice", required_argument, NULL, 'n' },
                 { "worker-idle", no_argument, NULL, 'I' },      { "no-fault-pin", no_argument, NULL, 'P' },
+                { "fault-shared", no_argument, NULL, 'F' },
                 { "fault-rt-prio", required_argument, NULL, 'R' },
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
@@ -59,7 +62,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPR:ufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFR:ufvh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -114,6 +117,9 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         break;
                 case 'P':
                         cfg->fault_pin = false;
+                        break;
+                case 'F':
+                        cfg->fault_shared = true;
                         break;
                 case 'R':
                         if (parse_uint(optarg, 0, 99, &cfg->fault_rt_prio) < 0) {

@@ -26,6 +26,7 @@ typedef struct ManagerConfig {
         unsigned fault_threads; /* threads serving faults */
         unsigned fault_spin_us; /* poll this long after a fault before sleeping */
         bool fault_pin;         /* pin fault thread i to CPU i when there is one per CPU */
+        bool fault_shared;      /* every fault thread watches every uffd (else: the home thread only) */
         unsigned fault_rt_prio; /* fault threads SCHED_FIFO at this priority, 0: time-shared */
         uint64_t pool_max;      /* bytes, 0 = unlimited */
         uint32_t max_compressed; /* larger compressed pages are incompressible */
