@@ -128,10 +128,9 @@ int fault_post_mm(FaultThread *ft, int type, MMClient *mm) {
 }
 
 int fault_watch(Manager *m, MMClient *mm) {
-        int r = 0;
         /* the home thread first: if the others cannot be told, it alone
          * still serves every message, only not always on the faulting CPU */
-        r = fault_post_mm(mm->ft, FW_ADOPT, mm);
+        int r = fault_post_mm(mm->ft, FW_ADOPT, mm);
         if (r < 0 || !m->cfg.fault_shared)
                 return r;
         for (unsigned i = 0; i < m->nfts; i++)

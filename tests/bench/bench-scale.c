@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "zram.h"
 #include "bench-util.h"
 #include "corpus.h"
 #include "macro.h"
@@ -150,14 +151,9 @@ static void block_read_check(Thread *t, uint8_t *addr, size_t fill) {
         }
 }
 
+/* Pages of the range that are out; 0 if mincore() fails (zram.h). */
 static size_t out_pages(void *addr, size_t len, unsigned char *vec) {
-        size_t n = len / ZSWAP_PAGE_SIZE, k = 0;
-
-        if (mincore(addr, len, vec) < 0)
-                return 0;
-        for (size_t i = 0; i < n; i++)
-                k += !(vec[i] & 1);
-        return k;
+        return len / ZSWAP_PAGE_SIZE - zram_resident_pages(addr, len, vec);
 }
 
 /* One loop: page a chunk out block by block, then read and check it. */

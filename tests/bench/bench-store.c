@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "zram.h"
 #include "bench-util.h"
 #include "corpus.h"
 #include "macro.h"
@@ -174,16 +175,6 @@ static double rusage_s(const struct timeval *a) {
         return a->tv_sec + a->tv_usec / 1e6;
 }
 
-static size_t resident_pages(void *addr, size_t len, unsigned char *vec) {
-        size_t n = len / ZSWAP_PAGE_SIZE, k = 0;
-
-        if (mincore(addr, len, vec) < 0)
-                return n;
-        for (size_t i = 0; i < n; i++)
-                k += vec[i] & 1;
-        return k;
-}
-
 static int child_fail(ChildShared *cs, const char *step, int r) {
         cs->err = r;
         cs->failed_step = step;
@@ -203,7 +194,7 @@ static void child_pageout(BackendClient *c, uint8_t *region, size_t len, unsigne
         cs->pageout_ret = n;
         if (n < 0)
                 child_fail(cs, "pageout", (int)n);
-        cs->pages_out = len / ZSWAP_PAGE_SIZE - resident_pages(region, len, vec);
+        cs->pages_out = len / ZSWAP_PAGE_SIZE - zram_resident_pages(region, len, vec);
         cs->cpu_s = rusage_s(&ru1.ru_utime) + rusage_s(&ru1.ru_stime) - rusage_s(&ru0.ru_utime) -
                     rusage_s(&ru0.ru_stime);
         cs->sys_s = rusage_s(&ru1.ru_stime) - rusage_s(&ru0.ru_stime);
