@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -248,6 +249,15 @@ static void set_bits(uint64_t *bits, uint32_t from, uint32_t n) {
                 bits[i / 64] |= (uint64_t)1 << (i % 64);
 }
 
+/* EAGAIN with nothing moved: the address space is changing (an event is
+ * queued for the daemon, which reads it within microseconds) */
+#define AGENT_EAGAIN_TRIES 8
+
+/*
+ * Move each run to its slots. What this reports is a hint: the daemon
+ * checks which pages really left (evict.c, lane_moved), since
+ * the kernel can move pages and still report fewer.
+ */
 static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
         ZMsgMoveDone done = { .npages = m->npages };
         uint32_t idx = 0;
@@ -256,7 +266,8 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                 uint64_t src = m->runs[ri].addr, n = m->runs[ri].npages;
                 uint64_t dst = (uint64_t)(uintptr_t)c->staging + (uint64_t)(m->slot0 + idx) * ZSWAP_PAGE_SIZE;
                 uint64_t off = 0;
-                bool retried = false;
+                unsigned tries = 0;
+                bool cow_broken = false;
 
                 while (off < n) {
                         int64_t moved;
@@ -265,16 +276,27 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                         off += (uint64_t)moved;
                         if (r == 0 || off >= n)
                                 continue;
-                        if ((r == -EBUSY || r == -EAGAIN) && !retried) {
-                                if (r == -EBUSY)
-                                        cow_break(src + off * ZSWAP_PAGE_SIZE);
-                                retried = true;
+                        if (moved > 0) {
+                                /* stopped part way: go on from there */
+                                tries = 0;
+                                continue;
+                        }
+                        if (r == -EAGAIN) {
+                                if (++tries > AGENT_EAGAIN_TRIES)
+                                        break; /* still changing: the rest of the run stays */
+                                sched_yield();
+                                continue;
+                        }
+                        if (r == -EBUSY && !cow_broken) {
+                                cow_break(src + off * ZSWAP_PAGE_SIZE);
+                                cow_broken = true;
                                 continue;
                         }
                         /* leave this page where it is; the daemon puts its entry back */
                         done.errors++;
                         off++;
-                        retried = false;
+                        tries = 0;
+                        cow_broken = false;
                 }
                 idx += (uint32_t)n;
         }

@@ -37,6 +37,7 @@
 #include "log.h"
 #include "pool.h"
 #include "util.h"
+#include "trace.h"
 
 
 enum { JOB_COMPRESS = 1 };
@@ -70,6 +71,7 @@ static void job_fail_all(MMClient *mm, Lane *lane, uint32_t slot0) {
 }
 
 static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr, uint64_t v, int why) {
+        TRACE(TR_HANDBACK, addr, v, why);
         /* pin the lane until the fault thread has read the slot */
         atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
         Work *w = work_new(FW_INSTALL, mm);
@@ -116,6 +118,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                 nv = pe_make_stored(h, clen);
         }
         /* release: the fault path's acquire load sees the object's bytes */
+        TRACE(TR_STORE, lane->addrs[i], nv, ((const uint64_t *)page)[1]);
         if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
                 if (h)
                         pool_release(m->pool, h);
@@ -324,6 +327,51 @@ static int read_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *p
         return 0;
 }
 
+/*
+ * Which pages of a lane did the agent's moves really take? The agent's
+ * report is not enough: the kernel here (6.18) was seen to move pages and
+ * still answer EAGAIN or EEXIST for them, and UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES
+ * counts a hole as moved. Trusting "left in place" stranded pages in their
+ * slot, and the next fault served zeros (the torture test found it).
+ *
+ * So the page tables decide: a page was moved if its slot now holds a
+ * private page (a slot starts empty, the lane was released with
+ * MADV_DONTNEED, and only a move puts a private page there; a read of an
+ * empty slot maps the shared zero page, which pagemap shows present but
+ * never exclusively mapped, and UFFDIO_MOVE refuses pages shared after
+ * fork) and its source address no longer does. A zero page moved out of
+ * the source leaves a hole and a zero-page slot: "not moved" then, which
+ * serves zeros, its content. Swapped-out pages count as pages (the kernel
+ * can move a swap entry). Returns false if pagemap cannot be read: the
+ * agent's report stands.
+ */
+static bool pm_holds_page(uint64_t pm, bool exclusive) {
+        if (pm & PM_FILE)
+                return false;
+        if (pm & PM_SWAP)
+                return true;
+        return (pm & PM_PRESENT) && (!exclusive || (pm & PM_EXCLUSIVE));
+}
+
+static bool lane_moved(MMClient *mm, unsigned li, uint64_t *bits) {
+        Lane *lane = &mm->lanes[li];
+        uint64_t slot_pm[LANE_SLOTS], src_pm[LANE_SLOTS];
+
+        if (read_pagemap(mm, mmclient_slot_addr(mm, li * LANE_SLOTS), lane->npages, slot_pm) < 0)
+                return false;
+        for (uint32_t i = 0, j; i < lane->npages; i = j) {
+                for (j = i + 1; j < lane->npages && lane->addrs[j] == lane->addrs[j - 1] + ZSWAP_PAGE_SIZE; j++)
+                        ;
+                if (read_pagemap(mm, lane->addrs[i], j - i, src_pm + i) < 0)
+                        return false;
+        }
+        memset(bits, 0, LANE_SLOTS / 8);
+        for (uint32_t i = 0; i < lane->npages; i++)
+                if (pm_holds_page(slot_pm[i], true) && !pm_holds_page(src_pm[i], false))
+                        bits[i / 64] |= (uint64_t)1 << (i % 64);
+        return true;
+}
+
 typedef struct Plan {
         ZMsgMove msg;
         Lane *lane;
@@ -349,6 +397,7 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
         if (!atomic_compare_exchange_strong_explicit(e, &expected, pe_make_slot(PE_MOVING, p->slot0 + lane->npages),
                                                      memory_order_acq_rel, memory_order_relaxed))
                 return true;
+        TRACE(TR_PLAN, addr, p->slot0 + lane->npages, pm);
         if (extend)
                 msg->runs[msg->nruns - 1].npages++;
         else
@@ -550,19 +599,34 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
         if (li >= mm->nlanes || mm->lanes[li].state != LANE_MOVING || msg->npages != mm->lanes[li].npages)
                 return -EPROTO;
         lane = &mm->lanes[li];
+        /* what the page tables show decides, not what the agent was told */
+        uint64_t truth[LANE_SLOTS / 64];
+        bool verified = lane_moved(mm, li, truth);
+        unsigned unreported = 0, phantom = 0; /* moved but reported left; reported moved but not */
         for (uint32_t i = 0; i < lane->npages; i++) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
                 uint32_t slot = li * LANE_SLOTS + i;
-                uint64_t v = pe_make_slot(PE_MOVING, slot);
-                bool moved = msg->moved[i / 64] & ((uint64_t)1 << (i % 64));
+                uint64_t v = pe_make_slot(PE_MOVING, slot), bit = (uint64_t)1 << (i % 64);
+                bool moved = msg->moved[i / 64] & bit;
+                if (verified && !!(truth[i / 64] & bit) != moved) {
+                        unreported += !moved;
+                        phantom += moved;
+                        moved = !moved;
+                }
                 if (!e)
                         continue;
+                TRACE(TR_MOVED, lane->addrs[i], moved, atomic_load(e));
                 if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_make_slot(PE_STAGED, slot),
                                                                       memory_order_acq_rel, memory_order_relaxed)) {
                         atomic_fetch_add_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
                         staged++;
                 } else if (!moved)
                         atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed);
+        }
+        if (unreported + phantom) {
+                atomic_fetch_add_explicit(&m->move_misreports, unreported + phantom, memory_order_relaxed);
+                log_debug("pid %d, lane %u: %u pages moved but reported left, %u reported moved but not in their slot",
+                          (int)mm->pid, li, unreported, phantom);
         }
         if (staged == 0) {
                 lane_compressed(m, mm, li, 0);

@@ -43,6 +43,7 @@
 #include "manager.h"
 #include "uffd-compat.h"
 #include "util.h"
+#include "trace.h"
 
 #define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
 
@@ -176,6 +177,7 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
         }
         r->addr = addr;
         r->loading = loading;
+        TRACE(TR_RETRY, addr, loading, 0);
         if (page)
                 memcpy(r->page, page, ZSWAP_PAGE_SIZE);
         r->next = mm->retries;
@@ -201,6 +203,7 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                     const void *page, uint64_t final) {
         int r = uffd_copy(mm->uffd, addr, page);
         uint64_t origin = pe_loading_origin(loading);
+        TRACE(TR_INSTALL, addr, loading, (uint64_t)(uint32_t)r | ((const uint64_t *)page)[1] << 32);
 
         if (r == -EAGAIN) {
                 retry_add(ft, mm, addr, loading, page);
@@ -244,6 +247,7 @@ static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
         /* a write fault gets a real zeroed page at once instead of the zero
          * page followed by a copy-on-write fault */
         int r = write ? uffd_copy(mm->uffd, addr, ft->zero) : uffd_zeropage(mm->uffd, addr);
+        TRACE(TR_ZERO, addr, write, r);
         if (r == -EAGAIN) {
                 retry_add(ft, mm, addr, 0, NULL);
                 return;
@@ -281,6 +285,7 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
         }
         int r = mmclient_read(mm, mmclient_slot_addr(mm, slot), ft->page, ZSWAP_PAGE_SIZE);
         atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+        TRACE(TR_SLOT, addr, v, (uint64_t)(uint32_t)r | ((uint64_t *)ft->page)[1] << 32);
         if (r < 0) {
                 /* the client is gone or broke its staging area: nothing to install */
                 mmclient_release_payload(mm, loading);
@@ -334,6 +339,7 @@ static bool ra_look(MMClient *mm, uint64_t done_from, uint64_t a, uint64_t end, 
 
         if (n != sizeof(msg))
                 return true; /* nothing waiting */
+        TRACE(TR_RALOOK, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);
         if (msg.event == UFFD_EVENT_PAGEFAULT) {
                 uint64_t f = msg.arg.pagefault.address & ~(ZSWAP_PAGE_SIZE - 1);
                 if (f >= done_from && f < a) {
@@ -382,7 +388,9 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 unsigned copied = n;
                 if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
                         copied = c.copy > 0 ? (unsigned)((uint64_t)c.copy >> ZSWAP_PAGE_SHIFT) : 0;
+                TRACE(TR_RACOPY, a, n | (uint64_t)copied << 32, c.mode);
                 for (unsigned i = 0; i < n; i++) {
+                        TRACE(TR_RA, a + i * ZSWAP_PAGE_SIZE, pages[i].v, ((uint64_t *)ft->ra_buf[i])[1]);
                         if (i >= copied) {
                                 /* present meanwhile, or the address space is changing
                                  * (EAGAIN: an event is queued): keep what we hold */
@@ -498,6 +506,7 @@ typedef struct RangeCtx {
  * entry is dropped either way; the manager's and worker's CAS will fail.
  */
 static void moving_cancel(MMClient *mm, _Atomic uint64_t *e, uint64_t v) {
+        TRACE(TR_CANCEL, 0, v, 0);
         for (;;) {
                 unsigned st = pe_state(v);
                 if (st == PE_MOVING) {
@@ -521,6 +530,7 @@ static void moving_cancel(MMClient *mm, _Atomic uint64_t *e, uint64_t v) {
 static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RangeCtx *c = ud;
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        TRACE(TR_DROP, addr, v, 0);
 
         if (pe_state(v) == PE_LOADING) {
                 Retry **p = retry_find(c->mm, addr);
@@ -579,10 +589,13 @@ static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
                                         moving_cancel(mm, e, v);
                                         break;
                                 }
-                                if (st != PE_EMPTY ||
-                                    atomic_compare_exchange_weak_explicit(e, &v, pe_make_removed(), memory_order_acq_rel,
-                                                                          memory_order_acquire))
+                                if (st != PE_EMPTY)
                                         break;
+                                if (atomic_compare_exchange_weak_explicit(e, &v, pe_make_removed(), memory_order_acq_rel,
+                                                                          memory_order_acquire)) {
+                                        TRACE(TR_TOMB, a + i * ZSWAP_PAGE_SIZE, pm[i], 0);
+                                        break;
+                                }
                         }
                 }
                 a += n * ZSWAP_PAGE_SIZE;
@@ -591,6 +604,7 @@ static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
 
 static void event_remove(FaultThread *ft, MMClient *mm, uint64_t start, uint64_t end, bool unmap) {
         RangeCtx c = { .ft = ft, .mm = mm };
+        TRACE(TR_REMOVE, start, end, unmap);
 
         /* the region goes first: a page the planner marks after our walk is
          * then outside every region, which the planner checks (evict.c) */
@@ -807,6 +821,7 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
                 }
                 if (n != sizeof(msg))
                         return;
+                TRACE(TR_READ, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);
                 handle_msg(ft, mm, &msg);
         }
 }

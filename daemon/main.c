@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "manager.h"
+#include "trace.h"
 #include "util.h"
 
 static void help(void) {
@@ -21,9 +22,10 @@ static void help(void) {
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
                "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
-               "  -F, --fault-shared      every fault thread watches every client, pinned one per CPU\n"
-               "                          (EXPERIMENTAL: the torture test has lost pages with it)\n"
-               "  -P, --no-fault-pin      with --fault-shared: do not pin the threads\n"
+               "  -F, --fault-shared      every fault thread watches every client, pinned one per CPU,\n"
+               "                          so a fault is served on the CPU that took it (default)\n"
+               "  -H, --fault-home        each client is served by one fault thread only, unpinned\n"
+               "  -P, --no-fault-pin      do not pin the fault threads\n"
                "  -R, --fault-rt-prio N   fault threads SCHED_FIFO at priority N (0: time-shared)\n"
                "  -b, --batch N           pages per eviction batch, 1..512 (default 512)\n"
                "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
@@ -53,7 +55,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "allow-users", no_argument, NULL, 'u' },
                 { "batch", required_argument, NULL, 'b' },       { "worker-nice", required_argument, NULL, 'n' },
                 { "worker-idle", no_argument, NULL, 'I' },      { "no-fault-pin", no_argument, NULL, 'P' },
-                { "fault-shared", no_argument, NULL, 'F' },
+                { "fault-shared", no_argument, NULL, 'F' },     { "fault-home", no_argument, NULL, 'H' },
                 { "fault-rt-prio", required_argument, NULL, 'R' },
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
@@ -62,7 +64,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFR:ufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFHR:ufvh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -121,6 +123,9 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case 'F':
                         cfg->fault_shared = true;
                         break;
+                case 'H':
+                        cfg->fault_shared = false;
+                        break;
                 case 'R':
                         if (parse_uint(optarg, 0, 99, &cfg->fault_rt_prio) < 0) {
                                 fprintf(stderr, "zswapd: --fault-rt-prio takes 0..99\n");
@@ -153,6 +158,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
 }
 
 int main(int argc, char **argv) {
+        trace_init();
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         ManagerConfig cfg = {
                 .socket_path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET,
@@ -163,6 +169,7 @@ int main(int argc, char **argv) {
                 .fault_threads = ncpu > 0 ? (unsigned)ncpu : 1,
                 .fault_spin_us = 50,
                 .fault_pin = true,
+                .fault_shared = true,
                 .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
                 .max_regions = 4096,
                 .max_registered = UINT64_MAX,

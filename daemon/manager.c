@@ -909,6 +909,10 @@ int manager_run(Manager *m) {
                                 (void)!read(m->signal_fd, &si, sizeof(si));
                                 log_info("signal %u: exiting", si.ssi_signo);
                                 m->exiting = true;
+                                if (atomic_load_explicit(&m->move_misreports, memory_order_relaxed))
+                                        log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
+                                                 "(decided from pagemap, evict.c)",
+                                                 (unsigned long long)atomic_load(&m->move_misreports));
                         } else
                                 conn_readable(m, evs[i].data.ptr);
                 }

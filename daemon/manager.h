@@ -81,6 +81,7 @@ struct Manager {
 
         /* global counters, relaxed atomics */
         _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors;
+        _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
 };
 
 int manager_new(const ManagerConfig *cfg, Manager **ret);

@@ -36,6 +36,7 @@ static TestDaemon d;
 static struct zswap_client *legit;
 static uint64_t legit_held; /* pages the daemon holds for the legit client */
 static uint32_t ids = 1000;
+static int agent_uffd = -1; /* the raw connection's uffd, kept to move pages as its agent */
 static _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 64], out[64 << 10];
 
 /* The daemon's open fds, once the count has been steady for 100 ms. */
@@ -307,7 +308,7 @@ static int handshake_abuse(uint64_t sa) {
         /* the first uffd went through all that untouched */
         attach_req(fd, sa, LANE_BYTES, &uffd, 1, 0);
         attach_req(fd, sa, LANE_BYTES, &uffd, 1, -EPERM);
-        close(uffd); /* the daemon holds its own reference */
+        agent_uffd = uffd; /* the daemon holds its own reference; this one moves pages */
         close(devfd);
         check_alive("handshake abuse");
         return fd;
@@ -347,12 +348,39 @@ static void expect_command(int fd, uint16_t type) {
         ASSERT_EQ(((ZMsgHeader *)in)->id, 0); /* lane 0 */
 }
 
-static void bad_agent(int fd, uint8_t *mem) {
+/* Answer the RELEASE of lane 0 as libzswap's agent does. */
+static void agent_release(int fd, uint64_t staging) {
+        struct uffdio_range r = { .start = staging, .len = LANE_BYTES };
+
+        expect_command(fd, ZMSG_RELEASE);
+        ASSERT_TRUE(((ZMsgRelease *)in)->slot0 == 0 && ((ZMsgRelease *)in)->nslots == ZSWAP_BATCH_MAX);
+        ASSERT_OK(ioctl(agent_uffd, UFFDIO_UNREGISTER, &r));
+        ASSERT_OK(madvise((void *)(uintptr_t)staging, LANE_BYTES, MADV_DONTNEED));
+        ASSERT_OK(ioctl(agent_uffd, UFFDIO_REGISTER,
+                        &(struct uffdio_register){ .range = r, .mode = UFFDIO_REGISTER_MODE_WP }));
+        MSG(ZMsgRelease, ZMSG_RELEASE_DONE)->hdr.id = 0;
+        xmit(fd, 0, NULL, 0);
+}
+
+static void move_done(int fd, uint32_t npages, bool all_moved) {
+        ZMsgMoveDone *done = MSG(ZMsgMoveDone, ZMSG_MOVE_DONE);
+        done->hdr.id = 0;
+        done->npages = npages;
+        if (all_moved)
+                memset(done->moved, 0xff, sizeof(done->moved));
+        xmit(fd, 0, NULL, 0);
+}
+
+static void bad_agent(int fd, uint8_t *mem, uint64_t staging) {
         const uint32_t npages = AGENT_PAGES;
         uint64_t addr = (uint64_t)(uintptr_t)mem, len = npages * P, hashes[AGENT_PAGES];
 
         fill_pages(mem, len, 99);
         hash_pages(mem, len, hashes);
+        madvise((void *)(uintptr_t)staging, LANE_BYTES, MADV_NOHUGEPAGE);
+        ASSERT_OK(ioctl(agent_uffd, UFFDIO_REGISTER,
+                        &(struct uffdio_register){ .range = { .start = staging, .len = LANE_BYTES },
+                                                   .mode = UFFDIO_REGISTER_MODE_WP }));
         range_req(fd, ZMSG_REGISTER, addr, len, 0);
         range_req(fd, ZMSG_REGISTER, addr, P, -EEXIST);
 
@@ -362,30 +390,38 @@ static void bad_agent(int fd, uint8_t *mem) {
         const ZMsgMove *mv = (const ZMsgMove *)in;
         ASSERT_TRUE(mv->slot0 == 0 && mv->npages == npages && mv->nruns == 1);
         ASSERT_TRUE(mv->runs[0].addr == addr && mv->runs[0].npages == npages);
-        /* a MOVE_DONE for the wrong number of pages is refused; the right
-         * one, "nothing moved", gets the lane released... */
+        /* a MOVE_DONE for the wrong number of pages is refused */
         ZMsgMoveDone *done = MSG(ZMsgMoveDone, ZMSG_MOVE_DONE);
         done->hdr.id = 0;
         done->npages = npages - 1;
         req(fd, NULL, 0, -EPROTO);
-        done = MSG(ZMsgMoveDone, ZMSG_MOVE_DONE);
-        done->hdr.id = 0;
-        done->npages = npages;
-        xmit(fd, 0, NULL, 0);
-        expect_command(fd, ZMSG_RELEASE);
-        ASSERT_TRUE(((ZMsgRelease *)in)->slot0 == 0 && ((ZMsgRelease *)in)->nslots == ZSWAP_BATCH_MAX);
-        MSG(ZMsgRelease, ZMSG_RELEASE_DONE)->hdr.id = 0;
-        xmit(fd, 0, NULL, 0);
-        /* ...and the pageout ends having evicted nothing */
+        /* "all moved" when nothing was: the daemon goes by what the slots
+         * hold, finds them empty, and evicts nothing */
+        move_done(fd, npages, true);
+        agent_release(fd, staging);
         ASSERT_EQ(reply(fd, pageout, 0), -1);
         ASSERT_EQ(((ZMsgReply *)in)->value, 0);
         req(fd, NULL, 0, -EPROTO); /* the same RELEASE_DONE again */
         ASSERT_EQ(verify_pages(mem, len, hashes), 0);
 
+        /* every page moved and "none moved" reported, as the kernel's own
+         * UFFDIO_MOVE can report (EAGAIN after moving): the pages are in the
+         * slots, and the daemon takes them from there rather than drop them */
+        pageout = range_send(fd, ZMSG_PAGEOUT, addr, len);
+        expect_command(fd, ZMSG_MOVE);
+        struct uffdio_move m = { .dst = staging, .src = addr, .len = len };
+        ASSERT_OK(ioctl(agent_uffd, UFFDIO_MOVE, &m));
+        move_done(fd, npages, false);
+        agent_release(fd, staging);
+        ASSERT_EQ(reply(fd, pageout, 0), -1);
+        ASSERT_EQ(((ZMsgReply *)in)->value, npages);
+        ASSERT_EQ(verify_pages(mem, len, hashes), 0); /* faults, served from the pool */
+
         /* an agent that hangs up in the middle of a move */
         range_send(fd, ZMSG_PAGEOUT, addr, len);
         expect_command(fd, ZMSG_MOVE);
         close(fd);
+        close(agent_uffd);
         check_alive("an agent hanging up mid-move");
         /* the daemon lets go of that memory: registering it again works */
         int r = -EEXIST;
@@ -529,7 +565,7 @@ int main(void) {
         malformed();
         int fd = handshake_abuse((uint64_t)(uintptr_t)staging);
         bad_ranges(fd, (uint64_t)(uintptr_t)staging, (uint64_t)(uintptr_t)buf);
-        bad_agent(fd, mem);
+        bad_agent(fd, mem, (uint64_t)(uintptr_t)staging);
         dropped();
         ownership();
 

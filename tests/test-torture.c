@@ -15,6 +15,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <sys/mman.h>
 
 #include "harness.h"
@@ -135,6 +136,13 @@ int main(void) {
         for (unsigned t = 0; t < nthreads; t++)
                 pthread_join(threads[t], NULL);
 
+        if (atomic_load(&errors) && getenv("ZSWAPD_TRACE")) {
+                /* the daemon writes its page trace (daemon/trace.h); page N
+                 * is at region + N * 4096 for scripts/trace-page.py */
+                fprintf(stderr, "trace of a daemon run with region at %p: %s\n", (void *)region, getenv("ZSWAPD_TRACE"));
+                kill(d.pid, SIGUSR2);
+                sleep(3);
+        }
         size_t bad = 0;
         for (size_t i = 0; i < npages; i++)
                 bad += !check_page((uint64_t *)(region + i * ZSWAP_PAGE_SIZE), i, version[i]);
