@@ -4,12 +4,14 @@
  * Speaks the control role of the protocol over its own connection, with
  * synchronous request/reply; it never registers memory.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "macro.h"
 #include "protocol.h"
@@ -83,24 +85,36 @@ static void print_stats(const struct zswap_stats *s, bool json, bool bytes) {
         printf("%-22s %.2f\n", "ratio", ratio);
 }
 
-static int cmd_status(const char *path, bool json, bool bytes) {
-        _cleanup_close_ int fd = unix_connect(path);
+/* A control connection that said HELLO, or -1 after saying why not. */
+static int ctl_connect(const char *path) {
+        int fd = unix_connect(path);
         ZMsgHello h = { .role = ZROLE_CONTROL };
-        ZMsgStatsReq q = { .scope = ZSWAP_STATS_GLOBAL };
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
-        int r;
 
         if (fd < 0) {
                 fprintf(stderr, "zswapd is not running at %s (%s): start it with systemctl start zswapd\n", path,
                         strerror(-fd));
-                return 1;
+                return -1;
         }
         zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
-        r = ctl_request(fd, &h, sizeof(h), buf, sizeof(buf));
-        if (r == 0) {
-                zmsg_init(&q.hdr, ZMSG_STATS, 2, sizeof(q));
-                r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
+        int r = ctl_request(fd, &h, sizeof(h), buf, sizeof(buf));
+        if (r < 0) {
+                fprintf(stderr, "zswapctl: %s refused the connection: %s\n", path, strerror(-r));
+                close(fd);
+                return -1;
         }
+        return fd;
+}
+
+static int cmd_status(const char *path, bool json, bool bytes) {
+        _cleanup_close_ int fd = ctl_connect(path);
+        ZMsgStatsReq q = { .scope = ZSWAP_STATS_GLOBAL };
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+
+        if (fd < 0)
+                return 1;
+        zmsg_init(&q.hdr, ZMSG_STATS, 2, sizeof(q));
+        int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
         if (r < 0) {
                 fprintf(stderr, "zswapctl: %s\n", strerror(-r));
                 return 1;
@@ -109,10 +123,64 @@ static int cmd_status(const char *path, bool json, bool bytes) {
         return 0;
 }
 
+/* pageout PID [ADDR LEN]: evict a running program's managed memory */
+static int cmd_pageout(const char *path, int argc, char **argv, bool json) {
+        ZMsgPageoutPid q = { 0 };
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        char *end;
+        long pid;
+
+        if (argc != 1 && argc != 3) {
+                fprintf(stderr, "zswapctl: usage: zswapctl pageout PID [ADDR LEN]\n");
+                return 2;
+        }
+        errno = 0;
+        pid = strtol(argv[0], &end, 10);
+        if (errno || *end || pid <= 0 || pid > INT32_MAX) {
+                fprintf(stderr, "zswapctl: '%s' is not a process id\n", argv[0]);
+                return 2;
+        }
+        q.pid = (int32_t)pid;
+        if (argc == 3) {
+                errno = 0;
+                q.addr = strtoull(argv[1], &end, 0);
+                if (errno || *end || parse_size(argv[2], &q.len) < 0 || q.len == 0) {
+                        fprintf(stderr, "zswapctl: ADDR is an address (0x...), LEN a size (4096, 64M, ...)\n");
+                        return 2;
+                }
+        }
+        _cleanup_close_ int fd = ctl_connect(path);
+        if (fd < 0)
+                return 1;
+        zmsg_init(&q.hdr, ZMSG_PAGEOUT_PID, 2, sizeof(q));
+        int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
+        if (r == -ESRCH) {
+                fprintf(stderr, "zswapctl: process %ld has no memory managed by zswapd\n", pid);
+                return 1;
+        }
+        if (r == -EPERM) {
+                fprintf(stderr, "zswapctl: permission denied: process %ld is another user's (run as root)\n", pid);
+                return 1;
+        }
+        if (r < 0) {
+                fprintf(stderr, "zswapctl: pageout of process %ld: %s\n", pid, strerror(-r));
+                return 1;
+        }
+        uint64_t pages = (uint64_t)((ZMsgReply *)buf)->value;
+        if (json)
+                printf("{\"pid\": %ld, \"evicted_pages\": %llu}\n", pid, (unsigned long long)pages);
+        else
+                printf("process %ld: %llu pages evicted\n", pid, (unsigned long long)pages);
+        return 0;
+}
+
 static void help(void) {
         printf("Usage: zswapctl [OPTIONS] COMMAND\n\n"
                "Commands:\n"
-               "  status              what the daemon holds and what it saves\n\n"
+               "  status              what the daemon holds and what it saves\n"
+               "  pageout PID [ADDR LEN]\n"
+               "                      evict a running program's managed memory (all of it,\n"
+               "                      or the part in [ADDR, ADDR+LEN)); prints the pages evicted\n\n"
                "Options:\n"
                "  -s, --socket PATH   daemon socket (default %s)\n"
                "  -J, --json          machine-readable output\n"
@@ -145,6 +213,8 @@ int main(int argc, char **argv) {
         }
         if (optind >= argc || strcmp(argv[optind], "status") == 0)
                 return cmd_status(path, json, bytes);
+        if (strcmp(argv[optind], "pageout") == 0)
+                return cmd_pageout(path, argc - optind - 1, argv + optind + 1, json);
         fprintf(stderr, "zswapctl: unknown command '%s' (see zswapctl --help)\n", argv[optind]);
         return 2;
 }

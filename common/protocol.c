@@ -32,6 +32,8 @@ size_t zmsg_expected_size(uint16_t type) {
                 return sizeof(ZMsgHeader);
         case ZMSG_CHILD_ATTACH:
                 return sizeof(ZMsgChild);
+        case ZMSG_PAGEOUT_PID:
+                return sizeof(ZMsgPageoutPid);
         case ZMSG_REPLY:
                 return sizeof(ZMsgReply);
         case ZMSG_STATS_REPLY:

@@ -36,6 +36,7 @@ typedef enum ZMsgType {
         ZMSG_FORK_PREPARE,     /* ZMsgHeader; reply when no eviction is in flight */
         ZMSG_FORK_DONE,        /* ZMsgHeader; no reply; eviction resumes */
         ZMSG_CHILD_ATTACH,     /* ZMsgChild; reply ZMsgReply + SCM_RIGHTS the child's uffd */
+        ZMSG_PAGEOUT_PID,      /* ZMsgPageoutPid (role CONTROL); reply value = pages evicted */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */
@@ -90,6 +91,17 @@ typedef struct ZMsgRange {
         uint64_t addr;
         uint64_t len;
 } ZMsgRange;
+
+/* Evict the managed memory of process pid in [addr, addr+len) (len 0: all
+ * of it), over every client that process has. Root, or the process's own
+ * user. */
+typedef struct ZMsgPageoutPid {
+        ZMsgHeader hdr;
+        int32_t pid;
+        uint32_t reserved;
+        uint64_t addr;
+        uint64_t len;
+} ZMsgPageoutPid;
 
 typedef struct ZMsgStatsReq {
         ZMsgHeader hdr;

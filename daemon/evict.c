@@ -289,15 +289,34 @@ static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
                 mmclient_uffd_unregister(mm, op->start, op->end);
                 mm->unregisters--;
         }
-        if (op->conn && op->id)
+        evict_op_drop(op);
+}
+
+void evict_group_done(PageoutGroup *g, uint64_t evicted) {
+        g->evicted += evicted;
+        if (--g->ops > 0)
+                return;
+        if (g->conn)
+                conn_reply(g->conn, g->id, 0, (int64_t)g->evicted);
+        free(g);
+}
+
+void evict_op_drop(PageoutOp *op) {
+        if (op->group)
+                evict_group_done(op->group, op->evicted);
+        else if (op->conn && op->id)
                 conn_reply(op->conn, op->id, 0, (int64_t)op->evicted);
         free(op);
 }
 
-int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister) {
+static int queue_op(Manager *m, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t id, uint64_t start, uint64_t end,
+                    bool unregister) {
         PageoutOp *op = calloc(1, sizeof(*op));
         if (!op)
                 return -ENOMEM;
+        op->group = g;
+        if (g)
+                g->ops++;
         op->conn = c;
         op->id = id;
         op->start = op->cursor = start;
@@ -309,6 +328,14 @@ int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, 
         mm->ops_tail = &op->next;
         evict_pump(m, mm);
         return 0;
+}
+
+int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister) {
+        return queue_op(m, mm, NULL, c, id, start, end, unregister);
+}
+
+int evict_queue_group(Manager *m, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end) {
+        return queue_op(m, mm, g, NULL, 0, start, end, false);
 }
 
 bool evict_settled(MMClient *mm) {
@@ -687,9 +714,12 @@ void evict_tick(Manager *m, MMClient *mm) {
 }
 
 void evict_forget_conn(MMClient *mm, Conn *c) {
-        for (PageoutOp *op = mm->ops; op; op = op->next)
+        for (PageoutOp *op = mm->ops; op; op = op->next) {
                 if (op->conn == c)
                         op->conn = NULL;
+                if (op->group && op->group->conn == c)
+                        op->group->conn = NULL;
+        }
 }
 
 void evict_agent_gone(Manager *m, MMClient *mm) {

@@ -7,8 +7,18 @@
 
 #include "manager.h"
 
+/* One request that became ops on several address spaces (PAGEOUT_PID):
+ * answered when the last of them finishes. */
+typedef struct PageoutGroup {
+        Conn *conn;       /* NULL once the requester is gone */
+        uint32_t id;
+        unsigned ops;     /* ops not finished */
+        uint64_t evicted;
+} PageoutGroup;
+
 struct PageoutOp {
         PageoutOp *next;
+        PageoutGroup *group; /* or NULL: answered through conn */
         Conn *conn;       /* NULL once the requester is gone */
         uint32_t id;      /* request id to reply to; 0: internal */
         bool unregister;  /* an UNREGISTER waiting for the lanes to settle */
@@ -23,6 +33,13 @@ Evictor *evictor_free(Evictor *ev);
 
 /* Queue a pageout (or an unregister restore) of [start, end) for mm. */
 int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister);
+/* The same as one op of group g (which counts it). */
+int evict_queue_group(Manager *m, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end);
+/* Answer for an op and free it (also one that will not finish: its
+ * address space is gone). */
+void evict_op_drop(PageoutOp *op);
+/* One op of g is done, having evicted that many pages; the last answers. */
+void evict_group_done(PageoutGroup *g, uint64_t evicted);
 /* Start whatever batches can start. */
 void evict_pump(Manager *m, MMClient *mm);
 /* The agent's answers. -EPROTO if they do not fit what we asked. */

@@ -158,7 +158,7 @@ static void mm_retire(Manager *m, MMClient *mm) {
         while (mm->ops) {
                 PageoutOp *op = mm->ops;
                 mm->ops = op->next;
-                free(op);
+                evict_op_drop(op); /* a group waiting for it answers without it */
         }
         mm->ops_tail = &mm->ops;
         for (unsigned i = 0; i < mm->nlanes; i++)
@@ -518,6 +518,46 @@ static int stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
         return 1;
 }
 
+/*
+ * zswapctl pageout PID: evict a running process's managed memory, over
+ * every client it has (a process may connect more than once). Root may
+ * ask for any process, other users for their own. Replied when the last
+ * client's pageout is done, with the pages evicted in all.
+ */
+static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
+        uint64_t start = q->addr, end = q->len ? q->addr + q->len : PINDEX_MAX_ADDR;
+        PageoutGroup *g;
+        bool found = false, allowed = false;
+
+        if (c->role != ZROLE_CONTROL)
+                return -EPROTO;
+        if (q->pid <= 0 || !page_aligned(q->addr) || !page_aligned(q->len) || end < start || end > PINDEX_MAX_ADDR)
+                return -EINVAL;
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                if (mm->pid != q->pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                        continue;
+                found = true;
+                allowed |= c->uid == 0 || c->uid == mm->conn->uid;
+        }
+        if (!found)
+                return -ESRCH;
+        if (!allowed)
+                return -EPERM;
+        g = calloc(1, sizeof(*g));
+        if (!g)
+                return -ENOMEM;
+        g->conn = c;
+        g->id = q->hdr.id;
+        g->ops = 1; /* ours, until every op is queued: one that finishes at once must not answer */
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (mm->pid == q->pid && mm->conn && mm->nlanes > 0 &&
+                    !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
+                    evict_queue_group(m, mm, g, start, end) < 0)
+                        log_warn("pid %d: no memory to queue a pageout", (int)q->pid);
+        evict_group_done(g, 0);
+        return 1;
+}
+
 /* Returns < 0 to reply with that error, 0 to reply success, 1 if replied or
  * no reply is due. */
 static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
@@ -532,6 +572,8 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                 return do_attach(m, c, buf, fds, nfds);
         case ZMSG_CHILD_ATTACH:
                 return do_child_attach(m, c, buf);
+        case ZMSG_PAGEOUT_PID:
+                return do_pageout_pid(m, c, buf);
         case ZMSG_STATS:
                 if (((const ZMsgStatsReq *)buf)->scope > ZSWAP_STATS_GLOBAL)
                         return -EINVAL;

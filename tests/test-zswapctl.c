@@ -5,6 +5,8 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -25,6 +27,55 @@ static unsigned long long json_field(const char *json, const char *key) {
         if (!p)
                 test_fail("no %s in %s", key, json);
         return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static uint64_t held(struct zswap_client *c) {
+        struct zswap_stats s;
+        td_stats(c, &s);
+        return s.stored_pages + s.same_pages;
+}
+
+/* `zswapctl pageout PID [ADDR LEN]`: another program's view of this one */
+static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, uint8_t *buf, const uint64_t *hashes) {
+        const size_t npages = 4096, len = npages * ZSWAP_PAGE_SIZE;
+        char cmd[PATH_MAX + 256];
+        int st;
+
+        /* everything: every page of the region was resident again */
+        ASSERT_EQ(held(c), 0);
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d --json", ctl, d->sock, (int)getpid());
+        char *out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        ASSERT_EQ(json_field(out, "evicted_pages"), held(c));
+        ASSERT_TRUE(held(c) > npages * 9 / 10);
+        ASSERT_EQ(verify_pages(buf, len, hashes), 0);
+
+        /* a range: 16 pages from the 8th */
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d %#llx 64K", ctl, d->sock, (int)getpid(),
+                 (unsigned long long)(uintptr_t)(buf + 8 * ZSWAP_PAGE_SIZE));
+        out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        char want[64];
+        snprintf(want, sizeof(want), "process %d: %llu pages evicted\n", (int)getpid(), (unsigned long long)held(c));
+        if (!strstr(out, want) || held(c) == 0 || held(c) > 16)
+                test_fail("pageout of 16 pages: '%s', %llu held", out, (unsigned long long)held(c));
+        ASSERT_EQ(verify_pages(buf, len, hashes), 0);
+
+        /* a process without a client, nonsense, another user's process */
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout 1 2>&1", ctl, d->sock);
+        out = run(cmd, &st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "has no memory managed by zswapd"))
+                test_fail("pageout of init: status %#x, '%s'", st, out);
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout 12x 2>&1", ctl, d->sock);
+        out = run(cmd, &st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, "not a process id"))
+                test_fail("pageout 12x: status %#x, '%s'", st, out);
+        snprintf(cmd, sizeof(cmd), "setpriv --reuid=65534 --regid=65534 --clear-groups %s --socket %s pageout %d 2>&1",
+                 ctl, d->sock, (int)getpid());
+        out = run(cmd, &st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "permission denied"))
+                test_fail("pageout as nobody: status %#x, '%s'", st, out);
+        ASSERT_EQ(verify_pages(buf, len, hashes), 0);
 }
 
 int main(void) {
@@ -65,6 +116,7 @@ int main(void) {
                 test_fail("text output lacks '%s':\n%s", want, out);
 
         ASSERT_EQ(verify_pages(buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, hashes), 0);
+        pageout_pid(ctl, &d, c, buf, hashes);
         zswap_disconnect(c);
         td_stop(&d);
 
