@@ -43,6 +43,7 @@
 #include <sys/un.h>
 
 #include "macro.h"
+#include "libzswap-internal.h"
 #include "protocol.h"
 #include "uffd-compat.h"
 #include "util.h"
@@ -237,8 +238,10 @@ static void cow_break(uint64_t addr) {
 }
 
 static int move_one(struct zswap_client *c, uint64_t src, uint64_t dst, uint64_t npages, int64_t *moved) {
-        struct uffdio_move mv = { .dst = dst, .src = src, .len = npages * ZSWAP_PAGE_SIZE,
-                                  .mode = UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES };
+        /* no ALLOW_SRC_HOLES: on 6.18 a hole met after an internal EAGAIN
+         * makes move_pages() spin (design.md); a hole gives ENOENT and the
+         * page is skipped */
+        struct uffdio_move mv = { .dst = dst, .src = src, .len = npages * ZSWAP_PAGE_SIZE };
         int r = ioctl(c->uffd, UFFDIO_MOVE, &mv);
         *moved = mv.move > 0 ? mv.move / (int64_t)ZSWAP_PAGE_SIZE : 0;
         return r < 0 ? -errno : 0;
@@ -380,6 +383,22 @@ static void *agent_main(void *arg) {
         pthread_cond_broadcast(&c->cond);
         pthread_mutex_unlock(&c->lock);
         return NULL;
+}
+
+size_t zswap_client_own_memory(struct zswap_client *c, ZswapSpan *spans, size_t max) {
+        size_t n = 0;
+        pthread_attr_t a;
+        void *stack;
+        size_t size;
+
+        if (n < max && c->staging)
+                spans[n++] = (ZswapSpan){ (uintptr_t)c->staging, (uintptr_t)c->staging + STAGING_BYTES };
+        if (n < max && c->agent_running && pthread_getattr_np(c->agent, &a) == 0) {
+                if (pthread_attr_getstack(&a, &stack, &size) == 0)
+                        spans[n++] = (ZswapSpan){ (uintptr_t)stack, (uintptr_t)stack + size };
+                pthread_attr_destroy(&a);
+        }
+        return n;
 }
 
 static int agent_start(struct zswap_client *c) {

@@ -356,47 +356,45 @@ static int read_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *p
 
 /*
  * Which pages of a lane did the agent's moves really take? The agent's
- * report is not enough: the kernel here (6.18) was seen to move pages and
- * still answer EAGAIN or EEXIST for them, and UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES
- * counts a hole as moved. Trusting "left in place" stranded pages in their
- * slot, and the next fault served zeros (the torture test found it).
+ * report is not enough: on this kernel (6.18) move_pages() never clears
+ * an internal -EAGAIN once it had one, so a batch of PTEs it then moves is
+ * neither counted nor stepped over, and the next step fails with EEXIST on
+ * the now-populated slot: pages moved, reported left. Trusting "left in
+ * place" stranded them in their slot, the lane's release freed them, and
+ * the next fault served zeros (the torture test found it).
  *
- * So the page tables decide: a page was moved if its slot now holds a
- * private page (a slot starts empty, the lane was released with
- * MADV_DONTNEED, and only a move puts a private page there; a read of an
- * empty slot maps the shared zero page, which pagemap shows present but
- * never exclusively mapped, and UFFDIO_MOVE refuses pages shared after
- * fork) and its source address no longer does. A zero page moved out of
- * the source leaves a hole and a zero-page slot: "not moved" then, which
- * serves zeros, its content. Swapped-out pages count as pages (the kernel
- * can move a swap entry). Returns false if pagemap cannot be read: the
- * agent's report stands.
+ * So the page tables decide: a page was moved if its slot now maps
+ * anything (a page, a swap or migration entry) and its source address no
+ * longer does. A slot starts empty (the lane was released with
+ * MADV_DONTNEED); only a move, or a read of an empty slot (which maps the
+ * zero page), fills it, and such a read only happens after the entry left
+ * MOVING (a poison, a fault-path read), when the CAS below fails anyway.
+ * No exclusive-mapping test: a moved page can show as shared (a fork the
+ * library did not announce, a huge page), and "not moved" is the direction
+ * that loses data. If pagemap cannot be read, every page counts as moved
+ * for the same reason: a page wrongly taken as moved keeps a stale entry
+ * while the program still has it; one wrongly left is lost.
  */
-static bool pm_holds_page(uint64_t pm, bool exclusive) {
-        if (pm & PM_FILE)
-                return false;
-        if (pm & PM_SWAP)
-                return true;
-        return (pm & PM_PRESENT) && (!exclusive || (pm & PM_EXCLUSIVE));
+static bool pm_holds_page(uint64_t pm) {
+        return !(pm & PM_FILE) && (pm & (PM_PRESENT | PM_SWAP));
 }
 
-static bool lane_moved(MMClient *mm, unsigned li, uint64_t *bits) {
+static void lane_moved(MMClient *mm, unsigned li, uint64_t *bits) {
         Lane *lane = &mm->lanes[li];
         uint64_t slot_pm[LANE_SLOTS], src_pm[LANE_SLOTS];
 
+        memset(bits, 0xff, LANE_SLOTS / 8);
         if (read_pagemap(mm, mmclient_slot_addr(mm, li * LANE_SLOTS), lane->npages, slot_pm) < 0)
-                return false;
+                return;
         for (uint32_t i = 0, j; i < lane->npages; i = j) {
                 for (j = i + 1; j < lane->npages && lane->addrs[j] == lane->addrs[j - 1] + ZSWAP_PAGE_SIZE; j++)
                         ;
                 if (read_pagemap(mm, lane->addrs[i], j - i, src_pm + i) < 0)
-                        return false;
+                        return;
         }
-        memset(bits, 0, LANE_SLOTS / 8);
         for (uint32_t i = 0; i < lane->npages; i++)
-                if (pm_holds_page(slot_pm[i], true) && !pm_holds_page(src_pm[i], false))
-                        bits[i / 64] |= (uint64_t)1 << (i % 64);
-        return true;
+                if (!pm_holds_page(slot_pm[i]) || pm_holds_page(src_pm[i]))
+                        bits[i / 64] &= ~((uint64_t)1 << (i % 64));
 }
 
 typedef struct Plan {
@@ -628,14 +626,14 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
         lane = &mm->lanes[li];
         /* what the page tables show decides, not what the agent was told */
         uint64_t truth[LANE_SLOTS / 64];
-        bool verified = lane_moved(mm, li, truth);
+        lane_moved(mm, li, truth);
         unsigned unreported = 0, phantom = 0; /* moved but reported left; reported moved but not */
         for (uint32_t i = 0; i < lane->npages; i++) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
                 uint32_t slot = li * LANE_SLOTS + i;
                 uint64_t v = pe_make_slot(PE_MOVING, slot), bit = (uint64_t)1 << (i % 64);
                 bool moved = msg->moved[i / 64] & bit;
-                if (verified && !!(truth[i / 64] & bit) != moved) {
+                if (!!(truth[i / 64] & bit) != moved) {
                         unreported += !moved;
                         phantom += moved;
                         moved = !moved;

@@ -210,6 +210,11 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
 
         if (type == ZMSG_STATS)
                 return stats_reply(m, c, id, (uint32_t)s);
+        if (type == ZMSG_FORK_DONE) {
+                mm->fork_paused = false;
+                evict_pump(m, mm);
+                return 1; /* no reply */
+        }
         if (type == ZMSG_FORK_PREPARE) {
                 /* nothing of ours is in flight, every event and hand-back
                  * so far is handled: note the token of this fork */
@@ -626,10 +631,24 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                 evict_pump(m, mm);
                 return 1;
         case ZMSG_FORK_DONE:
-                if (mm) {
-                        mm->fork_paused = false;
-                        evict_pump(m, mm);
+                if (!mm)
+                        return 1;
+                /* Resume only once the fork's event is handled: fork()
+                 * returned once the fault thread *read* it, and that thread
+                 * may still be walking our index for the child; a page
+                 * planned now would look to it like one in flight at the
+                 * fork. A sync orders us after the handling. */
+                if (ready && !mm_sync_now(mm)) {
+                        Work *w = work_new(FW_SYNC, mm);
+                        if (w) {
+                                w->status = h->type;
+                                w->v = c->serial;
+                                fault_thread_post(mm->ft, w);
+                                return 1;
+                        }
                 }
+                mm->fork_paused = false;
+                evict_pump(m, mm);
                 return 1;
         case ZMSG_MOVE_DONE:
                 if (!ready || evict_move_done(m, mm, h->id, buf) < 0)

@@ -156,7 +156,6 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot);
 #define PM_PRESENT ((uint64_t)1 << 63)
 #define PM_SWAP ((uint64_t)1 << 62)
 #define PM_FILE ((uint64_t)1 << 61)
-#define PM_EXCLUSIVE ((uint64_t)1 << 56) /* mapped by this process only */
 #define PM_PFN(pm) ((pm) & ((1ull << 55) - 1))
 
 /* Is the process still alive (pidfd not readable)? */
