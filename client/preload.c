@@ -1,0 +1,476 @@
+/*
+ * preload.c: libzswap-preload.so, zswapd for programs that were never
+ * linked with libzswap (zswap-run sets LD_PRELOAD to it).
+ *
+ * At load the shim connects to the daemon (libzswap, linked in statically)
+ * and hands it every private, anonymous, writable mapping of the process:
+ * the brk heap, malloc arenas and mmap'd chunks, jemalloc/tcmalloc extents,
+ * thread stacks. A scanner thread keeps that true: it reads /proc/self/maps
+ * every ZSWAP_SCAN_MS (200 ms) and right after the program maps anonymous
+ * memory (the interposed mmap/mremap only poke it through an eventfd), and
+ * registers what is new. What leaves (munmap, mremap, MADV_DONTNEED) the
+ * daemon learns from the kernel's uffd events, not from us.
+ *
+ * Never managed: the main thread's [stack] (it grows down, one vma that
+ * changes size), file-backed and shared mappings, mlocked mappings
+ * (VmFlags "lo": the program asked for them to stay in RAM), the shim's own
+ * memory (libzswap's staging area and its agent's stack, the scanner's
+ * stack), and mappings under 16 KiB. The daemon needs nothing from the
+ * process to serve a fault, so no other memory has to be held back.
+ *
+ * Interposed calls stay what they were: the real system call is made
+ * directly, errno is what it set, nothing allocates, and the only extra
+ * work is one write(2) to an eventfd, which is async-signal-safe.
+ *
+ * It fails open: no daemon, a refusal or an error leaves the program
+ * running unmanaged, with one line on stderr. ZSWAP_LIMIT (zswap-run
+ * --limit) makes the scanner page the process out, in a round-robin sweep
+ * over what it registered, whenever RssAnon exceeds the limit.
+ */
+/* mmap and mmap64 are both defined here: no redirection of one to the other */
+#undef _FILE_OFFSET_BITS
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "libzswap-internal.h"
+#include "macro.h"
+#include "util.h"
+
+#define SCAN_MS_DEFAULT 200
+#define MIN_SPAN (16 * 1024)        /* smaller mappings are not worth a region */
+#define LIMIT_CHUNK (8ull << 20)    /* bytes paged out per call when over the limit */
+#define OWN_MAX 8
+
+typedef struct Spans {
+        ZswapSpan *v;
+        size_t n, cap;
+} Spans;
+
+static struct zswap_client *client;
+static int poke_fd = -1;          /* mmap/mremap -> scanner */
+static unsigned scan_ms = SCAN_MS_DEFAULT;
+static uint64_t limit_bytes;      /* 0: no limit */
+static ZswapSpan scanner_stack;
+/* scanner thread only */
+static Spans known;               /* registered by us, or found registered */
+static uint64_t limit_cursor;     /* where the next limit sweep starts */
+static bool said_nospc;
+
+/* ---- messages: one line each, never more than once per cause ---- */
+
+static void say(const char *fmt, ...) {
+        char buf[256];
+        va_list ap;
+        int n = snprintf(buf, sizeof(buf), "zswap: pid %d: ", (int)getpid());
+
+        va_start(ap, fmt);
+        n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+        va_end(ap);
+        if (n > (int)sizeof(buf) - 2)
+                n = (int)sizeof(buf) - 2;
+        buf[n++] = '\n';
+        (void)!write(STDERR_FILENO, buf, (size_t)n);
+}
+
+/* ---- interposed calls ---- */
+
+static void poke(void) {
+        uint64_t one = 1;
+        int saved = errno;
+
+        if (poke_fd >= 0)
+                (void)!write(poke_fd, &one, sizeof(one));
+        errno = saved;
+}
+
+_public_ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+        long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+
+        if (r == -1)
+                return MAP_FAILED;
+        if ((flags & MAP_ANONYMOUS) && (flags & MAP_PRIVATE) && (prot & PROT_WRITE) && len >= MIN_SPAN)
+                poke();
+        return (void *)r;
+}
+
+_public_ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+        return mmap(addr, len, prot, flags, fd, off);
+}
+
+_public_ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+        void *new_addr = NULL;
+        va_list ap;
+
+        if (flags & MREMAP_FIXED) {
+                va_start(ap, flags);
+                new_addr = va_arg(ap, void *);
+                va_end(ap);
+        }
+        long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
+        if (r == -1)
+                return MAP_FAILED;
+        /* a move is followed by the daemon (REMAP event); growth is new memory */
+        if (new_len > old_len)
+                poke();
+        return (void *)r;
+}
+
+/* ---- span sets (scanner thread) ---- */
+
+static int spans_add(Spans *s, uint64_t start, uint64_t end) {
+        if (start >= end)
+                return 0;
+        if (s->n && s->v[s->n - 1].end == start) {
+                s->v[s->n - 1].end = end; /* callers add in address order */
+                return 0;
+        }
+        if (s->n == s->cap) {
+                size_t cap = s->cap ? s->cap * 2 : 64;
+                ZswapSpan *v = realloc(s->v, cap * sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                s->v = v;
+                s->cap = cap;
+        }
+        s->v[s->n++] = (ZswapSpan){ start, end };
+        return 0;
+}
+
+/* out = a minus b (both sorted, disjoint); out is appended to. */
+static int spans_subtract(Spans *out, const Spans *a, const ZswapSpan *b, size_t nb) {
+        size_t j = 0;
+
+        for (size_t i = 0; i < a->n; i++) {
+                uint64_t s = a->v[i].start, e = a->v[i].end;
+                while (j < nb && b[j].end <= s)
+                        j++;
+                for (size_t k = j; k < nb && b[k].start < e && s < e; k++) {
+                        if (b[k].start > s && spans_add(out, s, b[k].start) < 0)
+                                return -ENOMEM;
+                        s = MAX(s, b[k].end);
+                }
+                if (s < e && spans_add(out, s, e) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* out = a intersected with b */
+static int spans_intersect(Spans *out, const Spans *a, const Spans *b) {
+        for (size_t i = 0, j = 0; i < a->n && j < b->n;) {
+                uint64_t s = MAX(a->v[i].start, b->v[j].start), e = MIN(a->v[i].end, b->v[j].end);
+                if (s < e && spans_add(out, s, e) < 0)
+                        return -ENOMEM;
+                if (a->v[i].end < b->v[j].end)
+                        i++;
+                else
+                        j++;
+        }
+        return 0;
+}
+
+static int span_cmp(const void *a, const void *b) {
+        const ZswapSpan *x = a, *y = b;
+        return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* ---- reading /proc/self ---- */
+
+static char *read_file(const char *path, size_t *len) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        size_t cap = 1 << 16, n = 0;
+        char *buf = NULL;
+
+        if (fd < 0)
+                return NULL;
+        for (;;) {
+                if (n + 4096 > cap || !buf) {
+                        char *b = realloc(buf, buf ? cap *= 2 : cap);
+                        if (!b) {
+                                free(buf);
+                                close(fd);
+                                return NULL;
+                        }
+                        buf = b;
+                }
+                ssize_t r = read(fd, buf + n, cap - n - 1);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r <= 0)
+                        break;
+                n += (size_t)r;
+        }
+        close(fd);
+        buf[n] = 0;
+        *len = n;
+        return buf;
+}
+
+/* A maps/smaps header line: "start-end perms offset dev inode [path]". */
+static bool parse_vma(const char *line, uint64_t *start, uint64_t *end, bool *candidate) {
+        char perms[8] = "", path[64] = "";
+        unsigned long long s, e, off, inode;
+        unsigned maj, min;
+
+        if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %63s", &s, &e, perms, &off, &maj, &min, &inode, path) < 7)
+                return false;
+        *start = s;
+        *end = e;
+        *candidate = perms[0] == 'r' && perms[1] == 'w' && perms[3] == 'p' && inode == 0 &&
+                     (path[0] == 0 || strcmp(path, "[heap]") == 0 || strncmp(path, "[anon:", 6) == 0);
+        return true;
+}
+
+/* Private anonymous writable mappings, in address order. */
+static int read_candidates(Spans *out) {
+        size_t len;
+        char *buf = read_file("/proc/self/maps", &len);
+        int r = 0;
+
+        if (!buf)
+                return -errno;
+        for (char *line = buf, *nl; *line && r == 0; line = nl + 1) {
+                uint64_t s, e;
+                bool cand;
+                nl = strchr(line, '\n');
+                if (!nl)
+                        break;
+                *nl = 0;
+                if (parse_vma(line, &s, &e, &cand) && cand)
+                        r = spans_add(out, s, e);
+        }
+        free(buf);
+        return r;
+}
+
+/* Mappings the program mlocked (smaps VmFlags "lo"), in address order. */
+static int read_locked(Spans *out) {
+        size_t len;
+        char *buf = read_file("/proc/self/smaps", &len);
+        uint64_t s = 0, e = 0;
+        int r = 0;
+
+        if (!buf)
+                return -errno;
+        for (char *line = buf, *nl; *line && r == 0; line = nl + 1) {
+                bool cand;
+                nl = strchr(line, '\n');
+                if (!nl)
+                        break;
+                *nl = 0;
+                if (strncmp(line, "VmFlags:", 8) == 0) {
+                        if (strstr(line, " lo"))
+                                r = spans_add(out, s, e);
+                } else if (line[0] != ' ' && strchr(line, '-'))
+                        parse_vma(line, &s, &e, &cand);
+        }
+        free(buf);
+        return r;
+}
+
+/* ---- the scanner ---- */
+
+static void deactivate(const char *why) {
+        say("no longer managing memory: %s", why);
+        client = NULL; /* the connection stays: its pages are restored by libzswap or wait */
+}
+
+static void register_new(void) {
+        Spans cand = { 0 }, fresh = { 0 }, unlocked = { 0 }, locked = { 0 }, next = { 0 };
+        ZswapSpan own[OWN_MAX];
+        size_t nown;
+
+        if (read_candidates(&cand) < 0)
+                goto out;
+        nown = zswap_client_own_memory(client, own, OWN_MAX - 1);
+        own[nown++] = scanner_stack;
+        qsort(own, nown, sizeof(*own), span_cmp);
+        /* what is new: candidates minus what we hold minus our own memory */
+        Spans mine = { 0 };
+        if (spans_subtract(&mine, &cand, own, nown) < 0 || spans_subtract(&fresh, &mine, known.v, known.n) < 0) {
+                free(mine.v);
+                goto out;
+        }
+        free(mine.v);
+        if (fresh.n > 0) {
+                if (read_locked(&locked) < 0 || spans_subtract(&unlocked, &fresh, locked.v, locked.n) < 0)
+                        goto out;
+                for (size_t i = 0; i < unlocked.n && client; i++) {
+                        ZswapSpan *sp = &unlocked.v[i];
+                        if (sp->end - sp->start < MIN_SPAN)
+                                continue;
+                        int r = zswap_register(client, (void *)(uintptr_t)sp->start, sp->end - sp->start);
+                        if (r == 0 || r == -EEXIST)
+                                spans_add(&known, sp->start, sp->end);
+                        else if (r == -ENOTCONN)
+                                deactivate("zswapd went away");
+                        else if (r == -ENOSPC && !said_nospc) {
+                                said_nospc = true;
+                                say("zswapd refuses more memory of this process (a per-client limit)");
+                        }
+                        /* -EINVAL: changed under us; the next scan sees what it became */
+                }
+                qsort(known.v, known.n, sizeof(*known.v), span_cmp);
+        }
+        /* forget what is no longer mapped; keep it sorted and merged */
+        Spans merged = { 0 };
+        for (size_t i = 0; i < known.n; i++)
+                if (merged.n && merged.v[merged.n - 1].end >= known.v[i].start)
+                        merged.v[merged.n - 1].end = MAX(merged.v[merged.n - 1].end, known.v[i].end);
+                else
+                        spans_add(&merged, known.v[i].start, known.v[i].end);
+        if (spans_intersect(&next, &merged, &cand) == 0) {
+                free(known.v);
+                known = next;
+                next = (Spans){ 0 };
+        }
+        free(merged.v);
+out:
+        free(cand.v);
+        free(fresh.v);
+        free(unlocked.v);
+        free(locked.v);
+        free(next.v);
+}
+
+static uint64_t rss_anon(void) {
+        size_t len;
+        char *buf = read_file("/proc/self/status", &len), *p;
+        uint64_t kb = 0;
+
+        if (buf && (p = strstr(buf, "\nRssAnon:")))
+                kb = strtoull(p + 9, NULL, 10);
+        free(buf);
+        return kb * 1024;
+}
+
+/* Over the limit: page out what we registered, round robin from where the
+ * last sweep stopped, until 10 % under it or once around. */
+static void enforce_limit(void) {
+        uint64_t rss = rss_anon(), target = limit_bytes / 10 * 9, freed = 0, swept = 0, total = 0;
+
+        if (rss <= limit_bytes || known.n == 0)
+                return;
+        for (size_t i = 0; i < known.n; i++)
+                total += known.v[i].end - known.v[i].start;
+        while (client && rss - freed > target && swept < total) {
+                size_t i;
+                for (i = 0; i < known.n && known.v[i].end <= limit_cursor; i++)
+                        ;
+                if (i == known.n) {
+                        i = 0;
+                        limit_cursor = known.v[0].start;
+                }
+                uint64_t s = MAX(limit_cursor, known.v[i].start), e = MIN(s + LIMIT_CHUNK, known.v[i].end);
+                int r = zswap_pageout(client, (void *)(uintptr_t)s, e - s);
+                if (r == -ENOTCONN)
+                        deactivate("zswapd went away");
+                else if (r > 0)
+                        freed += (uint64_t)r * ZSWAP_PAGE_SIZE;
+                limit_cursor = e;
+                swept += e - s;
+        }
+}
+
+static void *scanner_main(void *arg) {
+        pthread_attr_t a;
+        void *stack;
+        size_t size;
+
+        (void)arg;
+        if (pthread_getattr_np(pthread_self(), &a) == 0) {
+                if (pthread_attr_getstack(&a, &stack, &size) == 0)
+                        scanner_stack = (ZswapSpan){ (uintptr_t)stack, (uintptr_t)stack + size };
+                pthread_attr_destroy(&a);
+        }
+        while (client) {
+                struct pollfd p = { .fd = poke_fd, .events = POLLIN };
+                uint64_t v;
+
+                register_new();
+                if (limit_bytes && client)
+                        enforce_limit();
+                if (poll(&p, 1, (int)scan_ms) > 0) {
+                        (void)!read(poke_fd, &v, sizeof(v));
+                        usleep(2000); /* let a burst of mappings finish */
+                }
+        }
+        return NULL;
+}
+
+static int scanner_start(void) {
+        sigset_t all, old;
+        pthread_t t;
+        int r;
+
+        sigfillset(&all); /* the program's signals go to the program's threads */
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        r = pthread_create(&t, NULL, scanner_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r == 0)
+                pthread_detach(t);
+        return -r;
+}
+
+/* The child of a fork: libzswap's own handler (registered first, so run
+ * first) has attached the child's client; only our thread is missing. */
+static void atfork_child(void) {
+        if (!client)
+                return;
+        safe_close(poke_fd);
+        poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (scanner_start() < 0)
+                say("cannot start the scanner in the child: new memory stays unmanaged");
+}
+
+static bool is_daemon(void) {
+        char exe[256];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+                return false;
+        exe[n] = 0;
+        const char *base = strrchr(exe, '/');
+        return strcmp(base ? base + 1 : exe, "zswapd") == 0;
+}
+
+__attribute__((constructor)) static void preload_init(void) {
+        int saved = errno;
+        const char *v;
+        int r;
+
+        if (is_daemon())
+                goto out; /* the daemon must never wait on a fault of its own */
+        if ((v = getenv("ZSWAP_SCAN_MS")) && atoi(v) > 0)
+                scan_ms = (unsigned)atoi(v);
+        if ((v = getenv("ZSWAP_LIMIT")) && *v && parse_size(v, &limit_bytes) < 0) {
+                say("ZSWAP_LIMIT=%s is not a size: no limit", v);
+                limit_bytes = 0;
+        }
+        r = zswap_connect(NULL, &client);
+        if (r < 0) {
+                const char *sock = getenv("ZSWAP_SOCKET");
+                say("not managing memory: %s (zswapd at %s)", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET);
+                client = NULL;
+                goto out;
+        }
+        poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        pthread_atfork(NULL, NULL, atfork_child);
+        if (poke_fd < 0 || scanner_start() < 0) {
+                say("cannot start the scanner: not managing memory");
+                client = NULL;
+        }
+out:
+        errno = saved;
+}

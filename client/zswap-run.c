@@ -1,0 +1,105 @@
+/*
+ * zswap-run: run a program with its memory managed by zswapd.
+ *
+ *   zswap-run [--socket PATH] [--limit SIZE] [--] CMD [ARGS...]
+ *
+ * Puts libzswap-preload.so in front of LD_PRELOAD (keeping what the user
+ * had there) and executes CMD. The shim does the rest (preload.c); if no
+ * daemon answers, CMD runs unmanaged with one line on stderr. A statically
+ * linked CMD is not managed (nothing can be preloaded into it).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "zswap.h"
+
+#ifndef ZSWAP_PRELOAD_PATH
+#define ZSWAP_PRELOAD_PATH "/usr/local/lib/libzswap-preload.so"
+#endif
+
+static void help(void) {
+        printf("Usage: zswap-run [OPTIONS] [--] CMD [ARGS...]\n\n"
+               "Run CMD with its anonymous memory managed (compressed when cold) by zswapd.\n\n"
+               "  -s, --socket PATH   daemon socket (default $ZSWAP_SOCKET, then %s)\n"
+               "  -l, --limit SIZE    keep CMD's resident anonymous memory under SIZE (e.g. 512M)\n"
+               "  -h, --help          this help\n\n"
+               "See zswap-run(1).\n",
+               ZSWAP_DEFAULT_SOCKET);
+}
+
+/* The shim beside this program (a build tree, or an install with both in
+ * one place), else where it was installed. */
+static const char *preload_path(void) {
+        static char path[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+
+        if (n > 0) {
+                path[n] = 0;
+                char *slash = strrchr(path, '/');
+                if (slash) {
+                        strcpy(slash + 1, "libzswap-preload.so");
+                        if (access(path, R_OK) == 0)
+                                return path;
+                }
+        }
+        return ZSWAP_PRELOAD_PATH;
+}
+
+int main(int argc, char **argv) {
+        static const struct option opts[] = {
+                { "socket", required_argument, NULL, 's' },
+                { "limit", required_argument, NULL, 'l' },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        uint64_t limit;
+        int c;
+
+        /* '+': options end at CMD, whose own options are its own */
+        while ((c = getopt_long(argc, argv, "+s:l:h", opts, NULL)) >= 0) {
+                switch (c) {
+                case 's':
+                        setenv("ZSWAP_SOCKET", optarg, 1);
+                        break;
+                case 'l':
+                        if (parse_size(optarg, &limit) < 0 || limit == 0) {
+                                fprintf(stderr, "zswap-run: --limit takes a size such as 512M or 2G, not '%s'\n", optarg);
+                                return 2;
+                        }
+                        setenv("ZSWAP_LIMIT", optarg, 1);
+                        break;
+                case 'h':
+                        help();
+                        return 0;
+                default:
+                        return 2;
+                }
+        }
+        if (optind >= argc) {
+                fprintf(stderr, "zswap-run: no command given (see zswap-run --help)\n");
+                return 2;
+        }
+        const char *shim = preload_path(), *old = getenv("LD_PRELOAD");
+        if (access(shim, R_OK) < 0) {
+                fprintf(stderr, "zswap-run: %s: %s; running %s unmanaged\n", shim, strerror(errno), argv[optind]);
+        } else {
+                size_t len = strlen(shim) + (old ? strlen(old) + 1 : 0) + 1;
+                char *v = malloc(len);
+                if (!v) {
+                        fprintf(stderr, "zswap-run: out of memory\n");
+                        return 1;
+                }
+                snprintf(v, len, "%s%s%s", shim, old && *old ? " " : "", old ? old : "");
+                setenv("LD_PRELOAD", v, 1);
+                free(v);
+        }
+        execvp(argv[optind], argv + optind);
+        fprintf(stderr, "zswap-run: %s: %s\n", argv[optind], strerror(errno));
+        return errno == ENOENT ? 127 : 126;
+}

@@ -1,0 +1,208 @@
+/*
+ * preload-victim: an unmodified program (not linked with libzswap) for
+ * test-preload, run under zswap-run. Several threads allocate, check,
+ * reallocate and free blocks of every size (malloc's brk heap, its arenas
+ * and mmap'd chunks), and each also keeps one region of its own that it
+ * grows with mremap and drops pages of with MADV_DONTNEED, checking every
+ * byte against what it wrote, while the test evicts the process from
+ * outside. At the end a forked child checks everything again.
+ *
+ *   preload-victim SECONDS THREADS
+ *
+ * Prints its pid, then "errors N" (N bad blocks) at the end; exit 0 when N
+ * is 0 and the child agreed.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LIVE 64              /* blocks each thread keeps */
+#define OWN_PAGES_MAX 1024   /* its own region grows up to 4 MiB */
+#define PAGE 4096
+
+typedef struct Block {
+        uint64_t *p;
+        size_t words;
+        uint64_t seed;
+} Block;
+
+typedef struct Thread {
+        unsigned idx;
+        Block live[LIVE];
+        uint8_t *own;        /* its own region, pages of version own_ver[i] (0: dropped) */
+        size_t own_pages;
+        uint32_t own_ver[OWN_PAGES_MAX];
+} Thread;
+
+static _Atomic uint64_t errors, ops;
+static volatile int stop;
+
+static uint64_t rnd(uint64_t *s) {
+        uint64_t x = *s ? *s : 88172645463325252ull;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        return *s = x;
+}
+
+static void fill(uint64_t *p, size_t words, uint64_t seed) {
+        for (size_t i = 0; i < words; i++)
+                p[i] = seed * 0x9e3779b97f4a7c15ull + i;
+}
+
+static int check(const uint64_t *p, size_t words, uint64_t seed) {
+        for (size_t i = 0; i < words; i++)
+                if (p[i] != seed * 0x9e3779b97f4a7c15ull + i)
+                        return -1;
+        return 0;
+}
+
+static size_t block_words(uint64_t *s) {
+        /* mostly small (brk heap, arenas), sometimes above the mmap threshold */
+        unsigned r = (unsigned)(rnd(s) % 100);
+        if (r < 70)
+                return 2 + rnd(s) % 512;
+        if (r < 95)
+                return 512 + rnd(s) % 16384;
+        return 32768 + rnd(s) % 262144;
+}
+
+static void own_page_fill(Thread *t, size_t i) {
+        fill((uint64_t *)(t->own + i * PAGE), PAGE / 8, ((uint64_t)t->idx << 40) | ((uint64_t)i << 20) | t->own_ver[i]);
+}
+
+static int own_page_check(const Thread *t, size_t i) {
+        const uint64_t *p = (const uint64_t *)(t->own + i * PAGE);
+        if (t->own_ver[i] == 0) {
+                for (size_t w = 0; w < PAGE / 8; w++)
+                        if (p[w])
+                                return -1;
+                return 0;
+        }
+        return check(p, PAGE / 8, ((uint64_t)t->idx << 40) | ((uint64_t)i << 20) | t->own_ver[i]);
+}
+
+static void own_step(Thread *t, uint64_t *s) {
+        unsigned op = (unsigned)(rnd(s) % 10);
+        if (op == 0 && t->own_pages < OWN_PAGES_MAX) {
+                /* grow: may move the region */
+                size_t n = t->own_pages + 1 + rnd(s) % 64;
+                if (n > OWN_PAGES_MAX)
+                        n = OWN_PAGES_MAX;
+                void *q = mremap(t->own, t->own_pages * PAGE, n * PAGE, MREMAP_MAYMOVE);
+                if (q == MAP_FAILED)
+                        return;
+                t->own = q;
+                for (size_t i = t->own_pages; i < n; i++) {
+                        t->own_ver[i] = 1;
+                        own_page_fill(t, i);
+                }
+                t->own_pages = n;
+        } else if (op == 1) {
+                size_t i = rnd(s) % t->own_pages;
+                madvise(t->own + i * PAGE, PAGE, MADV_DONTNEED);
+                t->own_ver[i] = 0;
+        } else if (op < 5) {
+                size_t i = rnd(s) % t->own_pages;
+                t->own_ver[i]++;
+                own_page_fill(t, i);
+        } else {
+                size_t i = rnd(s) % t->own_pages;
+                if (own_page_check(t, i) < 0)
+                        atomic_fetch_add(&errors, 1);
+        }
+}
+
+static void *worker(void *arg) {
+        Thread *t = arg;
+        uint64_t s = 1234567 + t->idx;
+
+        t->own_pages = 16;
+        t->own = mmap(NULL, t->own_pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (t->own == MAP_FAILED)
+                abort();
+        for (size_t i = 0; i < t->own_pages; i++) {
+                t->own_ver[i] = 1;
+                own_page_fill(t, i);
+        }
+        while (!stop) {
+                Block *b = &t->live[rnd(&s) % LIVE];
+                unsigned op = (unsigned)(rnd(&s) % 10);
+                if (b->p && check(b->p, b->words, b->seed) < 0)
+                        atomic_fetch_add(&errors, 1);
+                if (op < 2 && b->p) {
+                        /* realloc: the old prefix must survive */
+                        size_t words = block_words(&s);
+                        uint64_t *q = realloc(b->p, words * 8);
+                        if (!q)
+                                continue;
+                        size_t keep = words < b->words ? words : b->words;
+                        if (check(q, keep, b->seed) < 0)
+                                atomic_fetch_add(&errors, 1);
+                        b->p = q;
+                        b->words = words;
+                        fill(b->p, b->words, b->seed);
+                } else if (op < 6) {
+                        free(b->p);
+                        b->words = block_words(&s);
+                        b->seed = rnd(&s);
+                        b->p = malloc(b->words * 8);
+                        if (b->p)
+                                fill(b->p, b->words, b->seed);
+                } else
+                        own_step(t, &s);
+                atomic_fetch_add_explicit(&ops, 1, memory_order_relaxed);
+        }
+        return NULL;
+}
+
+static uint64_t check_all(Thread *ts, unsigned n) {
+        uint64_t bad = 0;
+        for (unsigned k = 0; k < n; k++) {
+                for (unsigned i = 0; i < LIVE; i++)
+                        if (ts[k].live[i].p && check(ts[k].live[i].p, ts[k].live[i].words, ts[k].live[i].seed) < 0)
+                                bad++;
+                for (size_t i = 0; i < ts[k].own_pages; i++)
+                        bad += own_page_check(&ts[k], i) < 0;
+        }
+        return bad;
+}
+
+int main(int argc, char **argv) {
+        unsigned seconds = argc > 1 ? (unsigned)atoi(argv[1]) : 5, n = argc > 2 ? (unsigned)atoi(argv[2]) : 4;
+        pthread_t th[16];
+        static Thread ts[16];
+        int st;
+
+        if (n < 1 || n > 16)
+                n = 4;
+        printf("%d\n", (int)getpid());
+        fflush(stdout);
+        for (unsigned i = 0; i < n; i++) {
+                ts[i].idx = i;
+                pthread_create(&th[i], NULL, worker, &ts[i]);
+        }
+        sleep(seconds);
+        stop = 1;
+        for (unsigned i = 0; i < n; i++)
+                pthread_join(th[i], NULL);
+        uint64_t bad = atomic_load(&errors) + check_all(ts, n);
+
+        /* a forked child sees every page as the parent does */
+        pid_t child = fork();
+        if (child == 0)
+                _exit(check_all(ts, n) == 0 ? 0 : 1);
+        if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                fprintf(stderr, "preload-victim: the forked child found bad data (status %#x)\n", st);
+                bad++;
+        }
+        printf("errors %llu ops %llu\n", (unsigned long long)bad, (unsigned long long)atomic_load(&ops));
+        return bad ? 1 : 0;
+}
