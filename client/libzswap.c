@@ -270,11 +270,12 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                 uint64_t dst = (uint64_t)(uintptr_t)c->staging + (uint64_t)(m->slot0 + idx) * ZSWAP_PAGE_SIZE;
                 uint64_t off = 0;
                 unsigned tries = 0;
-                bool cow_broken = false;
+                bool cow_broken = false, single = false;
 
                 while (off < n) {
                         int64_t moved;
-                        int r = move_one(c, src + off * ZSWAP_PAGE_SIZE, dst + off * ZSWAP_PAGE_SIZE, n - off, &moved);
+                        int r = move_one(c, src + off * ZSWAP_PAGE_SIZE, dst + off * ZSWAP_PAGE_SIZE,
+                                         single ? 1 : n - off, &moved);
                         set_bits(done.moved, idx + (uint32_t)off, (uint32_t)moved);
                         off += (uint64_t)moved;
                         if (r == 0 || off >= n)
@@ -288,6 +289,12 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                                 if (++tries > AGENT_EAGAIN_TRIES)
                                         break; /* still changing: the rest of the run stays */
                                 sched_yield();
+                                continue;
+                        }
+                        if (r == -EINVAL && !single) {
+                                /* the run spans two vmas (memory registered in
+                                 * pieces that did not merge): page by page */
+                                single = true;
                                 continue;
                         }
                         if (r == -EBUSY && !cow_broken) {

@@ -401,6 +401,9 @@ typedef struct Plan {
         ZMsgMove msg;
         Lane *lane;
         uint32_t slot0;
+        bool new_run; /* the next page starts a run: UFFDIO_MOVE fails (EINVAL)
+                       * on a run that spans two vmas, and separately
+                       * registered regions are often separate vmas */
 } Plan;
 
 /* Mark one page MOVING and add it to the plan; false if the plan is full.
@@ -408,7 +411,7 @@ typedef struct Plan {
 static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
         Lane *lane = p->lane;
         ZMsgMove *msg = &p->msg;
-        bool extend = msg->nruns > 0 && msg->runs[msg->nruns - 1].addr +
+        bool extend = !p->new_run && msg->nruns > 0 && msg->runs[msg->nruns - 1].addr +
                                                 (uint64_t)msg->runs[msg->nruns - 1].npages * ZSWAP_PAGE_SIZE == addr;
 
         if (!extend && msg->nruns == ZSWAP_MOVE_RUNS_MAX)
@@ -427,6 +430,7 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
                 msg->runs[msg->nruns - 1].npages++;
         else
                 msg->runs[msg->nruns++] = (ZMoveRun){ .addr = addr, .npages = 1 };
+        p->new_run = false;
         lane->addrs[lane->npages++] = addr;
         return true;
 }
@@ -447,6 +451,7 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         op->cursor = op->end;
                         break;
                 }
+                p->new_run = true; /* a region of its own */
                 size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, limit - p->lane->npages);
                 n = MIN(n, (size_t)*budget);
                 *budget -= (unsigned)n;
