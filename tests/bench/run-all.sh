@@ -1,8 +1,9 @@
 #!/bin/bash
 # Issue 3's five experiments (and the wake-up measurement that chose the
-# fault-thread layout), one after the other, each printing its own table of
-# zswapd beside kernel zram-lz4 and kernel zswap-lzo measured in the same
-# run. Needs root; sets up and tears down its own swap (tests/bench/backend.c).
+# fault-thread layout), then issue 4's redis benchmark, one after the other,
+# each printing its own table of zswapd beside kernel zram-lz4 (and kernel
+# zswap-lzo) measured in the same run. Needs root; sets up and tears down
+# its own swap (tests/bench/backend.c).
 #
 #   sudo tests/bench/run-all.sh [BUILD_DIR]      (default: build)
 #
@@ -40,4 +41,5 @@ run() {
         run "$bench/bench-store"
         run "$bench/bench-scale"
         run "$bench/bench-core" --size 1024
+        run "$bench/bench-redis"
 } 2>&1 | tee "$build/bench-all.log"
