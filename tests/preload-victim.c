@@ -9,9 +9,11 @@
  *
  *   preload-victim SECONDS THREADS
  *
- * Prints its pid, then "errors N" (N bad blocks) at the end; exit 0 when N
- * is 0 and the child agreed.
+ * Prints its pid, then "errors N" (N bad blocks, or failed errno checks of
+ * the interposed mmap/mremap) at the end; exit 0 when N is 0 and the child
+ * agreed.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -175,6 +177,27 @@ static uint64_t check_all(Thread *ts, unsigned n) {
         return bad;
 }
 
+/* The interposed calls leave errno as the kernel set it: untouched on
+ * success (even with the shim's eventfd poke), the error on failure. */
+static uint64_t errno_checks(void) {
+        uint64_t bad = 0;
+
+        errno = ERANGE;
+        void *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        bad += p == MAP_FAILED || errno != ERANGE;
+        errno = 0;
+        bad += mmap(NULL, 0, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED || errno != EINVAL;
+        errno = ERANGE;
+        void *q = mremap(p, 1 << 20, 2 << 20, MREMAP_MAYMOVE);
+        bad += q == MAP_FAILED || errno != ERANGE;
+        errno = 0;
+        bad += mremap(q, 2 << 20, 4 << 20, 0x40 /* no such flag */) != MAP_FAILED || errno != EINVAL;
+        munmap(q, 2 << 20);
+        if (bad)
+                fprintf(stderr, "preload-victim: %llu errno checks failed\n", (unsigned long long)bad);
+        return bad;
+}
+
 int main(int argc, char **argv) {
         unsigned seconds = argc > 1 ? (unsigned)atoi(argv[1]) : 5, n = argc > 2 ? (unsigned)atoi(argv[2]) : 4;
         pthread_t th[16];
@@ -193,7 +216,7 @@ int main(int argc, char **argv) {
         stop = 1;
         for (unsigned i = 0; i < n; i++)
                 pthread_join(th[i], NULL);
-        uint64_t bad = atomic_load(&errors) + check_all(ts, n);
+        uint64_t bad = atomic_load(&errors) + check_all(ts, n) + errno_checks();
 
         /* a forked child sees every page as the parent does */
         pid_t child = fork();
