@@ -637,12 +637,9 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                 _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
                 uint32_t slot = li * LANE_SLOTS + i;
                 uint64_t v = pe_make_slot(PE_MOVING, slot), bit = (uint64_t)1 << (i % 64);
-                bool moved = msg->moved[i / 64] & bit;
-                if (!!(truth[i / 64] & bit) != moved) {
-                        unreported += !moved;
-                        phantom += moved;
-                        moved = !moved;
-                }
+                bool reported = msg->moved[i / 64] & bit, moved = truth[i / 64] & bit;
+                unreported += moved && !reported;
+                phantom += reported && !moved;
                 if (!e)
                         continue;
                 TRACE(TR_MOVED, lane->addrs[i], moved, atomic_load(e));
@@ -655,7 +652,7 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
         }
         if (unreported + phantom) {
                 atomic_fetch_add_explicit(&m->move_misreports, unreported + phantom, memory_order_relaxed);
-                log_debug("pid %d, lane %u: %u pages moved but reported left, %u reported moved but not in their slot",
+                log_debug("pid %d, lane %u: %u pages moved but reported left, %u reported moved but not",
                           (int)mm->pid, li, unreported, phantom);
         }
         if (staged == 0) {
