@@ -660,6 +660,18 @@ _public_ int zswap_pageout(struct zswap_client *c, void *addr, size_t len) {
         return value > INT32_MAX ? INT32_MAX : (int)value;
 }
 
+_public_ int zswap_set_limit(struct zswap_client *c, uint64_t bytes) {
+        ZMsgLimit q = { .pid = 0, .bytes = bytes };
+        int saved = errno, r;
+
+        if (!c)
+                return -EINVAL;
+        zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 0, sizeof(q));
+        r = request(c, &q, sizeof(q), NULL, 0, NULL, 0, NULL, NULL);
+        errno = saved;
+        return r;
+}
+
 _public_ int zswap_get_stats(struct zswap_client *c, enum zswap_stats_scope scope, struct zswap_stats *ret) {
         ZMsgStatsReq q = { .scope = (uint32_t)scope };
         ZMsgStatsReply rep;

@@ -34,6 +34,12 @@ size_t zmsg_expected_size(uint16_t type) {
                 return sizeof(ZMsgChild);
         case ZMSG_PAGEOUT_PID:
                 return sizeof(ZMsgPageoutPid);
+        case ZMSG_SET_LIMIT:
+                return sizeof(ZMsgLimit);
+        case ZMSG_TUNABLE_SET:
+        case ZMSG_TUNABLE_GET:
+        case ZMSG_TUNABLE_REPLY:
+                return sizeof(ZMsgTunable);
         case ZMSG_REPLY:
                 return sizeof(ZMsgReply);
         case ZMSG_STATS_REPLY:

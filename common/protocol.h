@@ -37,10 +37,14 @@ typedef enum ZMsgType {
         ZMSG_FORK_DONE,        /* ZMsgHeader; no reply; eviction resumes */
         ZMSG_CHILD_ATTACH,     /* ZMsgChild; reply ZMsgReply + SCM_RIGHTS the child's uffd */
         ZMSG_PAGEOUT_PID,      /* ZMsgPageoutPid (role CONTROL); reply value = pages evicted */
+        ZMSG_SET_LIMIT,        /* ZMsgLimit; reply ZMsgReply */
+        ZMSG_TUNABLE_SET,      /* ZMsgTunable; reply ZMsgTunable (ZMSG_TUNABLE_REPLY) */
+        ZMSG_TUNABLE_GET,      /* ZMsgTunable; reply ZMsgTunable (ZMSG_TUNABLE_REPLY) */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */
         ZMSG_STATS_REPLY,      /* ZMsgStatsReply */
+        ZMSG_TUNABLE_REPLY,    /* ZMsgTunable: status, and the value or an error text */
 
         /* commands, daemon -> agent thread; answered by the *_DONE below */
         ZMSG_MOVE = 128,       /* ZMsgMove (variable: nruns) */
@@ -102,6 +106,31 @@ typedef struct ZMsgPageoutPid {
         uint64_t addr;
         uint64_t len;
 } ZMsgPageoutPid;
+
+/* Resident limit of a client (reclaim keeps its resident managed memory
+ * under it). pid 0: the sender's own client (role CLIENT); else every
+ * client of process pid (root, or the process's own user). bytes 0: none. */
+typedef struct ZMsgLimit {
+        ZMsgHeader hdr;
+        int32_t pid;
+        uint32_t reserved;
+        uint64_t bytes;
+} ZMsgLimit;
+
+#define ZSWAP_TUNABLE_KEY_MAX 32
+#define ZSWAP_TUNABLE_VALUE_MAX 160
+/* Set or read a run-time tunable (docs/reclaim.md lists them). pid 0: the
+ * daemon-wide value (set: root only); else the per-client override for
+ * every client of process pid (keys "limit", "idle_age", "reclaim"). key
+ * and value are NUL-terminated within their arrays. The reply carries the
+ * value now in force, or on error (status < 0) a message saying why. */
+typedef struct ZMsgTunable {
+        ZMsgHeader hdr;
+        int32_t pid;
+        int32_t status; /* replies only */
+        char key[ZSWAP_TUNABLE_KEY_MAX];
+        char value[ZSWAP_TUNABLE_VALUE_MAX];
+} ZMsgTunable;
 
 typedef struct ZMsgStatsReq {
         ZMsgHeader hdr;

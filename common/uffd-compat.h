@@ -14,6 +14,10 @@
 #define UFFD_FEATURE_MOVE (1 << 16)
 #endif
 
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+
 #ifndef UFFDIO_MOVE
 struct uffdio_move {
         __u64 dst;

@@ -36,6 +36,7 @@
 #include "fault.h"
 #include "log.h"
 #include "pool.h"
+#include "reclaim.h"
 #include "util.h"
 #include "trace.h"
 
@@ -55,11 +56,67 @@ struct Evictor {
 typedef struct Worker {
         Evictor *ev;
         CodecCCtx *cctx;
+        CodecDCtx *dctx; /* to check a kept copy against the page */
         uint8_t *buf;  /* LANE_SLOTS pages */
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
+        uint8_t vbuf[ZSWAP_PAGE_SIZE];
 } Worker;
 
 /* ---- workers ---- */
+
+void evict_lane_drop_keeps(MMClient *mm, Lane *lane) {
+        for (uint32_t i = 0; i < LANE_SLOTS; i++)
+                if (lane->keep[i]) {
+                        mmclient_release_payload(mm, lane->keep[i]);
+                        lane->keep[i] = 0;
+                }
+}
+
+/*
+ * Is the staged page the same as the copy it kept when it was restored?
+ * Exact (decompress and compare), never trusting that "not written" seen
+ * by PAGEMAP_SCAN still held when the agent moved it: a write between the
+ * scan and the move is caught here. A clean page costs a decompression
+ * instead of a compression (4x cheaper with lz4) and no pool allocation.
+ */
+static bool keep_matches(Worker *wk, uint64_t keep, const uint8_t *page) {
+        uint64_t origin = pe_clean_origin(keep);
+        uint32_t fill;
+
+        if (pe_state(origin) == PE_SAME)
+                return page_same_filled(page, &fill) && fill == pe_fill(origin);
+        const void *src = pool_map(wk->ev->m->pool, pe_handle(origin));
+        uint32_t clen = pe_clen(origin);
+        if (!src)
+                return false;
+        if (clen == ZSWAP_PAGE_SIZE)
+                return memcmp(src, page, ZSWAP_PAGE_SIZE) == 0;
+        return codec_decompress(wk->dctx, src, clen, wk->vbuf) == 0 && memcmp(wk->vbuf, page, ZSWAP_PAGE_SIZE) == 0;
+}
+
+/* The staged page i matches its kept copy: the entry takes the copy back
+ * (STAGED -> STORED/SAME). 1 if it did. */
+static int store_kept(Manager *m, MMClient *mm, Lane *lane, uint32_t i, _Atomic uint64_t *e, uint64_t v) {
+        uint64_t keep = lane->keep[i], nv = pe_clean_origin(keep);
+
+        lane->keep[i] = 0;
+        if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
+                mmclient_release_payload(mm, keep);
+                return 0;
+        }
+        atomic_fetch_sub_explicit(&mm->st.clean_pages, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+        if (pe_state(nv) == PE_STORED) {
+                atomic_fetch_sub_explicit(&mm->st.clean_bytes, pe_clen(nv), memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.compressed_bytes, pe_clen(nv), memory_order_relaxed);
+        } else
+                atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->st.clean_reevictions, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
+        return 1;
+}
 
 static void job_fail_all(MMClient *mm, Lane *lane, uint32_t slot0) {
         for (uint32_t i = 0; i < lane->npages; i++) {
@@ -97,9 +154,26 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         uint32_t fill, clen = 0;
         PoolHandle h = 0;
 
-        if (!e || atomic_load_explicit(e, memory_order_acquire) != v)
-                return 0; /* a fault or an event took it */
-
+        if (!e || atomic_load_explicit(e, memory_order_acquire) != v) {
+                /* a fault or an event took it */
+                if (lane->keep[i]) {
+                        mmclient_release_payload(mm, lane->keep[i]);
+                        lane->keep[i] = 0;
+                }
+                return 0;
+        }
+        if (lane->keep[i]) {
+                if (keep_matches(wk, lane->keep[i], page))
+                        return store_kept(m, mm, lane, i, e, v);
+                /* written after all: compress it afresh */
+                mmclient_release_payload(mm, lane->keep[i]);
+                lane->keep[i] = 0;
+        }
+        if (!reclaim_pool_accepts(m)) {
+                /* the pool is at its bound: the page goes back, nothing is dropped */
+                hand_back(mm, lane, lane_idx, lane->addrs[i], v, -ENOSPC);
+                return 0;
+        }
         if (page_same_filled(page, &fill))
                 nv = pe_make_same(fill);
         else {
@@ -144,6 +218,8 @@ static void job_compress(Worker *wk, Work *w) {
 
         r = mmclient_read(mm, mmclient_slot_addr(mm, slot0), wk->buf,
                           (size_t)lane->npages * ZSWAP_PAGE_SIZE);
+        if (r < 0)
+                evict_lane_drop_keeps(mm, lane);
         if (r == -ESRCH)
                 job_fail_all(mm, lane, slot0); /* the process is gone, and its pages with it */
         else if (r < 0) {
@@ -201,6 +277,7 @@ static void *worker_main(void *arg) {
                 job_compress(wk, w);
         }
         codec_cctx_free(wk->cctx);
+        codec_dctx_free(wk->dctx);
         free(wk->buf);
         free(wk);
         return NULL;
@@ -231,6 +308,8 @@ int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
         for (unsigned i = 0; i < workers; i++) {
                 Worker *wk = calloc(1, sizeof(*wk));
                 int r = wk ? codec_cctx_new(m->cfg.codec, m->cfg.level, &wk->cctx) : -ENOMEM;
+                if (r == 0)
+                        r = codec_dctx_new(m->cfg.codec, &wk->dctx);
                 if (r == 0 && !(wk->buf = malloc((size_t)LANE_SLOTS * ZSWAP_PAGE_SIZE)))
                         r = -ENOMEM;
                 if (r == 0)
@@ -240,6 +319,7 @@ int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
                 if (r < 0) {
                         if (wk) {
                                 codec_cctx_free(wk->cctx);
+                                codec_dctx_free(wk->dctx);
                                 free(wk->buf);
                                 free(wk);
                         }
@@ -283,6 +363,10 @@ static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
                 if (!*p)
                         mm->ops_tail = p;
                 break;
+        }
+        if (mm->rc.op == op) {
+                mm->rc.op = NULL;
+                log_debug("pid %d: policy eviction done: %llu pages", (int)mm->pid, (unsigned long long)op->evicted);
         }
         if (op->unregister) {
                 /* every page of the range is back: stop the kernel sending us its faults */
@@ -336,6 +420,20 @@ int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, 
 
 int evict_queue_group(Manager *m, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end) {
         return queue_op(m, mm, g, NULL, 0, start, end, false);
+}
+
+PageoutOp *evict_queue_reclaim(Manager *m, MMClient *mm) {
+        PageoutOp *op = calloc(1, sizeof(*op));
+        if (!op)
+                return NULL;
+        /* the sweep starts where the hand is and goes round once */
+        op->reclaim = true;
+        op->start = op->cursor = mm->rc.hand;
+        op->end = PINDEX_MAX_ADDR;
+        *mm->ops_tail = op;
+        mm->ops_tail = &op->next;
+        mm->rc.op = op;
+        return op;
 }
 
 bool evict_settled(MMClient *mm) {
@@ -417,14 +515,18 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
         if (!extend && msg->nruns == ZSWAP_MOVE_RUNS_MAX)
                 return false;
         _Atomic uint64_t *e = pindex_entry(mm->index, addr, true);
-        uint64_t expected = 0;
         if (!e)
                 return true; /* no memory for the index: leave the page resident */
-        /* only a plain EMPTY entry: REMOVED is a frame a MADV_DONTNEED is
-         * about to zap (fault.c, tombstone_mapped), never to be moved */
+        /* only a plain EMPTY entry, or a CLEAN one whose copy the batch
+         * takes over: REMOVED is a frame a MADV_DONTNEED is about to zap
+         * (fault.c, tombstone_mapped), never to be moved */
+        uint64_t expected = atomic_load_explicit(e, memory_order_acquire);
+        if (expected != 0 && pe_state(expected) != PE_CLEAN)
+                return true;
         if (!atomic_compare_exchange_strong_explicit(e, &expected, pe_make_slot(PE_MOVING, p->slot0 + lane->npages),
                                                      memory_order_acq_rel, memory_order_relaxed))
                 return true;
+        lane->keep[lane->npages] = expected; /* 0 unless CLEAN */
         TRACE(TR_PLAN, addr, p->slot0 + lane->npages, pm);
         if (extend)
                 msg->runs[msg->nruns - 1].npages++;
@@ -439,20 +541,73 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
  * huge, mostly empty range must not hold the manager thread for seconds. */
 #define PLAN_SCAN_BUDGET (64 * LANE_SLOTS)
 
+/* Has op pages left to look at? A policy sweep that reached the top of
+ * the address space goes on from 0 up to where it started. */
+static bool op_has_more(PageoutOp *op) {
+        if (op->reclaim) {
+                if (op->want == 0 && !op->idle_before)
+                        return false;
+                if (op->cursor >= op->end && !op->wrapped && op->start > 0) {
+                        op->wrapped = true;
+                        op->cursor = 0;
+                        op->end = op->start;
+                }
+        }
+        return op->cursor < op->end;
+}
+
+/*
+ * Would the policy eviction op take the present page at addr? Its last use
+ * is the stamp a fault or a write scan left (reclaim.c), or else the
+ * registration of its region. Idle: used before op->idle_before. By the
+ * clock (limits, pressure): a page with a hot count spends one instead of
+ * being taken, the second chance of CLOCK; only refaults and writes give
+ * counts, so a page the daemon saw nothing of goes first.
+ */
+static bool reclaim_takes(PageoutOp *op, PageMeta *meta, uint64_t addr, uint32_t region_stamp) {
+        unsigned i = pmeta_idx(addr);
+        uint32_t stamp = meta ? atomic_load_explicit(&meta->stamp[i], memory_order_relaxed) : 0;
+
+        if (stamp == 0)
+                stamp = region_stamp;
+        if (op->idle_before && stamp < op->idle_before)
+                return true;
+        if (op->want == 0)
+                return false;
+        uint8_t hot = meta ? atomic_load_explicit(&meta->hot[i], memory_order_relaxed) : 0;
+        if (hot) {
+                atomic_store_explicit(&meta->hot[i], (uint8_t)(hot - 1), memory_order_relaxed);
+                return false;
+        }
+        return true;
+}
+
 /* Fill a batch from op; the op's cursor moves past what was looked at. */
 static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
-        uint64_t pm[LANE_SLOTS];
+        uint64_t pm[LANE_SLOTS], now = op->reclaim ? now_ms() : 0;
 
         size_t limit = MIN(mm->m->cfg.batch_pages, (unsigned)LANE_SLOTS);
 
-        while (p->lane->npages < limit && op->cursor < op->end && *budget > 0) {
+        while (p->lane->npages < limit && op_has_more(op) && *budget > 0) {
                 uint64_t s = op->cursor, e = op->end;
-                if (!mmclient_region_clip(mm, &s, &e)) {
+                uint32_t region_stamp = 0;
+                if (!mmclient_region_clip_stamp(mm, &s, &e, &region_stamp)) {
                         op->cursor = op->end;
-                        break;
+                        continue;
                 }
                 p->new_run = true; /* a region of its own */
                 size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, limit - p->lane->npages);
+                PageMeta *meta = NULL;
+                if (op->reclaim) {
+                        /* one zone at a time: its reclaim data and back-off */
+                        uint64_t zone_end = (s | ((uint64_t)PMETA_PAGES * ZSWAP_PAGE_SIZE - 1)) + 1;
+                        n = MIN(n, (size_t)((zone_end - s) >> ZSWAP_PAGE_SHIFT));
+                        meta = pindex_meta(mm->index, s, false);
+                        if (meta && op->spare_thrash && meta->backoff_until_ms > now) {
+                                op->cursor = MIN(zone_end, e);
+                                continue;
+                        }
+                }
                 n = MIN(n, (size_t)*budget);
                 *budget -= (unsigned)n;
                 if (read_pagemap(mm, s, n, pm) < 0) {
@@ -461,16 +616,32 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                 }
                 size_t i;
                 for (i = 0; i < n; i++) {
+                        uint64_t addr = s + i * ZSWAP_PAGE_SIZE;
                         /* present, private, not in swap: the only pages worth moving */
                         if ((pm[i] & (PM_PRESENT | PM_FILE)) != PM_PRESENT)
                                 continue;
-                        if (!plan_add(mm, p, s + i * ZSWAP_PAGE_SIZE, pm[i]))
+                        if (op->reclaim) {
+                                if (op->want == 0 && !op->idle_before)
+                                        break;
+                                _Atomic uint64_t *ent = meta ? pindex_entry(mm->index, addr, false) : NULL;
+                                uint64_t v = ent ? atomic_load_explicit(ent, memory_order_relaxed) : 0;
+                                if (v != 0 && pe_state(v) != PE_CLEAN)
+                                        continue; /* incompressible, being evicted, dying */
+                                if (!reclaim_takes(op, meta, addr, region_stamp))
+                                        continue;
+                        }
+                        uint32_t before = p->lane->npages;
+                        if (!plan_add(mm, p, addr, pm[i]))
                                 break;
+                        if (op->reclaim && p->lane->npages > before && op->want > 0)
+                                op->want--;
                 }
                 op->cursor = s + i * ZSWAP_PAGE_SIZE;
                 if (i < n)
                         break;
         }
+        if (op->reclaim)
+                mm->rc.hand = op->cursor;
 }
 
 /*
@@ -531,7 +702,7 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
                         }
                         return false;
                 }
-                if (op->cursor < op->end)
+                if (op_has_more(op))
                         break;
                 if (op->inflight == 0) {
                         op_finish(m, mm, op);
@@ -618,6 +789,8 @@ static void lane_compressed(Manager *m, MMClient *mm, unsigned li, uint64_t stor
 
         if (lane->op)
                 lane->op->evicted += stored;
+        if (lane->op && lane->op->reclaim)
+                atomic_fetch_add_explicit(&mm->st.reclaim_evictions, stored, memory_order_relaxed);
         lane->state = LANE_DRAINING;
         lane_try_release(m, mm, li);
 }
@@ -640,15 +813,34 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                 bool reported = msg->moved[i / 64] & bit, moved = truth[i / 64] & bit;
                 unreported += moved && !reported;
                 phantom += reported && !moved;
-                if (!e)
+                uint64_t keep = lane->keep[i];
+                lane->keep[i] = 0;
+                if (!e) {
+                        if (keep)
+                                mmclient_release_payload(mm, keep);
                         continue;
+                }
                 TRACE(TR_MOVED, lane->addrs[i], moved, atomic_load(e));
                 if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_make_slot(PE_STAGED, slot),
                                                                       memory_order_acq_rel, memory_order_relaxed)) {
                         atomic_fetch_add_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
+                        lane->keep[i] = keep; /* the worker checks the page against it */
+                        PageMeta *pm = pindex_meta(mm->index, lane->addrs[i], false);
+                        if (pm) /* for the refault distance */
+                                atomic_store_explicit(&pm->epoch[pmeta_idx(lane->addrs[i])],
+                                                      reclaim_epoch(atomic_load_explicit(&mm->st.evictions,
+                                                                                         memory_order_relaxed)),
+                                                      memory_order_relaxed);
                         staged++;
-                } else if (!moved)
-                        atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed);
+                        continue;
+                }
+                /* left in place: a kept copy goes back to its entry, if the
+                 * entry is still ours; anything else lets the copy go */
+                if (!moved && atomic_compare_exchange_strong_explicit(e, &v, keep, memory_order_acq_rel,
+                                                                      memory_order_relaxed))
+                        continue;
+                if (keep)
+                        mmclient_release_payload(mm, keep);
         }
         if (unreported + phantom) {
                 atomic_fetch_add_explicit(&m->move_misreports, unreported + phantom, memory_order_relaxed);
@@ -730,8 +922,10 @@ void evict_agent_gone(Manager *m, MMClient *mm) {
                 Lane *lane = &mm->lanes[i];
                 if (lane->state == LANE_RELEASING)
                         lane->state = LANE_FREE;
-                if (lane->state == LANE_MOVING)
+                if (lane->state == LANE_MOVING) {
+                        evict_lane_drop_keeps(mm, lane);
                         lane->state = LANE_DRAINING;
+                }
                 if (lane->state == LANE_FREE && lane->op) {
                         lane->op->inflight--;
                         lane->op = NULL;

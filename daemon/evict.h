@@ -26,7 +26,19 @@ struct PageoutOp {
         uint64_t start, end, cursor;
         uint64_t evicted;
         unsigned inflight; /* lanes working for this op */
+        /* a policy eviction (reclaim.c): only pages the policy finds cold */
+        bool reclaim;
+        bool wrapped;      /* the sweep went past the top and started again at 0 */
+        uint64_t want;     /* pages to take by the clock (limit, pressure), 0: none */
+        uint32_t idle_before; /* also every page last used before this stamp, 0: off */
+        bool spare_thrash; /* skip zones in thrash back-off (not for limits) */
 };
+
+/* Queue a policy eviction of mm (reclaim.c fills in the policy fields
+ * of the op returned, which stays mm->rc.op until it finishes). */
+PageoutOp *evict_queue_reclaim(Manager *m, MMClient *mm);
+/* Release what a lane's kept copies hold (the batch will not use them). */
+void evict_lane_drop_keeps(MMClient *mm, Lane *lane);
 
 int evictor_new(Manager *m, unsigned workers, Evictor **ret);
 Evictor *evictor_free(Evictor *ev);

@@ -41,6 +41,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager.h"
+#include "reclaim.h"
 #include "uffd-compat.h"
 #include "util.h"
 #include "trace.h"
@@ -81,8 +82,8 @@ struct FaultThread {
 
 /* ---- uffd ioctls ---- */
 
-static int uffd_copy(int uffd, uint64_t addr, const void *page) {
-        struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE };
+static int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode) {
+        struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE, .mode = mode };
         if (ioctl(uffd, UFFDIO_COPY, &c) == 0)
                 return 0;
         return c.copy < 0 ? (int)c.copy : negative_errno();
@@ -194,15 +195,38 @@ void fault_mm_free_retries(MMClient *mm) {
         }
 }
 
+/* Does a page restored for a read keep its compressed copy? Only where
+ * writes are tracked (WP_ASYNC): the copy is dropped once one is seen. */
+static bool keeps_clean(MMClient *mm) {
+        return mm->wp_async && atomic_load_explicit(&mm->m->keep_clean, memory_order_relaxed);
+}
+
+/* The entry of a page installed from STORED/SAME becomes CLEAN: the payload
+ * stays, counted as a kept copy instead of a held page. */
+static uint64_t make_clean(MMClient *mm, uint64_t origin) {
+        if (pe_state(origin) == PE_STORED) {
+                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(origin), memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.clean_bytes, pe_clen(origin), memory_order_relaxed);
+        } else
+                atomic_fetch_sub_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->st.clean_pages, 1, memory_order_relaxed);
+        return pe_make_clean(origin);
+}
+
 /*
  * Install page at addr for an entry this thread owns (LOADING value
- * `loading`). On success the entry becomes `final`; see the life cycle doc
- * for why each error resolves the way it does.
+ * `loading`). On success the entry becomes `final`, or with keep (a read
+ * fault on a STORED/SAME page) CLEAN, the page installed write-protected
+ * so that its first write shows in PAGEMAP_SCAN. refault: a program's own
+ * fault brought it back (reclaim's ageing hears of it). See the life cycle
+ * doc for why each error resolves the way it does.
  */
 static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t loading,
-                    const void *page, uint64_t final) {
-        int r = uffd_copy(mm->uffd, addr, page);
+                    const void *page, uint64_t final, bool keep, bool refault) {
         uint64_t origin = pe_loading_origin(loading);
+        keep = keep && (pe_state(origin) == PE_STORED || pe_state(origin) == PE_SAME);
+        int r = uffd_copy(mm->uffd, addr, page, keep ? UFFDIO_COPY_MODE_WP : 0);
         TRACE(TR_INSTALL, addr, loading, (uint64_t)(uint32_t)r | ((const uint64_t *)page)[1] << 32);
 
         if (r == -EAGAIN) {
@@ -215,13 +239,19 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                 uffd_wake(mm->uffd, addr);
                 return;
         }
-        mmclient_release_payload(mm, loading);
-        /* release: a later reader of the entry sees the pool object freed
-         * only after our read of it finished */
-        atomic_store_explicit(e, r == 0 ? final : 0, memory_order_release);
+        if (r == 0 && keep) {
+                atomic_store_explicit(e, make_clean(mm, origin), memory_order_release);
+        } else {
+                mmclient_release_payload(mm, loading);
+                /* release: a later reader of the entry sees the pool object freed
+                 * only after our read of it finished */
+                atomic_store_explicit(e, r == 0 ? final : 0, memory_order_release);
+        }
         if (r == 0) {
                 atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->m->faults, 1, memory_order_relaxed);
+                if (refault)
+                        reclaim_note_refault(mm, addr);
         } else
                 uffd_wake(mm->uffd, addr);
 }
@@ -246,7 +276,7 @@ static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) 
 static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
         /* a write fault gets a real zeroed page at once instead of the zero
          * page followed by a copy-on-write fault */
-        int r = write ? uffd_copy(mm->uffd, addr, ft->zero) : uffd_zeropage(mm->uffd, addr);
+        int r = write ? uffd_copy(mm->uffd, addr, ft->zero, 0) : uffd_zeropage(mm->uffd, addr);
         TRACE(TR_ZERO, addr, write, r);
         if (r == -EAGAIN) {
                 retry_add(ft, mm, addr, 0, NULL);
@@ -264,7 +294,8 @@ static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
 
 /* Serve a page held in a staging slot (MOVING or STAGED entry v). Returns
  * false if the entry changed under us (caller reloads). */
-static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final) {
+static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
+                       bool refault) {
         uint32_t slot = pe_slot(v);
         unsigned lane_idx = slot / LANE_SLOTS;
 
@@ -293,7 +324,7 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
                 uffd_wake(mm->uffd, addr);
                 return true;
         }
-        install(ft, mm, addr, e, loading, ft->page, final);
+        install(ft, mm, addr, e, loading, ft->page, final, false, refault);
         return true;
 }
 
@@ -383,8 +414,10 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 unsigned n = ra_claim(ft, mm, a, (unsigned)MIN((uint64_t)RA_CHUNK, (end - a) >> ZSWAP_PAGE_SHIFT), pages);
                 if (n == 0)
                         break;
+                bool keep = keeps_clean(mm);
                 struct uffdio_copy c = { .dst = a, .src = (uintptr_t)ft->ra_buf, .len = n * ZSWAP_PAGE_SIZE,
-                                         .mode = waiter ? 0 : UFFDIO_COPY_MODE_DONTWAKE };
+                                         .mode = (waiter ? 0 : UFFDIO_COPY_MODE_DONTWAKE) |
+                                                 (keep ? UFFDIO_COPY_MODE_WP : 0) };
                 unsigned copied = n;
                 if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
                         copied = c.copy > 0 ? (unsigned)((uint64_t)c.copy >> ZSWAP_PAGE_SHIFT) : 0;
@@ -397,8 +430,13 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                                 atomic_store_explicit(pages[i].e, pages[i].v, memory_order_release);
                                 continue;
                         }
-                        mmclient_release_payload(mm, pages[i].loading);
-                        atomic_store_explicit(pages[i].e, 0, memory_order_release);
+                        if (keep)
+                                atomic_store_explicit(pages[i].e, make_clean(mm, pages[i].v), memory_order_release);
+                        else {
+                                mmclient_release_payload(mm, pages[i].loading);
+                                atomic_store_explicit(pages[i].e, 0, memory_order_release);
+                        }
+                        reclaim_note_use(mm, a + i * ZSWAP_PAGE_SIZE);
                 }
                 atomic_fetch_add_explicit(&mm->st.prefetches, copied, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->m->prefetches, copied, memory_order_relaxed);
@@ -439,12 +477,22 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                 case PE_EMPTY:
                         serve_zero(ft, mm, addr, write);
                         return;
+                case PE_CLEAN:
+                        /* the page was resident and is gone without an event
+                         * we saw (MADV_FREE reclaimed it): its content is
+                         * zero now, not the copy we kept */
+                        if (!atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
+                                                                     memory_order_acquire))
+                                continue;
+                        mmclient_release_payload(mm, v);
+                        serve_zero(ft, mm, addr, write);
+                        return;
                 case PE_LOADING:
                         /* this thread holds it in a retry; its copy will wake the waiter */
                         return;
                 case PE_MOVING:
                 case PE_STAGED:
-                        if (serve_slot(ft, mm, addr, e, v, 0))
+                        if (serve_slot(ft, mm, addr, e, v, 0, around))
                                 return;
                         v = atomic_load_explicit(e, memory_order_acquire);
                         continue;
@@ -462,7 +510,7 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                                 atomic_store_explicit(e, v, memory_order_release);
                                 return;
                         }
-                        install(ft, mm, addr, e, loading, ft->page, 0);
+                        install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);
                         if (around)
                                 fault_around(ft, mm, addr);
                         return;
@@ -688,6 +736,9 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_REMOVED:
                 /* the parent's dying frame is still mapped in the child */
                 break;
+        case PE_CLEAN:
+                /* resident in both: the child's copy is its own page now */
+                break;
         case PE_SAME:
                 nv = v;
                 atomic_fetch_add_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
@@ -757,6 +808,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                 return;
         }
         RangeCtx c = { .ft = ft, .mm = mm, .child = child };
+        child->wp_async = mm->wp_async; /* the child's vmas keep the parent's registration */
         mmclient_regions_copy(child, mm);
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
         if (c.errors)
@@ -843,7 +895,8 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
                         _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
                         if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
                                 install(ft, mm, r->addr, e, r->loading, r->page,
-                                        (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0);
+                                        (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0, false,
+                                        false);
                 }
                 retry_free(ft, r);
         }
@@ -919,7 +972,7 @@ static void work_install(FaultThread *ft, Work *w) {
                  * it goes back where it was, marked so we do not retry it on
                  * every pass */
                 uint64_t final = (w->status == -E2BIG) ? PE_FLAG_INCOMPRESSIBLE : 0;
-                serve_slot(ft, mm, w->a, e, v, final);
+                serve_slot(ft, mm, w->a, e, v, final, false);
         }
         serve_unlock(ft, mm);
         /* the worker pinned the lane for us until now */
@@ -955,6 +1008,10 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 break;
         case PE_LOADING:
                 c->busy++;
+                break;
+        case PE_CLEAN:
+                /* resident: the kept copy has no use once unregistered */
+                mmclient_entry_drop(c->mm, e);
                 break;
         default:
                 break;

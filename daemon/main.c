@@ -31,6 +31,8 @@ static void help(void) {
                "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
                "  -I, --worker-idle       run the compression workers SCHED_IDLE instead\n"
                "  -u, --allow-users       admit clients that are not root\n"
+               "  -C, --config FILE       read the policies ([reclaim], [pool]) from FILE; reread on SIGHUP\n"
+               "  -o, --set KEY=VALUE     set one policy key (zswapd.conf(5)); wins over the file\n"
                "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
                "  -v, --verbose           log debug messages\n"
                "  -h, --help              show this help\n\n"
@@ -59,12 +61,13 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "fault-rt-prio", required_argument, NULL, 'R' },
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
+                { "config", required_argument, NULL, 'C' },      { "set", required_argument, NULL, 'o' },
                 {}
         };
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFHR:ufvh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFHR:ufvhC:o:", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
@@ -140,6 +143,17 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         break;
                 case 'f':
                         break;
+                case 'C':
+                        cfg->config_path = optarg;
+                        break;
+                case 'o': {
+                        char **n = realloc(cfg->sets, (cfg->nsets + 1) * sizeof(char *));
+                        if (!n)
+                                return -ENOMEM;
+                        cfg->sets = n;
+                        cfg->sets[cfg->nsets++] = optarg;
+                        break;
+                }
                 case 'v':
                         log_set_level(LOG_LEVEL_DEBUG);
                         break;
@@ -180,8 +194,18 @@ int main(int argc, char **argv) {
         Manager *m = NULL;
         int r;
 
+        tunables_default(&cfg.tun);
         if (parse_args(argc, argv, &cfg) < 0)
                 return 2;
+        cfg.tun.pool_max = cfg.pool_max; /* --pool-max bounds the pool as pool_max does */
+        {
+                char err[512];
+                Tunables t;
+                if (manager_build_tunables(&cfg, &t, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "zswapd: %s\n", err);
+                        return 2;
+                }
+        }
         /* every client costs a connection, a uffd, a pidfd and a pagemap fd */
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -32,6 +32,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager.h"
+#include "reclaim.h"
 #include "uffd-compat.h"
 #include "util.h"
 
@@ -95,6 +96,14 @@ static void stats_add_mm(struct zswap_stats *s, MMClient *mm) {
         s->faults += atomic_load_explicit(&mm->st.faults, memory_order_relaxed);
         s->faults_zero += atomic_load_explicit(&mm->st.faults_zero, memory_order_relaxed);
         s->prefetches += atomic_load_explicit(&mm->st.prefetches, memory_order_relaxed);
+        s->resident_bytes += atomic_load_explicit(&mm->st.resident_pages, memory_order_relaxed) * ZSWAP_PAGE_SIZE;
+        s->limit_bytes += atomic_load_explicit(&mm->st.limit_bytes, memory_order_relaxed);
+        s->refaults += atomic_load_explicit(&mm->st.refaults, memory_order_relaxed);
+        s->clean_pages += atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed);
+        s->clean_bytes += atomic_load_explicit(&mm->st.clean_bytes, memory_order_relaxed);
+        s->clean_reevictions += atomic_load_explicit(&mm->st.clean_reevictions, memory_order_relaxed);
+        s->reclaim_evictions += atomic_load_explicit(&mm->st.reclaim_evictions, memory_order_relaxed);
+        s->thrash_backoffs += atomic_load_explicit(&mm->st.thrash_backoffs, memory_order_relaxed);
         pthread_mutex_lock(&mm->regions_lock);
         s->registered_bytes += mm->registered_bytes;
         pthread_mutex_unlock(&mm->regions_lock);
@@ -104,6 +113,9 @@ static void stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         PoolStats ps;
 
         memset(s, 0, sizeof(*s));
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (!only || mm == only)
+                        reclaim_measure(m, mm);
         if (only) {
                 stats_add_mm(s, only);
                 s->clients = 1;
@@ -127,6 +139,7 @@ static void stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         s->faults = atomic_load_explicit(&m->faults, memory_order_relaxed);
         s->faults_zero = atomic_load_explicit(&m->faults_zero, memory_order_relaxed);
         s->prefetches = atomic_load_explicit(&m->prefetches, memory_order_relaxed);
+        s->pool_full_events = atomic_load_explicit(&m->pool_full_events, memory_order_relaxed);
 }
 
 /* ---- client address spaces ---- */
@@ -323,6 +336,7 @@ static void tick(Manager *m) {
                 }
                 evict_tick(m, mm);
         }
+        reclaim_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
                 m->listen_paused = false;
         if (++n % (1000 / TICK_MS) == 0) {
@@ -382,7 +396,7 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                               UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-                                              UFFD_FEATURE_MOVE };
+                                              UFFD_FEATURE_MOVE | (m->wp_async ? UFFD_FEATURE_WP_ASYNC : 0) };
         unsigned nlanes;
         MMClient *mm;
         int r;
@@ -407,6 +421,7 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
                 return r;
         fds[0] = -1; /* owned by mm now */
         mm->id = ++m->next_mm_id;
+        mm->wp_async = m->wp_async;
         mm_set_staging(mm, a, nlanes);
         mm->conn = c;
         c->mm = mm;
@@ -563,6 +578,198 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
         return 1;
 }
 
+/*
+ * The clients of pid the sender may steer: root any, others their own.
+ * pid 0: the sender's own client. -ESRCH, -EPERM, or how many there are.
+ */
+static int steerable(Manager *m, Conn *c, int32_t pid) {
+        int found = 0;
+        bool allowed = false;
+
+        if (pid == 0)
+                return c->mm && c->role == ZROLE_CLIENT ? 1 : -ESRCH;
+        if (pid < 0)
+                return -EINVAL;
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                if (mm->pid != pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                        continue;
+                found++;
+                allowed |= c->uid == 0 || c->uid == mm->conn->uid;
+        }
+        return !found ? -ESRCH : !allowed ? -EPERM : found;
+}
+
+static bool steer_target(Conn *c, MMClient *mm, int32_t pid) {
+        if (pid == 0)
+                return mm == c->mm;
+        return mm->pid == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
+}
+
+/* zswapctl limit PID SIZE, zswap_set_limit(): applied at the next tick */
+static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
+        int r = steerable(m, c, q->pid);
+        if (r < 0)
+                return r;
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (steer_target(c, mm, q->pid)) {
+                        mm->rc.limit = q->bytes;
+                        mm->rc.limit_set = true;
+                        log_info("pid %d: resident limit %llu bytes", (int)mm->pid, (unsigned long long)q->bytes);
+                }
+        m->reclaim_last_ms = 0; /* act on it now */
+        return 0;
+}
+
+static void tunable_reply(Conn *c, const ZMsgTunable *q, int status, const char *value) {
+        ZMsgTunable rep = { .pid = q->pid, .status = status };
+        zmsg_init(&rep.hdr, ZMSG_TUNABLE_REPLY, q->hdr.id, sizeof(rep));
+        memcpy(rep.key, q->key, sizeof(rep.key));
+        snprintf(rep.value, sizeof(rep.value), "%s", value);
+        reply_send(c, &rep, sizeof(rep), NULL, 0);
+}
+
+/* Per-client keys: limit, idle_age, reclaim. Format or set them on mm. */
+static int client_tunable(MMClient *mm, const char *key, const char *value, char *out, size_t len) {
+        Tunables t = mm->m->tun; /* parse with the daemon's parser, into a scratch copy */
+        char err[ZSWAP_TUNABLE_VALUE_MAX];
+        int r;
+
+        if (strcmp(key, "limit") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "limit", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "%s", err), r;
+                        mm->rc.limit = t.limit;
+                        mm->rc.limit_set = true;
+                }
+                t.limit = mm->rc.limit_set ? mm->rc.limit : mm->m->tun.limit;
+                return tunable_get(&t, "limit", out, len);
+        }
+        if (strcmp(key, "idle_age") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "idle_age", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "%s", err), r;
+                        mm->rc.idle_age_ms = (int64_t)t.idle_age_ms;
+                }
+                t.idle_age_ms = mm->rc.idle_age_ms >= 0 ? (uint64_t)mm->rc.idle_age_ms : mm->m->tun.idle_age_ms;
+                return tunable_get(&t, "idle_age", out, len);
+        }
+        if (strcmp(key, "reclaim") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "keep_clean", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "reclaim: '%.32s' is not yes/no", value), r;
+                        mm->rc.off = !t.keep_clean;
+                }
+                return snprintf(out, len, "%s", mm->rc.off ? "no" : "yes") < 0 ? -EINVAL : 0;
+        }
+        snprintf(out, len, "%s: not a per-client key (limit, idle_age, reclaim)", key);
+        return -ENOENT;
+}
+
+/*
+ * zswapctl set/get. Daemon-wide keys: anyone reads, root sets. Per-client
+ * keys (pid != 0): root or the process's own user.
+ */
+static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
+        char key[ZSWAP_TUNABLE_KEY_MAX + 1] = "", value[ZSWAP_TUNABLE_VALUE_MAX + 1] = "";
+        char out[ZSWAP_TUNABLE_VALUE_MAX] = "";
+        bool set = q->hdr.type == ZMSG_TUNABLE_SET;
+        int r = 0;
+
+        memcpy(key, q->key, sizeof(q->key));
+        memcpy(value, q->value, sizeof(q->value));
+        if (q->pid != 0) {
+                r = steerable(m, c, q->pid);
+                if (r < 0) {
+                        snprintf(out, sizeof(out), "%s", r == -ESRCH ? "no such client" : "permission denied");
+                        tunable_reply(c, q, r, out);
+                        return 1;
+                }
+                r = -ESRCH;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        if (steer_target(c, mm, q->pid)) {
+                                r = client_tunable(mm, key, set ? value : NULL, out, sizeof(out));
+                                if (r < 0)
+                                        break;
+                        }
+                if (r == 0 && set)
+                        log_info("pid %d: %s = %s", (int)q->pid, key, out);
+                m->reclaim_last_ms = 0;
+                tunable_reply(c, q, r, out);
+                return 1;
+        }
+        if (strcmp(key, "status") == 0 && !set) {
+                reclaim_status(m, out, sizeof(out));
+                tunable_reply(c, q, 0, out);
+                return 1;
+        }
+        if (set && c->uid != 0) {
+                tunable_reply(c, q, -EPERM, "permission denied: changing daemon settings needs root");
+                return 1;
+        }
+        if (set) {
+                r = tunable_set(&m->tun, key, value, out, sizeof(out));
+                if (r == 0) {
+                        reclaim_apply(m);
+                        m->reclaim_last_ms = 0;
+                }
+        }
+        if (r == 0)
+                r = tunable_get(&m->tun, key, out, sizeof(out));
+        if (r == -ENOENT && !out[0])
+                snprintf(out, sizeof(out), "unknown key '%s'", key);
+        if (r == 0 && set)
+                log_info("set %s = %s", key, out);
+        else if (r < 0 && set)
+                log_warn("set %s = %s refused: %s", key, value, out);
+        tunable_reply(c, q, r, out);
+        return 1;
+}
+
+int manager_build_tunables(const ManagerConfig *cfg, Tunables *ret, char *err, size_t len) {
+        Tunables t = cfg->tun;
+        int r;
+
+        if (cfg->config_path && (r = tunables_load(&t, cfg->config_path, err, len)) < 0)
+                return r;
+        for (size_t i = 0; i < cfg->nsets; i++) {
+                char key[ZSWAP_TUNABLE_KEY_MAX], why[256];
+                const char *eq = strchr(cfg->sets[i], '=');
+                size_t kl = eq ? (size_t)(eq - cfg->sets[i]) : 0;
+                if (!eq || kl == 0 || kl >= sizeof(key)) {
+                        snprintf(err, len, "--set %s: expected KEY=VALUE", cfg->sets[i]);
+                        return -EINVAL;
+                }
+                memcpy(key, cfg->sets[i], kl);
+                key[kl] = 0;
+                if ((r = tunable_set(&t, key, eq + 1, why, sizeof(why))) < 0) {
+                        snprintf(err, len, "--set %s: %s", cfg->sets[i], r == -ENOENT ? "unknown key" : why);
+                        return r;
+                }
+        }
+        *ret = t;
+        return 0;
+}
+
+/* SIGHUP: reread --config. A bad file changes nothing and says why. */
+static void reload_config(Manager *m) {
+        char err[512];
+        Tunables t;
+
+        if (!m->cfg.config_path) {
+                log_info("SIGHUP: no configuration file to reload (--config)");
+                return;
+        }
+        int r = manager_build_tunables(&m->cfg, &t, err, sizeof(err));
+        if (r < 0) {
+                log_error("SIGHUP: %s; the running configuration stays", err);
+                return;
+        }
+        m->tun = t;
+        reclaim_apply(m);
+        m->reclaim_last_ms = 0;
+        log_info("SIGHUP: %s reloaded", m->cfg.config_path);
+}
+
 /* Returns < 0 to reply with that error, 0 to reply success, 1 if replied or
  * no reply is due. */
 static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
@@ -579,6 +786,11 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                 return do_child_attach(m, c, buf);
         case ZMSG_PAGEOUT_PID:
                 return do_pageout_pid(m, c, buf);
+        case ZMSG_SET_LIMIT:
+                return do_set_limit(m, c, buf);
+        case ZMSG_TUNABLE_SET:
+        case ZMSG_TUNABLE_GET:
+                return do_tunable(m, c, buf);
         case ZMSG_STATS:
                 if (((const ZMsgStatsReq *)buf)->scope > ZSWAP_STATS_GLOBAL)
                         return -EINVAL;
@@ -838,6 +1050,7 @@ static int setup_fds(Manager *m) {
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
         pthread_sigmask(SIG_BLOCK, &mask, NULL);
         m->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         m->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
@@ -853,6 +1066,31 @@ static int setup_fds(Manager *m) {
         return 0;
 }
 
+/*
+ * What this kernel's userfaultfd offers beyond what we need: WP_ASYNC
+ * (write tracking for reclaim) and PAGEMAP_SCAN. Asked of a scratch uffd,
+ * never assumed from the version.
+ */
+static void probe_features(Manager *m) {
+        struct uffdio_api api = { .api = UFFD_API, .features = 0 };
+        int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        int fd = dev >= 0 ? ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC) : -1;
+
+        if (fd >= 0 && ioctl(fd, UFFDIO_API, &api) == 0)
+                m->wp_async = (api.features & UFFD_FEATURE_WP_ASYNC) != 0;
+        safe_close(fd);
+        safe_close(dev);
+
+        int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        uint64_t arg[12] = { sizeof(arg), 0, 0x10000, 0x10000 };
+        m->pagemap_scan = pm >= 0 && ioctl(pm, _IOWR('f', 16, uint64_t[12]), arg) >= 0;
+        safe_close(pm);
+        if (!m->pagemap_scan)
+                m->wp_async = false; /* writes could not be read back */
+        log_info("write tracking (UFFD_FEATURE_WP_ASYNC + PAGEMAP_SCAN): %s",
+                 m->wp_async ? "yes" : "no: idle age sees faults only, no page keeps its compressed copy");
+}
+
 int manager_new(const ManagerConfig *cfg, Manager **ret) {
         Manager *m = calloc(1, sizeof(*m));
         int r;
@@ -860,7 +1098,15 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         if (!m)
                 return -ENOMEM;
         m->cfg = *cfg;
+        char err[512];
+        if ((r = manager_build_tunables(cfg, &m->tun, err, sizeof(err))) < 0) {
+                log_error("%s", err);
+                free(m);
+                return r;
+        }
         m->listen_fd = m->signal_fd = m->timer_fd = m->epfd = -1;
+        probe_features(m);
+        reclaim_init(m);
         m->inbox.efd = -1;
         pthread_mutex_init(&m->orphans_lock, NULL);
         r = pool_new(cfg->pool_max, &m->pool);
@@ -968,6 +1214,10 @@ int manager_run(Manager *m) {
                         else if (tag == EP_SIGNAL) {
                                 struct signalfd_siginfo si;
                                 (void)!read(m->signal_fd, &si, sizeof(si));
+                                if (si.ssi_signo == SIGHUP) {
+                                        reload_config(m);
+                                        continue;
+                                }
                                 log_info("signal %u: exiting", si.ssi_signo);
                                 m->exiting = true;
                                 if (atomic_load_explicit(&m->move_misreports, memory_order_relaxed))

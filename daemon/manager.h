@@ -12,6 +12,7 @@
 #include "inbox.h"
 #include "mmclient.h"
 #include "pool.h"
+#include "tunables.h"
 
 typedef struct Evictor Evictor;
 
@@ -36,6 +37,10 @@ typedef struct ManagerConfig {
         unsigned max_conns_per_user; /* connections of one non-root user */
         bool allow_users;       /* admit clients other than root */
         int listen_fd;          /* from socket activation, or -1 */
+        const char *config_path; /* --config: tunables file, reread on SIGHUP; NULL: none */
+        char **sets;            /* --set KEY=VALUE, applied after the file */
+        size_t nsets;
+        Tunables tun;           /* defaults and --pool-max: what the file and --set start from */
 } ManagerConfig;
 
 struct Conn {
@@ -82,9 +87,26 @@ struct Manager {
         /* global counters, relaxed atomics */
         _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors;
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
+
+        /* reclaim (reclaim.c): tunables owned by the manager thread, and
+         * the copies other threads read */
+        Tunables tun;
+        bool wp_async;         /* the kernel offers UFFD_FEATURE_WP_ASYNC: writes are tracked */
+        bool pagemap_scan;     /* PAGEMAP_SCAN works on pagemap */
+        _Atomic bool keep_clean;
+        _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */
+        _Atomic bool pool_full;
+        _Atomic uint64_t pool_full_events;
+        uint64_t reclaim_last_ms, pressure_last_ms;
+        double psi_now;        /* last PSI memory some avg10 read, percent */
+        uint64_t avail_now;    /* last MemAvailable read, bytes */
+        uint64_t hold_target;  /* pages the pressure controller wants held out */
 };
 
 int manager_new(const ManagerConfig *cfg, Manager **ret);
+/* The policies of cfg: its base, then the file, then each --set. On
+ * error, err says which and why ("path:line: ..." or "--set KEY=VALUE: ..."). */
+int manager_build_tunables(const ManagerConfig *cfg, Tunables *ret, char *err, size_t len);
 Manager *manager_free(Manager *m);
 int manager_run(Manager *m);
 

@@ -28,6 +28,8 @@
 #include "log.h"
 #include "manager.h"
 #include "mmclient.h"
+#include "evict.h"
+#include "reclaim.h"
 #include "pool.h"
 
 int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
@@ -42,6 +44,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         mm->pidfd = -1;
         mm->pagemap_fd = -1;
         mm->ops_tail = &mm->ops;
+        mm->rc.idle_age_ms = -1; /* the daemon's */
         pthread_mutex_init(&mm->regions_lock, NULL);
         pthread_mutex_init(&mm->serve_lock, NULL);
         r = pindex_new(&mm->index);
@@ -101,6 +104,13 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
         case PE_STAGED:
                 atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
                 break;
+        case PE_CLEAN:
+                if (!(v & PE_CLEAN_SAME))
+                        pool_release(mm->m->pool, pe_handle(v));
+                atomic_fetch_sub_explicit(&mm->st.clean_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.clean_bytes, (v & PE_CLEAN_SAME) ? 0 : pe_clen(v),
+                                          memory_order_relaxed);
+                break;
         case PE_LOADING:
                 mmclient_release_payload(mm, pe_loading_origin(v));
                 break;
@@ -136,6 +146,8 @@ MMClient *mmclient_unref(MMClient *mm) {
                 return NULL;
 
         fault_mm_free_retries(mm);
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                evict_lane_drop_keeps(mm, &mm->lanes[i]);
         if (mm->index) {
                 pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
                 pindex_free(mm->index);
@@ -185,18 +197,18 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot) {
 
 /* ---- regions (sorted, non-overlapping) ---- */
 
-static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end) {
+static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end, uint32_t stamp) {
         Region *n = realloc(mm->regions, (mm->nregions + 1) * sizeof(Region));
         if (!n)
                 return -ENOMEM;
         mm->regions = n;
         memmove(&n[at + 1], &n[at], (mm->nregions - at) * sizeof(Region));
-        n[at] = (Region){ start, end };
+        n[at] = (Region){ start, end, stamp };
         mm->nregions++;
         return 0;
 }
 
-static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end) {
+static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_t stamp) {
         size_t i = 0;
 
         while (i < mm->nregions && mm->regions[i].end <= start)
@@ -207,7 +219,7 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end) {
                 return -ENOSPC;
         if (mm->registered_bytes + (end - start) > mm->m->cfg.max_registered)
                 return -ENOSPC;
-        int r = regions_insert(mm, i, start, end);
+        int r = regions_insert(mm, i, start, end, stamp);
         if (r < 0)
                 return r;
         mm->registered_bytes += end - start;
@@ -216,7 +228,8 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end) {
 
 int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end) {
         pthread_mutex_lock(&mm->regions_lock);
-        int r = region_add_locked(mm, start, end);
+        /* a page never seen used counts as used when it was registered */
+        int r = region_add_locked(mm, start, end, reclaim_stamp());
         pthread_mutex_unlock(&mm->regions_lock);
         return r;
 }
@@ -240,7 +253,7 @@ static int region_remove_locked(MMClient *mm, uint64_t start, uint64_t end, bool
                         /* cut a hole: split in two */
                         uint64_t old_end = g->end;
                         g->end = start;
-                        int r = regions_insert(mm, i + 1, end, old_end);
+                        int r = regions_insert(mm, i + 1, end, old_end, g->stamp);
                         if (r < 0) {
                                 g->end = old_end;
                                 return r;
@@ -283,7 +296,7 @@ int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len)
                 Region *g = &mm->regions[i];
                 uint64_t cs = MAX(g->start, from), ce = MIN(g->end, from + len);
                 if (cs < ce)
-                        parts[nparts++] = (Region){ cs, ce };
+                        parts[nparts++] = (Region){ cs, ce, g->stamp };
         }
         region_remove_locked(mm, from, from + len, false);
         for (size_t i = 0; i < nparts; i++) {
@@ -291,7 +304,7 @@ int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len)
                 /* the destination may already be registered (it was mapped
                  * over): the kernel moved the registration, so do we */
                 region_remove_locked(mm, s, e, false);
-                int q = region_add_locked(mm, s, e);
+                int q = region_add_locked(mm, s, e, parts[i].stamp);
                 if (q < 0 && r == 0)
                         r = q;
         }
@@ -332,6 +345,10 @@ bool mmclient_region_has_locked(MMClient *mm, uint64_t addr) {
 }
 
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end) {
+        return mmclient_region_clip_stamp(mm, start, end, NULL);
+}
+
+bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp) {
         bool found = false;
 
         pthread_mutex_lock(&mm->regions_lock);
@@ -343,6 +360,8 @@ bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end) {
                         break;
                 *start = MAX(*start, g->start);
                 *end = MIN(*end, g->end);
+                if (stamp)
+                        *stamp = g->stamp;
                 found = true;
                 break;
         }
@@ -395,8 +414,12 @@ bool uffd_mm_alive(int uffd) {
 }
 
 int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
+        /* write-protect mode as well where the uffd has WP_ASYNC: writes
+         * then never stop the program, and PAGEMAP_SCAN tells which pages
+         * were written (reclaim.c) */
         struct uffdio_register reg = { .range = { .start = start, .len = end - start },
-                                       .mode = UFFDIO_REGISTER_MODE_MISSING };
+                                       .mode = UFFDIO_REGISTER_MODE_MISSING |
+                                               (mm->wp_async ? UFFDIO_REGISTER_MODE_WP : 0) };
         if (ioctl(mm->uffd, UFFDIO_REGISTER, &reg) < 0)
                 return negative_errno();
         return 0;

@@ -39,6 +39,9 @@ typedef struct Lane {
         uint64_t addrs[LANE_SLOTS]; /* page i of the batch sits in slot lane*LANE_SLOTS+i */
         PageoutOp *op;
         uint32_t stored;            /* pages of the batch now held (STORED/SAME) */
+        /* page i was CLEAN when planned: the copy it kept (a CLEAN value),
+         * owned by the batch until the worker reuses or releases it; 0 if none */
+        uint64_t keep[LANE_SLOTS];
         /* fault threads add/remove themselves while they read a slot of this
          * lane; the manager releases the lane only when it reads 0 */
         _Atomic uint32_t users;
@@ -46,13 +49,33 @@ typedef struct Lane {
 
 typedef struct Region {
         uint64_t start, end;
+        uint32_t stamp; /* when it was registered (reclaim_stamp()) */
 } Region;
 
 typedef struct MMClientStats {
         /* all counters are relaxed atomics: statistics, no ordering */
         _Atomic uint64_t stored_pages, same_pages, staged_pages, incompressible_pages;
         _Atomic uint64_t compressed_bytes, evictions, faults, faults_zero, prefetches;
+        _Atomic uint64_t refaults, clean_pages, clean_bytes, clean_reevictions, reclaim_evictions;
+        _Atomic uint64_t thrash_backoffs;
+        _Atomic uint64_t resident_pages, limit_bytes; /* written by reclaim each tick */
 } MMClientStats;
+
+/* What reclaim keeps per client (reclaim.c); manager thread only. */
+typedef struct MMReclaim {
+        uint64_t limit;         /* resident limit in bytes, 0: none */
+        bool limit_set;         /* limit is the client's own (else the daemon's default) */
+        int64_t idle_age_ms;    /* the client's own idle age, -1: the default */
+        bool off;               /* the client is exempt from the daemon's policies */
+        uint64_t resident;      /* resident managed pages at the last tick */
+        uint64_t held;          /* pages held out (stored + same + staged) at the last tick */
+        uint64_t hand;          /* where the clock hand is */
+        PageoutOp *op;          /* the policy eviction in progress, or NULL */
+        uint64_t idle_swept_ms; /* last whole idle sweep */
+        uint64_t written_ms;    /* last write scan */
+        uint64_t thrash_ms;     /* last look at the zones' refault rates */
+        uint64_t pressure_want; /* pages the pressure controller asks of this client */
+} MMReclaim;
 
 typedef struct MMClient {
         _Atomic int refs;
@@ -117,6 +140,8 @@ typedef struct MMClient {
         bool repump;           /* planning ran out of budget: pump again soon */
 
         MMClientStats st;
+        MMReclaim rc;
+        bool wp_async;          /* regions registered in WP mode too (write tracking) */
 } MMClient;
 
 int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret);
@@ -134,6 +159,8 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src);
 /* Clip [*start, *end) to the first registered part at or after *start;
  * false if none. Takes regions_lock. */
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
+/* The same, also giving the region's registration stamp. */
+bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp);
 /* Is addr inside a registered region? Caller holds regions_lock. */
 bool mmclient_region_has_locked(MMClient *mm, uint64_t addr);
 

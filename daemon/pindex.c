@@ -29,6 +29,12 @@ typedef struct Node {
         };
 } Node;
 
+/* A leaf: the entries of one 2 MiB zone and what reclaim knows of them. */
+typedef struct Leaf {
+        Node node;
+        PageMeta meta;
+} Leaf;
+
 struct PageIndex {
         Node root;
         _Atomic uint64_t nodes; /* written by any creator, relaxed: statistics */
@@ -64,14 +70,14 @@ PageIndex *pindex_free(PageIndex *pi) {
         return NULL;
 }
 
-static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create) {
+static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create, bool leaf) {
         /* acquire: pairs with the release CAS below, so the new node's
          * zeroed contents are visible before we read them */
         Node *c = atomic_load_explicit(&n->child[idx], memory_order_acquire);
         if (c || !create)
                 return c;
 
-        Node *fresh = calloc(1, sizeof(Node));
+        Node *fresh = calloc(1, leaf ? sizeof(Leaf) : sizeof(Node));
         if (!fresh)
                 return NULL;
         Node *expected = NULL;
@@ -84,17 +90,27 @@ static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create) {
         return expected;
 }
 
-_Atomic uint64_t *pindex_entry(PageIndex *pi, uint64_t addr, bool create) {
+static Node *leaf_get(PageIndex *pi, uint64_t addr, bool create) {
         if (addr >= PINDEX_MAX_ADDR)
                 return NULL;
         uint64_t vpn = addr >> ZSWAP_PAGE_SHIFT;
         Node *n = &pi->root;
         for (int level = LEVELS - 1; level > 0; level--) {
-                n = child_get(pi, n, level_index(vpn, level), create);
+                n = child_get(pi, n, level_index(vpn, level), create, level == 1);
                 if (!n)
                         return NULL;
         }
-        return &n->entry[level_index(vpn, 0)];
+        return n;
+}
+
+_Atomic uint64_t *pindex_entry(PageIndex *pi, uint64_t addr, bool create) {
+        Node *n = leaf_get(pi, addr, create);
+        return n ? &n->entry[level_index(addr >> ZSWAP_PAGE_SHIFT, 0)] : NULL;
+}
+
+PageMeta *pindex_meta(PageIndex *pi, uint64_t addr, bool create) {
+        Node *n = leaf_get(pi, addr, create);
+        return n ? &((Leaf *)n)->meta : NULL;
 }
 
 static int walk_node(Node *n, int level, uint64_t base_vpn, uint64_t svpn, uint64_t evpn, PIndexFn fn, void *ud) {
@@ -130,6 +146,25 @@ int pindex_walk(PageIndex *pi, uint64_t start, uint64_t end, PIndexFn fn, void *
                 return 0;
         return walk_node(&pi->root, LEVELS - 1, 0, start >> ZSWAP_PAGE_SHIFT,
                          DIV_ROUND_UP(end, ZSWAP_PAGE_SIZE), fn, ud);
+}
+
+static int walk_meta(Node *n, int level, uint64_t base_vpn, PMetaFn fn, void *ud) {
+        uint64_t span = (uint64_t)1 << (LEVEL_BITS * level);
+        for (unsigned i = 0; i < FANOUT; i++) {
+                Node *c = atomic_load_explicit(&n->child[i], memory_order_acquire);
+                if (!c)
+                        continue;
+                uint64_t lo = base_vpn + i * span;
+                int r = level == 1 ? fn(ud, lo << ZSWAP_PAGE_SHIFT, &((Leaf *)c)->meta)
+                                   : walk_meta(c, level - 1, lo, fn, ud);
+                if (r)
+                        return r;
+        }
+        return 0;
+}
+
+int pindex_walk_meta(PageIndex *pi, PMetaFn fn, void *ud) {
+        return walk_meta(&pi->root, LEVELS - 1, 0, fn, ud);
 }
 
 uint64_t pindex_bytes(PageIndex *pi) {

@@ -26,6 +26,10 @@ enum {
         PE_REMOVED = 6, /* MADV_DONTNEED seen while the page was still mapped: that
                          * frame is about to be zapped and must not be moved out;
                          * the next fault on the page clears it */
+        PE_CLEAN = 7,   /* resident, restored by a read and not written since (as
+                         * far as the daemon knows): the STORED/SAME payload it
+                         * came from is kept, so evicting it again costs no
+                         * compression. Bit 4 set: the payload is SAME's */
 };
 static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
 #define PE_FLAG_INCOMPRESSIBLE ((uint64_t)1 << 3) /* on EMPTY: last eviction found it incompressible */
@@ -62,11 +66,41 @@ static inline uint64_t pe_make_loading(uint64_t from) {
                 return pe_with_state(from, PE_LOADING);
         }
 }
+#define PE_CLEAN_SAME ((uint64_t)1 << 4)
+/* CLEAN from the STORED/SAME entry it was restored from, and back */
+static inline uint64_t pe_make_clean(uint64_t origin) {
+        return pe_with_state(origin, PE_CLEAN) | (pe_state(origin) == PE_SAME ? PE_CLEAN_SAME : 0);
+}
+static inline uint64_t pe_clean_origin(uint64_t e) {
+        return pe_with_state(e & ~PE_CLEAN_SAME, (e & PE_CLEAN_SAME) ? PE_SAME : PE_STORED);
+}
 static inline uint64_t pe_loading_origin(uint64_t e) {
         unsigned st = (e & PE_LOADING_SAME) ? PE_SAME
                       : (e & PE_LOADING_SLOT) ? ((e & PE_LOADING_STAGED) ? PE_STAGED : PE_MOVING)
                                               : PE_STORED;
         return pe_with_state(e & ~PE_LOADING_BITS, st);
+}
+
+/*
+ * What reclaim knows of the pages of one 2 MiB zone (one leaf of the
+ * tree, allocated with it: 3.5 KiB per 2 MiB that ever held an entry).
+ * Fault threads write stamps, hotness and refault counts with relaxed
+ * atomics; the manager reads them and keeps the back-off (docs/reclaim.md).
+ */
+#define PMETA_PAGES 512
+typedef struct PageMeta {
+        _Atomic uint32_t stamp[PMETA_PAGES]; /* last use seen (reclaim_stamp()), 0: never */
+        _Atomic uint16_t epoch[PMETA_PAGES]; /* the client's eviction epoch when evicted */
+        _Atomic uint8_t hot[PMETA_PAGES];    /* CLOCK count: passes of the hand it survives */
+        _Atomic uint32_t refaults;           /* refaults in the zone, ever */
+        /* manager thread only */
+        uint32_t refaults_seen;              /* refaults at the last look */
+        uint64_t seen_ms;                    /* when that was */
+        uint64_t backoff_until_ms;           /* thrash back-off: not evicted before */
+        uint8_t backoff_level;               /* the next back-off is base << level */
+} PageMeta;
+static inline unsigned pmeta_idx(uint64_t addr) {
+        return (unsigned)(addr >> 12) & (PMETA_PAGES - 1);
 }
 
 int pindex_new(PageIndex **ret);
@@ -77,11 +111,19 @@ PageIndex *pindex_free(PageIndex *pi);
  * cannot be allocated (create = true). Lock-free. */
 _Atomic uint64_t *pindex_entry(PageIndex *pi, uint64_t addr, bool create);
 
+/* The zone's reclaim data of addr; NULL as for pindex_entry(). Lock-free. */
+PageMeta *pindex_meta(PageIndex *pi, uint64_t addr, bool create);
+
 /* Call fn for every existing entry in [start, end) whose value is not 0,
  * in address order. fn may change the entry. Returns what fn returned if
  * non-zero (stops), else 0. */
 typedef int (*PIndexFn)(void *ud, uint64_t addr, _Atomic uint64_t *e);
 int pindex_walk(PageIndex *pi, uint64_t start, uint64_t end, PIndexFn fn, void *ud);
+
+/* Call fn for every zone's reclaim data, in address order (addr: the
+ * zone's first page). Returns what fn returned if non-zero, else 0. */
+typedef int (*PMetaFn)(void *ud, uint64_t addr, PageMeta *meta);
+int pindex_walk_meta(PageIndex *pi, PMetaFn fn, void *ud);
 
 /* Bytes of tree nodes held. */
 uint64_t pindex_bytes(PageIndex *pi);

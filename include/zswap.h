@@ -78,12 +78,29 @@ struct zswap_stats {
         uint64_t clients;              /* connected clients (processes) */
         uint64_t registered_bytes;     /* bytes registered */
         uint64_t prefetches;           /* pages installed ahead of a sequential reader */
+        /* reclaim (docs/reclaim.md) */
+        uint64_t resident_bytes;       /* managed memory resident in the client(s), as of the last reclaim tick */
+        uint64_t limit_bytes;          /* resident limit in force (client scope; 0: none) */
+        uint64_t refaults;             /* faults that brought back a page the daemon held */
+        uint64_t clean_pages;          /* resident pages whose compressed copy is kept (not written since) */
+        uint64_t clean_bytes;          /* pool bytes those copies take */
+        uint64_t clean_reevictions;    /* evictions that reused a kept copy: no compression */
+        uint64_t reclaim_evictions;    /* pages evicted by the daemon's own policies (limit, idle, pressure) */
+        uint64_t thrash_backoffs;      /* times a 2 MiB zone was backed off for refaulting too fast */
+        uint64_t pool_full_events;     /* times eviction stopped at the pool bound */
 };
 
 enum zswap_stats_scope {
         ZSWAP_STATS_CLIENT = 0, /* this process only */
         ZSWAP_STATS_GLOBAL = 1, /* the whole daemon */
 };
+
+/*
+ * Keep this process's resident managed memory under bytes (0: no limit):
+ * the daemon evicts its coldest pages, continuously and in batches, like
+ * cgroup memory.high. Returns 0 or -errno (-ENOTCONN, -EINVAL).
+ */
+int zswap_set_limit(struct zswap_client *c, uint64_t bytes);
 
 /* Fill *ret with the counters of one scope. */
 int zswap_get_stats(struct zswap_client *c, enum zswap_stats_scope scope, struct zswap_stats *ret);

@@ -25,7 +25,8 @@ static _Alignas(8) uint8_t msg[ZSWAP_MSG_MAX + 64];
 static const uint16_t types[] = { ZMSG_HELLO,      ZMSG_ATTACH,      ZMSG_REGISTER,     ZMSG_UNREGISTER,
                                   ZMSG_PAGEOUT,    ZMSG_STATS,       ZMSG_FORK_PREPARE, ZMSG_FORK_DONE,
                                   ZMSG_CHILD_ATTACH, ZMSG_PAGEOUT_PID, ZMSG_REPLY,    ZMSG_STATS_REPLY,
-                                  ZMSG_MOVE_DONE,  ZMSG_RELEASE,    ZMSG_RELEASE_DONE };
+                                  ZMSG_MOVE_DONE,  ZMSG_RELEASE,    ZMSG_RELEASE_DONE, ZMSG_SET_LIMIT,
+                                  ZMSG_TUNABLE_SET, ZMSG_TUNABLE_GET, ZMSG_TUNABLE_REPLY };
 
 /* A well-formed message of type t in msg; returns its length. */
 static size_t build(uint16_t t) {
@@ -103,7 +104,7 @@ static void test_validate(void) {
         ASSERT_ERROR(zmsg_validate(msg, ZSWAP_MSG_MAX + 64), EPROTO);
 
         /* unknown types, at every size that would fit a known one */
-        static const uint16_t unknown[] = { 0, 11, 12, 63, 66, 127, 130, 191, 194, 255, 0x8000, 0xffff };
+        static const uint16_t unknown[] = { 0, 14, 15, 63, 67, 127, 130, 191, 194, 255, 0x8000, 0xffff };
         for (size_t i = 0; i < ELEMENTSOF(unknown); i++) {
                 ASSERT_EQ(zmsg_expected_size(unknown[i]), 0);
                 for (size_t j = 0; j < ELEMENTSOF(types); j++) {

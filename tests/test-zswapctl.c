@@ -1,7 +1,8 @@
 /*
  * test-zswapctl: `zswapctl status` reports what the daemon holds (text and
- * JSON agree with the library's counters) and says what to do when no
- * daemon runs.
+ * JSON agree with the library's counters); `pageout`, `limit`, `set` and
+ * `get` steer it, and refusals say what to do: no daemon, not root, no
+ * such client, a value that does not parse.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tunable-keys.h"
 
 static char *run(const char *cmd, int *status) {
         static char out[8192];
@@ -78,6 +80,64 @@ static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, 
         ASSERT_EQ(verify_pages(buf, len, hashes), 0);
 }
 
+/* cmd must exit with status and print want (a substring) */
+static void expect(const char *cmd, int status, const char *want) {
+        int st;
+        char *out = run(cmd, &st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != status || !strstr(out, want))
+                test_fail("%s: status %#x, not %d with '%s':\n%s", cmd, st, status, want, out);
+}
+
+/* `zswapctl limit`, `set` and `get`, daemon-wide and per client */
+static void tunables(const char *ctl, TestDaemon *d) {
+        char pre[PATH_MAX + 128], cmd[2 * PATH_MAX], want[64];
+        int st, pid = (int)getpid();
+
+        snprintf(pre, sizeof(pre), "%s --socket %s", ctl, d->sock);
+        /* every key, in the JSON form */
+        snprintf(cmd, sizeof(cmd), "%s get --json", pre);
+        char *out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        for (size_t i = 0; i < _TUNABLE_KEY_MAX; i++) {
+                snprintf(want, sizeof(want), "\"%s\": \"", tunable_names[i]);
+                if (!strstr(out, want))
+                        test_fail("get --json lacks %s: %s", tunable_names[i], out);
+        }
+        snprintf(cmd, sizeof(cmd), "%s set interval 0.5", pre);
+        expect(cmd, 0, "interval = 500ms\n");
+        snprintf(cmd, sizeof(cmd), "%s get interval", pre);
+        expect(cmd, 0, "interval = 500ms\n");
+        snprintf(cmd, sizeof(cmd), "%s set interval 5ms 2>&1", pre);
+        expect(cmd, 1, "interval: 5ms is not a duration between 10ms and 10s");
+        snprintf(cmd, sizeof(cmd), "%s set bogus 1 2>&1", pre);
+        expect(cmd, 1, "unknown key 'bogus'");
+        snprintf(cmd, sizeof(cmd), "setpriv --reuid=65534 --regid=65534 --clear-groups %s set interval 1s 2>&1", pre);
+        expect(cmd, 1, "permission denied: changing daemon settings needs root");
+        snprintf(cmd, sizeof(cmd), "%s get interval", pre);
+        expect(cmd, 0, "interval = 500ms\n");
+
+        /* this process's own settings */
+        snprintf(cmd, sizeof(cmd), "%s set --pid %d limit 1G", pre, pid);
+        expect(cmd, 0, "limit = 1G\n");
+        snprintf(cmd, sizeof(cmd), "%s get --pid %d --json", pre, pid);
+        expect(cmd, 0, "\"limit\": \"1G\"");
+        snprintf(cmd, sizeof(cmd), "%s limit %d 2G", pre, pid);
+        expect(cmd, 0, "limit 2G\n");
+        snprintf(cmd, sizeof(cmd), "%s get --pid %d limit", pre, pid);
+        expect(cmd, 0, "limit = 2G\n");
+        snprintf(cmd, sizeof(cmd), "%s limit %d none", pre, pid);
+        expect(cmd, 0, "no limit\n");
+        snprintf(cmd, sizeof(cmd), "%s limit 1 64M 2>&1", pre);
+        expect(cmd, 1, "no zswapd client with pid 1");
+        snprintf(cmd, sizeof(cmd), "%s set --pid 1 idle_age 1m 2>&1", pre);
+        expect(cmd, 1, "no zswapd client with pid 1");
+        /* refused before asking */
+        snprintf(cmd, sizeof(cmd), "%s limit %d 12x 2>&1", pre, pid);
+        expect(cmd, 2, "'12x' is not a size");
+        snprintf(cmd, sizeof(cmd), "%s --pid %d status 2>&1", pre, pid);
+        expect(cmd, 2, "--pid is for set and get");
+}
+
 int main(void) {
         TestDaemon d;
         static uint64_t hashes[4096];
@@ -117,6 +177,7 @@ int main(void) {
 
         ASSERT_EQ(verify_pages(buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, hashes), 0);
         pageout_pid(ctl, &d, c, buf, hashes);
+        tunables(ctl, &d);
         zswap_disconnect(c);
         td_stop(&d);
 
@@ -126,5 +187,7 @@ int main(void) {
         ASSERT_TRUE(st != 0);
         if (!strstr(out, "zswapd is not running"))
                 test_fail("unexpected message: %s", out);
+        snprintf(cmd, sizeof(cmd), "%s --socket %s set interval 1s 2>&1", ctl, d.sock);
+        expect(cmd, 1, "zswapd is not running (no socket at");
         return 0;
 }

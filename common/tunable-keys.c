@@ -1,0 +1,24 @@
+/*
+ * tunable-keys.c: the names behind tunable-keys.h; constant data only.
+ */
+#include <stddef.h>
+
+#include "tunable-keys.h"
+
+const char *const tunable_names[_TUNABLE_KEY_MAX] = {
+        [TUNABLE_LIMIT] = "limit",
+        [TUNABLE_IDLE_AGE] = "idle_age",
+        [TUNABLE_PRESSURE_TARGET] = "pressure_target",
+        [TUNABLE_MIN_FREE] = "min_free",
+        [TUNABLE_PRESSURE_STEP] = "pressure_step",
+        [TUNABLE_PRESSURE_PERIOD] = "pressure_period",
+        [TUNABLE_POOL_MAX] = "pool_max",
+        [TUNABLE_POOL_ACCEPT] = "pool_accept",
+        [TUNABLE_THRASH_REFAULTS] = "thrash_refaults",
+        [TUNABLE_THRASH_BACKOFF] = "thrash_backoff",
+        [TUNABLE_KEEP_CLEAN] = "keep_clean",
+        [TUNABLE_WRITE_SCAN] = "write_scan",
+        [TUNABLE_INTERVAL] = "interval",
+};
+
+const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", NULL };

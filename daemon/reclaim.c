@@ -1,0 +1,479 @@
+/*
+ * reclaim.c: the daemon decides by itself what to evict (docs/reclaim.md).
+ *
+ * Every `interval` the manager looks at each client:
+ *
+ *   resident   PAGEMAP_SCAN (or pagemap) counts its resident managed pages
+ *   writes     PAGEMAP_SCAN with WP_MATCHING returns the pages written since
+ *              the last scan and write-protects them again (WP_ASYNC: the
+ *              program never stops for it); each gets a use stamp and one
+ *              hot count, and loses the compressed copy it kept (CLEAN)
+ *   limit      resident above the client's limit: evict the excess, by the
+ *              clock (pages with hot counts spend one instead)
+ *   idle       every page whose last use is older than idle_age goes
+ *   pressure   the controller's share of what it wants held out
+ *   thrash     zones whose pages come back faster than thrash_refaults/s
+ *              are left alone for a back-off that doubles while it lasts
+ *
+ * and hands the result to evict.c as one policy op per client, which a
+ * clock hand carries round the client's registered memory. The pool bound
+ * is checked by the workers themselves (reclaim_pool_accepts) so that no
+ * tick-long overshoot happens; when it is reached the kept copies of clean
+ * pages, a cache, are dropped first.
+ *
+ * A refault's distance (pages evicted between the page's eviction and its
+ * return) against the client's resident size says whether the page would
+ * have stayed had the hand been a true LRU: if so it gets three hot counts
+ * (kept for three passes), else one, as the kernel's workingset code
+ * activates refaulting pages.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+#include "evict.h"
+#include "log.h"
+#include "manager.h"
+#include "reclaim.h"
+
+uint64_t reclaim_t0_ms;
+
+/* ---- PAGEMAP_SCAN (Linux 6.7), not in Debian 12's headers ---- */
+
+struct zs_page_region {
+        uint64_t start, end, categories;
+};
+struct zs_pm_scan_arg {
+        uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+        uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define ZS_PAGEMAP_SCAN _IOWR('f', 16, struct zs_pm_scan_arg)
+#define ZS_PAGE_IS_WRITTEN (1u << 1)
+#define ZS_PAGE_IS_PRESENT (1u << 3)
+#define ZS_PM_SCAN_WP_MATCHING (1u << 0)
+#define ZS_PM_SCAN_CHECK_WPASYNC (1u << 1)
+
+typedef void (*ScanFn)(MMClient *mm, uint64_t start, uint64_t end, void *ud);
+
+/* Call fn for each run of [start, end) that has all of `mask`; with wp,
+ * write-protect them as well. -errno if the scan is refused. */
+static int pm_scan(MMClient *mm, uint64_t start, uint64_t end, uint64_t mask, bool wp, ScanFn fn, void *ud) {
+        struct zs_page_region vec[256];
+
+        while (start < end) {
+                struct zs_pm_scan_arg a = {
+                        .size = sizeof(a),
+                        .flags = wp ? ZS_PM_SCAN_WP_MATCHING | ZS_PM_SCAN_CHECK_WPASYNC : 0,
+                        .start = start,
+                        .end = end,
+                        .vec = (uintptr_t)vec,
+                        .vec_len = ELEMENTSOF(vec),
+                        .category_mask = mask,
+                        .return_mask = mask,
+                };
+                long n = ioctl(mm->pagemap_fd, ZS_PAGEMAP_SCAN, &a);
+                if (n < 0)
+                        return negative_errno();
+                for (long i = 0; i < n; i++)
+                        fn(mm, vec[i].start, vec[i].end, ud);
+                if (a.walk_end <= start)
+                        break;
+                start = a.walk_end;
+        }
+        return 0;
+}
+
+static void count_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
+        (void)mm;
+        *(uint64_t *)ud += (end - start) >> ZSWAP_PAGE_SHIFT;
+}
+
+/* Pages of [start, end) present, by pread of pagemap: kernels without
+ * PAGEMAP_SCAN. */
+static uint64_t count_present_pread(MMClient *mm, uint64_t start, uint64_t end) {
+        uint64_t pm[512], n = 0;
+
+        for (uint64_t a = start; a < end;) {
+                size_t k = MIN((end - a) >> ZSWAP_PAGE_SHIFT, ELEMENTSOF(pm));
+                ssize_t got = pread(mm->pagemap_fd, pm, k * 8, (off_t)(a >> ZSWAP_PAGE_SHIFT) * 8);
+                if (got <= 0)
+                        break;
+                k = (size_t)got / 8;
+                for (size_t i = 0; i < k; i++)
+                        n += (pm[i] & (PM_PRESENT | PM_FILE)) == PM_PRESENT;
+                a += k * ZSWAP_PAGE_SIZE;
+        }
+        return n;
+}
+
+/* A page was written: it is in use now, and its kept copy is stale. */
+static void written_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
+        uint32_t stamp = *(uint32_t *)ud;
+        PageMeta *meta = NULL;
+
+        for (uint64_t a = start; a < end; a += ZSWAP_PAGE_SIZE) {
+                unsigned i = pmeta_idx(a);
+                if (!meta || i == 0)
+                        meta = pindex_meta(mm->index, a, true);
+                if (!meta)
+                        continue;
+                atomic_store_explicit(&meta->stamp[i], stamp, memory_order_relaxed);
+                if (atomic_load_explicit(&meta->hot[i], memory_order_relaxed) == 0)
+                        atomic_store_explicit(&meta->hot[i], 1, memory_order_relaxed);
+                _Atomic uint64_t *e = pindex_entry(mm->index, a, false);
+                uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
+                if (pe_state(v) == PE_CLEAN) {
+                        if (atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
+                                                                    memory_order_relaxed))
+                                mmclient_release_payload(mm, v);
+                } else if (v == PE_FLAG_INCOMPRESSIBLE) {
+                        /* new content: worth another try */
+                        atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_relaxed, memory_order_relaxed);
+                }
+        }
+}
+
+typedef struct Region2 {
+        uint64_t start, end;
+} Region2;
+
+/* A copy of mm's regions (the lock is not held while scanning). */
+static size_t regions_snapshot(MMClient *mm, Region2 **ret) {
+        size_t n;
+
+        pthread_mutex_lock(&mm->regions_lock);
+        n = mm->nregions;
+        *ret = n ? malloc(n * sizeof(Region2)) : NULL;
+        if (*ret)
+                for (size_t i = 0; i < n; i++)
+                        (*ret)[i] = (Region2){ mm->regions[i].start, mm->regions[i].end };
+        else
+                n = 0;
+        pthread_mutex_unlock(&mm->regions_lock);
+        return n;
+}
+
+/* Resident pages of mm, and the write scan if it is due. */
+static uint64_t scan_client(Manager *m, MMClient *mm, uint64_t now, bool write_scan) {
+        _cleanup_free_ Region2 *rg = NULL;
+        size_t n = regions_snapshot(mm, &rg);
+        uint64_t resident = 0;
+        uint32_t stamp = reclaim_stamp();
+
+        for (size_t i = 0; i < n; i++) {
+                if (write_scan && mm->wp_async &&
+                    pm_scan(mm, rg[i].start, rg[i].end, ZS_PAGE_IS_WRITTEN | ZS_PAGE_IS_PRESENT, true, written_cb,
+                            &stamp) < 0)
+                        write_scan = false;
+                if (!m->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, ZS_PAGE_IS_PRESENT, false, count_cb,
+                                                &resident) < 0)
+                        resident += count_present_pread(mm, rg[i].start, rg[i].end);
+        }
+        if (write_scan)
+                mm->rc.written_ms = now;
+        return resident;
+}
+
+/* ---- ageing: what fault threads tell us ---- */
+
+void reclaim_note_refault(MMClient *mm, uint64_t addr) {
+        PageMeta *meta = pindex_meta(mm->index, addr, false);
+        atomic_fetch_add_explicit(&mm->st.refaults, 1, memory_order_relaxed);
+        if (!meta)
+                return;
+        unsigned i = pmeta_idx(addr);
+        uint16_t then = atomic_load_explicit(&meta->epoch[i], memory_order_relaxed);
+        uint16_t ep = reclaim_epoch(atomic_load_explicit(&mm->st.evictions, memory_order_relaxed));
+        uint64_t distance = (uint64_t)(uint16_t)(ep - then) << 6;
+        uint64_t resident = atomic_load_explicit(&mm->st.resident_pages, memory_order_relaxed);
+        /* evicted less than a resident set ago: an LRU of this size would
+         * have kept it, so it is working set */
+        atomic_store_explicit(&meta->hot[i], distance <= resident ? 3 : 1, memory_order_relaxed);
+        atomic_store_explicit(&meta->stamp[i], reclaim_stamp(), memory_order_relaxed);
+        atomic_fetch_add_explicit(&meta->refaults, 1, memory_order_relaxed);
+}
+
+void reclaim_note_use(MMClient *mm, uint64_t addr) {
+        PageMeta *meta = pindex_meta(mm->index, addr, false);
+        if (!meta)
+                return;
+        atomic_store_explicit(&meta->stamp[pmeta_idx(addr)], reclaim_stamp(), memory_order_relaxed);
+        /* brought back ahead of a reader: for thrash protection, a return
+         * like a refault */
+        atomic_fetch_add_explicit(&meta->refaults, 1, memory_order_relaxed);
+}
+
+/* ---- thrash protection ---- */
+
+typedef struct ThrashCtx {
+        Manager *m;
+        MMClient *mm;
+        uint64_t now;
+} ThrashCtx;
+
+static int thrash_cb(void *ud, uint64_t addr, PageMeta *meta) {
+        ThrashCtx *c = ud;
+        const Tunables *t = &c->m->tun;
+        uint32_t refaults = atomic_load_explicit(&meta->refaults, memory_order_relaxed);
+        uint64_t dt = c->now - meta->seen_ms;
+
+        if (meta->seen_ms == 0 || dt > 60000) {
+                meta->seen_ms = c->now;
+                meta->refaults_seen = refaults;
+                return 0;
+        }
+        if (dt < 1000)
+                return 0;
+        uint64_t rate = (uint64_t)(refaults - meta->refaults_seen) * 1000 / dt;
+        meta->refaults_seen = refaults;
+        meta->seen_ms = c->now;
+        if (t->thrash_refaults && rate > t->thrash_refaults) {
+                if (meta->backoff_until_ms <= c->now) {
+                        meta->backoff_until_ms = c->now + (t->thrash_backoff_ms << meta->backoff_level);
+                        if (meta->backoff_level < 6)
+                                meta->backoff_level++;
+                        atomic_fetch_add_explicit(&c->mm->st.thrash_backoffs, 1, memory_order_relaxed);
+                        log_debug("pid %d: zone %#llx refaults %llu/s: backed off %llu ms", (int)c->mm->pid,
+                                  (unsigned long long)addr, (unsigned long long)rate,
+                                  (unsigned long long)(meta->backoff_until_ms - c->now));
+                }
+        } else if (meta->backoff_level > 0 && meta->backoff_until_ms + t->thrash_backoff_ms <= c->now &&
+                   rate * 4 <= t->thrash_refaults) {
+                /* quiet for a while after its back-off: trust it a bit more */
+                meta->backoff_level--;
+        }
+        return 0;
+}
+
+/* ---- pool bound ---- */
+
+bool reclaim_pool_accepts(Manager *m) {
+        uint64_t bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
+        if (bound == 0)
+                return true;
+        PoolStats ps;
+        pool_get_stats(m->pool, &ps);
+        bool full = atomic_load_explicit(&m->pool_full, memory_order_relaxed);
+        if (!full && ps.pool_bytes >= bound) {
+                if (!atomic_exchange_explicit(&m->pool_full, true, memory_order_relaxed)) {
+                        atomic_fetch_add_explicit(&m->pool_full_events, 1, memory_order_relaxed);
+                        log_info("pool at its bound (%llu bytes): eviction stops", (unsigned long long)bound);
+                }
+                return false;
+        }
+        if (full && ps.pool_bytes < atomic_load_explicit(&m->pool_resume, memory_order_relaxed)) {
+                if (atomic_exchange_explicit(&m->pool_full, false, memory_order_relaxed))
+                        log_info("pool under %llu bytes again: eviction resumes",
+                                 (unsigned long long)atomic_load_explicit(&m->pool_resume, memory_order_relaxed));
+                return true;
+        }
+        return !full;
+}
+
+static int drop_clean_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        MMClient *mm = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        (void)addr;
+        if (pe_state(v) == PE_CLEAN &&
+            atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed))
+                mmclient_release_payload(mm, v);
+        return 0;
+}
+
+/* ---- system pressure ---- */
+
+/* "some avg10=0.12 ..." of /proc/pressure/memory, in percent; -1 if unreadable */
+static double read_psi_some(void) {
+        char buf[256];
+        double v = -1;
+        FILE *f = fopen("/proc/pressure/memory", "re");
+        if (!f)
+                return -1;
+        if (fgets(buf, sizeof(buf), f) && sscanf(buf, "some avg10=%lf", &v) != 1)
+                v = -1;
+        fclose(f);
+        return v;
+}
+
+static uint64_t read_mem_available(void) {
+        char line[256];
+        unsigned long long kb = 0;
+        FILE *f = fopen("/proc/meminfo", "re");
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                        break;
+        fclose(f);
+        return (uint64_t)kb * 1024;
+}
+
+static bool client_managed(MMClient *mm) {
+        return mm->conn && mm->nlanes > 0 && !mm->rc.off && !mm->fork_paused &&
+               !atomic_load_explicit(&mm->dead, memory_order_relaxed);
+}
+
+static uint64_t held_pages(MMClient *mm) {
+        return atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.staged_pages, memory_order_relaxed);
+}
+
+/*
+ * Senpai-style control of how much the daemon holds out. Each period:
+ * pressure above target (PSI memory "some" avg10) or MemAvailable under
+ * min_free raises the hold target by pressure_step % of the managed
+ * memory; pressure under half the target with memory to spare lowers it
+ * by the same step. Whatever the held pages fall short of the target is
+ * asked of the clients in proportion to their resident size; a lower
+ * target evicts nothing, and pages come back as they are used. The step
+ * bound and PSI's own 10 s average keep it from oscillating.
+ */
+static void pressure_period(Manager *m, uint64_t now) {
+        const Tunables *t = &m->tun;
+        uint64_t resident = 0, held = 0;
+
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                mm->rc.pressure_want = 0;
+                if (!client_managed(mm))
+                        continue;
+                resident += mm->rc.resident;
+                held += held_pages(mm);
+        }
+        m->psi_now = read_psi_some();
+        m->avail_now = read_mem_available();
+        m->pressure_last_ms = now;
+        if (t->pressure_target <= 0 && t->min_free == 0) {
+                m->hold_target = 0;
+                return;
+        }
+        uint64_t step = MAX((uint64_t)((double)(resident + held) * t->pressure_step / 100.0), (uint64_t)256);
+        bool high = (t->pressure_target > 0 && m->psi_now > t->pressure_target) ||
+                    (t->min_free && m->avail_now < t->min_free);
+        bool low = (t->pressure_target <= 0 || m->psi_now < t->pressure_target / 2) &&
+                   (t->min_free == 0 || m->avail_now > t->min_free + step * ZSWAP_PAGE_SIZE);
+        if (high)
+                m->hold_target = MIN(MAX(m->hold_target, held) + step, resident + held);
+        else if (low)
+                m->hold_target = m->hold_target > step ? m->hold_target - step : 0;
+        log_debug("pressure: psi some avg10 %.2f%% (target %.2f%%), available %llu MiB: hold %llu pages (held %llu)",
+                  m->psi_now, t->pressure_target, (unsigned long long)(m->avail_now >> 20),
+                  (unsigned long long)m->hold_target, (unsigned long long)held);
+        if (m->hold_target <= held || resident == 0)
+                return;
+        uint64_t want = MIN(m->hold_target - held, step);
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (client_managed(mm))
+                        mm->rc.pressure_want = (uint64_t)((double)want * (double)mm->rc.resident / (double)resident) + 1;
+}
+
+/* ---- the tick ---- */
+
+static uint32_t stamp_at(uint64_t ms) {
+        return ms <= reclaim_t0_ms ? 1 : (uint32_t)((ms - reclaim_t0_ms) / RECLAIM_STAMP_MS) + 1;
+}
+
+static uint64_t client_limit(Manager *m, MMClient *mm) {
+        return mm->rc.limit_set ? mm->rc.limit : m->tun.limit;
+}
+
+void reclaim_measure(Manager *m, MMClient *mm) {
+        if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                return;
+        mm->rc.resident = scan_client(m, mm, now_ms(), false);
+        atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
+        atomic_store_explicit(&mm->st.limit_bytes, client_limit(m, mm), memory_order_relaxed);
+}
+
+static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
+        const Tunables *t = &m->tun;
+        bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
+
+        mm->rc.resident = scan_client(m, mm, now, write_scan);
+        atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
+        if (now - mm->rc.thrash_ms >= 1000) {
+                ThrashCtx c = { .m = m, .mm = mm, .now = now };
+                pindex_walk_meta(mm->index, thrash_cb, &c);
+                mm->rc.thrash_ms = now;
+        }
+
+        uint64_t limit = client_limit(m, mm);
+        uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT, want_limit = 0;
+        atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
+        if (limit && mm->rc.resident > limit_pages)
+                /* down to a little under the limit, so that batches stay whole */
+                want_limit = mm->rc.resident - (limit_pages - limit_pages / 64);
+        int64_t idle = mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)t->idle_age_ms;
+        uint32_t idle_before = 0;
+        if (idle > 0 && now - mm->rc.idle_swept_ms >= MAX((uint64_t)idle / 4, (uint64_t)1000) &&
+            now > (uint64_t)idle) {
+                idle_before = stamp_at(now - (uint64_t)idle);
+                mm->rc.idle_swept_ms = now;
+        }
+        uint64_t want = MAX(want_limit, mm->rc.pressure_want);
+        mm->rc.pressure_want = 0;
+        if (want == 0 && idle_before == 0)
+                return;
+        if (!reclaim_pool_accepts(m))
+                return; /* nothing would be stored; try again when the pool has room */
+        PageoutOp *op = mm->rc.op ? mm->rc.op : evict_queue_reclaim(m, mm);
+        if (!op)
+                return;
+        log_debug("pid %d: resident %llu pages, policy eviction: want %llu (limit %llu), idle before %u (now %u)",
+                  (int)mm->pid, (unsigned long long)mm->rc.resident, (unsigned long long)want,
+                  (unsigned long long)want_limit, idle_before, reclaim_stamp());
+        op->want = want;
+        if (idle_before)
+                op->idle_before = idle_before;
+        /* a limit is the user's word: thrashing zones are spared only by
+         * the daemon's own initiatives (idle, pressure) */
+        op->spare_thrash = want_limit == 0;
+        evict_pump(m, mm);
+}
+
+void reclaim_tick(Manager *m) {
+        uint64_t now = now_ms();
+
+        if (now - m->reclaim_last_ms < m->tun.interval_ms)
+                return;
+        m->reclaim_last_ms = now;
+        if (atomic_load_explicit(&m->pool_full, memory_order_relaxed)) {
+                /* make room: kept copies of clean pages are a cache */
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        if (atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed))
+                                pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_clean_cb, mm);
+                pool_reclaim(m->pool);
+                reclaim_pool_accepts(m);
+        }
+        if (now - m->pressure_last_ms >= m->tun.pressure_period_ms)
+                pressure_period(m, now);
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (client_managed(mm))
+                        reclaim_client(m, mm, now);
+}
+
+void reclaim_init(Manager *m) {
+        reclaim_t0_ms = now_ms() - RECLAIM_STAMP_MS;
+        reclaim_apply(m);
+}
+
+void reclaim_apply(Manager *m) {
+        const Tunables *t = &m->tun;
+        atomic_store_explicit(&m->keep_clean, t->keep_clean, memory_order_relaxed);
+        atomic_store_explicit(&m->pool_bound, t->pool_max, memory_order_relaxed);
+        atomic_store_explicit(&m->pool_resume, (uint64_t)((double)t->pool_max * t->pool_accept / 100.0),
+                              memory_order_relaxed);
+        if (t->pool_max == 0)
+                atomic_store_explicit(&m->pool_full, false, memory_order_relaxed);
+}
+
+int reclaim_status(Manager *m, char *buf, size_t len) {
+        PoolStats ps;
+        pool_get_stats(m->pool, &ps);
+        return snprintf(buf, len, "psi_some_avg10=%.2f mem_available=%llu hold_target_pages=%llu pool_bytes=%llu pool_full=%d",
+                        m->psi_now, (unsigned long long)m->avail_now, (unsigned long long)m->hold_target,
+                        (unsigned long long)ps.pool_bytes,
+                        (int)atomic_load_explicit(&m->pool_full, memory_order_relaxed));
+}
