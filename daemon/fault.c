@@ -227,6 +227,13 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
         uint64_t origin = pe_loading_origin(loading);
         keep = keep && (pe_state(origin) == PE_STORED || pe_state(origin) == PE_SAME);
         int r = uffd_copy(mm->uffd, addr, page, keep ? UFFDIO_COPY_MODE_WP : 0);
+        if (r == -EINVAL && keep) {
+                /* a range not registered for write protection (it cannot be,
+                 * short of a kernel that changed its mind): never lose the
+                 * page over a copy we only wanted to keep */
+                keep = false;
+                r = uffd_copy(mm->uffd, addr, page, 0);
+        }
         TRACE(TR_INSTALL, addr, loading, (uint64_t)(uint32_t)r | ((const uint64_t *)page)[1] << 32);
 
         if (r == -EAGAIN) {

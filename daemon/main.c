@@ -221,5 +221,6 @@ int main(int argc, char **argv) {
         }
         r = manager_run(m);
         manager_free(m);
+        free(cfg.sets);
         return r < 0 ? 1 : 0;
 }
