@@ -24,8 +24,8 @@
  *
  * It fails open: no daemon, a refusal or an error leaves the program
  * running unmanaged, with one line on stderr. ZSWAP_LIMIT (zswap-run
- * --limit) makes the scanner page the process out, in a round-robin sweep
- * over what it registered, whenever RssAnon exceeds the limit.
+ * --limit) becomes the process's resident limit in the daemon, which then
+ * keeps its managed memory under it by evicting its coldest pages.
  */
 /* mmap and mmap64 are both defined here: no redirection of one to the other */
 #undef _FILE_OFFSET_BITS
@@ -50,7 +50,6 @@
 
 #define SCAN_MS_DEFAULT 200
 #define MIN_SPAN (16 * 1024)        /* smaller mappings are not worth a region */
-#define LIMIT_CHUNK (8ull << 20)    /* bytes paged out per call when over the limit */
 #define OWN_MAX 8
 
 typedef struct Spans {
@@ -65,7 +64,6 @@ static uint64_t limit_bytes;      /* 0: no limit */
 static ZswapSpan scanner_stack;
 /* scanner thread only */
 static Spans known;               /* registered by us, or found registered */
-static uint64_t limit_cursor;     /* where the next limit sweep starts */
 static bool said_nospc;
 
 /* ---- messages: one line each, never more than once per cause ---- */
@@ -345,43 +343,13 @@ out:
         free(next.v);
 }
 
-static uint64_t rss_anon(void) {
-        size_t len;
-        char *buf = read_file("/proc/self/status", &len), *p;
-        uint64_t kb = 0;
 
-        if (buf && (p = strstr(buf, "\nRssAnon:")))
-                kb = strtoull(p + 9, NULL, 10);
-        free(buf);
-        return kb * 1024;
-}
-
-/* Over the limit: page out what we registered, round robin from where the
- * last sweep stopped, until 10 % under it or once around. */
-static void enforce_limit(void) {
-        uint64_t rss = rss_anon(), target = limit_bytes / 10 * 9, freed = 0, swept = 0, total = 0;
-
-        if (rss <= limit_bytes || known.n == 0)
-                return;
-        for (size_t i = 0; i < known.n; i++)
-                total += known.v[i].end - known.v[i].start;
-        while (client && rss - freed > target && swept < total) {
-                size_t i;
-                for (i = 0; i < known.n && known.v[i].end <= limit_cursor; i++)
-                        ;
-                if (i == known.n) {
-                        i = 0;
-                        limit_cursor = known.v[0].start;
-                }
-                uint64_t s = MAX(limit_cursor, known.v[i].start), e = MIN(s + LIMIT_CHUNK, known.v[i].end);
-                int r = zswap_pageout(client, (void *)(uintptr_t)s, e - s);
-                if (r == -ENOTCONN)
-                        deactivate("zswapd went away");
-                else if (r > 0)
-                        freed += (uint64_t)r * ZSWAP_PAGE_SIZE;
-                limit_cursor = e;
-                swept += e - s;
-        }
+/* ZSWAP_LIMIT: the daemon keeps this process's managed memory under it,
+ * evicting the coldest pages (its reclaim policies, docs/reclaim.md). */
+static void apply_limit(void) {
+        int r;
+        if (limit_bytes && client && (r = zswap_set_limit(client, limit_bytes)) < 0)
+                say("zswapd refuses the limit: %s; running without one", strerror(-r));
 }
 
 static void *scanner_main(void *arg) {
@@ -400,8 +368,6 @@ static void *scanner_main(void *arg) {
                 uint64_t v;
 
                 register_new();
-                if (limit_bytes && client)
-                        enforce_limit();
                 if (poll(&p, 1, (int)scan_ms) > 0) {
                         (void)!read(poke_fd, &v, sizeof(v));
                         usleep(2000); /* let a burst of mappings finish */
@@ -431,6 +397,7 @@ static void atfork_child(void) {
                 return;
         safe_close(poke_fd);
         poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        apply_limit(); /* the child is a client of its own */
         if (scanner_start() < 0)
                 say("cannot start the scanner in the child: new memory stays unmanaged");
 }
@@ -467,6 +434,7 @@ __attribute__((constructor)) static void preload_init(void) {
         }
         poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         pthread_atfork(NULL, NULL, atfork_child);
+        apply_limit();
         if (poke_fd < 0 || scanner_start() < 0) {
                 say("cannot start the scanner: not managing memory");
                 client = NULL;
