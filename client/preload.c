@@ -344,12 +344,47 @@ out:
 }
 
 
-/* ZSWAP_LIMIT: the daemon keeps this process's managed memory under it,
- * evicting the coldest pages (its reclaim policies, docs/reclaim.md). */
+static uint64_t rss_anon(void) {
+        size_t len;
+        char *buf = read_file("/proc/self/status", &len), *p;
+        uint64_t kb = 0;
+
+        if (buf && (p = strstr(buf, "\nRssAnon:")))
+                kb = strtoull(p + 9, NULL, 10);
+        free(buf);
+        return kb * 1024;
+}
+
+/*
+ * ZSWAP_LIMIT: the daemon keeps this process's *managed* resident memory
+ * under the limit it is given, evicting the coldest pages (its reclaim
+ * policies, docs/reclaim.md). The user asked for RssAnon, which also
+ * counts what is not managed (the main stack, small and mlocked mappings,
+ * pages in the staging area between a move and its release). So each scan
+ * hands the daemon the limit minus that part, never less than a quarter
+ * of the limit, and only when it moved by more than 1 MiB.
+ */
+static uint64_t limit_sent;
+
 static void apply_limit(void) {
+        struct zswap_stats st;
+        uint64_t rss, unmanaged = 0, want;
         int r;
-        if (limit_bytes && client && (r = zswap_set_limit(client, limit_bytes)) < 0)
+
+        if (!limit_bytes || !client)
+                return;
+        rss = rss_anon();
+        if (limit_sent && zswap_get_stats(client, ZSWAP_STATS_CLIENT, &st) == 0 && rss > st.resident_bytes)
+                unmanaged = rss - st.resident_bytes;
+        want = limit_bytes > unmanaged + limit_bytes / 4 ? limit_bytes - unmanaged : limit_bytes / 4;
+        if (limit_sent && (want > limit_sent ? want - limit_sent : limit_sent - want) < (1u << 20))
+                return;
+        if ((r = zswap_set_limit(client, want)) < 0) {
                 say("zswapd refuses the limit: %s; running without one", strerror(-r));
+                limit_bytes = 0;
+                return;
+        }
+        limit_sent = want;
 }
 
 static void *scanner_main(void *arg) {
@@ -368,6 +403,7 @@ static void *scanner_main(void *arg) {
                 uint64_t v;
 
                 register_new();
+                apply_limit();
                 if (poll(&p, 1, (int)scan_ms) > 0) {
                         (void)!read(poke_fd, &v, sizeof(v));
                         usleep(2000); /* let a burst of mappings finish */
@@ -397,6 +433,7 @@ static void atfork_child(void) {
                 return;
         safe_close(poke_fd);
         poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        limit_sent = 0;
         apply_limit(); /* the child is a client of its own */
         if (scanner_start() < 0)
                 say("cannot start the scanner in the child: new memory stays unmanaged");

@@ -137,3 +137,28 @@ int unix_connect(const char *path) {
         }
         return fd;
 }
+
+double proc_psi_memory_some(void) {
+        char buf[256];
+        double v = -1;
+        FILE *f = fopen("/proc/pressure/memory", "re");
+        if (!f)
+                return -1;
+        if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "some avg10=%lf", &v) != 1)
+                v = -1;
+        fclose(f);
+        return v;
+}
+
+uint64_t proc_mem_available(void) {
+        char line[256];
+        unsigned long long kb = 0;
+        FILE *f = fopen("/proc/meminfo", "re");
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                        break;
+        fclose(f);
+        return (uint64_t)kb * 1024;
+}

@@ -21,6 +21,11 @@ int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes);
 
 int fd_set_nonblock(int fd, bool nonblock);
 
+/* "some avg10" of /proc/pressure/memory, in percent; -1 if unreadable. */
+double proc_psi_memory_some(void);
+/* MemAvailable of /proc/meminfo in bytes; 0 if unreadable. */
+uint64_t proc_mem_available(void);
+
 /* Parse a size like 512, 64K, 2M, 1G (powers of 1024). */
 int parse_size(const char *s, uint64_t *ret);
 

@@ -284,32 +284,6 @@ static int drop_clean_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 
 /* ---- system pressure ---- */
 
-/* "some avg10=0.12 ..." of /proc/pressure/memory, in percent; -1 if unreadable */
-static double read_psi_some(void) {
-        char buf[256];
-        double v = -1;
-        FILE *f = fopen("/proc/pressure/memory", "re");
-        if (!f)
-                return -1;
-        if (fgets(buf, sizeof(buf), f) && sscanf(buf, "some avg10=%lf", &v) != 1)
-                v = -1;
-        fclose(f);
-        return v;
-}
-
-static uint64_t read_mem_available(void) {
-        char line[256];
-        unsigned long long kb = 0;
-        FILE *f = fopen("/proc/meminfo", "re");
-        if (!f)
-                return 0;
-        while (fgets(line, sizeof(line), f))
-                if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-                        break;
-        fclose(f);
-        return (uint64_t)kb * 1024;
-}
-
 static bool client_managed(MMClient *mm) {
         return mm->conn && mm->nlanes > 0 && !mm->rc.off && !mm->fork_paused &&
                !atomic_load_explicit(&mm->dead, memory_order_relaxed);
@@ -342,8 +316,8 @@ static void pressure_period(Manager *m, uint64_t now) {
                 resident += mm->rc.resident;
                 held += held_pages(mm);
         }
-        m->psi_now = read_psi_some();
-        m->avail_now = read_mem_available();
+        m->psi_now = proc_psi_memory_some();
+        m->avail_now = proc_mem_available();
         m->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
                 m->hold_target = 0;
