@@ -224,7 +224,8 @@ static int thrash_cb(void *ud, uint64_t addr, PageMeta *meta) {
                 meta->refaults_seen = refaults;
                 return 0;
         }
-        if (dt < 1000)
+        /* a rate over 2 s at least: returns come in bursts, one per sweep */
+        if (dt < 2000)
                 return 0;
         uint64_t rate = (uint64_t)(refaults - meta->refaults_seen) * 1000 / dt;
         meta->refaults_seen = refaults;
@@ -367,7 +368,7 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
 
         mm->rc.resident = scan_client(m, mm, now, write_scan);
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
-        if (now - mm->rc.thrash_ms >= 1000) {
+        if (now - mm->rc.thrash_ms >= 500) {
                 ThrashCtx c = { .m = m, .mm = mm, .now = now };
                 pindex_walk_meta(mm->index, thrash_cb, &c);
                 mm->rc.thrash_ms = now;

@@ -365,7 +365,7 @@ static void test_thrash(void) {
 
         /* no write tracking: reads are invisible, so idle age alone would
          * evict pages the reader keeps using every time they look old */
-        td_start(&d, "--set idle_age=1s --set write_scan=0 --set thrash_refaults=50 --set thrash_backoff=4s "
+        td_start(&d, "--set idle_age=1s --set write_scan=0 --set thrash_refaults=50 --set thrash_backoff=10s "
                      "--set interval=100ms --set keep_clean=no");
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 16, h);
@@ -378,27 +378,26 @@ static void test_thrash(void) {
         uint64_t rf_a = returns(c);
         sleep_ms(2000);
         uint64_t rf_b = returns(c);
-        /* until every zone is backed off: no new back-off for 1.5 s */
-        uint64_t last = 0;
-        double quiet_since = now_s();
-        while (now_s() - t0 < 20) {
+        /* until every 2 MiB zone the region touches is backed off */
+        uint64_t zones = ((uintptr_t)buf + len - 1) / (2 << 20) - (uintptr_t)buf / (2 << 20) + 1, last = 0;
+        while (now_s() - t0 < 30) {
                 s = client_stats(c);
-                if (s.thrash_backoffs != last) {
-                        last = s.thrash_backoffs;
-                        quiet_since = now_s();
-                        if (tb < 0)
-                                tb = now_s() - t0;
-                } else if (last > 0 && now_s() - quiet_since >= 1.5)
+                if (s.thrash_backoffs && tb < 0)
+                        tb = now_s() - t0;
+                last = s.thrash_backoffs;
+                if (last >= zones)
                         break;
                 sleep_ms(100);
         }
         uint64_t rf0 = returns(c);
         sleep_ms(2000); /* inside the back-offs */
         uint64_t rf1 = returns(c);
-        fprintf(stderr, "thrash: %llu pages/s came back before; first back-off after %.2f s, %llu back-offs; then %llu "
-                "pages/s\n", (unsigned long long)(rf_b - rf_a) / 2, tb, (unsigned long long)last,
+        fprintf(stderr, "thrash: %llu pages/s came back before; first back-off after %.2f s, %llu back-offs (%llu zones); "
+                "then %llu "
+                "pages/s\n", (unsigned long long)(rf_b - rf_a) / 2, tb, (unsigned long long)last, (unsigned long long)zones,
                 (unsigned long long)(rf1 - rf0) / 2);
         ASSERT_TRUE(tb > 0);
+        ASSERT_TRUE(last >= zones);
         ASSERT_TRUE(rf_b - rf_a >= 500);
         ASSERT_TRUE((rf1 - rf0) * 10 <= rf_b - rf_a);
         atomic_store(&r.stop, true);
