@@ -17,6 +17,7 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_THRASH_REFAULTS] = "thrash_refaults",
         [TUNABLE_THRASH_BACKOFF] = "thrash_backoff",
         [TUNABLE_KEEP_CLEAN] = "keep_clean",
+        [TUNABLE_CLEAN_MAX] = "clean_max",
         [TUNABLE_WRITE_SCAN] = "write_scan",
         [TUNABLE_INTERVAL] = "interval",
 };

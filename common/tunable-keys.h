@@ -20,6 +20,7 @@ typedef enum TunableKey {
         TUNABLE_THRASH_REFAULTS,
         TUNABLE_THRASH_BACKOFF,
         TUNABLE_KEEP_CLEAN,
+        TUNABLE_CLEAN_MAX,
         TUNABLE_WRITE_SCAN,
         TUNABLE_INTERVAL,
         _TUNABLE_KEY_MAX,

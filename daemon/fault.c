@@ -196,9 +196,16 @@ void fault_mm_free_retries(MMClient *mm) {
 }
 
 /* Does a page restored for a read keep its compressed copy? Only where
- * writes are tracked (WP_ASYNC): the copy is dropped once one is seen. */
+ * writes are tracked (WP_ASYNC): the copy is dropped once one is seen.
+ * And only while the client's copies take less than clean_max % of its
+ * registered memory: a copy saves a compression when the page goes out
+ * again, but until then it costs memory, which is what the daemon is for. */
 static bool keeps_clean(MMClient *mm) {
-        return mm->wp_async && atomic_load_explicit(&mm->m->keep_clean, memory_order_relaxed);
+        if (!mm->wp_async || !atomic_load_explicit(&mm->m->keep_clean, memory_order_relaxed))
+                return false;
+        uint64_t clean = atomic_load_explicit(&mm->st.clean_bytes, memory_order_relaxed);
+        uint64_t registered = atomic_load_explicit(&mm->st.registered, memory_order_relaxed);
+        return clean * 1000 < registered * atomic_load_explicit(&mm->m->clean_max_permille, memory_order_relaxed);
 }
 
 /* The entry of a page installed from STORED/SAME becomes CLEAN: the payload

@@ -94,6 +94,7 @@ struct Manager {
         bool wp_async;         /* the kernel offers UFFD_FEATURE_WP_ASYNC: writes are tracked */
         bool pagemap_scan;     /* PAGEMAP_SCAN works on pagemap */
         _Atomic bool keep_clean;
+        _Atomic uint32_t clean_max_permille; /* tun.clean_max, for the fault threads */
         _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */
         _Atomic bool pool_full;
         _Atomic uint64_t pool_full_events;

@@ -223,6 +223,7 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_
         if (r < 0)
                 return r;
         mm->registered_bytes += end - start;
+        atomic_store_explicit(&mm->st.registered, mm->registered_bytes, memory_order_relaxed);
         return 0;
 }
 
@@ -259,10 +260,12 @@ static int region_remove_locked(MMClient *mm, uint64_t start, uint64_t end, bool
                                 return r;
                         }
                         mm->registered_bytes -= end - start;
+                        atomic_store_explicit(&mm->st.registered, mm->registered_bytes, memory_order_relaxed);
                         return 0;
                 }
                 uint64_t cs = MAX(g->start, start), ce = MIN(g->end, end);
                 mm->registered_bytes -= ce - cs;
+                atomic_store_explicit(&mm->st.registered, mm->registered_bytes, memory_order_relaxed);
                 if (g->start < start) {
                         g->end = start;
                         i++;
@@ -322,6 +325,7 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src) {
                         memcpy(dst->regions, src->regions, src->nregions * sizeof(Region));
                         dst->nregions = src->nregions;
                         dst->registered_bytes = src->registered_bytes;
+                        atomic_store_explicit(&dst->st.registered, dst->registered_bytes, memory_order_relaxed);
                 } else
                         r = -ENOMEM;
         }

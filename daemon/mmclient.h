@@ -59,6 +59,7 @@ typedef struct MMClientStats {
         _Atomic uint64_t refaults, clean_pages, clean_bytes, clean_reevictions, reclaim_evictions;
         _Atomic uint64_t thrash_backoffs;
         _Atomic uint64_t resident_pages, limit_bytes; /* written by reclaim each tick */
+        _Atomic uint64_t registered; /* registered_bytes, readable without regions_lock */
 } MMClientStats;
 
 /* What reclaim keeps per client (reclaim.c); manager thread only. */

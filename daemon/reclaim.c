@@ -437,6 +437,7 @@ void reclaim_init(Manager *m) {
 void reclaim_apply(Manager *m) {
         const Tunables *t = &m->tun;
         atomic_store_explicit(&m->keep_clean, t->keep_clean, memory_order_relaxed);
+        atomic_store_explicit(&m->clean_max_permille, (uint32_t)(t->clean_max * 10), memory_order_relaxed);
         atomic_store_explicit(&m->pool_bound, t->pool_max, memory_order_relaxed);
         atomic_store_explicit(&m->pool_resume, (uint64_t)((double)t->pool_max * t->pool_accept / 100.0),
                               memory_order_relaxed);

@@ -162,7 +162,7 @@ static void test_clean(void) {
         size_t len = 16 << 20, n = len / ZSWAP_PAGE_SIZE;
         uint64_t *h = malloc(n * 8);
 
-        td_start(&d, "--set write_scan=100ms --set interval=50ms");
+        td_start(&d, "--set write_scan=100ms --set interval=50ms --set clean_max=100");
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 12, h);
         int evicted = zswap_pageout(c, buf, len);

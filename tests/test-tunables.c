@@ -33,7 +33,7 @@
 static const char *const defaults[][2] = {
         { "limit", "0" },         { "idle_age", "0" },       { "pressure_target", "0" }, { "min_free", "0" },
         { "pressure_step", "2" }, { "pressure_period", "2s" }, { "pool_max", "0" },        { "pool_accept", "90" },
-        { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "write_scan", "1s" },
+        { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "10" }, { "write_scan", "1s" },
         { "interval", "250ms" },
 };
 
@@ -42,7 +42,7 @@ static bool same(const Tunables *a, const Tunables *b) {
                a->min_free == b->min_free && a->pressure_step == b->pressure_step &&
                a->pressure_period_ms == b->pressure_period_ms && a->pool_max == b->pool_max &&
                a->pool_accept == b->pool_accept && a->thrash_refaults == b->thrash_refaults &&
-               a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean &&
+               a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max &&
                a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms;
 }
 
@@ -128,6 +128,9 @@ static const char *const round_trips[][3] = {
         { "thrash_refaults", "1000", "1000" },
         { "thrash_backoff", "100ms", "100ms" },
         { "thrash_backoff", "10m", "10m" },
+        { "clean_max", "0", "0" },
+        { "clean_max", "100", "100" },
+        { "clean_max", "2.5%", "2.5" },
         { "keep_clean", "no", "no" },
         { "keep_clean", "YES", "yes" },
         { "keep_clean", "off", "no" },
@@ -336,6 +339,7 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "\tthrash_refaults = 64\n"
                                 "thrash_backoff = 500ms\n"
                                 "keep_clean = no\n"
+                                "clean_max = 50\n"
                                 "write_scan = 0\n"
                                 "interval = 100ms\r\n"
                                 "pool_max = 1G\n"
@@ -353,7 +357,7 @@ static const char *const good_values[][2] = {
         { "limit", "512M" },        { "idle_age", "5m" },      { "pressure_target", "0.5" }, { "min_free", "1G" },
         { "pressure_step", "5" },   { "pressure_period", "4s" }, { "pool_max", "2G" },         { "pool_accept", "80" },
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
-        { "interval", "100ms" },
+        { "interval", "100ms" },    { "clean_max", "50" },
 };
 
 /* A file that fails on line; t must not move. */

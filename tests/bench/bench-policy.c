@@ -13,18 +13,21 @@
  *       resident, and the refaults (the bound: a page only read costs one
  *       refault per idle_age)
  *   bench-policy pressure [--target PCT] [--seconds N] [--client-gib G]
- *       real memory pressure: a zswapd client holding G GiB of heap data,
- *       and a memory hog, not a client, that needs more than the rest of
- *       RAM and swaps to a zram device of the bench's own. The table has,
- *       every 2 s: PSI memory some avg10 against the target, MemAvailable,
- *       the controller's hold target and the client's resident memory. The
- *       first third runs with the controller off (pressure_target 0): the
- *       pressure the hog makes on its own.
+ *       real memory pressure, no swap: a zswapd client holding G GiB of
+ *       heap pages and a reader (not a client) looping over a file a bit
+ *       larger than the page cache left to it, so that every read refaults
+ *       a page evicted a moment ago, which PSI counts as memory stall. An
+ *       mlocked ballast leaves ~10 GiB to the two. The table has, every
+ *       2 s: PSI memory some avg10 against the target, MemAvailable, the
+ *       controller's hold target, the client's resident memory and the
+ *       reader's throughput. The first third runs with the controller off:
+ *       the pressure the reader suffers on its own.
  *
  * Needs root. Every page the client reads back is checked against the
  * corpus; a mismatch fails the run.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -40,7 +43,7 @@
 #include "bench-util.h"
 #include "corpus.h"
 #include "macro.h"
-#include "zram.h"
+#include "util.h"
 #include "zswap.h"
 
 static Corpus *corpus;
@@ -272,62 +275,84 @@ static void part_idle(unsigned idle_age, unsigned seconds) {
 
 /* ---- pressure ---- */
 
-static double psi_some(void) {
-        char buf[256];
-        double v = -1;
-        FILE *f = fopen("/proc/pressure/memory", "re");
-        if (f && fgets(buf, sizeof(buf), f))
-                sscanf(buf, "some avg10=%lf", &v);
-        if (f)
-                fclose(f);
-        return v;
+/* The ballast: memory nobody can reclaim (mlocked), so that the
+ * experiment needs gigabytes, not the machine's whole RAM. */
+static pid_t ballast_start(uint64_t bytes) {
+        int pfd[2];
+        char ok;
+        if (pipe(pfd) < 0)
+                die("pipe", -errno);
+        pid_t p = fork();
+        if (p == 0) {
+                void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+                if (m == MAP_FAILED || mlock(m, bytes) < 0)
+                        _exit(1);
+                (void)!write(pfd[1], "k", 1);
+                pause();
+                _exit(0);
+        }
+        close(pfd[1]);
+        if (read(pfd[0], &ok, 1) != 1)
+                die("ballast (mlock)", EAGAIN);
+        close(pfd[0]);
+        return p;
 }
 
-static uint64_t mem_available(void) {
-        char line[256];
-        unsigned long long kb = 0;
-        FILE *f = fopen("/proc/meminfo", "re");
-        while (f && fgets(line, sizeof(line), f))
-                if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-                        break;
-        if (f)
-                fclose(f);
-        return kb << 10;
-}
+/* The victim of the pressure: not a zswapd client. It reads a file larger
+ * than the page cache it can get, again and again (every page a refault of
+ * a recently evicted one, which PSI counts), and reports its throughput. */
+static _Atomic uint64_t *reader_bytes;
 
-/* The hog: not a zswapd client. It writes its pages once (half-compressible
- * content), then keeps touching random pages of them until killed. */
-static _noreturn_ void hog_main(size_t bytes) {
-        uint8_t *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        uint64_t x = 88172645463325252ull;
-        size_t pages = bytes / ZSWAP_PAGE_SIZE;
-        if (h == MAP_FAILED)
+static _noreturn_ void reader_main(const char *path) {
+        static char buf[1 << 20];
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
                 _exit(1);
-        for (size_t p = 0; p < pages; p++)
-                memcpy(h + p * ZSWAP_PAGE_SIZE, corpus->data + corpus_index(p) * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
         for (;;) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((volatile uint8_t *)h)[(x % pages) * ZSWAP_PAGE_SIZE + 64]++;
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n <= 0) {
+                        lseek(fd, 0, SEEK_SET);
+                        continue;
+                }
+                atomic_fetch_add_explicit(reader_bytes, (uint64_t)n, memory_order_relaxed);
         }
 }
 
+static void write_file(const char *path, uint64_t bytes) {
+        static char buf[1 << 20];
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0)
+                die(path, -errno);
+        for (size_t i = 0; i < sizeof(buf); i += ZSWAP_PAGE_SIZE)
+                memcpy(buf + i, corpus->data + corpus_index(i / ZSWAP_PAGE_SIZE) * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
+        for (uint64_t w = 0; w < bytes; w += sizeof(buf))
+                if (write(fd, buf, sizeof(buf)) != (ssize_t)sizeof(buf))
+                        die("writing the reader's file", -errno);
+        fsync(fd);
+        close(fd);
+}
+
+/*
+ * Sizes, with A = MemAvailable after the ballast: the client holds C, the
+ * file is F, with A - C < F (the file does not fit in the cache left: the
+ * reader thrashes and PSI rises) and A - C / 2 > F (it fits once the
+ * client is compressed, at about 2x).
+ */
 static void part_pressure(double target, unsigned seconds, unsigned client_gib) {
-        char targ[64];
-        uint64_t avail = mem_available();
-        size_t cp = (size_t)client_gib << 18;
-        /* the hog wants everything the client leaves, and 3 GiB more */
-        size_t hog = avail > ((uint64_t)client_gib << 30) ? avail - ((uint64_t)client_gib << 30) + (3ull << 30) : 0;
-        Zram *z = NULL;
+        const char *file = "/var/tmp/zswap-bench-pressure.dat";
+        uint64_t c_bytes = (uint64_t)client_gib << 30, avail0 = proc_mem_available();
+        uint64_t ballast = avail0 > (10ull << 30) + c_bytes ? avail0 - (10ull << 30) : 0;
+        size_t cp = c_bytes / ZSWAP_PAGE_SIZE;
+        char cmd[128];
         int r;
 
-        if (hog == 0)
-                die("not enough memory for the experiment", ENOMEM);
-        r = zram_new("/sys", "/proc", "lz4", hog, &z);
-        if (r < 0)
-                die("zram swap for the hog", r);
-        snprintf(targ, sizeof(targ), "pressure_target=%g", target);
+        write_file(file, 1); /* fail early if /var/tmp is not writable */
+        pid_t bp = ballast ? ballast_start(ballast) : 0;
+        uint64_t avail = proc_mem_available();
+        uint64_t f_bytes = avail - c_bytes + (avail - c_bytes) / 4; /* 25 % more than the cache left */
+        if (avail - c_bytes / 2 <= f_bytes)
+                f_bytes = avail - c_bytes / 2 - (256ull << 20);
+        write_file(file, f_bytes);
         daemon_args[0] = "--set";
         daemon_args[1] = "pressure_target=0";
         daemon_args[2] = "--set";
@@ -340,40 +365,54 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
         r = zswap_register(c, buf, cp * ZSWAP_PAGE_SIZE);
         if (r < 0)
                 die("register", r);
-        pid_t hp = fork();
-        if (hp == 0)
-                hog_main(hog);
-        printf("\n### Pressure control: target PSI some avg10 %.1f %%, client %u GiB, hog %.1f GiB, zram swap for "
-               "the hog; controller off for the first third\n\n", target, client_gib, (double)hog / (1 << 30));
-        printf("| t (s) | controller | PSI some avg10 | MemAvailable | hold target | client resident | pool |\n");
-        printf("|---|---|---|---|---|---|---|\n");
-        double t0 = now_s();
+        reader_bytes = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        pid_t rp = fork();
+        if (rp == 0)
+                reader_main(file);
+        printf("\n### Pressure control: target PSI memory some avg10 %.1f %%; a client holding %u GiB of heap "
+               "pages, a reader looping over a %.1f GiB file, %.1f GiB of RAM left to both (ballast %.1f GiB "
+               "mlocked); the controller is off for the first third\n\n",
+               target, client_gib, (double)f_bytes / (1 << 30), (double)avail / (1 << 30),
+               (double)ballast / (1 << 30));
+        printf("| t (s) | controller | PSI some avg10 | target | MemAvailable | hold target | client resident | "
+               "pool | reader MB/s |\n");
+        printf("|---|---|---|---|---|---|---|---|---|\n");
+        double t0 = now_s(), tl = t0;
+        uint64_t rb = 0;
         bool on = false;
         for (unsigned s = 2; s <= seconds; s += 2) {
                 bench_sleep_us(2000000);
                 if (!on && now_s() - t0 >= seconds / 3.0) {
-                        snprintf(targ, sizeof(targ), "set pressure_target %g", target);
-                        ctl(b, targ);
+                        snprintf(cmd, sizeof(cmd), "set pressure_target %g", target);
+                        ctl(b, cmd);
                         on = true;
                 }
-                char st[256], *h = NULL;
+                char st[256], *h;
                 ctl_get(b, "status", st, sizeof(st));
                 h = strstr(st, "hold_target_pages=");
-                struct zswap_stats zs = stats(c);
-                struct zswap_stats g;
+                struct zswap_stats zs = stats(c), g;
                 zswap_get_stats(c, ZSWAP_STATS_GLOBAL, &g);
-                printf("| %u | %s | %.2f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB |\n", s, on ? "on" : "off",
-                       psi_some(), (double)mem_available() / (1 << 20),
+                uint64_t nb = atomic_load(reader_bytes);
+                double now = now_s();
+                printf("| %u | %s | %.2f %% | %.1f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f |\n", s,
+                       on ? "on" : "off", proc_psi_memory_some(), on ? target : 0.0,
+                       (double)proc_mem_available() / (1 << 20),
                        h ? (double)strtoull(h + 18, NULL, 10) / 256 : 0, (double)zs.resident_bytes / (1 << 20),
-                       (double)g.pool_bytes / (1 << 20));
+                       (double)g.pool_bytes / (1 << 20), (double)(nb - rb) / (now - tl) / 1e6);
                 fflush(stdout);
+                rb = nb;
+                tl = now;
         }
-        kill(hp, SIGKILL);
-        waitpid(hp, NULL, 0);
+        kill(rp, SIGKILL);
+        waitpid(rp, NULL, 0);
+        if (bp) {
+                kill(bp, SIGKILL);
+                waitpid(bp, NULL, 0);
+        }
+        unlink(file);
         verify(buf, cp, "client after pressure");
         zswap_disconnect(c);
         backend_teardown(b);
-        zram_free(z);
 }
 
 int main(int argc, char **argv) {
@@ -383,8 +422,8 @@ int main(int argc, char **argv) {
                 { "client-gib", required_argument, NULL, 'g' }, {}
         };
         size_t mib = 512;
-        unsigned idle_age = 10, seconds = 0, gib = 6;
-        double target = 2;
+        unsigned idle_age = 10, seconds = 0, gib = 4;
+        double target = 5;
         _cleanup_free_ char *corpus_dir = NULL;
         int c, r;
 

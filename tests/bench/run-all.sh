@@ -2,14 +2,17 @@
 # Issue 3's five experiments (and the wake-up measurement that chose the
 # fault-thread layout), then issue 4's redis benchmark, one after the other,
 # each printing its own table of zswapd beside kernel zram-lz4 (and kernel
-# zswap-lzo) measured in the same run. Needs root; sets up and tears down
-# its own swap (tests/bench/backend.c).
+# zswap-lzo) measured in the same run; last, issue 5's bench-reclaim, the
+# daemon's own reclaim under a resident limit against LRU, FIFO, CLOCK and
+# OPT on the same access traces. Needs root; sets up and tears down its own
+# swap (tests/bench/backend.c).
 #
 #   sudo tests/bench/run-all.sh [BUILD_DIR]      (default: build)
 #
-# Takes ~15 minutes on 2 vCPUs. Run it on an otherwise idle machine: every
-# experiment compares within its own run, but a busy machine widens the
-# spread. Output: the tables on stdout; a copy in BUILD_DIR/bench-all.log.
+# Takes ~18 minutes on 2 vCPUs (bench-reclaim ~3 of them). Run it on an
+# otherwise idle machine: every experiment compares within its own run, but
+# a busy machine widens the spread. Output: the tables on stdout; a copy in
+# BUILD_DIR/bench-all.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -42,4 +45,5 @@ run() {
         run "$bench/bench-scale"
         run "$bench/bench-core" --size 1024
         run "$bench/bench-redis"
+        run "$bench/bench-reclaim"
 } 2>&1 | tee "$build/bench-all.log"
