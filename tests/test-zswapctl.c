@@ -166,6 +166,11 @@ int main(void) {
         ASSERT_EQ(json_field(out, "compressed_bytes"), s.compressed_bytes);
         ASSERT_EQ(json_field(out, "clients"), 1);
         ASSERT_TRUE(json_field(out, "pool_bytes") >= s.compressed_bytes);
+        /* reclaim's counters: everything was paged out, none of it resident */
+        ASSERT_TRUE(json_field(out, "resident_bytes") <= 16 * ZSWAP_PAGE_SIZE);
+        ASSERT_EQ(json_field(out, "refaults"), 0);
+        ASSERT_EQ(json_field(out, "clean_reevictions"), 0);
+        ASSERT_EQ(json_field(out, "pool_full_events"), 0);
 
         snprintf(cmd, sizeof(cmd), "%s --socket %s status --bytes", ctl, d.sock);
         out = run(cmd, &st);
