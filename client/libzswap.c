@@ -45,6 +45,7 @@
 #include "macro.h"
 #include "libzswap-internal.h"
 #include "protocol.h"
+#include "zsync.h"
 #include "uffd-compat.h"
 #include "util.h"
 #include "zswap.h"
@@ -71,6 +72,8 @@ struct zswap_client {
         int sock;
         int uffd;
         uint8_t *staging;
+        ZSync *sync;  /* shared with the daemon (zsync.h): moves and its uffd reads apart */
+        int sync_fd;
         char path[108];
 
         pthread_t agent;
@@ -237,14 +240,22 @@ static void cow_break(uint64_t addr) {
         madvise((void *)(uintptr_t)addr, ZSWAP_PAGE_SIZE, MADV_POPULATE_WRITE);
 }
 
+/* Move up to ZSYNC_MOVE_CHUNK pages; -ETIMEDOUT if the daemon kept reading
+ * our uffd too long to let a move start (zsync.h). */
 static int move_one(struct zswap_client *c, uint64_t src, uint64_t dst, uint64_t npages, int64_t *moved) {
         /* no ALLOW_SRC_HOLES: on 6.18 a hole met after an internal EAGAIN
          * makes move_pages() spin (design.md); a hole gives ENOENT and the
          * page is skipped */
-        struct uffdio_move mv = { .dst = dst, .src = src, .len = npages * ZSWAP_PAGE_SIZE };
-        int r = ioctl(c->uffd, UFFDIO_MOVE, &mv);
+        struct uffdio_move mv = { .dst = dst, .src = src, .len = MIN(npages, (uint64_t)ZSYNC_MOVE_CHUNK) * ZSWAP_PAGE_SIZE };
+        int r;
+
+        *moved = 0;
+        if (!zsync_move_begin(c->sync))
+                return -ETIMEDOUT;
+        r = ioctl(c->uffd, UFFDIO_MOVE, &mv) < 0 ? -errno : 0;
+        zsync_move_end(c->sync);
         *moved = mv.move > 0 ? mv.move / (int64_t)ZSWAP_PAGE_SIZE : 0;
-        return r < 0 ? -errno : 0;
+        return r;
 }
 
 static void set_bits(uint64_t *bits, uint32_t from, uint32_t n) {
@@ -285,6 +296,8 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                                 tries = 0;
                                 continue;
                         }
+                        if (r == -ETIMEDOUT)
+                                break; /* the daemon is busy with our uffd: the rest stays */
                         if (r == -EAGAIN) {
                                 if (++tries > AGENT_EAGAIN_TRIES)
                                         break; /* still changing: the rest of the run stays */
@@ -463,8 +476,9 @@ static int staging_register(struct zswap_client *c) {
 static int attach(struct zswap_client *c, bool with_uffd) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
                          .fork_token_addr = (uintptr_t)&fork_token };
+        int fds[2] = { c->uffd, c->sync_fd };
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
-        return request(c, &a, sizeof(a), with_uffd ? &c->uffd : NULL, with_uffd ? 1 : 0, NULL, 0, NULL, NULL);
+        return request(c, &a, sizeof(a), with_uffd ? fds : NULL, with_uffd ? 2 : 0, NULL, 0, NULL, NULL);
 }
 
 static void client_free(struct zswap_client *c) {
@@ -495,6 +509,9 @@ static void client_free(struct zswap_client *c) {
         }
         if (!c->keep_uffd)
                 safe_close(c->uffd);
+        if (c->sync)
+                munmap(c->sync, ZSWAP_SYNC_SIZE);
+        safe_close(c->sync_fd);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
         free(c->ranges);
@@ -521,7 +538,7 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
         struct zswap_client *c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        c->sock = c->uffd = -1;
+        c->sock = c->uffd = c->sync_fd = -1;
         pthread_mutex_init(&c->lock, NULL);
         cond_init_monotonic(&c->cond);
         snprintf(c->path, sizeof(c->path), "%s", path);
@@ -530,6 +547,17 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
                 c->staging = NULL;
                 client_free(c);
                 return -ENOMEM;
+        }
+        /* sealed against shrinking: the daemon maps it too, and must never
+         * fault on a page we took away */
+        c->sync_fd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (c->sync_fd < 0 || ftruncate(c->sync_fd, ZSWAP_SYNC_SIZE) < 0 ||
+            fcntl(c->sync_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+            (c->sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, c->sync_fd, 0)) == MAP_FAILED) {
+                int r = negative_errno();
+                c->sync = NULL;
+                client_free(c);
+                return r;
         }
         *ret = c;
         return 0;

@@ -30,6 +30,7 @@
  * page in a retry item of the address space, keeps the entry LOADING, and
  * is retried after the queued messages have been read.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -823,6 +824,12 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         }
         RangeCtx c = { .ft = ft, .mm = mm, .child = child };
         child->wp_async = mm->wp_async; /* the child's vmas keep the parent's registration */
+        /* the child process shares the parent's sync page (MAP_SHARED survives fork) */
+        if (mm->sync_fd >= 0) {
+                int fd = fcntl(mm->sync_fd, F_DUPFD_CLOEXEC, 0);
+                if (fd < 0 || mmclient_set_sync(child, fd) < 0)
+                        log_warn("pid %d: forked child runs without the move/unmap handshake", (int)mm->pid);
+        }
         mmclient_regions_copy(child, mm);
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
         if (c.errors)
@@ -868,7 +875,7 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
  * the kernel lets a munmap() or madvise() return once its event is read,
  * so an event must be handled right after it is read, not after a batch
  * of faults read with it. */
-static void drain_uffd(FaultThread *ft, MMClient *mm) {
+static void drain_messages(FaultThread *ft, MMClient *mm) {
         struct uffd_msg msg;
 
         for (;;) {
@@ -890,6 +897,26 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
                 TRACE(TR_READ, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);
                 handle_msg(ft, mm, &msg);
         }
+}
+
+/* Every read of the uffd happens in here (fault-around's look-ahead
+ * too), so no agent move runs between a read and the handling of what it
+ * read (zsync.h): an UNMAP is handled before the program can map anew. */
+static void drain_uffd(FaultThread *ft, MMClient *mm) {
+        /* A client whose agent kept a move going too long is not waited
+         * for during the next second: a fault thread serves every client
+         * on its CPU, and no client may hold the others up. */
+        ZSync *sync = mm->sync && now_ns() >= mm->sync_distrust_until ? mm->sync : NULL;
+
+        if (!zsync_read_begin(sync)) {
+                mm->sync_distrust_until = now_ns() + 1000000000ull;
+                if (!mm->sync_warned)
+                        log_warn("pid %d: its agent held a page move for over %llu ms: not waited for during 1 s",
+                                 (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
+                mm->sync_warned = true;
+        }
+        drain_messages(ft, mm);
+        zsync_read_end(sync);
 }
 
 /* ---- retries, installs from workers, restores ---- */

@@ -410,7 +410,8 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         }
         if (c->role != ZROLE_CLIENT || c->mm)
                 return -EPERM;
-        if (nfds != 1 || fd_is_userfaultfd(fds[0]) != 1)
+        /* the uffd, and the sync page's memfd (zsync.h) */
+        if (nfds < 1 || nfds > 2 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 2 && !mmclient_sync_fd_ok(fds[1])))
                 return -EBADF;
         /* the handshake is ours: a uffd the client already initialised is refused */
         if (ioctl(fds[0], UFFDIO_API, &api) < 0)
@@ -420,6 +421,14 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         if (r < 0)
                 return r;
         fds[0] = -1; /* owned by mm now */
+        if (nfds == 2) {
+                r = mmclient_set_sync(mm, fds[1]);
+                fds[1] = -1; /* taken either way */
+                if (r < 0) {
+                        mmclient_unref(mm);
+                        return r;
+                }
+        }
         mm->id = ++m->next_mm_id;
         mm->wp_async = m->wp_async;
         mm_set_staging(mm, a, nlanes);

@@ -21,6 +21,8 @@
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "uffd-compat.h"
 
@@ -45,6 +47,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         mm->pagemap_fd = -1;
         mm->ops_tail = &mm->ops;
         mm->rc.idle_age_ms = -1; /* the daemon's */
+        mm->sync_fd = -1;
         pthread_mutex_init(&mm->regions_lock, NULL);
         pthread_mutex_init(&mm->serve_lock, NULL);
         r = pindex_new(&mm->index);
@@ -152,6 +155,9 @@ MMClient *mmclient_unref(MMClient *mm) {
                 pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
                 pindex_free(mm->index);
         }
+        if (mm->sync)
+                munmap(mm->sync, ZSWAP_SYNC_SIZE);
+        safe_close(mm->sync_fd);
         safe_close(mm->uffd);
         safe_close(mm->pidfd);
         safe_close(mm->pagemap_fd);
@@ -160,6 +166,30 @@ MMClient *mmclient_unref(MMClient *mm) {
         free(mm->regions);
         free(mm);
         return NULL;
+}
+
+bool mmclient_sync_fd_ok(int fd) {
+        struct stat st;
+        int seals = fcntl(fd, F_GET_SEALS);
+
+        /* a file the client could shrink would fault us with SIGBUS */
+        return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)ZSWAP_SYNC_SIZE && seals >= 0 &&
+               (seals & F_SEAL_SHRINK);
+}
+
+int mmclient_set_sync(MMClient *mm, int fd) {
+        if (!mmclient_sync_fd_ok(fd)) {
+                safe_close(fd);
+                return -EBADF;
+        }
+        void *p = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+                safe_close(fd);
+                return -EBADF;
+        }
+        mm->sync = p;
+        mm->sync_fd = fd;
+        return 0;
 }
 
 bool mmclient_alive(MMClient *mm) {

@@ -15,6 +15,7 @@
 #include "pindex.h"
 #include "uffd-compat.h"
 #include "protocol.h"
+#include "zsync.h"
 
 typedef struct Manager Manager;
 typedef struct FaultThread FaultThread;
@@ -143,11 +144,20 @@ typedef struct MMClient {
         MMClientStats st;
         MMReclaim rc;
         bool wp_async;          /* regions registered in WP mode too (write tracking) */
+        struct ZSync *sync;     /* the page shared with the client's agent (zsync.h), or NULL */
+        int sync_fd;            /* its memfd, for a fork child's mapping; -1 if none */
+        bool sync_warned;       /* under serve_lock: the agent was too slow once, said so */
+        uint64_t sync_distrust_until; /* under serve_lock: now_ns() before which sync is not waited for */
 } MMClient;
 
 int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret);
 MMClient *mmclient_ref(MMClient *mm);
 MMClient *mmclient_unref(MMClient *mm);
+
+/* Map the client's sync page from memfd fd (sealed against shrinking,
+ * at least ZSWAP_SYNC_SIZE): takes fd. -EBADF if it is not such a memfd. */
+int mmclient_set_sync(MMClient *mm, int fd);
+bool mmclient_sync_fd_ok(int fd);
 
 /* Bind a process: opens pidfd and pagemap. */
 int mmclient_set_pid(MMClient *mm, pid_t pid);

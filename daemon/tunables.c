@@ -103,7 +103,7 @@ void tunables_default(Tunables *t) {
                 .thrash_refaults = 128,
                 .thrash_backoff_ms = 2000,
                 .keep_clean = true,
-                .clean_max = 10,
+                .clean_max = 2,
                 .write_scan_ms = 1000,
                 .interval_ms = 250,
         };

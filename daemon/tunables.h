@@ -39,7 +39,7 @@ typedef struct Tunables {
         bool keep_clean;             /* key "keep_clean": keep the compressed copy of a page
                                       * restored by a read until it is written (default yes) */
         double clean_max;            /* key "clean_max": most those copies may take, in percent
-                                      * of the client's registered memory (default 10) */
+                                      * of the client's registered memory (default 2) */
         uint64_t write_scan_ms;      /* key "write_scan": how often written pages are looked
                                       * up with PAGEMAP_SCAN (default 1 s), 0 = never */
         uint64_t interval_ms;        /* key "interval": reclaim tick (default 250 ms) */

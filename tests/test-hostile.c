@@ -295,6 +295,19 @@ static int handshake_abuse(uint64_t sa) {
         attach_req(fd, sa, LANE_BYTES, &p[0][0], 1, -EBADF);
         attach_req(fd, sa, LANE_BYTES, &devfd, 1, -EBADF);
         attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, p[0][0], p[1][0] }, 3, -EBADF);
+        /* a sync page (zsync.h) that is not a sealed memfd of a page at
+         * least: a pipe, one the client could still shrink, one too small */
+        int unsealed = memfd_create("hostile-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        int small = memfd_create("hostile-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ASSERT_TRUE(unsealed >= 0 && small >= 0);
+        ASSERT_OK(ftruncate(unsealed, 4096));
+        ASSERT_OK(ftruncate(small, 64));
+        ASSERT_OK(fcntl(small, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW));
+        attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, p[1][0] }, 2, -EBADF);
+        attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, unsealed }, 2, -EBADF);
+        attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, small }, 2, -EBADF);
+        close(unsealed);
+        close(small);
         for (int i = 0; i < 2; i++) {
                 close(p[i][0]);
                 assert_no_reader(p[i][1]);

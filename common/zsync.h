@@ -1,0 +1,95 @@
+/*
+ * zsync.h: the page a client shares with the daemon, and the handshake
+ * that keeps the agent's page moves apart from the daemon's reading of
+ * the client's uffd (docs/page-lifecycle.md, "munmap and a move in
+ * flight").
+ *
+ * munmap() returns once the daemon has *read* the UNMAP event, not once
+ * it has handled it. A move the daemon planned before could then take a
+ * page of a new mapping the program put at the same address. So a move
+ * never runs while a daemon thread is between reading a message and
+ * having handled it: Dekker's handshake on two counters in a sealed memfd
+ * page mapped by both. The agent steps back when it sees a reader; the
+ * reader waits for moves in progress (64 pages at most each), so an UNMAP
+ * is handled before any later move can start, and a move that started
+ * before the read finished before munmap() could return.
+ *
+ * Counters, not flags: a forked child shares the page with its parent.
+ * The daemon never trusts the page: it waits for a move at most
+ * ZSYNC_READ_WAIT_NS, so a client that leaves `moving` set only gives up
+ * its own protection.
+ */
+#pragma once
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define ZSWAP_SYNC_SIZE 4096
+#define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: longest wait for a move */
+#define ZSYNC_MOVE_WAIT_NS (20 * 1000 * 1000ull) /* agent: longest wait for a reader */
+#define ZSYNC_MOVE_CHUNK 64                      /* pages per move between checks */
+
+typedef struct ZSync {
+        _Atomic uint32_t moving;  /* agent threads inside a UFFDIO_MOVE */
+        _Atomic uint32_t reading; /* daemon threads between a read of the uffd and its handling */
+} ZSync;
+
+static inline uint64_t zsync_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Agent: before a move. false: a reader stayed too long; skip the move. */
+static inline bool zsync_move_begin(ZSync *s) {
+        uint64_t t0 = 0;
+        if (!s)
+                return true;
+        for (;;) {
+                atomic_fetch_add_explicit(&s->moving, 1, memory_order_seq_cst);
+                if (atomic_load_explicit(&s->reading, memory_order_seq_cst) == 0)
+                        return true;
+                atomic_fetch_sub_explicit(&s->moving, 1, memory_order_seq_cst);
+                if (!t0)
+                        t0 = zsync_now_ns();
+                while (atomic_load_explicit(&s->reading, memory_order_seq_cst) != 0) {
+                        if (zsync_now_ns() - t0 > ZSYNC_MOVE_WAIT_NS)
+                                return false;
+                        sched_yield();
+                }
+        }
+}
+
+static inline void zsync_move_end(ZSync *s) {
+        if (s)
+                atomic_fetch_sub_explicit(&s->moving, 1, memory_order_seq_cst);
+}
+
+/* Daemon: before reading the uffd. false: a move took too long (the
+ * reader goes on anyway; only that client's protection is lost). */
+static inline bool zsync_read_begin(ZSync *s) {
+        uint64_t t0 = 0;
+        if (!s)
+                return true;
+        atomic_fetch_add_explicit(&s->reading, 1, memory_order_seq_cst);
+        while (atomic_load_explicit(&s->moving, memory_order_seq_cst) != 0) {
+                /* sleep, not spin: the agent may need this very CPU (a
+                 * pinned, perhaps SCHED_FIFO, fault thread would starve it) */
+                struct timespec ts = { 0, 5000 };
+                if (!t0)
+                        t0 = zsync_now_ns();
+                else if (zsync_now_ns() - t0 > ZSYNC_READ_WAIT_NS)
+                        return false;
+                nanosleep(&ts, NULL);
+        }
+        return true;
+}
+
+/* Daemon: the messages read are handled. */
+static inline void zsync_read_end(ZSync *s) {
+        if (s)
+                atomic_fetch_sub_explicit(&s->reading, 1, memory_order_seq_cst);
+}
