@@ -366,6 +366,11 @@ static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
         }
         if (mm->rc.op == op) {
                 mm->rc.op = NULL;
+                if (mm->rc.last_op == op) {
+                        /* it took all it was given */
+                        mm->rc.pressure_left -= MIN(mm->rc.pressure_left, mm->rc.last_want - op->want);
+                        mm->rc.last_op = NULL;
+                }
                 log_debug("pid %d: policy eviction done: %llu pages", (int)mm->pid, (unsigned long long)op->evicted);
         }
         if (op->unregister) {

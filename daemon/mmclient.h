@@ -76,7 +76,10 @@ typedef struct MMReclaim {
         uint64_t idle_swept_ms; /* last whole idle sweep */
         uint64_t written_ms;    /* last write scan */
         uint64_t thrash_ms;     /* last look at the zones' refault rates */
-        uint64_t pressure_want; /* pages the pressure controller asks of this client */
+        uint64_t pressure_want; /* pages the pressure controller asks of this client (new this period) */
+        uint64_t pressure_left; /* of what it asked, pages not yet planned */
+        PageoutOp *last_op;     /* the op given last_want at the last tick */
+        uint64_t last_want;
 } MMReclaim;
 
 typedef struct MMClient {

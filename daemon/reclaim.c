@@ -387,8 +387,17 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
                 idle_before = stamp_at(now - (uint64_t)idle);
                 mm->rc.idle_swept_ms = now;
         }
-        uint64_t want = MAX(want_limit, mm->rc.pressure_want);
+        /* the limit's want is absolute (recomputed from a fresh count each
+         * tick); the controller's is an amount per period, consumed as the
+         * op plans pages: what the op took since the last tick comes off */
+        if (mm->rc.op && mm->rc.op == mm->rc.last_op) {
+                uint64_t taken = mm->rc.last_want > mm->rc.op->want ? mm->rc.last_want - mm->rc.op->want : 0;
+                mm->rc.pressure_left -= MIN(taken, mm->rc.pressure_left);
+        }
+        mm->rc.pressure_left += mm->rc.pressure_want;
         mm->rc.pressure_want = 0;
+        mm->rc.last_op = NULL;
+        uint64_t want = MAX(want_limit, mm->rc.pressure_left);
         if (want == 0 && idle_before == 0)
                 return;
         if (!reclaim_pool_accepts(m))
@@ -400,6 +409,8 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
                   (int)mm->pid, (unsigned long long)mm->rc.resident, (unsigned long long)want,
                   (unsigned long long)want_limit, idle_before, reclaim_stamp());
         op->want = want;
+        mm->rc.last_op = op;
+        mm->rc.last_want = want;
         if (idle_before)
                 op->idle_before = idle_before;
         /* a limit is the user's word: thrashing zones are spared only by

@@ -358,7 +358,7 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
         daemon_args[2] = "--set";
         daemon_args[3] = "pressure_period=2s";
         daemon_args[4] = "--set";
-        daemon_args[5] = "pressure_step=2";
+        daemon_args[5] = "pressure_step=5";
         Backend *b = start_daemon();
         struct zswap_client *c = connect_client(b);
         uint8_t *buf = corpus_region(cp);
@@ -374,9 +374,9 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
                "mlocked); the controller is off for the first third\n\n",
                target, client_gib, (double)f_bytes / (1 << 30), (double)avail / (1 << 30),
                (double)ballast / (1 << 30));
-        printf("| t (s) | controller | PSI some avg10 | target | MemAvailable | hold target | client resident | "
+        printf("| t (s) | controller | PSI some avg10 | target | MemAvailable | hold target | client resident | held | "
                "pool | reader MB/s |\n");
-        printf("|---|---|---|---|---|---|---|---|---|\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|\n");
         double t0 = now_s(), tl = t0;
         uint64_t rb = 0;
         bool on = false;
@@ -394,11 +394,12 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
                 zswap_get_stats(c, ZSWAP_STATS_GLOBAL, &g);
                 uint64_t nb = atomic_load(reader_bytes);
                 double now = now_s();
-                printf("| %u | %s | %.2f %% | %.1f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f |\n", s,
+                printf("| %u | %s | %.2f %% | %.1f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f |\n", s,
                        on ? "on" : "off", proc_psi_memory_some(), on ? target : 0.0,
                        (double)proc_mem_available() / (1 << 20),
                        h ? (double)strtoull(h + 18, NULL, 10) / 256 : 0, (double)zs.resident_bytes / (1 << 20),
-                       (double)g.pool_bytes / (1 << 20), (double)(nb - rb) / (now - tl) / 1e6);
+                       (double)g.original_bytes / (1 << 20), (double)g.pool_bytes / (1 << 20),
+                       (double)(nb - rb) / (now - tl) / 1e6);
                 fflush(stdout);
                 rb = nb;
                 tl = now;
