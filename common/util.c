@@ -150,6 +150,22 @@ double proc_psi_memory_some(void) {
         return v;
 }
 
+int proc_psi_memory_some_total(uint64_t *total_us) {
+        char buf[256];
+        unsigned long long t;
+        const char *p;
+        FILE *f = fopen("/proc/pressure/memory", "re");
+        if (!f)
+                return -errno;
+        int r = fgets(buf, sizeof(buf), f) && (p = strstr(buf, "total=")) && sscanf(p, "total=%llu", &t) == 1
+                        ? 0
+                        : -EIO;
+        fclose(f);
+        if (r == 0)
+                *total_us = t;
+        return r;
+}
+
 uint64_t proc_mem_available(void) {
         char line[256];
         unsigned long long kb = 0;

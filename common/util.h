@@ -21,8 +21,10 @@ int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes);
 
 int fd_set_nonblock(int fd, bool nonblock);
 
-/* "some avg10" of /proc/pressure/memory, in percent; -1 if unreadable. */
+/* "some avg10" of /proc/pressure/memory, in percent; -1 if unreadable.
+ * With total non-NULL, also the "some total=" stall time in µs. */
 double proc_psi_memory_some(void);
+int proc_psi_memory_some_total(uint64_t *total_us);
 /* MemAvailable of /proc/meminfo in bytes; 0 if unreadable. */
 uint64_t proc_mem_available(void);
 

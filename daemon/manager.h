@@ -99,7 +99,8 @@ struct Manager {
         _Atomic bool pool_full;
         _Atomic uint64_t pool_full_events;
         uint64_t reclaim_last_ms, pressure_last_ms;
-        double psi_now;        /* last PSI memory some avg10 read, percent */
+        double psi_now;        /* memory stall share (PSI "some") over the last period, percent */
+        uint64_t psi_total, psi_total_ms; /* the PSI total (µs) read then, and when */
         uint64_t avail_now;    /* last MemAvailable read, bytes */
         uint64_t hold_target;  /* pages the pressure controller wants held out */
 };

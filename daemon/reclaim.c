@@ -317,7 +317,17 @@ static void pressure_period(Manager *m, uint64_t now) {
                 resident += mm->rc.resident;
                 held += held_pages(mm);
         }
-        m->psi_now = proc_psi_memory_some();
+        /* the stall share of this very period, from the cumulative total:
+         * avg10 lags ~10 s behind, which made the controller overshoot
+         * (docs/benchmarks.md) */
+        uint64_t total = 0;
+        if (proc_psi_memory_some_total(&total) == 0 && m->psi_total_ms) {
+                uint64_t dt_us = (now - m->psi_total_ms) * 1000;
+                m->psi_now = dt_us ? 100.0 * (double)(total - m->psi_total) / (double)dt_us : 0;
+        } else
+                m->psi_now = proc_psi_memory_some();
+        m->psi_total = total;
+        m->psi_total_ms = now;
         m->avail_now = proc_mem_available();
         m->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
@@ -333,7 +343,7 @@ static void pressure_period(Manager *m, uint64_t now) {
                 m->hold_target = MIN(MAX(m->hold_target, held) + step, resident + held);
         else if (low)
                 m->hold_target = m->hold_target > step ? m->hold_target - step : 0;
-        log_debug("pressure: psi some avg10 %.2f%% (target %.2f%%), available %llu MiB: hold %llu pages (held %llu)",
+        log_debug("pressure: psi some %.2f%% over the period (target %.2f%%), available %llu MiB: hold %llu pages (held %llu)",
                   m->psi_now, t->pressure_target, (unsigned long long)(m->avail_now >> 20),
                   (unsigned long long)m->hold_target, (unsigned long long)held);
         if (m->hold_target <= held || resident == 0)
@@ -459,7 +469,7 @@ void reclaim_apply(Manager *m) {
 int reclaim_status(Manager *m, char *buf, size_t len) {
         PoolStats ps;
         pool_get_stats(m->pool, &ps);
-        return snprintf(buf, len, "psi_some_avg10=%.2f mem_available=%llu hold_target_pages=%llu pool_bytes=%llu pool_full=%d",
+        return snprintf(buf, len, "psi_some=%.2f mem_available=%llu hold_target_pages=%llu pool_bytes=%llu pool_full=%d",
                         m->psi_now, (unsigned long long)m->avail_now, (unsigned long long)m->hold_target,
                         (unsigned long long)ps.pool_bytes,
                         (int)atomic_load_explicit(&m->pool_full, memory_order_relaxed));

@@ -59,7 +59,7 @@ static const Key keys[_TUNABLE_KEY_MAX] = {
         [TUNABLE_IDLE_AGE] = { KEY_DURATION, FIELD(idle_age_ms), true, 1 * SEC, 30 * 24 * 3600 * SEC,
                                "evict pages nobody touched for this long; 0: off" },
         [TUNABLE_PRESSURE_TARGET] = { KEY_PERCENT, FIELD(pressure_target), false, 0, 100,
-                                      "hold more out while PSI memory some avg10 (percent) is above this, less below; 0: off" },
+                                      "hold more out while tasks stall on memory (PSI some, percent of each period) above this, less below; 0: off" },
         [TUNABLE_MIN_FREE] = { KEY_SIZE, FIELD(min_free), false, 0, 0,
                                "evict while MemAvailable is below this; 0: off" },
         [TUNABLE_PRESSURE_STEP] = { KEY_PERCENT, FIELD(pressure_step), false, 0.1, 100,

@@ -21,7 +21,7 @@ typedef struct Tunables {
         uint64_t limit;              /* key "limit": resident limit in bytes, 0 = none */
         uint64_t idle_age_ms;        /* key "idle_age": evict pages untouched this long, 0 = off */
         /* system pressure (senpai-style) */
-        double pressure_target;      /* key "pressure_target": PSI memory some avg10, percent; 0 = off */
+        double pressure_target;      /* key "pressure_target": PSI memory "some" stall share over each period, percent; 0 = off */
         uint64_t min_free;           /* key "min_free": keep MemAvailable above this (bytes), 0 = off */
         double pressure_step;        /* key "pressure_step": most of the managed memory one
                                       * period may add to what is held out, percent (default 2) */

@@ -353,6 +353,12 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
         if (avail - c_bytes / 2 <= f_bytes)
                 f_bytes = avail - c_bytes / 2 - (256ull << 20);
         write_file(file, f_bytes);
+        /* the reader is forked before the client's memory exists: a child
+         * would share it copy-on-write and be a client too */
+        reader_bytes = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        pid_t rp = fork();
+        if (rp == 0)
+                reader_main(file);
         daemon_args[0] = "--set";
         daemon_args[1] = "pressure_target=0";
         daemon_args[2] = "--set";
@@ -365,18 +371,14 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
         r = zswap_register(c, buf, cp * ZSWAP_PAGE_SIZE);
         if (r < 0)
                 die("register", r);
-        reader_bytes = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        pid_t rp = fork();
-        if (rp == 0)
-                reader_main(file);
         printf("\n### Pressure control: target PSI memory some avg10 %.1f %%; a client holding %u GiB of heap "
                "pages, a reader looping over a %.1f GiB file, %.1f GiB of RAM left to both (ballast %.1f GiB "
                "mlocked); the controller is off for the first third\n\n",
                target, client_gib, (double)f_bytes / (1 << 30), (double)avail / (1 << 30),
                (double)ballast / (1 << 30));
-        printf("| t (s) | controller | PSI some avg10 | target | MemAvailable | hold target | client resident | held | "
-               "pool | reader MB/s |\n");
-        printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("| t (s) | controller | PSI some, last period | PSI some avg10 | target | MemAvailable | hold target | "
+               "client resident | held | pool | reader MB/s |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
         double t0 = now_s(), tl = t0;
         uint64_t rb = 0;
         bool on = false;
@@ -387,15 +389,17 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
                         ctl(b, cmd);
                         on = true;
                 }
-                char st[256], *h;
+                char st[256], *h, *ps;
                 ctl_get(b, "status", st, sizeof(st));
                 h = strstr(st, "hold_target_pages=");
+                ps = strstr(st, "psi_some=");
                 struct zswap_stats zs = stats(c), g;
                 zswap_get_stats(c, ZSWAP_STATS_GLOBAL, &g);
                 uint64_t nb = atomic_load(reader_bytes);
                 double now = now_s();
-                printf("| %u | %s | %.2f %% | %.1f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f |\n", s,
-                       on ? "on" : "off", proc_psi_memory_some(), on ? target : 0.0,
+                printf("| %u | %s | %.2f %% | %.2f %% | %.1f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | "
+                       "%.0f |\n", s, on ? "on" : "off", ps ? strtod(ps + 9, NULL) : -1.0, proc_psi_memory_some(),
+                       on ? target : 0.0,
                        (double)proc_mem_available() / (1 << 20),
                        h ? (double)strtoull(h + 18, NULL, 10) / 256 : 0, (double)zs.resident_bytes / (1 << 20),
                        (double)g.original_bytes / (1 << 20), (double)g.pool_bytes / (1 << 20),
