@@ -113,9 +113,11 @@ static void stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         PoolStats ps;
 
         memset(s, 0, sizeof(*s));
+        /* a client's own statistics are counted now (its own cost); the
+         * global ones may be up to 100 ms old */
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (!only || mm == only)
-                        reclaim_measure(m, mm);
+                        reclaim_measure(m, mm, only != NULL);
         if (only) {
                 stats_add_mm(s, only);
                 s->clients = 1;
@@ -531,6 +533,7 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
         r = mmclient_region_add(mm, s, e);
         if (r < 0)
                 mmclient_uffd_unregister(mm, s, e);
+        mm->rc.measured_ms = 0; /* the next statistics count afresh */
         return r;
 }
 
@@ -608,10 +611,14 @@ static int steerable(Manager *m, Conn *c, int32_t pid) {
         return !found ? -ESRCH : !allowed ? -EPERM : found;
 }
 
+/* Is mm one of the clients a request for pid from c applies to, and may c
+ * steer it? Decided per client: two clients of one pid can belong to
+ * different users. */
 static bool steer_target(Conn *c, MMClient *mm, int32_t pid) {
         if (pid == 0)
                 return mm == c->mm;
-        return mm->pid == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
+        return mm->pid == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
+               (c->uid == 0 || c->uid == mm->conn->uid);
 }
 
 /* zswapctl limit PID SIZE, zswap_set_limit(): applied at the next tick */
@@ -623,9 +630,10 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
                 if (steer_target(c, mm, q->pid)) {
                         mm->rc.limit = q->bytes;
                         mm->rc.limit_set = true;
+                        mm->rc.measured_ms = 0;
                         log_info("pid %d: resident limit %llu bytes", (int)mm->pid, (unsigned long long)q->bytes);
                 }
-        m->reclaim_last_ms = 0; /* act on it now */
+        reclaim_soon(m); /* act on it now */
         return 0;
 }
 
@@ -700,9 +708,10 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
                                 if (r < 0)
                                         break;
                         }
-                if (r == 0 && set)
+                if (r == 0 && set) {
                         log_info("pid %d: %s = %s", (int)q->pid, key, out);
-                m->reclaim_last_ms = 0;
+                        reclaim_soon(m);
+                }
                 tunable_reply(c, q, r, out);
                 return 1;
         }
@@ -719,7 +728,7 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
                 r = tunable_set(&m->tun, key, value, out, sizeof(out));
                 if (r == 0) {
                         reclaim_apply(m);
-                        m->reclaim_last_ms = 0;
+                        reclaim_soon(m);
                 }
         }
         if (r == 0)
@@ -775,7 +784,7 @@ static void reload_config(Manager *m) {
         }
         m->tun = t;
         reclaim_apply(m);
-        m->reclaim_last_ms = 0;
+        reclaim_soon(m);
         log_info("SIGHUP: %s reloaded", m->cfg.config_path);
 }
 

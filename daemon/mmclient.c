@@ -23,6 +23,8 @@
 #include <sys/uio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 
 #include "uffd-compat.h"
 
@@ -170,11 +172,13 @@ MMClient *mmclient_unref(MMClient *mm) {
 
 bool mmclient_sync_fd_ok(int fd) {
         struct stat st;
+        struct statfs sf;
         int seals = fcntl(fd, F_GET_SEALS);
 
-        /* a file the client could shrink would fault us with SIGBUS */
+        /* a file the client could shrink, or a hugetlbfs one whose page it
+         * could take away, would fault us with SIGBUS: plain shmem only */
         return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)ZSWAP_SYNC_SIZE && seals >= 0 &&
-               (seals & F_SEAL_SHRINK);
+               (seals & F_SEAL_SHRINK) && fstatfs(fd, &sf) == 0 && sf.f_type == TMPFS_MAGIC;
 }
 
 int mmclient_set_sync(MMClient *mm, int fd) {

@@ -78,6 +78,8 @@ typedef struct MMReclaim {
         uint64_t thrash_ms;     /* last look at the zones' refault rates */
         uint64_t pressure_want; /* pages the pressure controller asks of this client (new this period) */
         uint64_t pressure_left; /* of what it asked, pages not yet planned */
+        uint64_t pressure_cap;  /* the most pressure_left may be: this period's share */
+        uint64_t measured_ms;   /* when resident was counted last */
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;
 } MMReclaim;

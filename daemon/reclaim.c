@@ -321,17 +321,21 @@ static void pressure_period(Manager *m, uint64_t now) {
          * avg10 lags ~10 s behind, which made the controller overshoot
          * (docs/benchmarks.md) */
         uint64_t total = 0;
-        if (proc_psi_memory_some_total(&total) == 0 && m->psi_total_ms) {
+        if (proc_psi_memory_some_total(&total) == 0) {
                 uint64_t dt_us = (now - m->psi_total_ms) * 1000;
-                m->psi_now = dt_us ? 100.0 * (double)(total - m->psi_total) / (double)dt_us : 0;
+                m->psi_now = m->psi_total_ms && dt_us && total >= m->psi_total
+                                     ? 100.0 * (double)(total - m->psi_total) / (double)dt_us
+                                     : proc_psi_memory_some();
+                m->psi_total = total;
+                m->psi_total_ms = now;
         } else
                 m->psi_now = proc_psi_memory_some();
-        m->psi_total = total;
-        m->psi_total_ms = now;
         m->avail_now = proc_mem_available();
         m->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
                 m->hold_target = 0;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        mm->rc.pressure_left = mm->rc.pressure_cap = 0;
                 return;
         }
         uint64_t step = MAX((uint64_t)((double)(resident + held) * t->pressure_step / 100.0), (uint64_t)256);
@@ -346,12 +350,16 @@ static void pressure_period(Manager *m, uint64_t now) {
         log_debug("pressure: psi some %.2f%% over the period (target %.2f%%), available %llu MiB: hold %llu pages (held %llu)",
                   m->psi_now, t->pressure_target, (unsigned long long)(m->avail_now >> 20),
                   (unsigned long long)m->hold_target, (unsigned long long)held);
-        if (m->hold_target <= held || resident == 0)
-                return;
-        uint64_t want = MIN(m->hold_target - held, step);
+        uint64_t want = m->hold_target > held && resident ? MIN(m->hold_target - held, step) : 0;
         for (MMClient *mm = m->mms; mm; mm = mm->next)
-                if (client_managed(mm))
-                        mm->rc.pressure_want = (uint64_t)((double)want * (double)mm->rc.resident / (double)resident) + 1;
+                if (client_managed(mm)) {
+                        /* this period's share; the backlog is capped at it */
+                        mm->rc.pressure_want =
+                                want ? (uint64_t)((double)want * (double)mm->rc.resident / (double)resident) + 1 : 0;
+                        mm->rc.pressure_cap = mm->rc.pressure_want;
+                        if (!want)
+                                mm->rc.pressure_left = 0;
+                }
 }
 
 /* ---- the tick ---- */
@@ -364,10 +372,17 @@ static uint64_t client_limit(Manager *m, MMClient *mm) {
         return mm->rc.limit_set ? mm->rc.limit : m->tun.limit;
 }
 
-void reclaim_measure(Manager *m, MMClient *mm) {
+void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {
+        uint64_t now = now_ms();
         if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                 return;
-        mm->rc.resident = scan_client(m, mm, now_ms(), false);
+        /* statistics: a count younger than a tick will do (a loop of stats
+         * requests must not turn into a loop of page-table walks) */
+        atomic_store_explicit(&mm->st.limit_bytes, client_limit(m, mm), memory_order_relaxed);
+        if (!fresh && mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(m->tun.interval_ms, (uint64_t)100))
+                return;
+        mm->rc.measured_ms = now;
+        mm->rc.resident = scan_client(m, mm, now, false);
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
         atomic_store_explicit(&mm->st.limit_bytes, client_limit(m, mm), memory_order_relaxed);
 }
@@ -377,6 +392,7 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
         bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
 
         mm->rc.resident = scan_client(m, mm, now, write_scan);
+        mm->rc.measured_ms = now;
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
         if (now - mm->rc.thrash_ms >= 500) {
                 ThrashCtx c = { .m = m, .mm = mm, .now = now };
@@ -404,14 +420,18 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
                 uint64_t taken = mm->rc.last_want > mm->rc.op->want ? mm->rc.last_want - mm->rc.op->want : 0;
                 mm->rc.pressure_left -= MIN(taken, mm->rc.pressure_left);
         }
-        mm->rc.pressure_left += mm->rc.pressure_want;
+        /* a backlog never outgrows what the controller still wants */
+        mm->rc.pressure_left = MIN(mm->rc.pressure_left + mm->rc.pressure_want, mm->rc.pressure_cap);
         mm->rc.pressure_want = 0;
         mm->rc.last_op = NULL;
         uint64_t want = MAX(want_limit, mm->rc.pressure_left);
-        if (want == 0 && idle_before == 0)
+        if ((want == 0 && idle_before == 0) || !reclaim_pool_accepts(m)) {
+                /* nothing to take (or no room to store it): an op still
+                 * sweeping stops taking by the clock */
+                if (mm->rc.op)
+                        mm->rc.op->want = 0;
                 return;
-        if (!reclaim_pool_accepts(m))
-                return; /* nothing would be stored; try again when the pool has room */
+        }
         PageoutOp *op = mm->rc.op ? mm->rc.op : evict_queue_reclaim(m, mm);
         if (!op)
                 return;
@@ -448,6 +468,12 @@ void reclaim_tick(Manager *m) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (client_managed(mm))
                         reclaim_client(m, mm, now);
+}
+
+void reclaim_soon(Manager *m) {
+        /* within 50 ms; never later than it was due, however many ask */
+        uint64_t due = now_ms() + 50, at = due > m->tun.interval_ms ? due - m->tun.interval_ms : 0;
+        m->reclaim_last_ms = MIN(m->reclaim_last_ms, at);
 }
 
 void reclaim_init(Manager *m) {

@@ -48,10 +48,15 @@ void reclaim_note_use(MMClient *mm, uint64_t addr);
 void reclaim_init(Manager *m);
 /* Manager: m->tun changed; hand what other threads read to them. */
 void reclaim_apply(Manager *m);
+/* Manager: a setting changed; run the policies within 50 ms. */
+void reclaim_soon(Manager *m);
 /* Manager timer: runs the policies every `interval`. */
 void reclaim_tick(Manager *m);
-/* Manager: count mm's resident managed pages now (statistics). */
-void reclaim_measure(Manager *m, MMClient *mm);
+/* Manager: count mm's resident managed pages for statistics; unless
+ * fresh, a count younger than 100 ms is reused (global statistics must
+ * not let anyone make the manager walk every client's page tables in a
+ * loop). */
+void reclaim_measure(Manager *m, MMClient *mm, bool fresh);
 /* One line on the pressure controller and the pool bound. */
 int reclaim_status(Manager *m, char *buf, size_t len);
 /* Is eviction allowed to add to the pool now (pool bound hysteresis)?

@@ -308,6 +308,13 @@ static int handshake_abuse(uint64_t sa) {
         attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, small }, 2, -EBADF);
         close(unsealed);
         close(small);
+        /* hugetlbfs: its page could be taken away under the daemon (where
+         * the machine has huge pages at all) */
+        int huge = memfd_create("hostile-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+        if (huge >= 0 && ftruncate(huge, 2 << 20) == 0 && fcntl(huge, F_ADD_SEALS, F_SEAL_SHRINK) == 0)
+                attach_req(fd, sa, LANE_BYTES, (int[]){ uffd, huge }, 2, -EBADF);
+        if (huge >= 0)
+                close(huge);
         for (int i = 0; i < 2; i++) {
                 close(p[i][0]);
                 assert_no_reader(p[i][1]);
