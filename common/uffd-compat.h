@@ -32,6 +32,34 @@ struct uffdio_move {
 #define UFFDIO_MOVE _IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)
 #endif
 
+/* PAGEMAP_SCAN on /proc/PID/pagemap (Linux 6.7), <linux/fs.h> of 6.7 */
+#ifndef PAGEMAP_SCAN
+struct page_region {
+        __u64 start;
+        __u64 end;
+        __u64 categories;
+};
+struct pm_scan_arg {
+        __u64 size;
+        __u64 flags;
+        __u64 start;
+        __u64 end;
+        __u64 walk_end;
+        __u64 vec;
+        __u64 vec_len;
+        __u64 max_pages;
+        __u64 category_inverted;
+        __u64 category_mask;
+        __u64 category_anyof_mask;
+        __u64 return_mask;
+};
+#define PAGE_IS_WRITTEN (1 << 1)
+#define PAGE_IS_PRESENT (1 << 3)
+#define PM_SCAN_WP_MATCHING (1 << 0)
+#define PM_SCAN_CHECK_WPASYNC (1 << 1)
+#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
+#endif
+
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC 0xAA
 #define USERFAULTFD_IOC_NEW _IO(USERFAULTFD_IOC, 0x00)

@@ -448,14 +448,6 @@ bool evict_settled(MMClient *mm) {
         return true;
 }
 
-static int read_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm) {
-        ssize_t n = pread(mm->pagemap_fd, pm, npages * sizeof(uint64_t), (off_t)(start >> ZSWAP_PAGE_SHIFT) * 8);
-        if (n < 0)
-                return negative_errno();
-        if ((size_t)n != npages * sizeof(uint64_t))
-                return -EIO;
-        return 0;
-}
 
 /*
  * Which pages of a lane did the agent's moves really take? The agent's
@@ -487,12 +479,12 @@ static void lane_moved(MMClient *mm, unsigned li, uint64_t *bits) {
         uint64_t slot_pm[LANE_SLOTS], src_pm[LANE_SLOTS];
 
         memset(bits, 0xff, LANE_SLOTS / 8);
-        if (read_pagemap(mm, mmclient_slot_addr(mm, li * LANE_SLOTS), lane->npages, slot_pm) < 0)
+        if (mmclient_pagemap(mm, mmclient_slot_addr(mm, li * LANE_SLOTS), lane->npages, slot_pm) < 0)
                 return;
         for (uint32_t i = 0, j; i < lane->npages; i = j) {
                 for (j = i + 1; j < lane->npages && lane->addrs[j] == lane->addrs[j - 1] + ZSWAP_PAGE_SIZE; j++)
                         ;
-                if (read_pagemap(mm, lane->addrs[i], j - i, src_pm + i) < 0)
+                if (mmclient_pagemap(mm, lane->addrs[i], j - i, src_pm + i) < 0)
                         return;
         }
         for (uint32_t i = 0; i < lane->npages; i++)
@@ -615,7 +607,7 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                 }
                 n = MIN(n, (size_t)*budget);
                 *budget -= (unsigned)n;
-                if (read_pagemap(mm, s, n, pm) < 0) {
+                if (mmclient_pagemap(mm, s, n, pm) < 0) {
                         op->cursor = op->end;
                         break;
                 }

@@ -1100,8 +1100,8 @@ static void probe_features(Manager *m) {
         safe_close(dev);
 
         int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-        uint64_t arg[12] = { sizeof(arg), 0, 0x10000, 0x10000 };
-        m->pagemap_scan = pm >= 0 && ioctl(pm, _IOWR('f', 16, uint64_t[12]), arg) >= 0;
+        struct pm_scan_arg arg = { .size = sizeof(arg), .start = 0x10000, .end = 0x10000 };
+        m->pagemap_scan = pm >= 0 && ioctl(pm, PAGEMAP_SCAN, &arg) >= 0;
         safe_close(pm);
         if (!m->pagemap_scan)
                 m->wp_async = false; /* writes could not be read back */

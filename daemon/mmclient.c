@@ -224,6 +224,15 @@ int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
         return 0;
 }
 
+int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm) {
+        ssize_t n = pread(mm->pagemap_fd, pm, npages * sizeof(uint64_t), (off_t)(start >> ZSWAP_PAGE_SHIFT) * 8);
+        if (n < 0)
+                return negative_errno();
+        if ((size_t)n != npages * sizeof(uint64_t))
+                return -EIO;
+        return 0;
+}
+
 void mmclient_slot_poison(MMClient *mm, uint32_t slot) {
         uint8_t byte;
         mmclient_read(mm, mmclient_slot_addr(mm, slot), &byte, 1);

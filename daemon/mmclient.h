@@ -201,6 +201,9 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot);
 #define PM_FILE ((uint64_t)1 << 61)
 #define PM_PFN(pm) ((pm) & ((1ull << 55) - 1))
 
+/* The pagemap words of npages pages from start. 0, -errno, -EIO if short. */
+int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm);
+
 /* Is the process still alive (pidfd not readable)? */
 bool mmclient_alive(MMClient *mm);
 

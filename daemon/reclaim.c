@@ -40,32 +40,17 @@
 
 uint64_t reclaim_t0_ms;
 
-/* ---- PAGEMAP_SCAN (Linux 6.7), not in Debian 12's headers ---- */
-
-struct zs_page_region {
-        uint64_t start, end, categories;
-};
-struct zs_pm_scan_arg {
-        uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-        uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-#define ZS_PAGEMAP_SCAN _IOWR('f', 16, struct zs_pm_scan_arg)
-#define ZS_PAGE_IS_WRITTEN (1u << 1)
-#define ZS_PAGE_IS_PRESENT (1u << 3)
-#define ZS_PM_SCAN_WP_MATCHING (1u << 0)
-#define ZS_PM_SCAN_CHECK_WPASYNC (1u << 1)
-
 typedef void (*ScanFn)(MMClient *mm, uint64_t start, uint64_t end, void *ud);
 
 /* Call fn for each run of [start, end) that has all of `mask`; with wp,
  * write-protect them as well. -errno if the scan is refused. */
 static int pm_scan(MMClient *mm, uint64_t start, uint64_t end, uint64_t mask, bool wp, ScanFn fn, void *ud) {
-        struct zs_page_region vec[256];
+        struct page_region vec[256];
 
         while (start < end) {
-                struct zs_pm_scan_arg a = {
+                struct pm_scan_arg a = {
                         .size = sizeof(a),
-                        .flags = wp ? ZS_PM_SCAN_WP_MATCHING | ZS_PM_SCAN_CHECK_WPASYNC : 0,
+                        .flags = wp ? PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC : 0,
                         .start = start,
                         .end = end,
                         .vec = (uintptr_t)vec,
@@ -73,7 +58,7 @@ static int pm_scan(MMClient *mm, uint64_t start, uint64_t end, uint64_t mask, bo
                         .category_mask = mask,
                         .return_mask = mask,
                 };
-                long n = ioctl(mm->pagemap_fd, ZS_PAGEMAP_SCAN, &a);
+                long n = ioctl(mm->pagemap_fd, PAGEMAP_SCAN, &a);
                 if (n < 0)
                         return negative_errno();
                 for (long i = 0; i < n; i++)
@@ -90,17 +75,15 @@ static void count_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
         *(uint64_t *)ud += (end - start) >> ZSWAP_PAGE_SHIFT;
 }
 
-/* Pages of [start, end) present, by pread of pagemap: kernels without
+/* Pages of [start, end) present, by pagemap words: kernels without
  * PAGEMAP_SCAN. */
 static uint64_t count_present_pread(MMClient *mm, uint64_t start, uint64_t end) {
         uint64_t pm[512], n = 0;
 
         for (uint64_t a = start; a < end;) {
                 size_t k = MIN((end - a) >> ZSWAP_PAGE_SHIFT, ELEMENTSOF(pm));
-                ssize_t got = pread(mm->pagemap_fd, pm, k * 8, (off_t)(a >> ZSWAP_PAGE_SHIFT) * 8);
-                if (got <= 0)
+                if (mmclient_pagemap(mm, a, k, pm) < 0)
                         break;
-                k = (size_t)got / 8;
                 for (size_t i = 0; i < k; i++)
                         n += (pm[i] & (PM_PRESENT | PM_FILE)) == PM_PRESENT;
                 a += k * ZSWAP_PAGE_SIZE;
@@ -135,20 +118,15 @@ static void written_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
         }
 }
 
-typedef struct Region2 {
-        uint64_t start, end;
-} Region2;
-
 /* A copy of mm's regions (the lock is not held while scanning). */
-static size_t regions_snapshot(MMClient *mm, Region2 **ret) {
+static size_t regions_snapshot(MMClient *mm, Region **ret) {
         size_t n;
 
         pthread_mutex_lock(&mm->regions_lock);
         n = mm->nregions;
-        *ret = n ? malloc(n * sizeof(Region2)) : NULL;
+        *ret = n ? malloc(n * sizeof(Region)) : NULL;
         if (*ret)
-                for (size_t i = 0; i < n; i++)
-                        (*ret)[i] = (Region2){ mm->regions[i].start, mm->regions[i].end };
+                memcpy(*ret, mm->regions, n * sizeof(Region));
         else
                 n = 0;
         pthread_mutex_unlock(&mm->regions_lock);
@@ -157,17 +135,17 @@ static size_t regions_snapshot(MMClient *mm, Region2 **ret) {
 
 /* Resident pages of mm, and the write scan if it is due. */
 static uint64_t scan_client(Manager *m, MMClient *mm, uint64_t now, bool write_scan) {
-        _cleanup_free_ Region2 *rg = NULL;
+        _cleanup_free_ Region *rg = NULL;
         size_t n = regions_snapshot(mm, &rg);
         uint64_t resident = 0;
         uint32_t stamp = reclaim_stamp();
 
         for (size_t i = 0; i < n; i++) {
                 if (write_scan && mm->wp_async &&
-                    pm_scan(mm, rg[i].start, rg[i].end, ZS_PAGE_IS_WRITTEN | ZS_PAGE_IS_PRESENT, true, written_cb,
+                    pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true, written_cb,
                             &stamp) < 0)
                         write_scan = false;
-                if (!m->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, ZS_PAGE_IS_PRESENT, false, count_cb,
+                if (!m->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_PRESENT, false, count_cb,
                                                 &resident) < 0)
                         resident += count_present_pread(mm, rg[i].start, rg[i].end);
         }
