@@ -47,14 +47,13 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "bench-util.h"
 #include "corpus.h"
 #include "macro.h"
 #include "zram.h"
 
 #define RANDOM_SEED 0x5eed2024ULL
 #define GIB (1024.0 * 1024.0 * 1024.0)
-
-static volatile sig_atomic_t interrupted;
 
 typedef struct Options {
         const char *zswapd;     /* NULL: the zswapd built beside the bench */
@@ -96,10 +95,6 @@ typedef struct Run {
         size_t *perm;            /* the random order, same for every phase */
         uint64_t out_bytes, out_ns;
 } Run;
-
-static void on_signal(int sig) {
-        interrupted = sig;
-}
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -216,7 +211,7 @@ static int measure_faults(Run *run, const char *name, bool random, Latency *ret,
                 const volatile uint8_t *p = run->region + pg * ZSWAP_PAGE_SIZE;
                 uint64_t a, z;
 
-                if (interrupted)
+                if (bench_interrupted)
                         return -EINTR;
                 a = now_ns();
                 (void)*p;
@@ -244,17 +239,17 @@ static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
         double cpu0 = backend_daemon_cpu_s(b);
         int r = 0;
 
-        if (!interrupted)
+        if (!bench_interrupted)
                 r = measure_pageout(run, b, c, true, res);
-        if (r == 0 && !interrupted)
+        if (r == 0 && !bench_interrupted)
                 r = measure_faults(run, res->name, false, &res->seq, res);
-        if (r == 0 && !interrupted)
+        if (r == 0 && !bench_interrupted)
                 r = measure_pageout(run, b, c, false, res);
-        if (r == 0 && !interrupted)
+        if (r == 0 && !bench_interrupted)
                 r = measure_faults(run, res->name, true, &res->rnd, res);
         res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
         res->pageout_mbs = run->out_ns ? run->out_bytes / (run->out_ns / 1e3) : NAN;
-        return interrupted ? -EINTR : r;
+        return bench_interrupted ? -EINTR : r;
 }
 
 /* Map, fill, attach, measure, detach, unmap: everything the phase needs a client for. */
@@ -309,7 +304,7 @@ static bool explain_setup_error(const char *label, const BackendConfig *cfg, int
                 }
                 break;
         case -EINTR:
-                printf("%s phase: interrupted while setting up\n", label);
+                printf("%s phase: bench_interrupted while setting up\n", label);
                 return false;
         }
         printf("%s phase: set-up failed: %s\n", label, strerror(-r));
@@ -561,16 +556,7 @@ static void run_done(Run *run) {
         free(run->perm);
 }
 
-static void install_signals(void) {
-        struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: sleeps end early */
-
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
-}
-
-/* Each backend in turn, on the same data; a kernel phase only while not interrupted. */
+/* Each backend in turn, on the same data; a kernel phase only while not bench_interrupted. */
 static int run_phases(const Options *o, Run *run, Result res[N_BACKENDS]) {
         char workers[24];
         const char *const args[] = { "--workers", workers, NULL };
@@ -589,7 +575,7 @@ static int run_phases(const Options *o, Run *run, Result res[N_BACKENDS]) {
                 snprintf(res[i].name, sizeof(res[i].name), "%s-%s", label[i], cfg[i].compressor);
                 if (skip[i])
                         printf("%s phase: skipped (--skip-%s)\n", label[i], i == ZRAM ? "zram" : "kzswap");
-                else if (!interrupted)
+                else if (!bench_interrupted)
                         failed |= phase_run(run, label[i], &cfg[i], &res[i]) < 0;
         }
         return failed;
@@ -621,7 +607,7 @@ int main(int argc, char **argv) {
                 return fprintf(stderr, "out of memory\n"), 1;
         for (int i = 0; i < N_BACKENDS; i++)
                 res[i] = (Result) { .daemon_cpu_s = NAN };
-        install_signals();
+        bench_install_signals();
         /* Progress lines as they happen, also into a file or a pipe. */
         setvbuf(stdout, NULL, _IOLBF, 0);
         print_machine(&o, corpus_dir);
@@ -637,7 +623,7 @@ int main(int argc, char **argv) {
                                res[i].bad_pages, res[i].name);
                 bad += res[i].bad_pages;
         }
-        if (interrupted)
-                return printf("interrupted by signal %d\n", (int)interrupted), 130;
+        if (bench_interrupted)
+                return printf("bench_interrupted by signal %d\n", (int)bench_interrupted), 130;
         return failed || bad ? 1 : 0;
 }

@@ -81,8 +81,6 @@
 #define RESIDENT_SAMPLES 64 /* mincore() of the heap this often over the measured part */
 #define MIB (1024.0 * 1024.0)
 
-static volatile sig_atomic_t interrupted;
-
 typedef struct Options {
         const char *zswapd;     /* NULL: $ZSWAPD, then the zswapd built beside the bench */
         const char *corpus;     /* NULL: corpus_find_dir() */
@@ -169,10 +167,6 @@ typedef struct Heap {
         size_t len, n_pages;
 } Heap;
 
-static void on_signal(int sig) {
-        interrupted = sig;
-}
-
 /* ---- traces ---- */
 
 /* Split [0, len) into the phase trace's four segments: warm-up plus the
@@ -213,10 +207,10 @@ static int simulate(const Bench *b, const uint32_t *trace, SimResult *ret) {
         int r;
 
         r = sim_cold(trace, len, b->o->warmup, (uint32_t)b->n_pages, &ret->distinct, &ret->cold);
-        for (SimPolicy p = 0; p < SIM_POLICIES && r == 0 && !interrupted; p++)
+        for (SimPolicy p = 0; p < SIM_POLICIES && r == 0 && !bench_interrupted; p++)
                 r = sim_run(p, trace, len, b->o->warmup, (uint32_t)b->n_pages, b->capacity, &ret->misses[p]);
         ret->seconds = (bench_now_ns() - t0) / 1e9;
-        return interrupted ? -EINTR : r;
+        return bench_interrupted ? -EINTR : r;
 }
 
 /* ---- the real runs ---- */
@@ -305,7 +299,7 @@ static void replay(const Heap *h, const Bench *b, const Trace *t, size_t from, s
                 }
                 if (corpus_checksum(page) != b->corpus->sums[corpus_index(t->page[i])])
                         ret->mismatches++;
-                if ((i & 0xffff) == 0 && interrupted)
+                if ((i & 0xffff) == 0 && bench_interrupted)
                         break;
         }
         if (probe)
@@ -329,7 +323,7 @@ static int wait_settled(const Heap *h, uint64_t limit, double timeout_s, RunResu
                         res->settle_s = s;
                         return 0;
                 }
-                if (interrupted)
+                if (bench_interrupted)
                         return -EINTR;
                 if (s >= timeout_s) {
                         /* measured all the same: the table says how far above the limit it ran */
@@ -365,7 +359,7 @@ static int measure(const Heap *h, Backend *b, const Bench *bench, const Trace *t
 
         replay(h, bench, t, 0, o->warmup, false, &res->warm);
         r = zswap_get_stats(h->zc, ZSWAP_STATS_CLIENT, &res->before);
-        if (r < 0 || interrupted)
+        if (r < 0 || bench_interrupted)
                 return r ?: -EINTR;
         cpu0 = backend_daemon_cpu_s(b);
         t0 = bench_now_ns();
@@ -374,7 +368,7 @@ static int measure(const Heap *h, Backend *b, const Bench *bench, const Trace *t
         res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
         res->rate = o->accesses / res->seconds;
         r = zswap_get_stats(h->zc, ZSWAP_STATS_CLIENT, &res->after);
-        if (r < 0 || interrupted)
+        if (r < 0 || bench_interrupted)
                 return r ?: -EINTR;
         /* what the reclaimer makes of it once the accesses stop: one tick */
         bench_sleep_us((TICK_MS + 50) * 1000);
@@ -764,15 +758,6 @@ static int parse_argv(int argc, char **argv, Options *o) {
         return 1;
 }
 
-static void install_signals(void) {
-        struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: sleeps end early */
-
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
-}
-
 /* The traces of this run: one per skew, then "phase". */
 static unsigned trace_specs(const Options *o, Row *rows) {
         unsigned n = 0;
@@ -805,7 +790,7 @@ static int trace_real(const Bench *b, Trace *t, Row *row) {
 
 /* Build each trace, simulate it, and (unless --sim-only) run it for real. */
 static int run_traces(const Bench *b, Row *rows, unsigned n, bool *ret_bad) {
-        for (unsigned i = 0; i < n && !interrupted; i++) {
+        for (unsigned i = 0; i < n && !bench_interrupted; i++) {
                 Trace t = {};
                 Row *row = &rows[i];
                 int r;
@@ -829,7 +814,7 @@ static int run_traces(const Bench *b, Row *rows, unsigned n, bool *ret_bad) {
                 if (r < 0)
                         return r;
         }
-        return interrupted ? -EINTR : 0;
+        return bench_interrupted ? -EINTR : 0;
 }
 
 static int report_failures(const Row *rows, unsigned n) {
@@ -880,7 +865,7 @@ int main(int argc, char **argv) {
         b.n_pages = o.size / ZSWAP_PAGE_SIZE;
         b.capacity = (uint32_t)(b.n_pages * o.limit_pct / 100);
         b.limit = (uint64_t)b.capacity * ZSWAP_PAGE_SIZE;
-        install_signals();
+        bench_install_signals();
         setvbuf(stdout, NULL, _IOLBF, 0);
         if (!o.sim_only) {
                 r = bench_corpus_load(o.corpus, &corpus_dir, &corpus);
@@ -905,7 +890,7 @@ int main(int argc, char **argv) {
         bad |= report_failures(rows, n_rows);
         printf("total %.0f s; load at the end %s (other work on the machine skews every time and rate)\n",
                (bench_now_ns() - t0) / 1e9, bench_loadavg(load, sizeof(load)));
-        if (interrupted)
-                return printf("interrupted by signal %d\n", (int)interrupted), 130;
+        if (bench_interrupted)
+                return printf("bench_interrupted by signal %d\n", (int)bench_interrupted), 130;
         return bad || r < 0 ? 1 : 0;
 }

@@ -63,8 +63,6 @@
 #define MAX_BACKENDS 3
 #define JOIN_TIMEOUT_S 60
 
-static volatile sig_atomic_t interrupted;
-
 enum { MODE_DISTINCT, MODE_SHARED, N_MODES };
 static const char *const mode_names[N_MODES] = { "distinct", "shared" };
 
@@ -119,10 +117,6 @@ struct Run {
         atomic_bool stop;
         Thread th[MAX_THREADS];
 };
-
-static void on_signal(int sig) {
-        interrupted = sig;
-}
 
 /* ---- the client threads ---- */
 
@@ -265,7 +259,7 @@ static bool threads_run(Run *run, uint64_t *t0) {
         pthread_barrier_wait(&run->start);
         *t0 = bench_now_ns();
         until = *t0 + (uint64_t)(o->duration_s * 1e9);
-        while (!interrupted && bench_now_ns() < until)
+        while (!bench_interrupted && bench_now_ns() < until)
                 bench_sleep_us(10000);
         atomic_store_explicit(&run->stop, true, memory_order_relaxed);
         for (unsigned i = 0; i < run->nthreads; i++) {
@@ -383,7 +377,7 @@ static int cell_run(Run *run, Backend *b, Cell *sum) {
         cell->proc_cpu_s = pc1 - pc0;
         pthread_barrier_destroy(&run->start);
         regions_unmap(run, len, nregions);
-        cell->done = cell->err == 0 && !interrupted;
+        cell->done = cell->err == 0 && !bench_interrupted;
         printf("    %-8s %2u threads: %" PRIu64 " faults, %" PRIu64 " pages cycled in %.2f s; pageout call %.0f us, "
                "read+check %.1f us/page (mean, per thread); sys: daemon %.2f s, process %.2f s; %" PRIu64
                " bad pages\n",
@@ -460,7 +454,7 @@ static int backend_session(const Options *o, const Corpus *corpus, const Backend
         r = backend_client_new(b, &run->client);
         if (r < 0)
                 printf("    cannot connect to %s: %s\n", spec->name, strerror(-r));
-        for (unsigned m = 0; r == 0 && m < N_MODES && !interrupted; m++) {
+        for (unsigned m = 0; r == 0 && m < N_MODES && !bench_interrupted; m++) {
                 if (!o->modes[m])
                         continue;
                 run->o = o;
@@ -668,15 +662,6 @@ static int parse_argv(int argc, char **argv, Options *o) {
         return 1;
 }
 
-static void install_signals(void) {
-        struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: sleeps end early */
-
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
-}
-
 int main(int argc, char **argv) {
         Options o = { .compressor = "lz4", .threads = { 2, 4, 8, 16 }, .nthreads = 4, .duration_s = 1.5,
                       .pages = 1024, .chunk = 64, .block = 16, .modes = { true, true }, .repeat = 1 };
@@ -707,7 +692,7 @@ int main(int argc, char **argv) {
                 spec[nb++] = (BackendSpec){ "zswapd", BACKEND_ZSWAPD, o.compressor };
         if (!o.skip_kernel)
                 spec[nb++] = (BackendSpec){ "zswap-lzo", BACKEND_KZSWAP, "lzo" };
-        install_signals();
+        bench_install_signals();
         uname(&u);
         printf("machine: %ld CPUs, Linux %s %s; corpus %s\n", sysconf(_SC_NPROCESSORS_ONLN), u.release, u.machine,
                corpus_dir);
@@ -716,9 +701,9 @@ int main(int argc, char **argv) {
                "zswapd %s with its default options\n",
                o.duration_s, o.pages, o.chunk, o.block, o.compressor);
 
-        for (unsigned rep = 0; rep < o.repeat && !interrupted; rep++)
-                for (unsigned i = 0; i < o.nthreads && !interrupted; i++)
-                        for (unsigned k = 0; k < nb && !interrupted; k++) {
+        for (unsigned rep = 0; rep < o.repeat && !bench_interrupted; rep++)
+                for (unsigned i = 0; i < o.nthreads && !bench_interrupted; i++)
+                        for (unsigned k = 0; k < nb && !bench_interrupted; k++) {
                                 Cell *c[N_MODES] = { &cells[k][MODE_DISTINCT][i], &cells[k][MODE_SHARED][i] };
 
                                 failed |= backend_session(&o, corpus, &spec[k], o.threads[i], c) < 0;
@@ -731,7 +716,7 @@ int main(int argc, char **argv) {
         print_tables(&o, spec, nb, cells, ref);
         if (bad)
                 printf("VERIFICATION FAILED: %" PRIu64 " pages differ from what was written (see above)\n", bad);
-        if (interrupted)
-                return printf("interrupted by signal %d\n", (int)interrupted), 130;
+        if (bench_interrupted)
+                return printf("bench_interrupted by signal %d\n", (int)bench_interrupted), 130;
         return failed || bad ? 1 : 0;
 }

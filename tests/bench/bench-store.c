@@ -80,8 +80,6 @@
 #define PAGEOUT_TIMEOUT_S 300
 #define VERIFY_TIMEOUT_S 300
 
-static volatile sig_atomic_t interrupted;
-
 typedef struct Options {
         const char *zswapd;
         const char *corpus;
@@ -156,10 +154,6 @@ typedef struct Trace {
         bool gone;               /* reaped early */
         int status;
 } Trace;
-
-static void on_signal(int sig) {
-        interrupted = sig;
-}
 
 /* ---- child ---- */
 
@@ -306,7 +300,7 @@ static int sample_until_out(const Options *o, Shared *sh, const pid_t *pids, Tra
                 }
                 if (ended == o->procs)
                         return 0;
-                if (interrupted)
+                if (bench_interrupted)
                         return -EINTR;
                 if (now - t_go > PAGEOUT_TIMEOUT_S * 1000000000ULL)
                         return -ETIMEDOUT;
@@ -357,10 +351,10 @@ static int wait_ready(const Options *o, int fd) {
                 ssize_t k;
                 int n = poll(&p, 1, READY_TIMEOUT_S * 1000);
 
-                if (n < 0 && errno == EINTR && !interrupted)
+                if (n < 0 && errno == EINTR && !bench_interrupted)
                         continue;
                 if (n <= 0)
-                        return interrupted ? -EINTR : -ETIMEDOUT;
+                        return bench_interrupted ? -EINTR : -ETIMEDOUT;
                 k = read(fd, buf, o->procs - got);
                 if (k <= 0)
                         return -ECHILD; /* every write end closed early: children died */
@@ -864,15 +858,6 @@ static int parse_argv(int argc, char **argv, Options *o) {
         return 1;
 }
 
-static void install_signals(void) {
-        struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: sleeps end early */
-
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGHUP, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
-}
-
 static void print_machine(const Options *o, const char *corpus_dir) {
         struct utsname u;
 
@@ -911,16 +896,16 @@ int main(int argc, char **argv) {
         runs = calloc((size_t)n * o.repeat, sizeof(Result));
         if (!runs)
                 return fprintf(stderr, "out of memory\n"), 1;
-        install_signals();
+        bench_install_signals();
         print_machine(&o, corpus_dir);
         printf("load average at the start: %s\n", bench_loadavg(load, sizeof(load)));
         r = raw_measure(&o, corpus, &raw);
         if (r < 0)
                 return fprintf(stderr, "raw codec measurement failed: %s\n", strerror(-r)), 1;
 
-        for (unsigned rep = 0; rep < o.repeat && !interrupted; rep++) {
+        for (unsigned rep = 0; rep < o.repeat && !bench_interrupted; rep++) {
                 printf("run %u of %u\n", rep + 1, o.repeat);
-                for (unsigned i = 0; i < n && !interrupted; i++) {
+                for (unsigned i = 0; i < n && !bench_interrupted; i++) {
                         Result *x = &runs[(size_t)i * o.repeat + rep];
 
                         for (size_t f = 0; f < RESULT_FIELDS; f++)
@@ -947,7 +932,7 @@ int main(int argc, char **argv) {
         }
         if (bad)
                 printf("VERIFICATION FAILED: %.0f pages differ from what was written (see the lines above)\n", bad);
-        if (interrupted)
-                return printf("interrupted by signal %d\n", (int)interrupted), 130;
+        if (bench_interrupted)
+                return printf("bench_interrupted by signal %d\n", (int)bench_interrupted), 130;
         return failed || bad ? 1 : 0;
 }

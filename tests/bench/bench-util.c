@@ -4,6 +4,7 @@
  * Everything here is called from the benchmarks' main threads only, except
  * bench_now_ns() and bench_sleep_us(), which any thread may call.
  */
+#include <signal.h>
 #include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
@@ -384,4 +385,19 @@ const char *bench_ratio(char *buf, size_t len, double a, double b) {
         else
                 snprintf(buf, len, "-");
         return buf;
+}
+
+volatile sig_atomic_t bench_interrupted;
+
+static void on_signal(int sig) {
+        bench_interrupted = sig;
+}
+
+void bench_install_signals(void) {
+        struct sigaction sa = { .sa_handler = on_signal }; /* no SA_RESTART: sleeps end early */
+
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
 }

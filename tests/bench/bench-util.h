@@ -8,6 +8,8 @@
  */
 #pragma once
 
+#include <signal.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,3 +77,9 @@ const char *bench_loadavg(char *buf, size_t len);
 const char *bench_fmt(char *buf, size_t len, const char *fmt, double v);
 /* a / b as "%.2f", or "-". */
 const char *bench_ratio(char *buf, size_t len, double a, double b);
+
+/* The signal that asked the benchmark to stop (SIGINT, SIGTERM, SIGHUP), or
+ * 0. bench_install_signals() sets handlers for them without SA_RESTART, so
+ * sleeps end early, and ignores SIGPIPE. */
+extern volatile sig_atomic_t bench_interrupted;
+void bench_install_signals(void);
