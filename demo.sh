@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 [ -d build ] || meson setup build
 ninja -C build
 sock=$(mktemp -u /tmp/zswapd-demo-XXXX.sock)
-./build/daemon/zswapd --socket "$sock" &
+./build/daemon/zswapd --no-config --socket "$sock" &
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done

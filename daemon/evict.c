@@ -183,6 +183,12 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -E2BIG);
                         return 0;
                 }
+                if (atomic_fetch_sub_explicit(&mm->quota_left, n, memory_order_relaxed) < n) {
+                        /* its user's max_pool is spent (users.c): back it goes */
+                        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
+                        hand_back(mm, lane, lane_idx, lane->addrs[i], v, -EDQUOT);
+                        return 0;
+                }
                 if (pool_alloc(m->pool, (size_t)n, &h) < 0) {
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -ENOSPC);
                         return 0;

@@ -40,6 +40,7 @@
 
 #include "codec.h"
 #include "fault.h"
+#include "latency.h"
 #include "log.h"
 #include "manager.h"
 #include "reclaim.h"
@@ -59,6 +60,7 @@ typedef struct Retry {
         bool reserved;     /* from a thread's reserve, not malloc */
         uint64_t addr;
         uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
+        uint64_t t0;       /* when the fault it serves was read (fault_t0), 0: none */
         uint8_t page[ZSWAP_PAGE_SIZE];
 } Retry;
 
@@ -76,6 +78,11 @@ struct FaultThread {
         size_t nowned;
         bool retry_due;     /* this thread left retries on some mm; this thread only */
         _Atomic bool stop; /* written by the manager, read by the thread */
+        /* when the page fault being handled was read (now_ns()), 0: the
+         * work at hand is no program's fault; this thread only */
+        uint64_t fault_t0;
+        uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash */
+        _Alignas(64) LatencyHist lat; /* read to install, this thread writes (latency.h) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];
@@ -179,6 +186,7 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
         }
         r->addr = addr;
         r->loading = loading;
+        r->t0 = ft->fault_t0; /* the fault still waits: its time runs on */
         TRACE(TR_RETRY, addr, loading, 0);
         if (page)
                 memcpy(r->page, page, ZSWAP_PAGE_SIZE);
@@ -263,6 +271,11 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                 atomic_store_explicit(e, r == 0 ? final : 0, memory_order_release);
         }
         if (r == 0) {
+                if (ft->fault_t0) {
+                        /* the program runs again from here: read to install */
+                        latency_record(&ft->lat, now_ns() - ft->fault_t0);
+                        ft->fault_t0 = 0;
+                }
                 atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->m->faults, 1, memory_order_relaxed);
                 if (refault)
@@ -379,7 +392,7 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
  * keep their order and no other fault waits for more than one chunk.
  * Returns false when the window must end.
  */
-static bool ra_look(MMClient *mm, uint64_t done_from, uint64_t a, uint64_t end, bool *waiter) {
+static bool ra_look(FaultThread *ft, MMClient *mm, uint64_t done_from, uint64_t a, uint64_t end, bool *waiter) {
         struct uffd_msg msg;
         ssize_t n = read(mm->uffd, &msg, sizeof(msg));
 
@@ -395,11 +408,16 @@ static bool ra_look(MMClient *mm, uint64_t done_from, uint64_t a, uint64_t end, 
                 if (f >= a && f < end) {
                         *waiter = true;
                         mm->ra_waiter = f;
+                        /* if the window ends before its page, it becomes the
+                         * stash (fault_around): timed from this read */
+                        ft->stash_t0 = now_ns();
                         return true;
                 }
         }
         mm->stash = msg;
         mm->has_stash = true;
+        /* handled next by this thread (drain_messages): time it from now */
+        ft->stash_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? now_ns() : 0;
         return false;
 }
 
@@ -424,7 +442,7 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
 
         mm->ra_window = window;
         while (a < end) {
-                if (!waiter && !ra_look(mm, first, a, end, &waiter))
+                if (!waiter && !ra_look(ft, mm, first, a, end, &waiter))
                         break;
                 unsigned n = ra_claim(ft, mm, a, (unsigned)MIN((uint64_t)RA_CHUNK, (end - a) >> ZSWAP_PAGE_SHIFT), pages);
                 if (n == 0)
@@ -838,6 +856,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
         child->parent_pid = mm->pid;
+        child->uid = mm->uid; /* written once at attach, before the uffd was watched */
         child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;
         fault_thread_own(ft, child);
@@ -883,7 +902,10 @@ static void drain_messages(FaultThread *ft, MMClient *mm) {
                         /* read by fault-around, handled now, in order */
                         msg = mm->stash;
                         mm->has_stash = false;
+                        ft->fault_t0 = ft->stash_t0;
+                        ft->stash_t0 = 0;
                         handle_msg(ft, mm, &msg);
+                        ft->fault_t0 = 0;
                         continue;
                 }
                 ssize_t n = read(mm->uffd, &msg, sizeof(msg));
@@ -895,7 +917,11 @@ static void drain_messages(FaultThread *ft, MMClient *mm) {
                 if (n != sizeof(msg))
                         return;
                 TRACE(TR_READ, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);
+                /* the fault's latency starts here: the kernel's message
+                 * carries no time of its own */
+                ft->fault_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? now_ns() : 0;
                 handle_msg(ft, mm, &msg);
+                ft->fault_t0 = 0; /* a zero fill or an EEXIST: not timed */
         }
 }
 
@@ -930,6 +956,7 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
         while (list) {
                 Retry *r = list;
                 list = r->next;
+                ft->fault_t0 = r->t0;
                 if (!r->loading)
                         serve(ft, mm, r->addr, true, false);
                 else {
@@ -939,6 +966,7 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
                                         (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0, false,
                                         false);
                 }
+                ft->fault_t0 = 0;
                 retry_free(ft, r);
         }
 }
@@ -1296,6 +1324,10 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
 fail:
         fault_thread_free(ft);
         return r;
+}
+
+void fault_thread_latency(const FaultThread *ft, LatencySnapshot *s) {
+        latency_add(s, &ft->lat);
 }
 
 void fault_thread_stop(FaultThread *ft) {

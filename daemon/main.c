@@ -6,9 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "log.h"
 #include "manager.h"
+#include "sd-daemon.h"
 #include "trace.h"
 #include "util.h"
 
@@ -31,14 +35,24 @@ static void help(void) {
                "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
                "  -I, --worker-idle       run the compression workers SCHED_IDLE instead\n"
                "  -u, --allow-users       admit clients that are not root\n"
-               "  -C, --config FILE       read the policies ([reclaim], [pool]) from FILE; reread on SIGHUP\n"
+               "  -C, --config FILE       read zswapd.conf(5) from FILE (default %s if it exists,\n"
+               "                          or $ZSWAPD_CONFIG); reread on SIGHUP\n"
+               "      --no-config         read no configuration file\n"
+               "      --no-mlock          do not lock the daemon's memory\n"
+               "      --no-sandbox        keep every capability, install no system call filter\n"
                "  -o, --set KEY=VALUE     set one policy key (zswapd.conf(5)); wins over the file\n"
                "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
                "  -v, --verbose           log debug messages\n"
-               "  -h, --help              show this help\n\n"
-               "See zswapd(8).\n",
-               ZSWAP_DEFAULT_SOCKET);
+               "  -h, --help              show this help\n"
+               "      --version           show the version\n\n"
+               "Command-line options win over the file's [daemon] section.\n"
+               "See zswapd(8) and zswapd.conf(5).\n",
+               ZSWAP_DEFAULT_SOCKET, CONFIG_DEFAULT_PATH);
 }
+
+static bool no_config; /* --no-config: not even the default file */
+
+enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX }; /* long options only */
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
         char *end;
@@ -62,21 +76,25 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "fault-spin-us", required_argument, NULL, 'S' },       { "foreground", no_argument, NULL, 'f' },
                 { "verbose", no_argument, NULL, 'v' },           { "help", no_argument, NULL, 'h' },
                 { "config", required_argument, NULL, 'C' },      { "set", required_argument, NULL, 'o' },
+                { "no-config", no_argument, NULL, 'N' },         { "version", no_argument, NULL, 'V' },
+                { "no-mlock", no_argument, NULL, OPT_NO_MLOCK }, { "no-sandbox", no_argument, NULL, OPT_NO_SANDBOX },
                 {}
         };
         unsigned level;
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFHR:ufvhC:o:", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:c:l:w:t:p:S:b:n:IPFHR:ufvhC:o:NV", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's':
                         cfg->socket_path = optarg;
+                        cfg->cli_set |= 1u << DKEY_SOCKET;
                         break;
                 case 'c':
                         if (codec_from_string(optarg, &cfg->codec) < 0) {
                                 fprintf(stderr, "zswapd: unknown compressor '%s' (lz4, zstd)\n", optarg);
                                 return -EINVAL;
                         }
+                        cfg->cli_set |= 1u << DKEY_COMPRESSOR;
                         break;
                 case 'l':
                         if (parse_uint(optarg, 1, 22, &level) < 0) {
@@ -84,6 +102,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                                 return -EINVAL;
                         }
                         cfg->level = (int)level;
+                        cfg->cli_set |= 1u << DKEY_LEVEL;
                         break;
                 case 'w':
                 case 't':
@@ -91,21 +110,28 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                                 fprintf(stderr, "zswapd: --%s takes 1..64\n", c == 'w' ? "workers" : "fault-threads");
                                 return -EINVAL;
                         }
+                        cfg->cli_set |= 1u << (c == 'w' ? DKEY_WORKERS : DKEY_FAULT_THREADS);
                         break;
-                case 'p':
-                        if (parse_size(optarg, &cfg->pool_max) < 0) {
+                case 'p': {
+                        /* the same as --set pool_max=SIZE, and checked with it */
+                        static char set[64];
+                        if (strlen(optarg) > 40) {
                                 fprintf(stderr, "zswapd: bad size '%s'\n", optarg);
                                 return -EINVAL;
                         }
-                        break;
+                        snprintf(set, sizeof(set), "pool_max=%s", optarg);
+                        optarg = set;
+                        goto add_set;
+                }
                 case 'u':
-                        cfg->allow_users = true;
+                        cfg->allow_all = true;
                         break;
                 case 'b':
                         if (parse_uint(optarg, 1, ZSWAP_BATCH_MAX, &cfg->batch_pages) < 0) {
                                 fprintf(stderr, "zswapd: --batch takes 1..%d pages\n", ZSWAP_BATCH_MAX);
                                 return -EINVAL;
                         }
+                        cfg->cli_set |= 1u << DKEY_BATCH;
                         break;
                 case 'n': {
                         char *end;
@@ -115,6 +141,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                                 return -EINVAL;
                         }
                         cfg->worker_nice = (int)v;
+                        cfg->cli_set |= 1u << DKEY_WORKER_NICE;
                         break;
                 }
                 case 'I':
@@ -146,7 +173,15 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case 'C':
                         cfg->config_path = optarg;
                         break;
-                case 'o': {
+                case 'N':
+                        cfg->config_path = NULL;
+                        no_config = true;
+                        break;
+                case 'V':
+                        printf("zswapd %s\n", ZSWAP_VERSION);
+                        exit(EXIT_SUCCESS);
+                case 'o':
+                add_set: {
                         char **n = realloc(cfg->sets, (cfg->nsets + 1) * sizeof(char *));
                         if (!n)
                                 return -ENOMEM;
@@ -156,6 +191,14 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 }
                 case 'v':
                         log_set_level(LOG_LEVEL_DEBUG);
+                        break;
+                case OPT_NO_MLOCK:
+                        cfg->lock_memory = false;
+                        cfg->cli_set |= 1u << DKEY_LOCK_MEMORY;
+                        break;
+                case OPT_NO_SANDBOX:
+                        cfg->sandbox = false;
+                        cfg->cli_set |= 1u << DKEY_SANDBOX;
                         break;
                 case 'h':
                         help();
@@ -169,6 +212,73 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 return -EINVAL;
         }
         return 0;
+}
+
+/*
+ * Socket activation (zswapd.socket): the listening socket systemd passed as
+ * fd 3, or -1 if none was. Anything but one listening AF_UNIX
+ * SOCK_SEQPACKET socket is a configuration error (exit 2): serving the
+ * wrong socket would fail every client in ways far from the cause.
+ */
+static int activation_socket(const char **path) {
+        static struct sockaddr_un sa;
+        socklen_t len = sizeof(sa);
+        int domain = 0, type = 0, listening = 0;
+        socklen_t ilen = sizeof(int);
+        int n = sdd_listen_fds();
+
+        if (n == 0)
+                return -1;
+        if (n < 0) {
+                fprintf(stderr, "zswapd: bad LISTEN_PID/LISTEN_FDS from the service manager: %s\n", strerror(-n));
+                return -EINVAL;
+        }
+        if (n > 1) {
+                fprintf(stderr, "zswapd: LISTEN_FDS=%d: socket activation passes one socket (zswapd.socket)\n", n);
+                return -EINVAL;
+        }
+        if (getsockopt(3, SOL_SOCKET, SO_DOMAIN, &domain, &ilen) < 0 ||
+            getsockopt(3, SOL_SOCKET, SO_TYPE, &type, &ilen) < 0 ||
+            getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ilen) < 0 || domain != AF_UNIX ||
+            type != SOCK_SEQPACKET || !listening) {
+                fprintf(stderr, "zswapd: LISTEN_FDS: fd 3 is not a listening AF_UNIX SOCK_SEQPACKET socket "
+                                "(zswapd.socket needs ListenSequentialPacket=)\n");
+                return -EINVAL;
+        }
+        int r = fd_set_nonblock(3, true); /* the accept loop runs until EAGAIN */
+        if (r < 0) {
+                fprintf(stderr, "zswapd: LISTEN_FDS: cannot make fd 3 non-blocking: %s\n", strerror(-r));
+                return r;
+        }
+        if (getsockname(3, (struct sockaddr *)&sa, &len) == 0 && sa.sun_path[0] == '/')
+                *path = sa.sun_path; /* for the log; the socket is systemd's: never unlinked */
+        return 3;
+}
+
+/* The file's [daemon] settings, where the command line did not give them. */
+static void apply_daemon_conf(ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu) {
+#define FROM_FILE(k) (!(cfg->cli_set & (1u << (k))) && (d->set & (1u << (k))))
+        if (FROM_FILE(DKEY_SOCKET) && !getenv("ZSWAP_SOCKET"))
+                cfg->socket_path = d->socket;
+        if (FROM_FILE(DKEY_COMPRESSOR))
+                cfg->codec = d->codec;
+        if (FROM_FILE(DKEY_LEVEL))
+                cfg->level = d->level;
+        if (FROM_FILE(DKEY_WORKERS))
+                cfg->workers = d->workers ? d->workers : ncpu;
+        if (FROM_FILE(DKEY_FAULT_THREADS))
+                cfg->fault_threads = d->fault_threads ? d->fault_threads : ncpu;
+        if (FROM_FILE(DKEY_BATCH))
+                cfg->batch_pages = d->batch;
+        if (FROM_FILE(DKEY_WORKER_NICE))
+                cfg->worker_nice = d->worker_nice;
+        if (FROM_FILE(DKEY_MAX_CLIENTS))
+                cfg->max_clients = d->max_clients;
+        if (FROM_FILE(DKEY_LOCK_MEMORY))
+                cfg->lock_memory = d->lock_memory;
+        if (FROM_FILE(DKEY_SANDBOX))
+                cfg->sandbox = d->sandbox;
+#undef FROM_FILE
 }
 
 int main(int argc, char **argv) {
@@ -188,32 +298,41 @@ int main(int argc, char **argv) {
                 .max_regions = 4096,
                 .max_registered = UINT64_MAX,
                 .max_clients = 1024,
-                .max_conns_per_user = 64,
                 .listen_fd = -1,
+                .lock_memory = true,
+                .sandbox = true,
         };
         Manager *m = NULL;
+        Config conf;
+        char err[512];
         int r;
 
-        tunables_default(&cfg.tun);
         if (parse_args(argc, argv, &cfg) < 0)
                 return 2;
-        cfg.tun.pool_max = cfg.pool_max; /* --pool-max bounds the pool as pool_max does */
-        {
-                char err[512];
-                Tunables t;
-                if (manager_build_tunables(&cfg, &t, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "zswapd: %s\n", err);
-                        return 2;
-                }
+        if (!cfg.config_path && !no_config) {
+                const char *env = getenv("ZSWAPD_CONFIG");
+                if (env)
+                        cfg.config_path = *env ? env : NULL; /* empty: none */
+                else if (access(CONFIG_DEFAULT_PATH, F_OK) == 0)
+                        cfg.config_path = CONFIG_DEFAULT_PATH;
         }
+        if (manager_build_config(&cfg, &conf, err, sizeof(err)) < 0) {
+                fprintf(stderr, "zswapd: %s\n", err);
+                return 2;
+        }
+        apply_daemon_conf(&cfg, &conf.daemon, ncpu > 0 ? (unsigned)ncpu : 1);
+        cfg.conf = &conf;
         /* every client costs a connection, a uffd, a pidfd and a pagemap fd */
         struct rlimit rl;
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
                 rl.rlim_cur = rl.rlim_max;
                 setrlimit(RLIMIT_NOFILE, &rl);
         }
-        /* TODO(issue 6): lock the daemon's own memory; mlockall() would make
-         * the pool's MADV_DONTNEED fail, so the pool must be exempted first */
+        /* opens the notification socket before the sandbox forbids socket() */
+        sdd_notify("STATUS=starting");
+        cfg.listen_fd = activation_socket(&cfg.socket_path);
+        if (cfg.listen_fd < -1)
+                return 2;
         r = manager_new(&cfg, &m);
         if (r < 0) {
                 log_error("cannot start: %s", strerror(-r));
@@ -221,6 +340,7 @@ int main(int argc, char **argv) {
         }
         r = manager_run(m);
         manager_free(m);
+        config_free(&conf);
         free(cfg.sets);
         return r < 0 ? 1 : 0;
 }

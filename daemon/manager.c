@@ -33,7 +33,10 @@
 #include "log.h"
 #include "manager.h"
 #include "reclaim.h"
+#include "sandbox.h"
+#include "sd-daemon.h"
 #include "uffd-compat.h"
+#include "users.h"
 #include "util.h"
 
 #define EP_LISTEN 1
@@ -46,7 +49,6 @@
 
 static void conn_free(Manager *m, Conn *c);
 static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg);
-static int stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope);
 
 void manager_post(Manager *m, Work *w) {
         inbox_push(&m->inbox, w);
@@ -81,72 +83,10 @@ void conn_kill(Conn *c, const char *why) {
         c->dying = true;
 }
 
-/* ---- statistics ---- */
-
-static void stats_add_mm(struct zswap_stats *s, MMClient *mm) {
-        uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
-        uint64_t same = atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed);
-        s->stored_pages += stored;
-        s->same_pages += same;
-        s->staged_pages += atomic_load_explicit(&mm->st.staged_pages, memory_order_relaxed);
-        s->incompressible_pages += atomic_load_explicit(&mm->st.incompressible_pages, memory_order_relaxed);
-        s->compressed_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed);
-        s->original_bytes += (stored + same) * ZSWAP_PAGE_SIZE;
-        s->evictions += atomic_load_explicit(&mm->st.evictions, memory_order_relaxed);
-        s->faults += atomic_load_explicit(&mm->st.faults, memory_order_relaxed);
-        s->faults_zero += atomic_load_explicit(&mm->st.faults_zero, memory_order_relaxed);
-        s->prefetches += atomic_load_explicit(&mm->st.prefetches, memory_order_relaxed);
-        s->resident_bytes += atomic_load_explicit(&mm->st.resident_pages, memory_order_relaxed) * ZSWAP_PAGE_SIZE;
-        s->limit_bytes += atomic_load_explicit(&mm->st.limit_bytes, memory_order_relaxed);
-        s->refaults += atomic_load_explicit(&mm->st.refaults, memory_order_relaxed);
-        s->clean_pages += atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed);
-        s->clean_bytes += atomic_load_explicit(&mm->st.clean_bytes, memory_order_relaxed);
-        s->clean_reevictions += atomic_load_explicit(&mm->st.clean_reevictions, memory_order_relaxed);
-        s->reclaim_evictions += atomic_load_explicit(&mm->st.reclaim_evictions, memory_order_relaxed);
-        s->thrash_backoffs += atomic_load_explicit(&mm->st.thrash_backoffs, memory_order_relaxed);
-        pthread_mutex_lock(&mm->regions_lock);
-        s->registered_bytes += mm->registered_bytes;
-        pthread_mutex_unlock(&mm->regions_lock);
-}
-
-static void stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
-        PoolStats ps;
-
-        memset(s, 0, sizeof(*s));
-        /* a client's own statistics are counted now (its own cost); the
-         * global ones may be up to 100 ms old */
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
-                if (!only || mm == only)
-                        reclaim_measure(m, mm, only != NULL);
-        if (only) {
-                stats_add_mm(s, only);
-                s->clients = 1;
-                return;
-        }
-        for (MMClient *mm = m->mms; mm; mm = mm->next) {
-                stats_add_mm(s, mm);
-                s->clients++;
-        }
-        pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient *mm = m->orphans; mm; mm = mm->next)
-                stats_add_mm(s, mm);
-        pthread_mutex_unlock(&m->orphans_lock);
-        /* releases are deferred (the fault path never takes the pool's
-         * locks): settle them so the figures are current */
-        pool_reclaim(m->pool);
-        pool_get_stats(m->pool, &ps);
-        s->pool_bytes = ps.pool_bytes;
-        /* global counters outlive the clients they counted */
-        s->evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);
-        s->faults = atomic_load_explicit(&m->faults, memory_order_relaxed);
-        s->faults_zero = atomic_load_explicit(&m->faults_zero, memory_order_relaxed);
-        s->prefetches = atomic_load_explicit(&m->prefetches, memory_order_relaxed);
-        s->pool_full_events = atomic_load_explicit(&m->pool_full_events, memory_order_relaxed);
-}
-
 /* ---- client address spaces ---- */
 
 static void mm_link(Manager *m, MMClient *mm) {
+        mm->user_limit = users_default_limit(m, mm->uid);
         mm->next = m->mms;
         m->mms = mm;
 }
@@ -224,7 +164,7 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         int r;
 
         if (type == ZMSG_STATS)
-                return stats_reply(m, c, id, (uint32_t)s);
+                return report_stats_reply(m, c, id, (uint32_t)s);
         if (type == ZMSG_FORK_DONE) {
                 mm->fork_paused = false;
                 evict_pump(m, mm);
@@ -320,6 +260,39 @@ static void tick_orphans(Manager *m) {
 
 static int epoll_add(int epfd, int fd, uint64_t tag);
 
+/* The one-line summary systemctl status shows: clients, what they hold out, the pool. */
+static void notify_status(Manager *m, const char *state) {
+        uint64_t pages = 0;
+        unsigned clients = 0;
+        PoolStats ps;
+        char status[sizeof(m->status)];
+
+        for (MMClient *mm = m->mms; mm; mm = mm->next, clients++)
+                pages += atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
+                         atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed);
+        pool_get_stats(m->pool, &ps);
+        snprintf(status, sizeof(status), "%u client%s, %.1f MiB held out in a %.1f MiB pool", clients,
+                 clients == 1 ? "" : "s", (double)(pages * ZSWAP_PAGE_SIZE) / (1 << 20),
+                 (double)ps.pool_bytes / (1 << 20));
+        m->status_last_ns = now_ns();
+        if (!state && strcmp(status, m->status) == 0)
+                return;
+        strcpy(m->status, status);
+        sdd_notifyf("%sSTATUS=%s", state ? state : "", status);
+}
+
+/* systemd's watchdog hears from the manager thread's own loop: a stuck loop is a dead daemon. */
+static void notify_tick(Manager *m) {
+        uint64_t now = now_ns();
+
+        if (m->watchdog_ns && now - m->watchdog_last_ns >= m->watchdog_ns) {
+                sdd_notify("WATCHDOG=1");
+                m->watchdog_last_ns = now;
+        }
+        if (now - m->status_last_ns >= 5ull * 1000000000)
+                notify_status(m, NULL);
+}
+
 static void tick(Manager *m) {
         uint64_t expirations;
         static unsigned n;
@@ -339,8 +312,11 @@ static void tick(Manager *m) {
                 evict_tick(m, mm);
         }
         reclaim_tick(m);
+        notify_tick(m);
+        users_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
                 m->listen_paused = false;
+        report_tick(m);
         if (++n % (1000 / TICK_MS) == 0) {
                 tick_orphans(m);
                 pool_reclaim(m->pool);
@@ -349,9 +325,15 @@ static void tick(Manager *m) {
 
 /* ---- requests ---- */
 
+/* Root, or a member of [users] admin_group: may steer every client and
+ * change daemon-wide settings. Decided now, from the groups the peer had
+ * when it connected, so a reload that changes admin_group applies at once. */
+bool conn_admin(Manager *m, Conn *c) {
+        return config_is_admin(&m->conf.users, c->uid, c->groups, c->ngroups);
+}
+
 static int open_uffd_dev(void) {
-        int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-        return fd < 0 ? negative_errno() : fd;
+        return sandbox_open_uffd_dev(); /* the sandbox opens no file for writing */
 }
 
 static int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
@@ -359,8 +341,12 @@ static int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
                 return -EALREADY;
         if (h->role != ZROLE_CLIENT && h->role != ZROLE_CONTROL && h->role != ZROLE_CHILD)
                 return -EINVAL;
-        if (h->role != ZROLE_CONTROL && c->uid != 0 && !m->cfg.allow_users)
+        if (h->role != ZROLE_CONTROL && !m->cfg.allow_all &&
+            !config_user_allowed(&m->conf.users, c->uid, c->groups, c->ngroups)) {
+                log_warn("pid %d (uid %u): not allowed to be a client ([users] allow in zswapd.conf): refused",
+                         (int)c->pid, c->uid);
                 return -EPERM;
+        }
         c->role = (int)h->role;
         if (c->role == ZROLE_CONTROL) {
                 conn_reply(c, h->hdr.id, 0, 0);
@@ -435,6 +421,7 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         mm->wp_async = m->wp_async;
         mm_set_staging(mm, a, nlanes);
         mm->conn = c;
+        mm->uid = c->uid;
         c->mm = mm;
         mm->ft = m->fts[mm->id % m->nfts];
         if (fault_watch(m, mm) < 0) {
@@ -527,6 +514,8 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
                         return -EBUSY; /* still being unregistered: ask again when that returns */
         if (s < mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE && e > mm->staging_addr)
                 return -EINVAL; /* the staging area is the agent's, never managed */
+        if ((r = users_check_register(m, mm, e - s)) < 0)
+                return r;
         r = mmclient_uffd_register(mm, s, e);
         if (r < 0)
                 return r == -EBUSY ? -EEXIST : r;
@@ -535,19 +524,6 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
                 mmclient_uffd_unregister(mm, s, e);
         mm->rc.measured_ms = 0; /* the next statistics count afresh */
         return r;
-}
-
-static int stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
-        ZMsgStatsReply rep = { .status = 0 };
-
-        if (scope == ZSWAP_STATS_CLIENT && !c->mm)
-                return -ENOTCONN;
-        if (scope != ZSWAP_STATS_CLIENT && scope != ZSWAP_STATS_GLOBAL)
-                return -EINVAL;
-        stats_collect(m, scope == ZSWAP_STATS_CLIENT ? c->mm : NULL, &rep.stats);
-        zmsg_init(&rep.hdr, ZMSG_STATS_REPLY, id, sizeof(rep));
-        reply_send(c, &rep, sizeof(rep), NULL, 0);
-        return 1;
 }
 
 /*
@@ -569,7 +545,7 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
                 if (mm->pid != q->pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                         continue;
                 found = true;
-                allowed |= c->uid == 0 || c->uid == mm->conn->uid;
+                allowed |= conn_admin(m, c) || c->uid == mm->conn->uid;
         }
         if (!found)
                 return -ESRCH;
@@ -606,7 +582,7 @@ static int steerable(Manager *m, Conn *c, int32_t pid) {
                 if (mm->pid != pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                         continue;
                 found++;
-                allowed |= c->uid == 0 || c->uid == mm->conn->uid;
+                allowed |= conn_admin(m, c) || c->uid == mm->conn->uid;
         }
         return !found ? -ESRCH : !allowed ? -EPERM : found;
 }
@@ -618,7 +594,7 @@ static bool steer_target(Conn *c, MMClient *mm, int32_t pid) {
         if (pid == 0)
                 return mm == c->mm;
         return mm->pid == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
-               (c->uid == 0 || c->uid == mm->conn->uid);
+               (conn_admin(c->m, c) || c->uid == mm->conn->uid);
 }
 
 /* zswapctl limit PID SIZE, zswap_set_limit(): applied at the next tick */
@@ -658,7 +634,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                         mm->rc.limit = t.limit;
                         mm->rc.limit_set = true;
                 }
-                t.limit = mm->rc.limit_set ? mm->rc.limit : mm->m->tun.limit;
+                t.limit = mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : mm->m->tun.limit;
                 return tunable_get(&t, "limit", out, len);
         }
         if (strcmp(key, "idle_age") == 0) {
@@ -720,8 +696,8 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
                 tunable_reply(c, q, 0, out);
                 return 1;
         }
-        if (set && c->uid != 0) {
-                tunable_reply(c, q, -EPERM, "permission denied: changing daemon settings needs root");
+        if (set && !conn_admin(m, c)) {
+                tunable_reply(c, q, -EPERM, "permission denied: admin commands need root or group zswap");
                 return 1;
         }
         if (set) {
@@ -743,46 +719,81 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
         return 1;
 }
 
-int manager_build_tunables(const ManagerConfig *cfg, Tunables *ret, char *err, size_t len) {
-        Tunables t = cfg->tun;
+int manager_build_config(const ManagerConfig *cfg, Config *ret, char *err, size_t len) {
         int r;
 
-        if (cfg->config_path && (r = tunables_load(&t, cfg->config_path, err, len)) < 0)
+        config_default(ret);
+        if (cfg->config_path && (r = config_load(ret, cfg->config_path, err, len)) < 0) {
+                config_free(ret);
                 return r;
+        }
         for (size_t i = 0; i < cfg->nsets; i++) {
                 char key[ZSWAP_TUNABLE_KEY_MAX], why[256];
                 const char *eq = strchr(cfg->sets[i], '=');
                 size_t kl = eq ? (size_t)(eq - cfg->sets[i]) : 0;
                 if (!eq || kl == 0 || kl >= sizeof(key)) {
                         snprintf(err, len, "--set %s: expected KEY=VALUE", cfg->sets[i]);
+                        config_free(ret);
                         return -EINVAL;
                 }
                 memcpy(key, cfg->sets[i], kl);
                 key[kl] = 0;
-                if ((r = tunable_set(&t, key, eq + 1, why, sizeof(why))) < 0) {
+                if ((r = tunable_set(&ret->tun, key, eq + 1, why, sizeof(why))) < 0) {
                         snprintf(err, len, "--set %s: %s", cfg->sets[i], r == -ENOENT ? "unknown key" : why);
+                        config_free(ret);
                         return r;
                 }
         }
-        *ret = t;
         return 0;
 }
 
-/* SIGHUP: reread --config. A bad file changes nothing and says why. */
+/* The [daemon] keys a reload would change: they need a restart. The
+ * command line's own win anyway, so only the file's are compared. */
+static void reload_daemon_keys(Manager *m, const DaemonConf *now, const DaemonConf *new) {
+        for (DaemonKey k = 0; k < _DKEY_MAX; k++) {
+                bool same;
+                if (m->cfg.cli_set & (1u << k))
+                        continue;
+                switch (k) {
+                case DKEY_SOCKET: same = strcmp(now->socket, new->socket) == 0; break;
+                case DKEY_COMPRESSOR: same = now->codec == new->codec; break;
+                case DKEY_LEVEL: same = now->level == new->level; break;
+                case DKEY_WORKERS: same = now->workers == new->workers; break;
+                case DKEY_FAULT_THREADS: same = now->fault_threads == new->fault_threads; break;
+                case DKEY_BATCH: same = now->batch == new->batch; break;
+                case DKEY_WORKER_NICE: same = now->worker_nice == new->worker_nice; break;
+                case DKEY_LOCK_MEMORY: same = now->lock_memory == new->lock_memory; break;
+                case DKEY_SANDBOX: same = now->sandbox == new->sandbox; break;
+                case DKEY_MAX_CLIENTS: same = now->max_clients == new->max_clients; break;
+                default: same = true;
+                }
+                if (!same)
+                        log_warn("SIGHUP: [daemon] %s changed: it needs a restart (systemctl restart zswapd); "
+                                 "the running value stays", config_daemon_key(k));
+        }
+}
+
+/* SIGHUP: reread the file. A bad file changes nothing and says why; a good
+ * one applies the policies and the users' rules without dropping anyone. */
 static void reload_config(Manager *m) {
         char err[512];
-        Tunables t;
+        Config c;
 
         if (!m->cfg.config_path) {
                 log_info("SIGHUP: no configuration file to reload (--config)");
                 return;
         }
-        int r = manager_build_tunables(&m->cfg, &t, err, sizeof(err));
+        int r = manager_build_config(&m->cfg, &c, err, sizeof(err));
         if (r < 0) {
                 log_error("SIGHUP: %s; the running configuration stays", err);
                 return;
         }
-        m->tun = t;
+        reload_daemon_keys(m, &m->conf.daemon, &c.daemon);
+        c.daemon = m->conf.daemon; /* [daemon] is read at start only */
+        config_free(&m->conf);
+        m->conf = c;
+        m->tun = c.tun;
+        users_apply(m);
         reclaim_apply(m);
         reclaim_soon(m);
         log_info("SIGHUP: %s reloaded", m->cfg.config_path);
@@ -809,13 +820,17 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
         case ZMSG_TUNABLE_SET:
         case ZMSG_TUNABLE_GET:
                 return do_tunable(m, c, buf);
+        case ZMSG_STATUS:
+                return report_status(m, c, buf);
+        case ZMSG_CLIENTS:
+                return report_clients(m, c, buf);
         case ZMSG_STATS:
                 if (((const ZMsgStatsReq *)buf)->scope > ZSWAP_STATS_GLOBAL)
                         return -EINVAL;
                 if (ready) {
                         /* counters as of after every event the client caused */
                         if (mm_sync_now(mm))
-                                return stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
+                                return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
                         Work *w = work_new(FW_SYNC, mm);
                         if (!w)
                                 return -ENOMEM;
@@ -826,7 +841,7 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                         fault_thread_post(mm->ft, w);
                         return 1;
                 }
-                return stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
+                return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
         case ZMSG_REGISTER:
         case ZMSG_UNREGISTER:
         case ZMSG_PAGEOUT: {
@@ -937,17 +952,33 @@ static void conn_readable(Manager *m, Conn *c) {
                         c->dying = true;
                         return;
                 }
+                bool request = n >= (ssize_t)sizeof(ZMsgHeader) && ((ZMsgHeader *)buf)->type < ZMSG_REPLY;
                 conn_message(m, c, buf, n, fds, nfds, sender);
+                if (request && !c->dying && !users_take_request(m, c))
+                        return; /* paused until users_tick() */
         }
 }
 
 /* ---- connections ---- */
 
-static unsigned conns_of_uid(Manager *m, uid_t uid) {
-        unsigned n = 0;
-        for (Conn *c = m->conns; c; c = c->next)
-                n += c->uid == uid;
-        return n;
+/* The peer's groups (SO_PEERGROUPS, Linux 4.13): the admin group and
+ * "allow = @group" count supplementary groups too. */
+static int peer_groups(int fd, gid_t primary, Conn *c) {
+        socklen_t len = 64 * sizeof(gid_t);
+
+        for (;;) {
+                gid_t *g = realloc(c->groups, len + sizeof(gid_t));
+                if (!g)
+                        return -ENOMEM;
+                c->groups = g;
+                g[0] = primary;
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g + 1, &len) == 0) {
+                        c->ngroups = 1 + len / sizeof(gid_t);
+                        return 0;
+                }
+                if (errno != ERANGE || len > 65536 * sizeof(gid_t))
+                        return negative_errno();
+        }
 }
 
 static void conn_accept(Manager *m) {
@@ -973,9 +1004,15 @@ static void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
-                if (m->nconns >= m->cfg.max_clients ||
-                    (cred.uid != 0 && conns_of_uid(m, cred.uid) >= m->cfg.max_conns_per_user)) {
-                        log_warn("pid %d (uid %u): too many connections, refused", (int)cred.pid, cred.uid);
+                if (m->nconns >= m->cfg.max_clients || !users_may_connect(m, cred.uid)) {
+                        log_warn("pid %d (uid %u): too many connections (%s), refused", (int)cred.pid, cred.uid,
+                                 m->nconns >= m->cfg.max_clients ? "max_clients" : "its user's max_connections");
+                        free(c);
+                        safe_close(fd);
+                        continue;
+                }
+                if (peer_groups(fd, cred.gid, c) < 0) {
+                        free(c->groups);
                         free(c);
                         safe_close(fd);
                         continue;
@@ -1013,6 +1050,7 @@ static void conn_free(Manager *m, Conn *c) {
         }
         epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         safe_close(c->fd);
+        free(c->groups);
         free(c);
 }
 
@@ -1117,11 +1155,16 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                 return -ENOMEM;
         m->cfg = *cfg;
         char err[512];
-        if ((r = manager_build_tunables(cfg, &m->tun, err, sizeof(err))) < 0) {
+        if (cfg->conf)
+                r = config_copy(&m->conf, cfg->conf);
+        else if ((r = manager_build_config(cfg, &m->conf, err, sizeof(err))) < 0)
                 log_error("%s", err);
+        if (r < 0) {
                 free(m);
                 return r;
         }
+        m->cfg.conf = NULL; /* the caller's; ours is m->conf */
+        m->tun = m->conf.tun;
         m->listen_fd = m->signal_fd = m->timer_fd = m->epfd = -1;
         probe_features(m);
         reclaim_init(m);
@@ -1138,6 +1181,13 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         }
         r = setup_fds(m);
         if (r < 0)
+                goto fail;
+        /* set up: from here on least privilege, inherited by every thread */
+        if (cfg->lock_memory)
+                (void)sandbox_lock_memory(); /* logged; the daemon works unlocked */
+        if (cfg->sandbox && (r = sandbox_enter(&(SandboxConfig){
+                                     .socket_path = cfg->listen_fd < 0 ? cfg->socket_path : NULL,
+                                     .realtime = cfg->fault_rt_prio > 0 || cfg->worker_nice < 0 })) < 0)
                 goto fail;
         m->fts = calloc(cfg->fault_threads, sizeof(*m->fts));
         if (!m->fts) {
@@ -1198,13 +1248,15 @@ Manager *manager_free(Manager *m) {
         }
         pool_free(m->pool);
         if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
-                unlink(m->cfg.socket_path);
+                sandbox_unlink(m->cfg.socket_path);
         safe_close(m->listen_fd);
         safe_close(m->signal_fd);
         safe_close(m->timer_fd);
         safe_close(m->epfd);
         safe_close(m->inbox.efd);
         pthread_mutex_destroy(&m->orphans_lock);
+        users_free(m);
+        config_free(&m->conf);
         free(m);
         return NULL;
 }
@@ -1214,6 +1266,9 @@ int manager_run(Manager *m) {
 
         log_info("ready: socket %s, %s, %u workers, %u fault threads", m->cfg.socket_path,
                  codec_to_string(m->cfg.codec), m->cfg.workers, m->nfts);
+        m->watchdog_ns = sdd_watchdog_usec() * 1000 / 2;
+        m->watchdog_last_ns = now_ns();
+        notify_status(m, "READY=1\n");
         while (!m->exiting) {
                 bool repump = false;
                 for (MMClient *mm = m->mms; mm; mm = mm->next)
@@ -1233,11 +1288,17 @@ int manager_run(Manager *m) {
                                 struct signalfd_siginfo si;
                                 (void)!read(m->signal_fd, &si, sizeof(si));
                                 if (si.ssi_signo == SIGHUP) {
+                                        /* systemd 252 has no Type=notify-reload, but hears this */
+                                        sdd_notifyf("RELOADING=1\nMONOTONIC_USEC=%llu",
+                                                    (unsigned long long)(now_ns() / 1000));
                                         reload_config(m);
+                                        notify_status(m, "READY=1\n");
                                         continue;
                                 }
                                 log_info("signal %u: exiting", si.ssi_signo);
                                 m->exiting = true;
+                                /* manager_free() gives every client its pages back next */
+                                sdd_notify("STOPPING=1\nSTATUS=stopping: restoring the clients' pages");
                                 if (atomic_load_explicit(&m->move_misreports, memory_order_relaxed))
                                         log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
                                                  "(decided from pagemap, evict.c)",

@@ -9,9 +9,11 @@
 #include <stdint.h>
 
 #include "codec.h"
+#include "config.h"
 #include "inbox.h"
 #include "mmclient.h"
 #include "pool.h"
+#include "report.h"
 #include "tunables.h"
 
 typedef struct Evictor Evictor;
@@ -34,13 +36,15 @@ typedef struct ManagerConfig {
         uint64_t max_regions;   /* per client */
         uint64_t max_registered; /* bytes per client */
         unsigned max_clients;   /* connections in all */
-        unsigned max_conns_per_user; /* connections of one non-root user */
-        bool allow_users;       /* admit clients other than root */
         int listen_fd;          /* from socket activation, or -1 */
-        const char *config_path; /* --config: tunables file, reread on SIGHUP; NULL: none */
+        bool lock_memory;       /* mlockall the daemon (sandbox.c) */
+        bool sandbox;           /* drop capabilities, install the syscall filter (sandbox.c) */
+        const char *config_path; /* zswapd.conf(5), reread on SIGHUP; NULL: none */
         char **sets;            /* --set KEY=VALUE, applied after the file */
         size_t nsets;
-        Tunables tun;           /* defaults and --pool-max: what the file and --set start from */
+        uint32_t cli_set;       /* bit DKEY_*: given on the command line, which wins over the file */
+        bool allow_all;         /* --allow-users: every user may be a client, whatever the file says */
+        const Config *conf;     /* the file as read at start (manager_new copies it) */
 } ManagerConfig;
 
 struct Conn {
@@ -50,6 +54,9 @@ struct Conn {
         pid_t pid;
         uid_t uid;
         gid_t gid;
+        gid_t *groups;     /* primary and supplementary groups (SO_PEERGROUPS) */
+        size_t ngroups;
+        bool throttled;    /* over its user's request rate: out of epoll until the tick (users.c) */
         MMClient *mm;      /* role CLIENT/CHILD after ATTACH */
         bool dying;
         unsigned errors;   /* protocol errors so far */
@@ -67,12 +74,19 @@ struct Manager {
         int signal_fd;
         bool exiting;
         bool listen_paused; /* out of fds: listen socket out of epoll until the next tick */
+        /* systemd (sd-daemon.c), manager thread only: WATCHDOG=1 every
+         * watchdog_ns (half systemd's interval, 0: none); STATUS= when it
+         * changed, at most every few seconds */
+        uint64_t watchdog_ns, watchdog_last_ns, status_last_ns;
+        char status[128];
 
         FaultThread **fts;
         unsigned nfts;
         Evictor *evictor;
 
         /* manager thread only */
+        Config conf;       /* zswapd.conf in force: [daemon] as read at start, [users] as of the last reload */
+        struct UserState *users; /* users with connections or clients (users.c) */
         Conn *conns;
         unsigned nconns;
         MMClient *mms;
@@ -103,12 +117,15 @@ struct Manager {
         uint64_t psi_total, psi_total_ms; /* the PSI total (µs) read then, and when */
         uint64_t avail_now;    /* last MemAvailable read, bytes */
         uint64_t hold_target;  /* pages the pressure controller wants held out */
+
+        ReportState report;    /* counters' recent samples, for rates (report.c); manager thread only */
 };
 
 int manager_new(const ManagerConfig *cfg, Manager **ret);
-/* The policies of cfg: its base, then the file, then each --set. On
- * error, err says which and why ("path:line: ..." or "--set KEY=VALUE: ..."). */
-int manager_build_tunables(const ManagerConfig *cfg, Tunables *ret, char *err, size_t len);
+/* The configuration of cfg: the defaults, then the file, then each --set.
+ * On error, err says which and why ("path:line: ..." or "--set KEY=VALUE:
+ * ..."). ret must be config_free()d. */
+int manager_build_config(const ManagerConfig *cfg, Config *ret, char *err, size_t len);
 Manager *manager_free(Manager *m);
 int manager_run(Manager *m);
 
@@ -127,3 +144,5 @@ void manager_adopt_orphan(Manager *m, MMClient *child);
 void conn_reply(Conn *c, uint32_t id, int status, int64_t value);
 /* Drop a connection after a protocol violation (manager thread). */
 void conn_kill(Conn *c, const char *why);
+/* Root or a member of the admin group (zswapd.conf [users] admin_group). */
+bool conn_admin(Manager *m, Conn *c);

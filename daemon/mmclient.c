@@ -43,6 +43,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         if (!mm)
                 return -ENOMEM;
         atomic_init(&mm->refs, 1);
+        atomic_init(&mm->quota_left, INT64_MAX);
         mm->m = m;
         mm->uffd = uffd;
         mm->pidfd = -1;

@@ -135,8 +135,15 @@ typedef struct MMClient {
         bool has_stash;
         _Atomic bool dead;    /* set by the manager when the client is gone */
 
+        /* pool bytes this client may still take under its user's
+         * max_pool (users.c sets it each tick, workers take from it per
+         * page); INT64_MAX: no quota */
+        _Atomic int64_t quota_left;
+
         /* manager thread only */
         Conn *conn;
+        uid_t uid;             /* the user it belongs to (its connection's, or its parent's) */
+        uint64_t user_limit;   /* its user's default resident limit ([users] limit), 0: none */
         struct MMClient *next; /* manager's list */
         PageoutOp *ops, **ops_tail;
         unsigned restores;     /* restore jobs in flight */

@@ -347,7 +347,8 @@ static uint32_t stamp_at(uint64_t ms) {
 }
 
 static uint64_t client_limit(Manager *m, MMClient *mm) {
-        return mm->rc.limit_set ? mm->rc.limit : m->tun.limit;
+        /* the client's own, else its user's ([users] limit), else the daemon's */
+        return mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : m->tun.limit;
 }
 
 void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {

@@ -249,6 +249,7 @@ static char **zswapd_argv(const Backend *b, const char *path, const char *algo, 
         argv[k++] = "--socket";
         argv[k++] = (char *)b->sock;
         argv[k++] = "--foreground";
+        argv[k++] = "--no-config"; /* the machine's /etc/zswapd/zswapd.conf must not change a measurement */
         argv[k++] = "--compressor";
         argv[k++] = (char *)algo;
         for (size_t i = 0; i < n; i++)

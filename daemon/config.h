@@ -1,0 +1,128 @@
+/*
+ * config.h: zswapd.conf(5), the whole file.
+ *
+ * One parse reads every section: [daemon] (start-time settings), [pool]
+ * and [reclaim] (run-time policies, daemon/tunables.c), [users] (who may
+ * be a client, the admin group, the defaults of every non-root user's
+ * limits) and [user:NAME] (one user's own). An unknown section or key is an
+ * error with its file:line, so that a typo never silently leaves a default
+ * in force. config_load() parses into a copy: on error the Config it was
+ * given is unchanged, which is what lets SIGHUP keep the running
+ * configuration when the new file is bad.
+ *
+ * User and group names are resolved when the file is read (getpwnam,
+ * getgrnam): an unknown name is an error, and a user renamed later keeps
+ * the rules of its uid until the next reload.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "codec.h"
+#include "tunables.h"
+
+#define CONFIG_DEFAULT_PATH "/etc/zswapd/zswapd.conf"
+
+/* [daemon]: read at start; a reload that changes one says it needs a restart */
+typedef enum DaemonKey {
+        DKEY_SOCKET,
+        DKEY_COMPRESSOR,
+        DKEY_LEVEL,
+        DKEY_WORKERS,
+        DKEY_FAULT_THREADS,
+        DKEY_BATCH,
+        DKEY_WORKER_NICE,
+        DKEY_LOCK_MEMORY,
+        DKEY_SANDBOX,
+        DKEY_MAX_CLIENTS,
+        _DKEY_MAX,
+} DaemonKey;
+
+typedef struct DaemonConf {
+        char socket[108];
+        CodecKind codec;
+        int level;              /* 0: the codec's default */
+        unsigned workers;       /* 0: one per CPU */
+        unsigned fault_threads; /* 0: one per CPU */
+        unsigned batch;
+        int worker_nice;
+        bool lock_memory;
+        bool sandbox;
+        unsigned max_clients;
+        uint32_t set;           /* bit DKEY_*: given in the file */
+} DaemonConf;
+
+/* The limits of one user's clients taken together. 0 means none, except
+ * for max_connections and max_regions, which are never unlimited. */
+typedef enum UserKey {
+        UKEY_MAX_CONNECTIONS,
+        UKEY_MAX_REGIONS,
+        UKEY_MAX_REGISTERED,
+        UKEY_MAX_POOL,
+        UKEY_MAX_REQUESTS,
+        UKEY_LIMIT,
+        _UKEY_MAX,
+} UserKey;
+
+typedef struct UserLimits {
+        uint64_t v[_UKEY_MAX];
+} UserLimits;
+
+/* [user:NAME]: one user's own rules; keys it does not set come from [users] */
+typedef struct UserRule {
+        uid_t uid;
+        int allow;              /* -1: as [users] allow says; 0 no; 1 yes */
+        UserLimits lim;
+        uint32_t set;           /* bit UKEY_*: given in the section */
+} UserRule;
+
+typedef struct UsersConf {
+        bool allow_all;         /* allow = * */
+        uid_t *allow_uids;
+        size_t n_allow_uids;
+        gid_t *allow_gids;      /* allow = @group */
+        size_t n_allow_gids;
+        bool has_admin_gid;
+        gid_t admin_gid;
+        char admin_group[64];   /* as written, for messages */
+        UserLimits defaults;
+        UserRule *rules;
+        size_t nrules;
+} UsersConf;
+
+typedef struct Config {
+        DaemonConf daemon;
+        UsersConf users;
+        Tunables tun;
+} Config;
+
+/* Defaults: what an empty file means. users must be config_free()d. */
+void config_default(Config *c);
+void config_free(Config *c);
+/* Deep copy (the users' arrays). 0 or -ENOMEM. */
+int config_copy(Config *dst, const Config *src);
+
+/*
+ * Read path on top of *c (which holds the defaults, or the command line's
+ * base). 0, or -errno with "path:line: why" in err; *c is unchanged on
+ * error.
+ */
+int config_load(Config *c, const char *path, char *err, size_t errlen);
+
+/* The key names, for messages and the documentation checks. */
+const char *config_daemon_key(DaemonKey k);
+const char *config_user_key(UserKey k);
+
+/*
+ * What applies to uid: whether it may be a client (groups: its primary
+ * and supplementary groups) and its limits. Root is always allowed and
+ * never limited (every limit 0, max_connections and max_regions
+ * UINT64_MAX).
+ */
+bool config_user_allowed(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups);
+void config_user_limits(const UsersConf *u, uid_t uid, UserLimits *ret);
+/* Whether one of groups is the admin group (root is always an admin). */
+bool config_is_admin(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups);

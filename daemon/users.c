@@ -1,0 +1,196 @@
+/*
+ * users.c: per-user admission and limits (users.h).
+ *
+ * The limits are of a user's clients together, as cgroup limits are of a
+ * group of processes: a user cannot get around max_registered by opening
+ * more connections. Everything is counted from the manager's own lists
+ * when it is needed (registering, the tick), so there is no second copy of
+ * the truth to drift. Root is never limited.
+ *
+ * What each limit does when it is reached:
+ *  - max_connections: the connection is refused at accept, logged.
+ *  - max_regions, max_registered: REGISTER fails with EDQUOT, logged.
+ *  - max_pool: the user's pages stay resident; workers hand them back as
+ *    they do at the daemon's pool bound, with no page lost. Each client
+ *    gets what its user has left at every tick and the workers take from
+ *    it page by page: exact for one client, and with k clients at most
+ *    k - 1 times what was left over.
+ *  - max_requests: the user's connections are taken out of epoll until
+ *    the bucket has a token again: slower, never dropped or refused.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+
+#include "log.h"
+#include "mmclient.h"
+#include "reclaim.h"
+#include "users.h"
+#include "util.h"
+
+static UserState *users_find(Manager *m, uid_t uid) {
+        for (UserState *u = m->users; u; u = u->next)
+                if (u->uid == uid)
+                        return u;
+        return NULL;
+}
+
+UserState *users_get(Manager *m, uid_t uid) {
+        UserState *u = users_find(m, uid);
+        if (u)
+                return u;
+        u = calloc(1, sizeof(*u));
+        if (!u)
+                return NULL;
+        u->uid = uid;
+        config_user_limits(&m->conf.users, uid, &u->lim);
+        u->tokens = (double)u->lim.v[UKEY_MAX_REQUESTS];
+        u->refill_ms = now_ms();
+        u->next = m->users;
+        m->users = u;
+        return u;
+}
+
+bool users_may_connect(Manager *m, uid_t uid) {
+        UserLimits lim;
+        unsigned n = 0;
+
+        if (uid == 0)
+                return true;
+        config_user_limits(&m->conf.users, uid, &lim);
+        for (Conn *c = m->conns; c; c = c->next)
+                n += c->uid == uid;
+        return n < lim.v[UKEY_MAX_CONNECTIONS];
+}
+
+bool users_take_request(Manager *m, Conn *c) {
+        UserState *u;
+
+        if (c->uid == 0 || !(u = users_get(m, c->uid)) || u->lim.v[UKEY_MAX_REQUESTS] == 0)
+                return true;
+        u->tokens -= 1;
+        if (u->tokens >= 0)
+                return true;
+        /* out of epoll, not just out of EPOLLIN: a peer that hangs up would
+         * otherwise wake the loop with EPOLLHUP until the tick */
+        epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        if (u->throttled++ == 0)
+                log_info("uid %u: over max_requests (%llu/s): reading its connections more slowly", c->uid,
+                         (unsigned long long)u->lim.v[UKEY_MAX_REQUESTS]);
+        c->throttled = true;
+        return false;
+}
+
+int users_check_register(Manager *m, MMClient *mm, uint64_t len) {
+        uint64_t regions = 1, bytes = len;
+        UserState *u;
+
+        if (mm->uid == 0 || !(u = users_get(m, mm->uid)))
+                return 0;
+        for (MMClient *o = m->mms; o; o = o->next) {
+                if (o->uid != mm->uid)
+                        continue;
+                pthread_mutex_lock(&o->regions_lock);
+                regions += o->nregions;
+                bytes += o->registered_bytes;
+                pthread_mutex_unlock(&o->regions_lock);
+        }
+        UserKey over;
+        if (regions > u->lim.v[UKEY_MAX_REGIONS])
+                over = UKEY_MAX_REGIONS;
+        else if (u->lim.v[UKEY_MAX_REGISTERED] && bytes > u->lim.v[UKEY_MAX_REGISTERED])
+                over = UKEY_MAX_REGISTERED;
+        else
+                return 0;
+        if (u->refused++ % 1000 == 0) /* one line per thousand refusals */
+                log_warn("uid %u (pid %d): registering %llu bytes would exceed its %s (%llu): refused", mm->uid,
+                         (int)mm->pid, (unsigned long long)len, config_user_key(over),
+                         (unsigned long long)u->lim.v[over]);
+        return -EDQUOT;
+}
+
+uint64_t users_default_limit(Manager *m, uid_t uid) {
+        UserLimits lim;
+        config_user_limits(&m->conf.users, uid, &lim);
+        return lim.v[UKEY_LIMIT];
+}
+
+static void users_pool(Manager *m) {
+        for (UserState *u = m->users; u; u = u->next)
+                u->pool_bytes = 0;
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
+                if (u)
+                        u->pool_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed);
+        }
+        for (UserState *u = m->users; u; u = u->next) {
+                uint64_t max = u->lim.v[UKEY_MAX_POOL];
+                /* hysteresis as at the daemon's bound: resume 10 % under it */
+                bool full = max && (u->pool_full ? u->pool_bytes >= max - max / 10 : u->pool_bytes >= max);
+                if (full != u->pool_full)
+                        log_info("uid %u: pool %s max_pool (%llu bytes): its eviction %s", u->uid,
+                                 full ? "at" : "under", (unsigned long long)max, full ? "stops" : "resumes");
+                u->pool_full = full;
+        }
+        /* each client may take what its user has left: with one client
+         * that is exact; with k, the overshoot is at most k - 1 times what
+         * was left at this tick */
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
+                uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
+                int64_t left = !max ? INT64_MAX : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
+                atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
+        }
+}
+
+void users_tick(Manager *m) {
+        uint64_t now = now_ms();
+
+        for (UserState *u = m->users; u; u = u->next) {
+                double rate = (double)u->lim.v[UKEY_MAX_REQUESTS];
+                u->tokens += rate * (double)(now - u->refill_ms) / 1000.0;
+                if (u->tokens > rate)
+                        u->tokens = rate; /* a burst of one second at most */
+                u->refill_ms = now;
+        }
+        for (Conn *c = m->conns; c; c = c->next) {
+                UserState *u = c->throttled ? users_find(m, c->uid) : NULL;
+                if (!c->throttled || (u && u->tokens < 1 && u->lim.v[UKEY_MAX_REQUESTS]))
+                        continue;
+                struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+                if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, c->fd, &ev) == 0 || errno == EEXIST)
+                        c->throttled = false;
+        }
+        users_pool(m);
+        /* forget users with neither connections nor clients */
+        for (UserState **p = &m->users; *p;) {
+                UserState *u = *p;
+                bool used = false;
+                for (Conn *c = m->conns; c && !used; c = c->next)
+                        used = c->uid == u->uid;
+                for (MMClient *mm = m->mms; mm && !used; mm = mm->next)
+                        used = mm->uid == u->uid;
+                if (used) {
+                        p = &u->next;
+                        continue;
+                }
+                *p = u->next;
+                free(u);
+        }
+}
+
+void users_apply(Manager *m) {
+        for (UserState *u = m->users; u; u = u->next)
+                config_user_limits(&m->conf.users, u->uid, &u->lim);
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                mm->user_limit = users_default_limit(m, mm->uid);
+        users_pool(m);
+}
+
+void users_free(Manager *m) {
+        while (m->users) {
+                UserState *u = m->users;
+                m->users = u->next;
+                free(u);
+        }
+}
