@@ -38,7 +38,8 @@ static void td_spawn(TestDaemon *d) {
         if (d->pid == 0) {
                 /* never outlive the test */
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
-                snprintf(cmd, sizeof(cmd), "exec %s --socket %s %s", daemon_path(), d->sock, d->args);
+                snprintf(cmd, sizeof(cmd), "exec %s --socket %s %s%s%s", daemon_path(), d->sock, d->args,
+                         d->log[0] ? " 2>>" : "", d->log);
                 execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
                 _exit(127);
         }
@@ -62,6 +63,29 @@ void td_start(TestDaemon *d, const char *extra_args) {
         snprintf(d->sock, sizeof(d->sock), "/tmp/zswapd-test-%d-%ld.sock", (int)getpid(), (long)time(NULL));
         snprintf(d->args, sizeof(d->args), "%s", extra_args ? extra_args : "");
         td_spawn(d);
+}
+
+void td_start_logged(TestDaemon *d, const char *extra_args) {
+        test_require_root();
+        memset(d, 0, sizeof(*d));
+        snprintf(d->sock, sizeof(d->sock), "/tmp/zswapd-test-%d-%ld.sock", (int)getpid(), (long)time(NULL));
+        snprintf(d->log, sizeof(d->log), "/tmp/zswapd-test-%d-%ld.log", (int)getpid(), (long)time(NULL));
+        unlink(d->log);
+        snprintf(d->args, sizeof(d->args), "%s", extra_args ? extra_args : "");
+        td_spawn(d);
+}
+
+bool td_log_has(const TestDaemon *d, const char *needle) {
+        char line[1024];
+        bool found = false;
+        FILE *f = fopen(d->log, "re");
+
+        if (!f)
+                return false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = strstr(line, needle) != NULL;
+        fclose(f);
+        return found;
 }
 
 void td_stop(TestDaemon *d) {

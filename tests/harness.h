@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -16,12 +17,18 @@ typedef struct TestDaemon {
         pid_t pid;
         char sock[108];
         char args[256];
+        char log[128]; /* td_start_logged(): the daemon's stderr goes here */
 } TestDaemon;
 
 /* Start $ZSWAPD (or ../daemon/zswapd next to the test) with a temporary
  * socket and extra arguments; returns once it accepts connections. Skips
  * the test (77) if not root. */
 void td_start(TestDaemon *d, const char *extra_args);
+/* td_start() with the daemon's log (stderr) appended to a fresh temporary
+ * file, d->log, for tests that check what it says. */
+void td_start_logged(TestDaemon *d, const char *extra_args);
+/* Whether the daemon's log (td_start_logged) holds needle. */
+bool td_log_has(const TestDaemon *d, const char *needle);
 /* SIGTERM and wait; fails the test if the daemon crashed. */
 void td_stop(TestDaemon *d);
 /* SIGKILL and wait. */
