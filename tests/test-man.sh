@@ -67,10 +67,14 @@ section() {
         awk -v s="$2" '/^[A-Z]/ { on = ($0 == s); next } on' "$tmp/$1.txt"
 }
 
-# items PAGE SECTION: the item lines of a section (scdoc renders an item
-# term at the section's indent of 7 columns, its text indented further)
+# items PAGE SECTION: the item terms of a section. scdoc renders a term
+# as a line of its own at the section's indent of 7 columns, after a
+# blank line, with its text indented further on the next line; prose
+# paragraphs stay at 7.
 items() {
-        section "$1" "$2" | grep -E '^       [^ ]'
+        section "$1" "$2" | awk '/^           [^ ]/ && term != "" { print term }
+                                 { term = (blank && /^       [^ ]/) ? $0 : ""; blank = ($0 == "") }
+                                 BEGIN { blank = 1 }'
 }
 
 # opts: every -x / --long option in the text on stdin
@@ -124,7 +128,7 @@ check_program() {
                 fail "$name --help failed"
                 return
         fi
-        grep -q "See $name($sec)\." "$tmp/$name.help" || fail "$name --help does not end with 'See $name($sec).'"
+        tail -n1 "$tmp/$name.help" | grep -q "^See $name($sec)" || fail "$name --help does not end with 'See $name($sec)'"
         opts <"$tmp/$name.help" >"$tmp/$name.help-opts"
         [ -s "$tmp/$name.help-opts" ] || fail "$name --help lists no options"
         items "$page" OPTIONS | opts >"$tmp/$name.page-opts"
@@ -135,6 +139,15 @@ check_program() {
                         "$tmp/$name.help" | sort -u >"$tmp/$name.help-cmds"
                 items "$page" COMMANDS | awk '{ print $1 }' | sort -u >"$tmp/$name.page-cmds"
                 same_set "$page: command" "$tmp/$name.help-cmds" "$tmp/$name.page-cmds"
+        fi
+        # zswapctl: the columns of clients its --help lists (the upper-case
+        # words before each line's description) are the page's CLIENT COLUMNS
+        if grep -q '^Columns of clients' "$tmp/$name.help"; then
+                awk '/^Columns of clients/ { on = 1; next } /^[^ ]|^$/ { on = 0 }
+                     on { sub(/^ +/, ""); sub(/  .*/, ""); for (i = 1; i <= NF; i++) print $i }' \
+                        "$tmp/$name.help" | sort -u >"$tmp/$name.help-cols"
+                items "$page" "CLIENT COLUMNS" | awk '{ print $1 }' | sort -u >"$tmp/$name.page-cols"
+                same_set "$page: column" "$tmp/$name.help-cols" "$tmp/$name.page-cols"
         fi
 }
 
@@ -226,6 +239,13 @@ check_program zswapctl.8 "$ZSWAPCTL"
 check_program zswap-run.1 "$ZSWAP_RUN"
 check_conf
 check_lib
+# every Prometheus metric zswapctl(8) names is one zswapctl prints
+if [ -f "$tmp/zswapctl.8.txt" ]; then
+        for m in $(grep -oE '\bzswapd_[a-z0-9_]+' "$tmp/zswapctl.8.txt" | sort -u); do
+                grep -q "\"$m[{\" ]" "$SOURCE_ROOT/client/zswapctl.c" ||
+                        fail "zswapctl.8: metric $m is not in client/zswapctl.c"
+        done
+fi
 for s in SIGNALS SYSTEMD SECURITY; do
         grep -qx "$s" "$tmp/zswapd.8.txt" 2>/dev/null || fail "zswapd.8: no $s section"
 done
