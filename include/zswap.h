@@ -35,7 +35,9 @@ struct zswap_client;
  * ZSWAP_DEFAULT_SOCKET), create this process's userfaultfd through it and
  * start the agent thread. Returns 0 and a handle in *ret, or
  * -ENOENT/-ECONNREFUSED (no daemon), -EPROTO (version mismatch), -EPERM
- * (daemon refused this user), -ENOMEM.
+ * (the daemon's configuration does not admit this user: zswapd.conf(5)
+ * [users] allow), -ECONNRESET or -EPIPE (the daemon closed the connection at
+ * once: too many connections, or its user's max_connections), -ENOMEM.
  */
 int zswap_connect(const char *socket_path, struct zswap_client **ret);
 
@@ -44,7 +46,8 @@ int zswap_connect(const char *socket_path, struct zswap_client **ret);
  * page size and the range must be private, anonymous, writable memory that
  * is not yet registered. Returns -EINVAL for a bad range, -EEXIST if it
  * overlaps a registered range, -ENOSPC if a per-client limit is reached,
- * -ENOTCONN if the daemon is gone.
+ * -EDQUOT if the user's max_regions or max_registered (zswapd.conf(5))
+ * would be exceeded, -ENOTCONN if the daemon is gone.
  */
 int zswap_register(struct zswap_client *c, void *addr, size_t len);
 
