@@ -143,6 +143,12 @@ static void users_pool(Manager *m) {
         }
 }
 
+void users_link(Manager *m, MMClient *mm) {
+        mm->user_limit = users_default_limit(m, mm->uid);
+        if (mm->uid != 0 && users_get(m, mm->uid))
+                users_pool(m);
+}
+
 void users_tick(Manager *m) {
         uint64_t now = now_ms();
 

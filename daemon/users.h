@@ -47,6 +47,10 @@ int users_check_register(Manager *m, MMClient *mm, uint64_t len);
 /* A client's default resident limit from its user's rules (0: none). */
 uint64_t users_default_limit(Manager *m, uid_t uid);
 
+/* A client joins the manager's list (mm->uid set): its default limit and
+ * its share of its user's max_pool, before its first pageout. */
+void users_link(Manager *m, MMClient *mm);
+
 /* Every tick: refill the buckets, resume paused connections, sum the
  * pool bytes and set quota_full, forget users with nothing left. */
 void users_tick(Manager *m);
