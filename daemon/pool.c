@@ -34,7 +34,7 @@
  * chunk's `free` bitmap, which only the class mutex guards. Released but not
  * drained slots still count as used, so a chunk whose use count is 0 has no
  * live handle, no node on any stack and no releaser in flight: reclaim can
- * take it off the class, madvise(MADV_DONTNEED) it outside the lock so RSS
+ * take it off the class, madvise(MADV_DONTNEED_LOCKED) it outside the lock so RSS
  * really drops, and put its id on the free-id stack for any class to reuse.
  *
  * Limits. pool_alloc() fails with -ENOSPC rather than take pool_bytes past
@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -500,6 +501,34 @@ size_t pool_object_capacity(Pool *p, PoolHandle h) {
         return chunk_class(p, &p->chunks[handle_chunk(h)])->size;
 }
 
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24 /* Linux 5.18 */
+#endif
+
+/* Set once a kernel older than 5.18 refused MADV_DONTNEED_LOCKED. */
+static _Atomic bool no_dontneed_locked;
+
+/*
+ * Give a chunk's pages back. The daemon normally runs mlockall()ed
+ * (sandbox.c), and plain MADV_DONTNEED refuses VM_LOCKED memory with
+ * EINVAL; MADV_DONTNEED_LOCKED drops locked and unlocked pages alike
+ * (mm/madvise.c, madvise_dontneed_free_valid_vma: only VM_PFNMAP and
+ * misaligned hugetlb ranges are refused, neither of which the pool has).
+ * Before 5.18 the advice is unknown (EINVAL) and memory cannot be locked
+ * and freed at once: plain MADV_DONTNEED then works as long as it is not
+ * locked (--no-mlock). It cannot fail on a range we own otherwise; if it
+ * did, the memory merely stays resident until the id is reused.
+ */
+static void chunk_discard(void *addr, size_t len) {
+        /* relaxed: a hint, a stale false costs one failed call */
+        if (!atomic_load_explicit(&no_dontneed_locked, memory_order_relaxed)) {
+                if (madvise(addr, len, MADV_DONTNEED_LOCKED) == 0 || errno != EINVAL)
+                        return;
+                atomic_store_explicit(&no_dontneed_locked, true, memory_order_relaxed);
+        }
+        (void) madvise(addr, len, MADV_DONTNEED);
+}
+
 /* Return detached empty chunks to the kernel. They have no handles, no
  * pending nodes and belong to no list: this thread owns them. */
 static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
@@ -508,9 +537,7 @@ static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
         for (uint32_t id = l.head; id != 0; id = p->chunks[id].next) {
                 Chunk *ch = &p->chunks[id];
 
-                /* cannot fail on a range we own; if it did, the memory
-                 * merely stays resident until the id is reused */
-                (void) madvise(p->base + ((size_t) id << SPAN_SHIFT), cls->chunk_size, MADV_DONTNEED);
+                chunk_discard(p->base + ((size_t) id << SPAN_SHIFT), cls->chunk_size);
                 free(ch->slack);
                 ch->slack = NULL;
                 free((void *)ch->shares);
