@@ -246,6 +246,30 @@ if [ -f "$tmp/zswapctl.8.txt" ]; then
                         fail "zswapctl.8: metric $m is not in client/zswapctl.c"
         done
 fi
+# zswapd(8) on the units: every unit setting it quotes with a value
+# (WatchdogSec=30s) is the unit's, and the capabilities it explains in
+# SECURITY are exactly the service's CapabilityBoundingSet=
+check_units() {
+        local page=zswapd.8 units kv k v caps
+        units=$(ls "$SOURCE_ROOT"/systemd/zswapd.service* "$SOURCE_ROOT"/systemd/zswapd.socket 2>/dev/null)
+        [ -n "$units" ] || { fail "no units in $SOURCE_ROOT/systemd"; return; }
+        [ -f "$tmp/$page.txt" ] || return
+        # (groff may break a line after a hyphen: join such lines first)
+        for kv in $( (section $page SYSTEMD; section $page SECURITY) | sed -e ':a' -e '/-$/{N;s/-\n *\([a-z]\)/-\1/;ta}' |
+                     grep -oE '\b[A-Z][A-Za-z]+=[^ ,;)]*[^ ,;).]' | sort -u); do
+                k=${kv%%=*}
+                v=${kv#*=}
+                # keys of the units only (READY=1 is the notify protocol's)
+                grep -qE "^$k=" $units || continue
+                grep -qE "^$k=(.* )?$v( |$)" $units || fail "$page: says $kv, the units say $(grep -hE "^$k=" $units | tr '\n' ' ')"
+        done
+        sed -nE 's/^CapabilityBoundingSet=//p' $units | tr ' ' '\n' | grep . | sort -u >"$tmp/caps-unit"
+        items $page SECURITY | grep -oE '^ +CAP_[A-Z_]+$' | tr -d ' ' | sort -u >"$tmp/caps-page"
+        [ -s "$tmp/caps-unit" ] || fail "no CapabilityBoundingSet= in the units"
+        same_set "$page: capability" "$tmp/caps-unit" "$tmp/caps-page"
+}
+check_units
+
 for s in SIGNALS SYSTEMD SECURITY; do
         grep -qx "$s" "$tmp/zswapd.8.txt" 2>/dev/null || fail "zswapd.8: no $s section"
 done
