@@ -242,7 +242,7 @@ check_lib
 # every Prometheus metric zswapctl(8) names is one zswapctl prints
 if [ -f "$tmp/zswapctl.8.txt" ]; then
         for m in $(grep -oE '\bzswapd_[a-z0-9_]+' "$tmp/zswapctl.8.txt" | sort -u); do
-                grep -q "\"$m[{\" ]" "$SOURCE_ROOT/client/zswapctl.c" ||
+                grep -q "\"${m}[{\" ]" "$SOURCE_ROOT/client/zswapctl.c" ||
                         fail "zswapctl.8: metric $m is not in client/zswapctl.c"
         done
 fi
@@ -250,7 +250,7 @@ fi
 # (WatchdogSec=30s) is the unit's, and the capabilities it explains in
 # SECURITY are exactly the service's CapabilityBoundingSet=
 check_units() {
-        local page=zswapd.8 units kv k v caps
+        local page=zswapd.8 units kv k v
         units=$(ls "$SOURCE_ROOT"/systemd/zswapd.service* "$SOURCE_ROOT"/systemd/zswapd.socket 2>/dev/null)
         [ -n "$units" ] || { fail "no units in $SOURCE_ROOT/systemd"; return; }
         [ -f "$tmp/$page.txt" ] || return
