@@ -173,7 +173,7 @@ if [ "${SCDOC_FOUND:-0}" = 1 ]; then
         done
         # libzswap(3)'s example builds as printed (a reader copies it)
         page=$(at "$MANDIR/man3/libzswap.3")
-        if [ -f "$page" ] && [ -n "$flags" ] && command -v man >/dev/null; then
+        if [ -f "$page" ] && [ -n "$flags" ] && command -v man >/dev/null && command -v col >/dev/null; then
                 MANWIDTH=80 man -l "$page" 2>/dev/null | col -bx |
                         awk '/^EXAMPLES/ { on = 1; next } /^[A-Z]/ { on = 0 } on && /^       [^ ]/ { if (code) exit }
                              on && /^           / { code = 1; print substr($0, 12); next } on && code && /^$/ { print }' \
