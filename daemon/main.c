@@ -38,6 +38,8 @@ static void help(void) {
                "  -C, --config FILE       read zswapd.conf(5) from FILE (default %s if it exists,\n"
                "                          or $ZSWAPD_CONFIG); reread on SIGHUP\n"
                "      --no-config         read no configuration file\n"
+               "      --check-config      check the configuration file and the options, then exit\n"
+               "                          (0: good; 2: the first error, as file:line: why)\n"
                "      --no-mlock          do not lock the daemon's memory\n"
                "      --no-sandbox        keep every capability, install no system call filter\n"
                "  -o, --set KEY=VALUE     set one policy key (zswapd.conf(5)); wins over the file\n"
@@ -50,9 +52,10 @@ static void help(void) {
                ZSWAP_DEFAULT_SOCKET, CONFIG_DEFAULT_PATH);
 }
 
-static bool no_config; /* --no-config: not even the default file */
+static bool no_config;    /* --no-config: not even the default file */
+static bool check_config; /* --check-config: read the configuration, say if it is good, exit */
 
-enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX }; /* long options only */
+enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX, OPT_CHECK_CONFIG }; /* long options only */
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
         char *end;
@@ -78,6 +81,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "config", required_argument, NULL, 'C' },      { "set", required_argument, NULL, 'o' },
                 { "no-config", no_argument, NULL, 'N' },         { "version", no_argument, NULL, 'V' },
                 { "no-mlock", no_argument, NULL, OPT_NO_MLOCK }, { "no-sandbox", no_argument, NULL, OPT_NO_SANDBOX },
+                { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
                 {}
         };
         unsigned level;
@@ -113,9 +117,11 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         cfg->cli_set |= 1u << (c == 'w' ? DKEY_WORKERS : DKEY_FAULT_THREADS);
                         break;
                 case 'p': {
-                        /* the same as --set pool_max=SIZE, and checked with it */
+                        /* the allocator's hard cap, and the same as --set
+                         * pool_max=SIZE (the policy bound, which a reload
+                         * or zswapctl set may lower but not lift past it) */
                         static char set[64];
-                        if (strlen(optarg) > 40) {
+                        if (strlen(optarg) > 40 || parse_size(optarg, &cfg->pool_max) < 0) {
                                 fprintf(stderr, "zswapd: bad size '%s'\n", optarg);
                                 return -EINVAL;
                         }
@@ -195,6 +201,9 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case OPT_NO_MLOCK:
                         cfg->lock_memory = false;
                         cfg->cli_set |= 1u << DKEY_LOCK_MEMORY;
+                        break;
+                case OPT_CHECK_CONFIG:
+                        check_config = true;
                         break;
                 case OPT_NO_SANDBOX:
                         cfg->sandbox = false;
@@ -321,6 +330,11 @@ int main(int argc, char **argv) {
                 return 2;
         }
         apply_daemon_conf(&cfg, &conf.daemon, ncpu > 0 ? (unsigned)ncpu : 1);
+        if (check_config) {
+                printf("%s: good\n", cfg.config_path ? cfg.config_path : "no configuration file; options");
+                config_free(&conf);
+                return 0;
+        }
         cfg.conf = &conf;
         /* every client costs a connection, a uffd, a pidfd and a pagemap fd */
         struct rlimit rl;

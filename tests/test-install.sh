@@ -192,6 +192,11 @@ fi
 
 # ---- configuration and systemd integration ----
 file "$SYSCONFDIR/zswapd/zswapd.conf"
+# the installed daemon accepts the installed default configuration as it is
+if [ -x "$(at "$SBINDIR/zswapd")" ] && [ -f "$(at "$SYSCONFDIR/zswapd/zswapd.conf")" ]; then
+        out=$("$(at "$SBINDIR/zswapd")" --check-config --config "$(at "$SYSCONFDIR/zswapd/zswapd.conf")" 2>&1) ||
+                fail "zswapd --check-config refuses the installed zswapd.conf: $out"
+fi
 file "$UNITDIR/zswapd.service"
 file "$UNITDIR/zswapd.socket"
 file "$TMPFILESDIR/zswapd.conf"

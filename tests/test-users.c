@@ -381,6 +381,20 @@ int main(void) {
                 snprintf(want, sizeof(want), "%s:3: max_pool: 'lots' is not a size", conf_path);
                 if (!strstr(out, want))
                         test_fail("expected '%s', got: %s", want, out);
+                /* --check-config says the same without starting */
+                snprintf(cmd, sizeof(cmd), "%s --check-config --config %s 2>&1", zswapd, conf_path);
+                p = popen(cmd, "r");
+                ASSERT_TRUE(p != NULL);
+                n = fread(out, 1, sizeof(out) - 1, p);
+                out[n] = 0;
+                r = pclose(p);
+                ASSERT_TRUE(WIFEXITED(r));
+                ASSERT_EQ(WEXITSTATUS(r), 2);
+                if (!strstr(out, want))
+                        test_fail("--check-config: expected '%s', got: %s", want, out);
+                write_conf("");
+                snprintf(cmd, sizeof(cmd), "%s --check-config --config %s 2>&1", zswapd, conf_path);
+                ASSERT_EQ(system(cmd), 0);
         }
         td_stop(&d);
         unlink(conf_path);
