@@ -395,7 +395,8 @@ static void test_socket_activate_tool(void) {
                 /* it passes on only the variables it is told to (-E) */
                 const char *argv[24] = { tool, "--seqpacket", "--listen", path, "-E", notify_env };
                 size_t n = 6;
-                static const char *keep[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS" };
+                static const char *keep[] = { "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS",
+                                              "ZSWAPD_CONFIG" };
                 for (size_t i = 0; i < ELEMENTSOF(keep); i++)
                         if (getenv(keep[i])) {
                                 argv[n++] = "-E";
