@@ -13,8 +13,10 @@
  *  - max_pool: the user's pages stay resident; workers hand them back as
  *    they do at the daemon's pool bound, with no page lost. Each client
  *    gets what its user has left at every tick and the workers take from
- *    it page by page: exact for one client, and with k clients at most
- *    k - 1 times what was left over.
+ *    it page by page. With one client the overshoot is the pages a worker
+ *    had debited but not yet counted when the tick handed the share out
+ *    anew (a page per worker); with k clients, k - 1 times what was left
+ *    at the tick besides.
  *  - max_requests: the user's connections are taken out of epoll until
  *    the bucket has a token again: slower, never dropped or refused.
  */

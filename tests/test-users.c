@@ -175,7 +175,10 @@ static int pool_quota(void *arg) {
                 return 51;
         fprintf(stderr, "max_pool 256K: %d pages evicted, %llu stored in %llu compressed bytes\n", n,
                 (unsigned long long)s.stored_pages, (unsigned long long)s.compressed_bytes);
-        if (s.compressed_bytes > 256 * 1024 || s.stored_pages == 0)
+        /* the bound: max_pool plus the pages the workers had compressed but
+         * not yet counted when a tick handed out the share anew (users.c),
+         * at most one page per worker per tick; 16 pages is far above that */
+        if (s.compressed_bytes > 256 * 1024 + 16 * ZSWAP_PAGE_SIZE || s.stored_pages == 0)
                 return 52;
         if (s.stored_pages + s.same_pages >= len / ZSWAP_PAGE_SIZE / 2)
                 return 53; /* most must have stayed */
