@@ -294,7 +294,7 @@ int main(void) {
         strcpy(strrchr(ctl, '/'), "/../client/zswapctl");
         snprintf(conf_path, sizeof(conf_path), "/tmp/test-users-%d.conf", (int)getpid());
         write_conf("");
-        snprintf(args, sizeof(args), "--no-sandbox --config %s", conf_path);
+        snprintf(args, sizeof(args), "--config %s", conf_path);
         td_start_logged(&d, args);
 
         /* admission */
