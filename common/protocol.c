@@ -40,6 +40,14 @@ size_t zmsg_expected_size(uint16_t type) {
         case ZMSG_TUNABLE_GET:
         case ZMSG_TUNABLE_REPLY:
                 return sizeof(ZMsgTunable);
+        case ZMSG_STATUS:
+                return sizeof(ZMsgHeader);
+        case ZMSG_CLIENTS:
+                return sizeof(ZMsgClientsReq);
+        case ZMSG_STATUS_REPLY:
+                return sizeof(ZMsgStatusReply);
+        case ZMSG_CLIENTS_REPLY:
+                return sizeof(ZMsgClientsReply);
         case ZMSG_REPLY:
                 return sizeof(ZMsgReply);
         case ZMSG_STATS_REPLY:

@@ -40,11 +40,15 @@ typedef enum ZMsgType {
         ZMSG_SET_LIMIT,        /* ZMsgLimit; reply ZMsgReply */
         ZMSG_TUNABLE_SET,      /* ZMsgTunable; reply ZMsgTunable (ZMSG_TUNABLE_REPLY) */
         ZMSG_TUNABLE_GET,      /* ZMsgTunable; reply ZMsgTunable (ZMSG_TUNABLE_REPLY) */
+        ZMSG_STATUS,           /* ZMsgHeader (role CONTROL); reply ZMsgStatusReply */
+        ZMSG_CLIENTS,          /* ZMsgClientsReq (role CONTROL); reply ZMsgClientsReply */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */
         ZMSG_STATS_REPLY,      /* ZMsgStatsReply */
         ZMSG_TUNABLE_REPLY,    /* ZMsgTunable: status, and the value or an error text */
+        ZMSG_STATUS_REPLY,     /* ZMsgStatusReply */
+        ZMSG_CLIENTS_REPLY,    /* ZMsgClientsReply */
 
         /* commands, daemon -> agent thread; answered by the *_DONE below */
         ZMSG_MOVE = 128,       /* ZMsgMove (variable: nruns) */
@@ -151,6 +155,82 @@ typedef struct ZMsgStatsReply {
         uint32_t reserved;
         struct zswap_stats stats;
 } ZMsgStatsReply;
+
+/*
+ * zswapctl status: the global counters and what only the daemon as a whole
+ * knows. Fault latency is the time from the fault thread's read of a page
+ * fault to the end of the UFFDIO_COPY that resolved it, over every fault
+ * served with content the daemon held (zero fills are not counted), since
+ * the daemon started. lat_le[i] counts those of at most 2^(10+i) ns
+ * (1.024 us .. 8.6 s), cumulative like a Prometheus histogram; quantiles are
+ * the upper bound of their bucket (1/8 of a power of two wide: within
+ * 12.5 %), never above lat_max_ns. Rates: the counters' growth over the
+ * last rate_window_ms (1-5 s; 0 right after start: no rate yet).
+ */
+#define ZSWAP_LAT_LE_MIN_SHIFT 10 /* lat_le[0]: <= 2^10 ns */
+#define ZSWAP_LAT_LE_N 24
+#define ZSWAP_CODEC_NAME_MAX 16
+typedef struct ZMsgStatusReply {
+        ZMsgHeader hdr;
+        int32_t status;
+        uint32_t reserved;
+        struct zswap_stats stats;          /* as ZMSG_STATS, scope GLOBAL */
+        char codec[ZSWAP_CODEC_NAME_MAX];  /* "lz4", "zstd"; NUL-terminated */
+        int32_t level;                     /* as configured; 0: the codec's default */
+        uint32_t fault_threads;
+        uint32_t workers;
+        uint32_t reserved2;
+        uint64_t pool_bound;               /* bytes the pool may take, 0: no bound */
+        uint64_t protocol_errors;          /* malformed messages since start */
+        uint64_t rate_window_ms;
+        uint64_t rate_evictions;           /* pages evicted during the window */
+        uint64_t rate_faults;              /* faults served during the window */
+        uint64_t lat_count;                /* faults timed */
+        uint64_t lat_sum_ns;
+        uint64_t lat_p50_ns, lat_p90_ns, lat_p99_ns, lat_p999_ns;
+        uint64_t lat_max_ns;
+        uint64_t lat_le[ZSWAP_LAT_LE_N];
+} ZMsgStatusReply;
+
+/*
+ * zswapctl clients: one record per client (a connection that attached
+ * memory), in the order of their ids. Paged: ask with after = 0, then with
+ * after = the last record's id while the reply says more. A client that
+ * comes or goes between two pages is listed or not, never twice. Root (and
+ * the admin group) see every client, other users only their own.
+ */
+#define ZSWAP_CLIENTS_PER_MSG 16
+#define ZSWAP_COMM_MAX 16
+typedef struct ZMsgClientsReq {
+        ZMsgHeader hdr;
+        uint64_t after; /* list clients with a larger id */
+} ZMsgClientsReq;
+
+typedef struct ZClientRecord {
+        uint64_t id;                   /* unique for the daemon's life */
+        int32_t pid;
+        uint32_t uid;                  /* (uint32_t)-1: not known */
+        char comm[ZSWAP_COMM_MAX];     /* /proc/PID/comm as the daemon read it; "" if it could not */
+        uint64_t registered_bytes;
+        uint64_t resident_bytes;       /* as of the last reclaim measure (<= 100 ms old) */
+        uint64_t stored_pages;         /* held compressed */
+        uint64_t same_pages;           /* held as a fill value */
+        uint64_t staged_pages;         /* moved out, not yet compressed */
+        uint64_t incompressible_pages; /* found incompressible, kept resident */
+        uint64_t compressed_bytes;     /* pool bytes of its pages (object sizes) */
+        uint64_t faults;
+        uint64_t refaults;
+        uint64_t limit_bytes;          /* resident limit in force, 0: none */
+} ZClientRecord;
+
+typedef struct ZMsgClientsReply {
+        ZMsgHeader hdr;
+        int32_t status;
+        uint32_t count;                /* records used */
+        uint32_t more;                 /* 1: ask again with after = rec[count - 1].id */
+        uint32_t reserved;
+        ZClientRecord rec[ZSWAP_CLIENTS_PER_MSG];
+} ZMsgClientsReply;
 
 typedef struct ZMoveRun {
         uint64_t addr;   /* first page in the client */

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "inbox.h"
+#include "latency.h"
 #include "mmclient.h"
 
 typedef struct FaultThread FaultThread;
@@ -32,6 +33,9 @@ int fault_post_mm(FaultThread *ft, int type, MMClient *mm);
 
 /* Free the retries still held on mm (its last reference is going). */
 void fault_mm_free_retries(MMClient *mm);
+
+/* Add the thread's fault latency histogram into s (any thread). */
+void fault_thread_latency(const FaultThread *ft, LatencySnapshot *s);
 
 /* Queue work for the thread (any thread). Takes ownership of w. */
 void fault_thread_post(FaultThread *ft, Work *w);

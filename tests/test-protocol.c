@@ -26,7 +26,8 @@ static const uint16_t types[] = { ZMSG_HELLO,      ZMSG_ATTACH,      ZMSG_REGIST
                                   ZMSG_PAGEOUT,    ZMSG_STATS,       ZMSG_FORK_PREPARE, ZMSG_FORK_DONE,
                                   ZMSG_CHILD_ATTACH, ZMSG_PAGEOUT_PID, ZMSG_REPLY,    ZMSG_STATS_REPLY,
                                   ZMSG_MOVE_DONE,  ZMSG_RELEASE,    ZMSG_RELEASE_DONE, ZMSG_SET_LIMIT,
-                                  ZMSG_TUNABLE_SET, ZMSG_TUNABLE_GET, ZMSG_TUNABLE_REPLY };
+                                  ZMSG_TUNABLE_SET, ZMSG_TUNABLE_GET, ZMSG_TUNABLE_REPLY, ZMSG_STATUS,
+                                  ZMSG_CLIENTS,    ZMSG_STATUS_REPLY, ZMSG_CLIENTS_REPLY };
 
 /* A well-formed message of type t in msg; returns its length. */
 static size_t build(uint16_t t) {
@@ -59,6 +60,22 @@ static void test_validate(void) {
         ASSERT_EQ(zmsg_expected_size(ZMSG_MOVE_DONE), sizeof(ZMsgMoveDone));
         ASSERT_EQ(zmsg_expected_size(ZMSG_MOVE), 0);
         ASSERT_TRUE(sizeof(ZMsgMove) <= ZSWAP_MSG_MAX);
+        /* the numbers are the wire format: they never move */
+        ASSERT_EQ(ZMSG_TUNABLE_GET, 13);
+        ASSERT_EQ(ZMSG_STATUS, 14);
+        ASSERT_EQ(ZMSG_CLIENTS, 15);
+        ASSERT_EQ(ZMSG_TUNABLE_REPLY, 66);
+        ASSERT_EQ(ZMSG_STATUS_REPLY, 67);
+        ASSERT_EQ(ZMSG_CLIENTS_REPLY, 68);
+        ASSERT_EQ(zmsg_expected_size(ZMSG_STATUS), sizeof(ZMsgHeader));
+        ASSERT_EQ(zmsg_expected_size(ZMSG_CLIENTS), sizeof(ZMsgClientsReq));
+        ASSERT_EQ(zmsg_expected_size(ZMSG_STATUS_REPLY), sizeof(ZMsgStatusReply));
+        ASSERT_EQ(zmsg_expected_size(ZMSG_CLIENTS_REPLY), sizeof(ZMsgClientsReply));
+        ASSERT_TRUE(sizeof(ZMsgStatusReply) <= ZSWAP_MSG_MAX);
+        ASSERT_TRUE(sizeof(ZMsgClientsReply) <= ZSWAP_MSG_MAX);
+        /* a clients page is whole records, 8-byte aligned */
+        ASSERT_EQ(sizeof(ZClientRecord) % 8, 0);
+        ASSERT_EQ(offsetof(ZMsgClientsReply, rec) % 8, 0);
 
         for (size_t i = 0; i < ELEMENTSOF(types); i++) {
                 uint16_t t = types[i];
@@ -104,7 +121,7 @@ static void test_validate(void) {
         ASSERT_ERROR(zmsg_validate(msg, ZSWAP_MSG_MAX + 64), EPROTO);
 
         /* unknown types, at every size that would fit a known one */
-        static const uint16_t unknown[] = { 0, 14, 15, 63, 67, 127, 130, 191, 194, 255, 0x8000, 0xffff };
+        static const uint16_t unknown[] = { 0, 16, 17, 63, 69, 127, 130, 191, 194, 255, 0x8000, 0xffff };
         for (size_t i = 0; i < ELEMENTSOF(unknown); i++) {
                 ASSERT_EQ(zmsg_expected_size(unknown[i]), 0);
                 for (size_t j = 0; j < ELEMENTSOF(types); j++) {

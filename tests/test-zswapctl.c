@@ -1,16 +1,31 @@
 /*
  * test-zswapctl: `zswapctl status` reports what the daemon holds (text and
- * JSON agree with the library's counters); `pageout`, `limit`, `set` and
- * `get` steer it, and refusals say what to do: no daemon, not root, no
- * such client, a value that does not parse.
+ * JSON agree with the library's counters, fault latency is there and in
+ * order once pages came back); `clients` lists this process with its
+ * command and figures, in a table whose columns -o picks and as JSON that
+ * python reads, over several replies when there are many clients, and to
+ * another user not at all; `metrics` is valid Prometheus text (checked line
+ * by line) with the same figures; `pageout`, `limit`, `set` and `get` steer
+ * it, and refusals say what to do: no daemon, not an admin, no such
+ * client, a value that does not parse, a usage error.
  */
+#include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "protocol.h"
 #include "tunable-keys.h"
+
+#define ASSERT_STREQ(a, b)                                                          \
+        do {                                                                        \
+                const char *_a = (a), *_b = (b);                                    \
+                if (strcmp(_a, _b) != 0)                                            \
+                        test_fail("%s == %s failed: '%s' != '%s'", #a, #b, _a, _b); \
+        } while (0)
 
 static char *run(const char *cmd, int *status) {
         static char out[8192];
@@ -75,7 +90,8 @@ static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, 
         snprintf(cmd, sizeof(cmd), "setpriv --reuid=65534 --regid=65534 --clear-groups %s --socket %s pageout %d 2>&1",
                  ctl, d->sock, (int)getpid());
         out = run(cmd, &st);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "permission denied"))
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 ||
+            !strstr(out, "permission denied: admin commands need root or group zswap"))
                 test_fail("pageout as nobody: status %#x, '%s'", st, out);
         ASSERT_EQ(verify_pages(buf, len, hashes), 0);
 }
@@ -112,7 +128,7 @@ static void tunables(const char *ctl, TestDaemon *d) {
         snprintf(cmd, sizeof(cmd), "%s set bogus 1 2>&1", pre);
         expect(cmd, 1, "unknown key 'bogus'");
         snprintf(cmd, sizeof(cmd), "setpriv --reuid=65534 --regid=65534 --clear-groups %s set interval 1s 2>&1", pre);
-        expect(cmd, 1, "permission denied: changing daemon settings needs root");
+        expect(cmd, 1, "permission denied: admin commands need root or group zswap");
         snprintf(cmd, sizeof(cmd), "%s get interval", pre);
         expect(cmd, 0, "interval = 500ms\n");
 
@@ -138,10 +154,390 @@ static void tunables(const char *ctl, TestDaemon *d) {
         expect(cmd, 2, "--pid is for set and get");
 }
 
+/* ---- status, clients, metrics ---- */
+
+/* Does python3 read text as JSON? Skip-free: python3 is part of the test
+ * setup (pydict.py), so a missing one fails. */
+static bool json_valid(const char *text) {
+        char path[] = "/tmp/test-zswapctl-XXXXXX";
+        int fd = mkstemp(path), st;
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+        close(fd);
+        char cmd[PATH_MAX + 96];
+        snprintf(cmd, sizeof(cmd), "python3 -c 'import json,sys; json.load(sys.stdin)' < %s", path);
+        st = system(cmd);
+        unlink(path);
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static double json_real(const char *json, const char *key) {
+        char pat[64];
+        snprintf(pat, sizeof(pat), "\"%s\": ", key);
+        const char *p = strstr(json, pat);
+        if (!p)
+                test_fail("no %s in %s", key, json);
+        return strtod(p + strlen(pat), NULL);
+}
+
+/* The string value of key, into buf. */
+static const char *json_str(const char *json, const char *key, char *buf, size_t len) {
+        char pat[64];
+        snprintf(pat, sizeof(pat), "\"%s\": \"", key);
+        const char *p = strstr(json, pat);
+        if (!p)
+                test_fail("no string %s in %s", key, json);
+        p += strlen(pat);
+        size_t n = strcspn(p, "\"");
+        snprintf(buf, len, "%.*s", (int)MIN(n, len - 1), p);
+        return buf;
+}
+
+/* Words of a line, up to max; returns how many. */
+static size_t split(char *line, char **w, size_t max) {
+        size_t n = 0;
+        for (char *t = strtok(line, " \n"); t && n < max; t = strtok(NULL, " \n"))
+                w[n++] = t;
+        return n;
+}
+
+/* The fault latency figures: present, ordered, and from real faults. */
+static void status_latency(const char *out, const struct zswap_stats *s) {
+        unsigned long long timed = json_field(out, "faults_timed");
+        unsigned long long p50 = json_field(out, "fault_latency_p50_ns"), p90 = json_field(out, "fault_latency_p90_ns");
+        unsigned long long p99 = json_field(out, "fault_latency_p99_ns"), max = json_field(out, "fault_latency_max_ns");
+
+        /* every page was read back: each fault that was not a prefetch was timed */
+        if (timed == 0 || timed > json_field(out, "faults") || json_field(out, "faults") != s->faults)
+                test_fail("faults_timed %llu of %llu faults (client: %llu)", timed, json_field(out, "faults"),
+                          (unsigned long long)s->faults);
+        if (!(p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= max))
+                test_fail("latency p50 %llu p90 %llu p99 %llu max %llu", p50, p90, p99, max);
+}
+
+/* `status --json` after the pages came back, against the client's counters */
+static void status_after_faults(const char *pre, struct zswap_client *c) {
+        char cmd[2 * PATH_MAX + 512], buf[32];
+        struct zswap_stats s;
+        int st;
+
+        td_stats(c, &s);
+        snprintf(cmd, sizeof(cmd), "%s status --json", pre);
+        char *out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        if (!json_valid(out))
+                test_fail("status --json is not JSON:\n%s", out);
+        ASSERT_EQ(json_field(out, "stored_pages"), s.stored_pages);
+        ASSERT_EQ(json_field(out, "registered_bytes"), s.registered_bytes);
+        ASSERT_EQ(json_field(out, "evictions"), s.evictions);
+        const char *args = getenv("TEST_DAEMON_ARGS");
+        ASSERT_STREQ(json_str(out, "compressor", buf, sizeof(buf)), args && strstr(args, "zstd") ? "zstd" : "lz4");
+        status_latency(out, &s);
+        /* a rate, or null right after start */
+        if (!strstr(out, "\"evictions_per_s\": null") && json_real(out, "evictions_per_s") < 0)
+                test_fail("evictions_per_s: %s", out);
+
+        /* -o picks fields, --no-headings leaves the values */
+        snprintf(cmd, sizeof(cmd), "%s status --bytes -o stored_pages,registered_bytes --no-headings", pre);
+        out = run(cmd, &st);
+        char want[96];
+        snprintf(want, sizeof(want), "%llu\n%llu\n", (unsigned long long)s.stored_pages,
+                 (unsigned long long)s.registered_bytes);
+        if (st != 0 || strcmp(out, want) != 0)
+                test_fail("status -o: status %#x, '%s', not '%s'", st, out, want);
+        snprintf(cmd, sizeof(cmd), "%s status -o pool_bytes,bogus 2>&1", pre);
+        expect(cmd, 2, "unknown status field 'bogus'");
+}
+
+/* `clients`: this process's row, in every form */
+static void clients(const char *pre, struct zswap_client *c, size_t len) {
+        char cmd[2 * PATH_MAX + 512], line[1024], *w[24], want[64], buf[32];
+        struct zswap_stats s;
+        int st;
+
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        ASSERT_EQ(s.registered_bytes, len);
+        snprintf(cmd, sizeof(cmd), "%s clients --json", pre);
+        char *out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        if (!json_valid(out) || out[0] != '[')
+                test_fail("clients --json is not a JSON array:\n%s", out);
+        ASSERT_EQ(json_field(out, "pid"), (unsigned long long)getpid());
+        ASSERT_STREQ(json_str(out, "command", buf, sizeof(buf)), "test-zswapctl");
+        ASSERT_STREQ(json_str(out, "user", buf, sizeof(buf)), "root");
+        ASSERT_EQ(json_field(out, "registered"), len);
+        ASSERT_EQ(json_field(out, "evicted"), (s.stored_pages + s.same_pages) * ZSWAP_PAGE_SIZE);
+        ASSERT_EQ(json_field(out, "pool"), s.compressed_bytes);
+        ASSERT_EQ(json_field(out, "refaults"), s.refaults);
+        ASSERT_TRUE(strstr(out, "\"limit\": null") != NULL);
+        if (s.compressed_bytes)
+                {
+                        double want_ratio = (double)(s.stored_pages + s.same_pages) * ZSWAP_PAGE_SIZE /
+                                            (double)s.compressed_bytes;
+                        double got = json_real(out, "ratio");
+                        if (got < want_ratio - 0.01 || got > want_ratio + 0.01)
+                                test_fail("ratio %f, not %f", got, want_ratio);
+                }
+
+        /* the default table: a header and one row */
+        snprintf(cmd, sizeof(cmd), "%s clients", pre);
+        out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        snprintf(line, sizeof(line), "%s", out);
+        ASSERT_EQ(split(line, w, 24), 20);
+        ASSERT_STREQ(w[0], "PID");
+        ASSERT_STREQ(w[9], "LIMIT");
+        ASSERT_EQ(strtoull(w[10], NULL, 10), (unsigned long long)getpid());
+        ASSERT_STREQ(w[12], "test-zswapctl");
+        ASSERT_STREQ(w[13], "16.0M");
+        ASSERT_STREQ(w[19], "-");
+
+        /* -o: exactly those columns, in that order; --bytes; --no-headings */
+        snprintf(cmd, sizeof(cmd), "%s clients --bytes -o command,REGISTERED,pid", pre);
+        out = run(cmd, &st);
+        snprintf(line, sizeof(line), "%s", out);
+        if (st != 0 || split(line, w, 24) != 6)
+                test_fail("clients -o: status %#x:\n%s", st, out);
+        ASSERT_STREQ(w[0], "COMMAND");
+        ASSERT_STREQ(w[1], "REGISTERED");
+        ASSERT_STREQ(w[2], "PID");
+        ASSERT_STREQ(w[3], "test-zswapctl");
+        ASSERT_EQ(strtoull(w[4], NULL, 10), len);
+        ASSERT_EQ(strtoull(w[5], NULL, 10), (unsigned long long)getpid());
+        snprintf(cmd, sizeof(cmd), "%s clients --no-headings -o pid", pre);
+        snprintf(want, sizeof(want), "%d\n", (int)getpid());
+        out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        ASSERT_STREQ(out, want);
+        snprintf(cmd, sizeof(cmd), "%s clients -o pid,bogus 2>&1", pre);
+        expect(cmd, 2, "unknown column 'bogus'");
+        snprintf(cmd, sizeof(cmd), "%s clients extra 2>&1", pre);
+        expect(cmd, 2, "clients takes no arguments");
+
+        /* another user sees no row of root's, and is refused root's process */
+        snprintf(cmd, sizeof(cmd), "setpriv --reuid=65534 --regid=65534 --clear-groups %s clients --json", pre);
+        expect(cmd, 0, "[]\n");
+        snprintf(cmd, sizeof(cmd), "setpriv --reuid=65534 --regid=65534 --clear-groups %s status --json", pre);
+        expect(cmd, 0, "\"stored_pages\": ");
+}
+
+/* More clients than one reply holds: every one listed once, in id order. */
+static void clients_paged(const char *pre, TestDaemon *d) {
+        enum { N = ZSWAP_CLIENTS_PER_MSG + 5 };
+        struct zswap_client *extra[N];
+        char cmd[2 * PATH_MAX + 512];
+        int st;
+
+        for (int i = 0; i < N; i++)
+                extra[i] = td_connect(d);
+        snprintf(cmd, sizeof(cmd),
+                 "%s clients --json -o id,pid | python3 -c 'import json,sys; r=json.load(sys.stdin); "
+                 "i=[x[\"id\"] for x in r]; print(len(r), len(set(i)), i == sorted(i), "
+                 "sum(x[\"pid\"] == %d for x in r))'",
+                 pre, (int)getpid());
+        char *out = run(cmd, &st);
+        char want[64];
+        snprintf(want, sizeof(want), "%d %d True %d\n", N + 1, N + 1, N + 1);
+        if (st != 0 || strcmp(out, want) != 0)
+                test_fail("%d clients listed as '%s' (count, distinct, ours)", N + 1, out);
+        for (int i = 0; i < N; i++)
+                zswap_disconnect(extra[i]);
+}
+
+/* ---- the Prometheus text format, checked line by line ---- */
+
+typedef struct Family {
+        char name[96], type[16];
+        bool help;
+        uint64_t last_bucket; /* histograms: buckets never decrease */
+        double inf;           /* the +Inf bucket, -1 before it */
+        int samples;
+} Family;
+
+static bool metric_name(const char **p, char *out, size_t len) {
+        size_t n = 0;
+        const char *s = *p;
+        if (!(isalpha((unsigned char)*s) || *s == '_' || *s == ':'))
+                return false;
+        while (isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == ':')
+                n++;
+        if (n >= len)
+                return false;
+        memcpy(out, s, n);
+        out[n] = 0;
+        *p = s + n;
+        return true;
+}
+
+/* {name="value",...}: label names as the grammar says, values with \\ \" \n
+ * escapes only; le's value to le (if there is one). */
+static bool metric_labels(const char **p, char *le, size_t lelen, char *labels, size_t lablen) {
+        const char *s = *p;
+        le[0] = labels[0] = 0;
+        if (*s != '{')
+                return true;
+        s++;
+        while (*s != '}') {
+                char name[64], value[256];
+                size_t n = 0;
+                if (!metric_name(&s, name, sizeof(name)) || strchr(name, ':') || *s++ != '=' || *s++ != '"')
+                        return false;
+                for (; *s != '"'; s++) {
+                        if (!*s || *s == '\n' || n + 1 >= sizeof(value))
+                                return false;
+                        if (*s == '\\') {
+                                s++;
+                                if (*s != '\\' && *s != '"' && *s != 'n')
+                                        return false;
+                        }
+                        value[n++] = *s;
+                }
+                value[n] = 0;
+                s++;
+                if (strcmp(name, "le") == 0 && strlen(value) < lelen)
+                        memcpy(le, value, strlen(value) + 1);
+                size_t used = strlen(labels);
+                snprintf(labels + used, lablen - used, "%s=%s;", name, value);
+                if (*s == ',')
+                        s++;
+                else if (*s != '}')
+                        return false;
+        }
+        *p = s + 1;
+        return true;
+}
+
+/* One sample line of family f (the current one). */
+static void metric_sample(Family *f, const char *line, const char *name, const char *le, const char *labels,
+                          double v) {
+        bool hist = strcmp(f->type, "histogram") == 0;
+        size_t bl = strlen(f->name);
+
+        if (strcmp(name, f->name) != 0 &&
+            !(hist && strncmp(name, f->name, bl) == 0 &&
+              (!strcmp(name + bl, "_bucket") || !strcmp(name + bl, "_sum") || !strcmp(name + bl, "_count"))))
+                test_fail("sample outside its family %s (or one without # TYPE): %s", f->name, line);
+        if (!f->help)
+                test_fail("family %s has no # HELP before its samples", f->name);
+        if (!strcmp(f->type, "counter") || !strcmp(f->type, "gauge"))
+                if (v < 0 || (!strcmp(f->type, "counter") && strcmp(name + strlen(name) - 6, "_total") != 0))
+                        test_fail("bad counter or gauge: %s", line);
+        if (hist && strcmp(name + bl, "_bucket") == 0) {
+                if (!le[0] || v < (double)f->last_bucket)
+                        test_fail("histogram bucket without le, or decreasing: %s", line);
+                f->last_bucket = (uint64_t)v;
+                if (strcmp(le, "+Inf") == 0)
+                        f->inf = v;
+        }
+        if (hist && strcmp(name + bl, "_count") == 0 && v != f->inf)
+                test_fail("histogram _count %g is not its +Inf bucket %g", v, f->inf);
+        (void)labels;
+        f->samples++;
+}
+
+/*
+ * Check every line of the exposition; return the value of the sample
+ * `want` (name and labels as "name{k=v;...}"), or -1 if there is none.
+ */
+static double metrics_check(const char *text, const char *want, Family *fams, size_t *nfams) {
+        _cleanup_free_ char *copy = strdup(text);
+        double found = -1;
+        Family *cur = NULL;
+        char *save = NULL;
+
+        *nfams = 0;
+        ASSERT_TRUE(text[0] && text[strlen(text) - 1] == '\n');
+        for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char name[96], type[16], le[64], labels[512], key[700];
+                const char *p = line;
+                if (strncmp(line, "# HELP ", 7) == 0 || strncmp(line, "# TYPE ", 7) == 0) {
+                        p = line + 7;
+                        if (!metric_name(&p, name, sizeof(name)) || *p != ' ')
+                                test_fail("bad comment line: %s", line);
+                        if (!cur || strcmp(cur->name, name) != 0) {
+                                for (size_t i = 0; i < *nfams; i++)
+                                        if (strcmp(fams[i].name, name) == 0)
+                                                test_fail("family %s is split or repeated", name);
+                                ASSERT_TRUE(*nfams < 128);
+                                cur = &fams[(*nfams)++];
+                                *cur = (Family){ .inf = -1 };
+                                snprintf(cur->name, sizeof(cur->name), "%s", name);
+                        }
+                        if (line[2] == 'H') {
+                                if (cur->help || !p[1])
+                                        test_fail("second or empty HELP: %s", line);
+                                cur->help = true;
+                                continue;
+                        }
+                        if (cur->type[0] || sscanf(p, " %15s", type) != 1 ||
+                            (strcmp(type, "counter") && strcmp(type, "gauge") && strcmp(type, "histogram") &&
+                             strcmp(type, "summary") && strcmp(type, "untyped")) || cur->samples)
+                                test_fail("bad or late TYPE: %s", line);
+                        snprintf(cur->type, sizeof(cur->type), "%s", type);
+                        continue;
+                }
+                if (line[0] == '#')
+                        continue;
+                char *end;
+                if (!metric_name(&p, name, sizeof(name)) || !metric_labels(&p, le, sizeof(le), labels, sizeof(labels)) ||
+                    *p++ != ' ')
+                        test_fail("not a sample line: '%s'", line);
+                double v = strtod(p, &end);
+                if (end == p || *end)
+                        test_fail("bad value: '%s'", line);
+                if (!cur || !cur->type[0])
+                        test_fail("sample before any # TYPE: %s", line);
+                metric_sample(cur, line, name, le, labels, v);
+                snprintf(key, sizeof(key), "%s{%s}", name, labels);
+                if (want && strcmp(key, want) == 0)
+                        found = v;
+        }
+        return found;
+}
+
+static const Family *family(const Family *fams, size_t n, const char *name, const char *type) {
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(fams[i].name, name) == 0) {
+                        if (strcmp(fams[i].type, type) != 0)
+                                test_fail("%s is a %s, not a %s", name, fams[i].type, type);
+                        return &fams[i];
+                }
+        test_fail("no metric family %s", name);
+}
+
+/* `metrics`: the format, and the figures against the client's */
+static void metrics(const char *pre, struct zswap_client *c) {
+        static Family fams[128];
+        char cmd[2 * PATH_MAX + 512], want[256];
+        struct zswap_stats s;
+        size_t n;
+        int st;
+
+        snprintf(cmd, sizeof(cmd), "%s metrics", pre);
+        char *out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        td_stats(c, &s);
+        ASSERT_EQ(metrics_check(out, "zswapd_stored_pages{}", fams, &n), (double)s.stored_pages);
+        ASSERT_EQ(metrics_check(out, "zswapd_faults_total{}", fams, &n), (double)s.faults);
+        family(fams, n, "zswapd_pool_bytes", "gauge");
+        family(fams, n, "zswapd_faults_total", "counter");
+        const Family *h = family(fams, n, "zswapd_fault_latency_seconds", "histogram");
+        ASSERT_TRUE(h->inf > 0);
+        ASSERT_EQ(h->samples, ZSWAP_LAT_LE_N + 3);
+        snprintf(want, sizeof(want), "zswapd_client_registered_bytes{pid=%d;user=root;command=test-zswapctl;}",
+                 (int)getpid());
+        ASSERT_EQ(metrics_check(out, want, fams, &n), (double)s.registered_bytes);
+        ASSERT_TRUE(metrics_check(out, "zswapd_fault_latency_p50_seconds{}", fams, &n) > 0);
+        ASSERT_TRUE(metrics_check(out, "zswapd_fault_latency_p99_seconds{}", fams, &n) <=
+                    metrics_check(out, "zswapd_fault_latency_max_seconds{}", fams, &n));
+        snprintf(cmd, sizeof(cmd), "%s metrics --json 2>&1", pre);
+        expect(cmd, 2, "no --json");
+}
+
 int main(void) {
         TestDaemon d;
         static uint64_t hashes[4096];
-        char ctl[PATH_MAX], cmd[PATH_MAX + 256];
+        char ctl[PATH_MAX], cmd[PATH_MAX + 256], pre[PATH_MAX + 128];
         struct zswap_stats s;
         int st;
 
@@ -157,6 +553,10 @@ int main(void) {
         int n = zswap_pageout(c, buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE);
         ASSERT_TRUE(n > 4000);
         td_stats(c, &s);
+        /* the global resident count may be a reclaim tick old (one taken
+         * during the pageout); the client's own is counted now and kept */
+        struct zswap_stats own;
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &own));
 
         snprintf(cmd, sizeof(cmd), "%s --socket %s status --json", ctl, d.sock);
         char *out = run(cmd, &st);
@@ -181,6 +581,14 @@ int main(void) {
                 test_fail("text output lacks '%s':\n%s", want, out);
 
         ASSERT_EQ(verify_pages(buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, hashes), 0);
+        snprintf(pre, sizeof(pre), "%s --socket %s", ctl, d.sock);
+        status_after_faults(pre, c);
+        metrics(pre, c);
+        /* the client's row while it has pages out, then all of them back */
+        ASSERT_TRUE(zswap_pageout(c, buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE) > 4000);
+        clients(pre, c, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE);
+        clients_paged(pre, &d);
+        ASSERT_EQ(verify_pages(buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, hashes), 0);
         pageout_pid(ctl, &d, c, buf, hashes);
         tunables(ctl, &d);
         zswap_disconnect(c);
@@ -190,9 +598,18 @@ int main(void) {
         snprintf(cmd, sizeof(cmd), "%s --socket %s status 2>&1", ctl, d.sock);
         out = run(cmd, &st);
         ASSERT_TRUE(st != 0);
-        if (!strstr(out, "zswapd is not running"))
+        if (!strstr(out, "zswapd is not running: start it with systemctl start zswapd"))
                 test_fail("unexpected message: %s", out);
         snprintf(cmd, sizeof(cmd), "%s --socket %s set interval 1s 2>&1", ctl, d.sock);
-        expect(cmd, 1, "zswapd is not running (no socket at");
+        expect(cmd, 1, "zswapd is not running: start it with systemctl start zswapd (no socket at");
+        snprintf(cmd, sizeof(cmd), "%s --version", ctl);
+        expect(cmd, 0, "zswapctl 0.");
+        snprintf(cmd, sizeof(cmd), "%s --help", ctl);
+        out = run(cmd, &st);
+        const char *tail = "\n\nSee zswapctl(8).\n";
+        if (st != 0 || strlen(out) < strlen(tail) || strcmp(out + strlen(out) - strlen(tail), tail) != 0)
+                test_fail("--help: status %#x, does not end with See zswapctl(8).:\n%s", st, out);
+        snprintf(cmd, sizeof(cmd), "%s --bogus 2>&1", ctl);
+        expect(cmd, 2, "See zswapctl --help");
         return 0;
 }
