@@ -86,9 +86,9 @@ void conn_kill(Conn *c, const char *why) {
 /* ---- client address spaces ---- */
 
 static void mm_link(Manager *m, MMClient *mm) {
-        mm->user_limit = users_default_limit(m, mm->uid);
         mm->next = m->mms;
         m->mms = mm;
+        users_link(m, mm);
 }
 
 static void mm_unlink(Manager *m, MMClient *mm) {
