@@ -121,22 +121,35 @@ static int wait_stop(pid_t tid) {
         return st;
 }
 
-/* Stop tid inside a system call (the daemon's idle threads wait in one);
- * false if it is in user code at the moment (then it runs on). */
-static bool stop_in_syscall(pid_t tid, struct user_regs_struct *regs) {
+/* Stop tid at a system call: where it waits in one (the daemon's idle
+ * threads do), or else at the entry of the next one it makes (true).
+ * Either way regs->rip - 2 is a syscall instruction, and
+ * resume_regs(*regs) goes on with what the thread was doing. */
+static bool stop_at_syscall(pid_t tid, struct user_regs_struct *regs) {
+        bool entry = false;
+
         ASSERT_OK(ptrace(PTRACE_INTERRUPT, tid, 0, 0));
         int st = wait_stop(tid);
         ASSERT_EQ(st >> 16, PTRACE_EVENT_STOP);
         ASSERT_OK(ptrace(PTRACE_GETREGS, tid, 0, regs));
-        if ((long long)regs->orig_rax >= 0) {
-                errno = 0;
-                long insn = ptrace(PTRACE_PEEKTEXT, tid, (void *)(regs->rip - 2), 0);
-                ASSERT_EQ(errno, 0);
-                if ((insn & 0xffff) == 0x050f) /* syscall */
-                        return true;
+        if ((long long)regs->orig_rax < 0) {
+                /* in user code: run it to its next call (a thread just
+                 * resumed by us may not even have left the kernel yet) */
+                for (int sig = 0;; sig = (st >> 16) == 0 ? WSTOPSIG(st) : 0) {
+                        ASSERT_OK(ptrace(PTRACE_SYSCALL, tid, 0, sig));
+                        st = wait_stop(tid);
+                        if (WSTOPSIG(st) == (SIGTRAP | 0x80))
+                                break;
+                }
+                ASSERT_OK(ptrace(PTRACE_GETREGS, tid, 0, regs));
+                regs->rax = (unsigned long long)-513; /* ERESTARTNOINTR: make that call after ours */
+                entry = true;
         }
-        ASSERT_OK(ptrace(PTRACE_CONT, tid, 0, 0));
-        return false;
+        errno = 0;
+        long insn = ptrace(PTRACE_PEEKTEXT, tid, (void *)(regs->rip - 2), 0);
+        ASSERT_EQ(errno, 0);
+        ASSERT_EQ(insn & 0xffff, 0x050f); /* syscall */
+        return entry;
 }
 
 /* The registers that resume what was interrupted: an -ERESTART* call is
@@ -171,14 +184,19 @@ static long inject(pid_t tid, long nr, long a0, long a1, long a2) {
         bool sigsys = false;
 
         ASSERT_OK(ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACESYSGOOD));
-        for (int tries = 0; !stop_in_syscall(tid, &saved); tries++)
-                if (tries > 1000)
-                        test_fail("thread %d never waits in a system call", (int)tid);
+        bool at_entry = stop_at_syscall(tid, &saved);
         uint64_t insn = saved.rip - 2;
         r = saved;
-        r.rip = insn;
-        r.orig_rax = (unsigned long long)-1; /* a fresh call, not a restart */
-        r.rax = (unsigned long long)nr;
+        if (at_entry) {
+                /* its call becomes ours; seccomp runs after this stop. (Not
+                 * -1 to skip it: the filter would judge "-1" and refuse) */
+                r.orig_rax = (unsigned long long)nr;
+                entered = nr;
+        } else {
+                r.rip = insn; /* back onto the instruction: a fresh call */
+                r.orig_rax = (unsigned long long)-1; /* not a restart */
+                r.rax = (unsigned long long)nr;
+        }
         r.rdi = (unsigned long long)a0;
         r.rsi = (unsigned long long)a1;
         r.rdx = (unsigned long long)a2;
@@ -213,7 +231,8 @@ static long inject(pid_t tid, long nr, long a0, long a1, long a2) {
         r = resume_regs(saved);
         ASSERT_OK(ptrace(PTRACE_SETREGS, tid, 0, &r));
         ASSERT_OK(ptrace(PTRACE_DETACH, tid, 0, 0));
-        fprintf(stderr, "thread %d: system call %ld returned %ld%s\n", (int)tid, nr, ret,
+        fprintf(stderr, "thread %d (%s): system call %ld returned %ld%s\n", (int)tid,
+                at_entry ? "stopped entering a call" : "stopped waiting in a call", nr, ret,
                 sigsys ? " (through the SIGSYS handler)" : "");
         return ret;
 }
@@ -323,12 +342,18 @@ static void realtime(void) {
         start(&d, "--fault-rt-prio 1");
         check_threads(d.pid, 2, kept_caps(d.pid, true, true));
         snprintf(dir, sizeof(dir), "/proc/%d/task", (int)d.pid);
-        DIR *dd = opendir(dir);
-        ASSERT_TRUE(dd != NULL);
-        while ((e = readdir(dd)))
-                if (atoi(e->d_name) > 0)
-                        fifo |= sched_getscheduler(atoi(e->d_name)) == SCHED_FIFO;
-        closedir(dd);
+        /* each fault thread switches as it starts, which may be after the
+         * socket accepts: look again until one has (or 10 s went by) */
+        for (int tries = 0; !fifo && tries < 1000; tries++) {
+                DIR *dd = opendir(dir);
+                ASSERT_TRUE(dd != NULL);
+                while ((e = readdir(dd)))
+                        if (atoi(e->d_name) > 0)
+                                fifo |= sched_getscheduler(atoi(e->d_name)) == SCHED_FIFO;
+                closedir(dd);
+                if (!fifo)
+                        usleep(10000);
+        }
         ASSERT_TRUE(fifo);
         td_stop(&d);
 }
