@@ -82,10 +82,11 @@ struct FaultThread {
          * work at hand is no program's fault; this thread only */
         uint64_t fault_t0;
         uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash */
-        _Alignas(64) LatencyHist lat; /* read to install, this thread writes (latency.h) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];
+        /* last: the page buffers keep their place in the struct */
+        _Alignas(64) LatencyHist lat; /* read to install, this thread writes (latency.h) */
 };
 
 /* ---- uffd ioctls ---- */
