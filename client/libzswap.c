@@ -292,8 +292,13 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                         if (r == 0 || off >= n)
                                 continue;
                         if (moved > 0) {
-                                /* stopped part way: go on from there */
+                                /* stopped part way: go on from there; the page
+                                 * it stopped at is a new one, whose COW was
+                                 * not broken yet (after a fork every page of
+                                 * the run is shared, and keeping the flag
+                                 * left every second one behind) */
                                 tries = 0;
+                                cow_broken = false;
                                 continue;
                         }
                         if (r == -ETIMEDOUT)
