@@ -206,8 +206,22 @@ int conf_parse_decimal(const char *s, double *ret) {
                 return -EINVAL;
         if (overflow)
                 return -ERANGE;
-        *ret = (double)v + frac;
+        /* the grammar is checked: strtod() rounds correctly, so what
+         * conf_format_decimal() writes reads back as the same double (a
+         * sum of digit * 0.1^k does not) */
+        *ret = strtod(s, NULL);
+        (void)frac;
         return 0;
+}
+
+void conf_format_decimal(double v, char *buf, size_t len) {
+        for (int digits = 0; digits <= 24; digits++) {
+                double back;
+                snprintf(buf, len, "%.*f", digits, v);
+                if (conf_parse_decimal(buf, &back) == 0 && back == v)
+                        return;
+        }
+        /* no 24-digit form reads back exactly: the closest one stays */
 }
 
 int conf_parse_uint(const char *s, uint64_t *ret) {

@@ -59,6 +59,9 @@ int conf_parse_bool(const char *s, bool *ret);
 /* Sizes and durations in the largest unit that holds them exactly ("64M",
  * "1536M", "4097", "30s", "1500ms"); 0 as "0". */
 void conf_format_size(uint64_t bytes, char *buf, size_t len);
+/* A decimal in the fewest digits after the point that conf_parse_decimal()
+ * reads back as exactly v (never an exponent: "0.00001", not "1e-05"). */
+void conf_format_decimal(double v, char *buf, size_t len);
 void conf_format_duration(uint64_t ms, char *buf, size_t len);
 
 /* The machine's RAM in bytes (what "10%" is a percentage of), 0 if unknown. */

@@ -139,7 +139,7 @@ static void key_format(const Key *k, Value v, char *buf, size_t len) {
         switch (k->type) {
         case KEY_SIZE: conf_format_size(v.u, buf, len); break;
         case KEY_DURATION: conf_format_duration(v.u, buf, len); break;
-        case KEY_PERCENT: snprintf(buf, len, "%.15g", v.d); break;
+        case KEY_PERCENT: conf_format_decimal(v.d, buf, len); break;
         case KEY_COUNT: snprintf(buf, len, "%llu", (unsigned long long)v.u); break;
         case KEY_BOOL: snprintf(buf, len, "%s", v.b ? "yes" : "no"); break;
         }
