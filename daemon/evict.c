@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
+#include "inject.h"
 #include "evict.h"
 #include "fault.h"
 #include "log.h"
@@ -131,7 +132,11 @@ static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr
         TRACE(TR_HANDBACK, addr, v, why);
         /* pin the lane until the fault thread has read the slot */
         atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
-        Work *w = work_new(FW_INSTALL, mm);
+        /* a worker may wait for memory: without the item the lane stays
+         * pinned and the pageout waiting for it is never answered */
+        Work *w;
+        for (int tries = 0; !(w = work_new(FW_INSTALL, mm)) && tries < 10000; tries++)
+                usleep(1000);
         if (!w) {
                 /* the page stays STAGED in a lane that stays pinned: a fault
                  * still finds it; eviction loses this lane, no page is lost */
@@ -406,9 +411,18 @@ void evict_op_drop(PageoutOp *op) {
 
 static int queue_op(Manager *m, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t id, uint64_t start, uint64_t end,
                     bool unregister) {
-        PageoutOp *op = calloc(1, sizeof(*op));
+        PageoutOp *op = INJECT_ALLOC(calloc(1, sizeof(*op)));
         if (!op)
                 return -ENOMEM;
+        if (unregister) {
+                /* the range leaves the daemon's list only once its op exists:
+                 * an unregister refused for memory changes nothing */
+                int r = mmclient_region_remove(mm, start, end, true);
+                if (r < 0) {
+                        free(op);
+                        return r;
+                }
+        }
         op->group = g;
         if (g)
                 g->ops++;
@@ -434,7 +448,7 @@ int evict_queue_group(Manager *m, MMClient *mm, PageoutGroup *g, uint64_t start,
 }
 
 PageoutOp *evict_queue_reclaim(Manager *m, MMClient *mm) {
-        PageoutOp *op = calloc(1, sizeof(*op));
+        PageoutOp *op = INJECT_ALLOC(calloc(1, sizeof(*op)));
         if (!op)
                 return NULL;
         /* the sweep starts where the hand is and goes round once */
@@ -798,6 +812,21 @@ static void lane_compressed(Manager *m, MMClient *mm, unsigned li, uint64_t stor
         lane_try_release(m, mm, li);
 }
 
+/* Hand a staged lane to the workers. Without memory for the job the lane
+ * waits in COMPRESSING (faults still find every page in its slot) and
+ * evict_tick() tries again: the pageout it belongs to must still end. */
+static void lane_submit(Manager *m, MMClient *mm, unsigned li) {
+        Lane *lane = &mm->lanes[li];
+        Work *w = work_new(JOB_COMPRESS, mm);
+
+        lane->state = LANE_COMPRESSING;
+        lane->compress_due = !w;
+        if (!w)
+                return;
+        w->lane = li;
+        evictor_submit(m->evictor, w);
+}
+
 int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *msg) {
         Lane *lane;
         unsigned staged = 0;
@@ -854,15 +883,7 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                 lane_compressed(m, mm, li, 0);
                 return 0;
         }
-        Work *w = work_new(JOB_COMPRESS, mm);
-        if (!w) {
-                /* the fault path can still serve every staged page; just wait */
-                lane->state = LANE_COMPRESSING;
-                return 0;
-        }
-        w->lane = li;
-        lane->state = LANE_COMPRESSING;
-        evictor_submit(m->evictor, w);
+        lane_submit(m, mm, li);
         return 0;
 }
 
@@ -901,6 +922,8 @@ void evict_tick(Manager *m, MMClient *mm) {
         for (unsigned i = 0; i < mm->nlanes; i++)
                 if (mm->lanes[i].state == LANE_DRAINING)
                         lane_try_release(m, mm, i);
+                else if (mm->lanes[i].state == LANE_COMPRESSING && mm->lanes[i].compress_due)
+                        lane_submit(m, mm, i);
         if (mm->fork_paused && now_ns() - mm->fork_paused_at > 10ull * 1000000000) {
                 /* a client that never said FORK_DONE does not stop eviction forever */
                 mm->fork_paused = false;

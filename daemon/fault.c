@@ -38,6 +38,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 
+#include "inject.h"
 #include "codec.h"
 #include "fault.h"
 #include "latency.h"
@@ -93,6 +94,9 @@ struct FaultThread {
 
 static int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode) {
         struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE, .mode = mode };
+        int inj = INJECT(INJ_UFFD_COPY);
+        if (inj)
+                return -inj; /* instead of the call: the kernel's state stays as that error leaves it */
         if (ioctl(uffd, UFFDIO_COPY, &c) == 0)
                 return 0;
         return c.copy < 0 ? (int)c.copy : negative_errno();
@@ -100,6 +104,9 @@ static int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode) {
 
 static int uffd_zeropage(int uffd, uint64_t addr) {
         struct uffdio_zeropage z = { .range = { .start = addr, .len = ZSWAP_PAGE_SIZE } };
+        int inj = INJECT(INJ_UFFD_ZEROPAGE);
+        if (inj)
+                return -inj;
         if (ioctl(uffd, UFFDIO_ZEROPAGE, &z) == 0)
                 return 0;
         return z.zeropage < 0 ? (int)z.zeropage : negative_errno();
@@ -111,7 +118,7 @@ static void uffd_wake(int uffd, uint64_t addr) {
 }
 
 Work *work_new(int type, MMClient *mm) {
-        Work *w = calloc(1, sizeof(*w));
+        Work *w = INJECT_ALLOC(calloc(1, sizeof(*w)));
         if (!w)
                 return NULL;
         w->type = type;
@@ -172,7 +179,7 @@ static void retry_free(FaultThread *ft, Retry *r) {
 }
 
 static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page) {
-        Retry *r = malloc(sizeof(*r));
+        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
         if (r)
                 r->reserved = false;
         else if (ft->reserve) {
@@ -453,7 +460,9 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                                          .mode = (waiter ? 0 : UFFDIO_COPY_MODE_DONTWAKE) |
                                                  (keep ? UFFDIO_COPY_MODE_WP : 0) };
                 unsigned copied = n;
-                if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
+                if (INJECT(INJ_UFFD_COPY))
+                        copied = 0; /* the call skipped, as if it failed before the first page */
+                else if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
                         copied = c.copy > 0 ? (unsigned)((uint64_t)c.copy >> ZSWAP_PAGE_SHIFT) : 0;
                 TRACE(TR_RACOPY, a, n | (uint64_t)copied << 32, c.mode);
                 for (unsigned i = 0; i < n; i++) {
@@ -756,6 +765,25 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
         mmclient_region_move(mm, from, to, len);
 }
 
+/* No memory to hold a page for the forked child (its index or a pool
+ * object): give the child the page now, resident, from origin (a STORED or
+ * SAME entry) or from len bytes at src. Out of memory then costs the child
+ * memory, never content. The child's uffd is new and has no event pending. */
+static bool fork_install(RangeCtx *c, uint64_t addr, uint64_t origin, const void *src, uint32_t len) {
+        FaultThread *ft = c->ft;
+        int r;
+
+        if (!src)
+                r = decode(ft, c->mm, origin, ft->page);
+        else if (len == ZSWAP_PAGE_SIZE)
+                r = (memcpy(ft->page, src, len), 0);
+        else
+                r = codec_decompress(ft->dctx, src, len, ft->page);
+        if (r == 0)
+                r = uffd_copy(c->child->uffd, addr, ft->page, UFFDIO_COPY_MODE_DONTWAKE);
+        return r == 0;
+}
+
 static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RangeCtx *c = ud;
         Pool *pool = c->mm->m->pool;
@@ -806,7 +834,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (src) {
                 PoolHandle h;
                 if (pool_alloc(pool, len, &h) < 0) {
-                        c->errors++;
+                        c->errors += !fork_install(c, addr, 0, src, len);
                         return 0;
                 }
                 memcpy(pool_map(pool, h), src, len);
@@ -817,9 +845,17 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (nv) {
                 _Atomic uint64_t *ne = pindex_entry(c->child->index, addr, true);
                 if (!ne) {
-                        if (pe_state(nv) == PE_STORED)
+                        unsigned st = pe_state(nv);
+                        if (st == PE_STORED || st == PE_SAME)
+                                c->errors += !fork_install(c, addr, nv, NULL, 0);
+                        if (st == PE_STORED) {
+                                atomic_fetch_sub_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
+                                atomic_fetch_sub_explicit(&c->child->st.compressed_bytes, pe_clen(nv),
+                                                          memory_order_relaxed);
                                 pool_release(pool, pe_handle(nv));
-                        c->errors++;
+                        } else if (st == PE_SAME)
+                                atomic_fetch_sub_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
+                        /* EMPTY: only the incompressible mark is forgotten */
                         return 0;
                 }
                 atomic_store_explicit(ne, nv, memory_order_release);
@@ -1118,7 +1154,7 @@ static bool work_restore(FaultThread *ft, Work *w) {
 
 static void fault_thread_own(FaultThread *ft, MMClient *mm) {
         struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = mmclient_ref(mm) };
-        MMClient **n = realloc(ft->owned, (ft->nowned + 1) * sizeof(*n));
+        MMClient **n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
 
         if (!n || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, mm->uffd, &ev) < 0) {
                 log_error("cannot watch a client uffd: %m");
@@ -1344,6 +1380,10 @@ void fault_thread_stop(FaultThread *ft) {
         atomic_store_explicit(&ft->stop, true, memory_order_relaxed);
         if (w)
                 fault_thread_post(ft, w);
+        else
+                /* no memory for the item: wake the thread anyway, or it
+                 * sleeps on and the daemon never exits */
+                (void)!write(ft->inbox.efd, &(uint64_t){ 1 }, sizeof(uint64_t));
         pthread_join(ft->thread, NULL);
         ft->started = false;
 }

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "inject.h"
 #include "log.h"
 #include "manager.h"
 #include "sd-daemon.h"
@@ -290,6 +291,15 @@ static void apply_daemon_conf(ManagerConfig *cfg, const DaemonConf *d, unsigned 
 #undef FROM_FILE
 }
 
+/* Each armed fault injection site (common/inject.h), once at start and
+ * with its counts at exit: tests read the exit line to know it fired. */
+static void inject_log(const char *when) {
+        char line[160];
+        for (unsigned i = 0; i < _INJ_MAX; i++)
+                if (inject_describe(i, line, sizeof(line)))
+                        log_warn("fault injection %s: %s", when, line);
+}
+
 int main(int argc, char **argv) {
         trace_init();
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -347,6 +357,12 @@ int main(int argc, char **argv) {
         cfg.listen_fd = activation_socket(&cfg.socket_path);
         if (cfg.listen_fd < -1)
                 return 2;
+        r = inject_setup(getenv("ZSWAPD_INJECT"), getenv("ZSWAPD_INJECT_SEED"), err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "zswapd: ZSWAPD_INJECT: %s\n", err);
+                return 2;
+        }
+        inject_log("armed");
         r = manager_new(&cfg, &m);
         if (r < 0) {
                 log_error("cannot start: %s", strerror(-r));
@@ -354,6 +370,7 @@ int main(int argc, char **argv) {
         }
         r = manager_run(m);
         manager_free(m);
+        inject_log("at exit");
         config_free(&conf);
         free(cfg.sets);
         return r < 0 ? 1 : 0;

@@ -28,6 +28,7 @@
 #include <sys/timerfd.h>
 #include <sys/un.h>
 
+#include "inject.h"
 #include "evict.h"
 #include "fault.h"
 #include "log.h"
@@ -183,11 +184,7 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 ZMsgRange rg = { .addr = s, .len = e - s };
                 return do_register(m, mm, &rg);
         }
-        if (type == ZMSG_UNREGISTER) {
-                r = mmclient_region_remove(mm, s, e, true);
-                if (r < 0)
-                        return r;
-        }
+        /* an UNREGISTER takes the range off the list itself (evict.c) */
         r = evict_queue(m, mm, c, id, s, e, type == ZMSG_UNREGISTER);
         return r < 0 ? r : 1;
 }
@@ -551,7 +548,7 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
                 return -ESRCH;
         if (!allowed)
                 return -EPERM;
-        g = calloc(1, sizeof(*g));
+        g = INJECT_ALLOC(calloc(1, sizeof(*g)));
         if (!g)
                 return -ENOMEM;
         g->conn = c;
@@ -967,7 +964,7 @@ static int peer_groups(int fd, gid_t primary, Conn *c) {
         socklen_t len = 64 * sizeof(gid_t);
 
         for (;;) {
-                gid_t *g = realloc(c->groups, len + sizeof(gid_t));
+                gid_t *g = INJECT_ALLOC(realloc(c->groups, len + sizeof(gid_t)));
                 if (!g)
                         return -ENOMEM;
                 c->groups = g;
@@ -997,7 +994,7 @@ static void conn_accept(Manager *m) {
                 struct ucred cred;
                 socklen_t len = sizeof(cred);
                 int one = 1;
-                Conn *c = calloc(1, sizeof(*c));
+                Conn *c = INJECT_ALLOC(calloc(1, sizeof(*c)));
                 if (!c || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
                     setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0) {
                         free(c);

@@ -26,6 +26,7 @@
 #include <sys/vfs.h>
 #include <linux/magic.h>
 
+#include "inject.h"
 #include "uffd-compat.h"
 
 #include "fault.h"
@@ -37,7 +38,7 @@
 #include "pool.h"
 
 int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
-        MMClient *mm = calloc(1, sizeof(*mm));
+        MMClient *mm = INJECT_ALLOC(calloc(1, sizeof(*mm)));
         int r;
 
         if (!mm)
@@ -242,7 +243,7 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot) {
 /* ---- regions (sorted, non-overlapping) ---- */
 
 static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end, uint32_t stamp) {
-        Region *n = realloc(mm->regions, (mm->nregions + 1) * sizeof(Region));
+        Region *n = INJECT_ALLOC(realloc(mm->regions, (mm->nregions + 1) * sizeof(Region)));
         if (!n)
                 return -ENOMEM;
         mm->regions = n;
@@ -364,7 +365,7 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src) {
 
         pthread_mutex_lock(&src->regions_lock);
         if (src->nregions) {
-                dst->regions = malloc(src->nregions * sizeof(Region));
+                dst->regions = INJECT_ALLOC(malloc(src->nregions * sizeof(Region)));
                 if (dst->regions) {
                         memcpy(dst->regions, src->regions, src->nregions * sizeof(Region));
                         dst->nregions = src->nregions;
@@ -458,6 +459,9 @@ int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end) {
 
 bool uffd_mm_alive(int uffd) {
         struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
+        int inj = INJECT(INJ_UFFD_WP);
+        if (inj)
+                return inj != ESRCH;
         return !(ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == ESRCH);
 }
 
@@ -468,6 +472,9 @@ int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
         struct uffdio_register reg = { .range = { .start = start, .len = end - start },
                                        .mode = UFFDIO_REGISTER_MODE_MISSING |
                                                (mm->wp_async ? UFFDIO_REGISTER_MODE_WP : 0) };
+        int inj = INJECT(INJ_UFFD_REGISTER);
+        if (inj)
+                return -inj;
         if (ioctl(mm->uffd, UFFDIO_REGISTER, &reg) < 0)
                 return negative_errno();
         return 0;
@@ -475,6 +482,9 @@ int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
 
 int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end) {
         struct uffdio_range r = { .start = start, .len = end - start };
+        int inj = INJECT(INJ_UFFD_UNREGISTER);
+        if (inj)
+                return -inj;
         if (ioctl(mm->uffd, UFFDIO_UNREGISTER, &r) < 0)
                 return negative_errno();
         return 0;

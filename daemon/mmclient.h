@@ -40,6 +40,7 @@ typedef struct Lane {
         uint64_t addrs[LANE_SLOTS]; /* page i of the batch sits in slot lane*LANE_SLOTS+i */
         PageoutOp *op;
         uint32_t stored;            /* pages of the batch now held (STORED/SAME) */
+        bool compress_due;          /* COMPRESSING, but no memory for its job yet: evict_tick() submits it */
         /* page i was CLEAN when planned: the copy it kept (a CLEAN value),
          * owned by the batch until the worker reuses or releases it; 0 if none */
         uint64_t keep[LANE_SLOTS];

@@ -15,6 +15,7 @@
  */
 #include <stdlib.h>
 
+#include "inject.h"
 #include "macro.h"
 #include "pindex.h"
 
@@ -77,7 +78,7 @@ static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create, bool l
         if (c || !create)
                 return c;
 
-        Node *fresh = calloc(1, leaf ? sizeof(Leaf) : sizeof(Node));
+        Node *fresh = INJECT_ALLOC(calloc(1, leaf ? sizeof(Leaf) : sizeof(Node)));
         if (!fresh)
                 return NULL;
         Node *expected = NULL;

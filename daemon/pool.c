@@ -58,6 +58,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "inject.h"
 #include "macro.h"
 #include "pool.h"
 
@@ -411,7 +412,7 @@ static int class_grow(Pool *p, PoolClass *cls) {
         r = pool_charge(p, cls->chunk_size);
         if (r < 0)
                 return r;
-        slack = malloc(cls->nr_slots);
+        slack = INJECT_ALLOC(malloc(cls->nr_slots));
         _Atomic uint8_t *shares = calloc(cls->nr_slots, 1);
         id = slack && shares ? pool_get_id(p) : 0;
         if (id == 0) {
@@ -477,6 +478,8 @@ int pool_alloc(Pool *p, size_t len, PoolHandle *ret) {
 
         if (len == 0 || len > POOL_MAX_OBJECT)
                 return -EINVAL;
+        if ((r = INJECT(INJ_POOL_ALLOC)))
+                return -r; /* as if full: what a pool at its bound answers */
         cls = &p->classes[(len - 1) >> UNIT_SHIFT];
         r = class_alloc(p, cls, len, ret);
         if (r < 0) {

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include "inject.h"
 #include "evict.h"
 #include "log.h"
 #include "manager.h"
@@ -124,7 +125,7 @@ static size_t regions_snapshot(MMClient *mm, Region **ret) {
 
         pthread_mutex_lock(&mm->regions_lock);
         n = mm->nregions;
-        *ret = n ? malloc(n * sizeof(Region)) : NULL;
+        *ret = n ? INJECT_ALLOC(malloc(n * sizeof(Region))) : NULL;
         if (*ret)
                 memcpy(*ret, mm->regions, n * sizeof(Region));
         else

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 
+#include "inject.h"
 #include "log.h"
 #include "mmclient.h"
 #include "reclaim.h"
@@ -41,7 +42,7 @@ UserState *users_get(Manager *m, uid_t uid) {
         UserState *u = users_find(m, uid);
         if (u)
                 return u;
-        u = calloc(1, sizeof(*u));
+        u = INJECT_ALLOC(calloc(1, sizeof(*u)));
         if (!u)
                 return NULL;
         u->uid = uid;

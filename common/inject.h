@@ -1,0 +1,58 @@
+/*
+ * inject.h: fault injection for the daemon's failure paths (issue 7).
+ *
+ * A site is a place where the daemon handles a failure: an allocation that
+ * can return NULL, the pool refusing an object, a uffd ioctl the kernel can
+ * fail. INJECT(site) returns 0 (go on) or the positive errno the site must
+ * act on as if the real call had failed that way; the caller then skips the
+ * real call, so the kernel's state is what the real error would leave.
+ *
+ * Sites are armed from the daemon's environment, once at start, before any
+ * thread runs (docs/reliability.md):
+ *
+ *   ZSWAPD_INJECT="pool_alloc=1/100,malloc=1/50,uffd_copy=EAGAIN:1/20"
+ *
+ * "1/N" fails every Nth hit, "~1/N" each hit with probability 1/N
+ * (ZSWAPD_INJECT_SEED seeds it). Built only with meson -Dinject=true; then
+ * an unarmed site costs one predictable branch on a global that is written
+ * before the threads start and never again. Without it INJECT() is 0.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum InjectSite {
+        INJ_POOL_ALLOC,     /* pool_alloc(): -ENOSPC, as if full */
+        INJ_MALLOC,         /* the daemon's run-time allocations: NULL */
+        INJ_UFFD_COPY,      /* UFFDIO_COPY (fault path and fault-around) */
+        INJ_UFFD_ZEROPAGE,  /* UFFDIO_ZEROPAGE */
+        INJ_UFFD_REGISTER,  /* UFFDIO_REGISTER of a client's range */
+        INJ_UFFD_UNREGISTER,/* UFFDIO_UNREGISTER */
+        INJ_UFFD_WP,        /* UFFDIO_WRITEPROTECT (the liveness probe) */
+        _INJ_MAX,
+} InjectSite;
+
+/* Whether any site is armed: written by inject_setup() before any other
+ * thread exists, read-only afterwards. */
+extern bool inject_armed;
+
+/* The errno to inject at site s now, 0 for none; counts the hit. Any thread. */
+int inject_fire(InjectSite s);
+
+#if ZSWAP_INJECT
+#define INJECT(s) (__builtin_expect(inject_armed, 0) ? inject_fire(s) : 0)
+#else
+#define INJECT(s) 0
+#endif
+
+/* Parse spec (NULL or empty: nothing armed). -EINVAL on a bad spec, with
+ * what is wrong in err. Call once, single-threaded. */
+int inject_setup(const char *spec, const char *seed, char *err, size_t errlen);
+/* "site: F injected of H hits" for each armed site i < _INJ_MAX; false
+ * for a site that is not armed. */
+bool inject_describe(InjectSite s, char *buf, size_t len);
+
+/* An allocation at a site that handles failure: NULL when INJ_MALLOC fires. */
+#define INJECT_ALLOC(expr) (INJECT(INJ_MALLOC) ? NULL : (expr))
