@@ -192,17 +192,10 @@ static void test_errors(void) {
 /* systemd/zswapd.conf: loading it changes nothing, and every [daemon] and
  * [users] key is there once, commented out */
 static void test_shipped(void) {
-        char file[PATH_MAX + 64], root[PATH_MAX] = "", err[512] = "", line[512];
+        char file[PATH_MAX + 64], err[512] = "", line[512];
         Config c, d;
 
-        if (__FILE__[0] != '/') {
-                ASSERT_TRUE(readlink("/proc/self/exe", root, sizeof(root) - 1) > 0);
-                for (int i = 0; i < 2; i++)
-                        *strrchr(root, '/') = 0;
-        }
-        snprintf(file, sizeof(file), "%s/%s", root, __FILE__);
-        *strrchr(file, '/') = 0;
-        strncat(file, "/../systemd/zswapd.conf", sizeof(file) - strlen(file) - 1);
+        test_source_path(__FILE__, "../systemd/zswapd.conf", file, sizeof(file));
 
         config_default(&c);
         config_default(&d);

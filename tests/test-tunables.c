@@ -418,20 +418,11 @@ static void test_load(void) {
 /* systemd/zswapd.conf: every key once, commented out, with its default
  * and its help line just above; loading it changes nothing. */
 static void test_shipped_conf(void) {
-        char path[2 * PATH_MAX], root[PATH_MAX] = "", err[512], line[512], prev[2][512] = { "", "" };
+        char path[2 * PATH_MAX], err[512], line[512], prev[2][512] = { "", "" };
         unsigned seen[ELEMENTSOF(defaults)] = { 0 };
         Tunables t, d;
 
-        /* __FILE__ is absolute or relative to the build directory, this
-         * program's grandparent (build/tests/test-tunables) */
-        if (__FILE__[0] != '/') {
-                ASSERT_TRUE(readlink("/proc/self/exe", root, sizeof(root) - 1) > 0);
-                for (int i = 0; i < 2; i++)
-                        *strrchr(root, '/') = 0;
-        }
-        snprintf(path, sizeof(path), "%s/%s", root, __FILE__);
-        *strrchr(path, '/') = 0;
-        strncat(path, "/../systemd/zswapd.conf", sizeof(path) - strlen(path) - 1);
+        test_source_path(__FILE__, "../systemd/zswapd.conf", path, sizeof(path));
 
         tunables_default(&t);
         d = t;

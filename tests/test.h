@@ -78,3 +78,26 @@ static inline void test_require_root(void) {
         if (geteuid() != 0)
                 test_skip("needs root (userfaultfd events, /dev/userfaultfd)");
 }
+
+/*
+ * The path of rel, relative to the directory of source (a test's
+ * __FILE__), e.g. "../systemd/zswapd.conf". __FILE__ is absolute, or
+ * relative to the build directory, the grandparent of this program
+ * (build/tests/test-NAME).
+ */
+static inline void test_source_path(const char *source, const char *rel, char *buf, size_t len) {
+        char root[4096] = "";
+
+        if (source[0] != '/') {
+                ssize_t n = readlink("/proc/self/exe", root, sizeof(root) - 1);
+                if (n <= 0)
+                        test_fail("readlink /proc/self/exe");
+                root[n] = 0;
+                for (int i = 0; i < 2; i++)
+                        *strrchr(root, '/') = 0;
+        }
+        snprintf(buf, len, "%s%s%s", root, root[0] ? "/" : "", source);
+        *strrchr(buf, '/') = 0;
+        strncat(buf, "/", len - strlen(buf) - 1);
+        strncat(buf, rel, len - strlen(buf) - 1);
+}
