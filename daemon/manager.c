@@ -631,7 +631,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                         mm->rc.limit = t.limit;
                         mm->rc.limit_set = true;
                 }
-                t.limit = mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : mm->m->tun.limit;
+                t.limit = reclaim_client_limit(mm->m, mm);
                 return tunable_get(&t, "limit", out, len);
         }
         if (strcmp(key, "idle_age") == 0) {

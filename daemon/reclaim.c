@@ -347,7 +347,7 @@ static uint32_t stamp_at(uint64_t ms) {
         return ms <= reclaim_t0_ms ? 1 : (uint32_t)((ms - reclaim_t0_ms) / RECLAIM_STAMP_MS) + 1;
 }
 
-static uint64_t client_limit(Manager *m, MMClient *mm) {
+uint64_t reclaim_client_limit(Manager *m, MMClient *mm) {
         /* the client's own, else its user's ([users] limit), else the daemon's */
         return mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : m->tun.limit;
 }
@@ -358,13 +358,13 @@ void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {
                 return;
         /* statistics: a count younger than a tick will do (a loop of stats
          * requests must not turn into a loop of page-table walks) */
-        atomic_store_explicit(&mm->st.limit_bytes, client_limit(m, mm), memory_order_relaxed);
+        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(m, mm), memory_order_relaxed);
         if (!fresh && mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(m->tun.interval_ms, (uint64_t)100))
                 return;
         mm->rc.measured_ms = now;
         mm->rc.resident = scan_client(m, mm, now, false);
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
-        atomic_store_explicit(&mm->st.limit_bytes, client_limit(m, mm), memory_order_relaxed);
+        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(m, mm), memory_order_relaxed);
 }
 
 static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
@@ -380,7 +380,7 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
                 mm->rc.thrash_ms = now;
         }
 
-        uint64_t limit = client_limit(m, mm);
+        uint64_t limit = reclaim_client_limit(m, mm);
         uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT, want_limit = 0;
         atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
         if (limit && mm->rc.resident > limit_pages)

@@ -62,3 +62,7 @@ int reclaim_status(Manager *m, char *buf, size_t len);
 /* Is eviction allowed to add to the pool now (pool bound hysteresis)?
  * Any thread. */
 bool reclaim_pool_accepts(Manager *m);
+
+/* The resident limit in force for mm: its own, else its user's ([users]
+ * limit), else the daemon's; 0: none. Manager thread. */
+uint64_t reclaim_client_limit(Manager *m, MMClient *mm);

@@ -13,13 +13,6 @@
 #include "macro.h"
 #include "test.h"
 
-#define ASSERT_STREQ(a, b)                                                      \
-        do {                                                                    \
-                const char *_a = (a), *_b = (b);                                \
-                if (strcmp(_a, _b) != 0)                                        \
-                        test_fail("%s == %s failed:\n  '%s'\n  '%s'", #a, #b, _a, _b); \
-        } while (0)
-
 static char path[64];
 
 static void write_file(const char *text) {

@@ -19,13 +19,6 @@
 #include "tunable-keys.h"
 #include "tunables.h"
 
-#define ASSERT_STREQ(a, b)                                                      \
-        do {                                                                    \
-                const char *_a = (a), *_b = (b);                                \
-                if (strcmp(_a, _b) != 0)                                        \
-                        test_fail("%s == %s failed:\n  '%s'\n  '%s'", #a, #b, _a, _b); \
-        } while (0)
-
 #define SIZE_FORM "a size such as 4096, 64K, 1.5G, a percentage of RAM such as 10%, or none"
 #define DURATION_FORM "a duration such as 250ms, 30s, 5m, 1h, or off"
 #define PERCENT_FORM "a percentage such as 0.5 or 90"

@@ -20,13 +20,6 @@
 #include "protocol.h"
 #include "tunable-keys.h"
 
-#define ASSERT_STREQ(a, b)                                                          \
-        do {                                                                        \
-                const char *_a = (a), *_b = (b);                                    \
-                if (strcmp(_a, _b) != 0)                                            \
-                        test_fail("%s == %s failed: '%s' != '%s'", #a, #b, _a, _b); \
-        } while (0)
-
 static char *run(const char *cmd, int *status) {
         static char out[8192];
         FILE *p = popen(cmd, "r");

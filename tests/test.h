@@ -79,6 +79,13 @@ static inline void test_require_root(void) {
                 test_skip("needs root (userfaultfd events, /dev/userfaultfd)");
 }
 
+#define ASSERT_STREQ(a, b)                                                      \
+        do {                                                                    \
+                const char *_a = (a), *_b = (b);                                \
+                if (strcmp(_a, _b) != 0)                                        \
+                        test_fail("%s == %s failed:\n  '%s'\n  '%s'", #a, #b, _a, _b); \
+        } while (0)
+
 /*
  * The path of rel, relative to the directory of source (a test's
  * __FILE__), e.g. "../systemd/zswapd.conf". __FILE__ is absolute, or
