@@ -20,6 +20,7 @@ size_t zmsg_expected_size(uint16_t type) {
         case ZMSG_HELLO:
                 return sizeof(ZMsgHello);
         case ZMSG_ATTACH:
+        case ZMSG_ADOPT:
                 return sizeof(ZMsgAttach);
         case ZMSG_REGISTER:
         case ZMSG_UNREGISTER:

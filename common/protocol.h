@@ -28,20 +28,26 @@
 typedef enum ZMsgType {
         /* requests, client (or zswapctl) -> daemon; each gets one reply with the same id */
         ZMSG_HELLO = 1,        /* ZMsgHello; reply ZMsgReply + SCM_RIGHTS /dev/userfaultfd (role CLIENT/CHILD) */
-        ZMSG_ATTACH,           /* ZMsgAttach + SCM_RIGHTS uffd; reply ZMsgReply */
+        ZMSG_ATTACH,           /* ZMsgAttach + SCM_RIGHTS uffd [, sync memfd]; reply ZMsgReply + SCM_RIGHTS
+                                * the client's store (store.h), which the client keeps */
         ZMSG_REGISTER,         /* ZMsgRange */
         ZMSG_UNREGISTER,       /* ZMsgRange */
         ZMSG_PAGEOUT,          /* ZMsgRange; reply value = pages evicted */
         ZMSG_STATS,            /* ZMsgStatsReq; reply ZMsgStatsReply */
         ZMSG_FORK_PREPARE,     /* ZMsgHeader; reply when no eviction is in flight */
         ZMSG_FORK_DONE,        /* ZMsgHeader; no reply; eviction resumes */
-        ZMSG_CHILD_ATTACH,     /* ZMsgChild; reply ZMsgReply + SCM_RIGHTS the child's uffd */
+        ZMSG_CHILD_ATTACH,     /* ZMsgChild; reply ZMsgReply + SCM_RIGHTS the child's uffd and store */
         ZMSG_PAGEOUT_PID,      /* ZMsgPageoutPid (role CONTROL); reply value = pages evicted */
         ZMSG_SET_LIMIT,        /* ZMsgLimit; reply ZMsgReply */
         ZMSG_TUNABLE_SET,      /* ZMsgTunable; reply ZMsgTunable (ZMSG_TUNABLE_REPLY) */
         ZMSG_TUNABLE_GET,      /* ZMsgTunable; reply ZMsgTunable (ZMSG_TUNABLE_REPLY) */
         ZMSG_STATUS,           /* ZMsgHeader (role CONTROL); reply ZMsgStatusReply */
         ZMSG_CLIENTS,          /* ZMsgClientsReq (role CONTROL); reply ZMsgClientsReply */
+        ZMSG_ADOPT,            /* ZMsgAttach + SCM_RIGHTS uffd, store [, sync memfd] (role CLIENT), after
+                                * the daemon that served them died; reply ZMsgReply, value = pages the
+                                * store holds. -EBUSY: that daemon still owns them, ask again later;
+                                * -ENOENT: it gave every page back (attach anew); -EBADMSG: the store
+                                * failed a check (restore from it yourself) */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */

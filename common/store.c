@@ -1,0 +1,244 @@
+/*
+ * store.c: see store.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "store.h"
+
+#define ZONE_SIZE ((uint64_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE)
+#define HANDLE_UNITS_SHIFT (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT)
+#define CHUNK_MIN_SIZE 4096u
+
+static StoreClass classes[STORE_NR_CLASSES];
+static pthread_once_t classes_once = PTHREAD_ONCE_INIT;
+
+static void classes_init(void) {
+        for (unsigned k = 0; k < STORE_NR_CLASSES; k++) {
+                uint32_t size = (k + 1) << STORE_UNIT_SHIFT, best = 0, best_waste = 0;
+
+                for (uint32_t cs = CHUNK_MIN_SIZE; cs <= (1u << STORE_SPAN_SHIFT); cs *= 2) {
+                        uint32_t n = MIN(cs / size, (uint32_t)STORE_CHUNK_MAX_SLOTS);
+                        uint32_t waste = cs - n * size;
+
+                        /* least waste / cs wins; ties go to the smaller chunk, which
+                         * leaves less memory stranded in partly used chunks */
+                        if (best == 0 || (uint64_t)waste * best < (uint64_t)best_waste * cs) {
+                                best = cs;
+                                best_waste = waste;
+                        }
+                }
+                classes[k] = (StoreClass){ .size = size, .chunk_size = best,
+                                           .nr_slots = MIN(best / size, (uint32_t)STORE_CHUNK_MAX_SLOTS) };
+        }
+}
+
+const StoreClass *store_class(unsigned k) {
+        pthread_once(&classes_once, classes_init);
+        return k < STORE_NR_CLASSES ? &classes[k] : NULL;
+}
+
+int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t **map) {
+        _cleanup_close_ int fd = memfd_create("zswapd-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+                return -errno;
+        if (ftruncate(fd, (off_t)STORE_SIZE) < 0 ||
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+                return -errno;
+        void *m = mmap(NULL, STORE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        if (m == MAP_FAILED)
+                return -errno;
+        StoreSuper *s = m;
+        s->magic = STORE_MAGIC;
+        s->version = STORE_VERSION;
+        s->super_size = sizeof(StoreSuper);
+        s->size = STORE_SIZE;
+        s->codec = codec;
+        s->features = features;
+        s->daemon_id = daemon_id;
+        atomic_store_explicit(&s->state, STORE_ACTIVE, memory_order_release);
+        *map = m;
+        return TAKE_FD(fd);
+}
+
+int store_map(int fd, bool writable, uint8_t **map) {
+        struct stat st;
+        int seals = fcntl(fd, F_GET_SEALS);
+
+        if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+            (uint64_t)st.st_size != STORE_SIZE)
+                return -EBADF;
+        void *m = mmap(NULL, STORE_SIZE, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_NORESERVE, fd, 0);
+        if (m == MAP_FAILED)
+                return -errno;
+        *map = m;
+        return 0;
+}
+
+void store_unmap(uint8_t *map) {
+        if (map)
+                munmap(map, STORE_SIZE);
+}
+
+int store_check(const uint8_t *map, char *why, size_t len) {
+        const StoreSuper *s = (const StoreSuper *)map;
+        const char *bad = NULL;
+
+        /* relaxed: the writer is gone or is the client itself; each field is
+         * checked on its own, and later readers check what they use again */
+        if (s->magic != STORE_MAGIC)
+                bad = "bad magic";
+        else if (s->version != STORE_VERSION || s->super_size != sizeof(StoreSuper))
+                bad = "another version";
+        else if (s->size != STORE_SIZE)
+                bad = "bad size";
+        else if (s->codec > CODEC_ZSTD)
+                bad = "unknown codec";
+        else if (s->features & ~STORE_F_WP_ASYNC)
+                bad = "unknown features";
+        else if (atomic_load_explicit(&((StoreSuper *)s)->ranges_cur, memory_order_relaxed) > 1)
+                bad = "bad range table index";
+        else if (atomic_load_explicit(&((StoreSuper *)s)->leaves, memory_order_relaxed) > STORE_LEAVES_MAX)
+                bad = "bad leaf count";
+        else {
+                uint32_t st = atomic_load_explicit(&((StoreSuper *)s)->state, memory_order_relaxed);
+                if (st != STORE_ACTIVE && st != STORE_RELEASED)
+                        bad = "bad state";
+        }
+        if (!bad)
+                return 0;
+        if (why)
+                snprintf(why, len, "%s", bad);
+        return -EBADMSG;
+}
+
+int store_ranges(uint8_t *map, StoreRange *out, size_t max) {
+        StoreSuper *s = store_super(map);
+        /* acquire: pairs with store_set_ranges(), the copy is complete */
+        uint32_t cur = atomic_load_explicit(&s->ranges_cur, memory_order_acquire);
+        if (cur > 1)
+                return -EBADMSG;
+        uint32_t n = atomic_load_explicit(&s->nranges[cur], memory_order_relaxed);
+        const StoreRange *t = (const StoreRange *)(map + STORE_RANGES_OFF) + (size_t)cur * STORE_RANGES_MAX;
+        if (n > STORE_RANGES_MAX || n > max)
+                return -EBADMSG;
+        uint64_t prev_end = 0;
+        for (uint32_t i = 0; i < n; i++) {
+                StoreRange r = t[i];
+                if (r.start == 0 || r.start % ZSWAP_PAGE_SIZE || r.end % ZSWAP_PAGE_SIZE || r.end <= r.start ||
+                    r.end > PINDEX_MAX_ADDR || r.start < prev_end)
+                        return -EBADMSG;
+                out[i] = r;
+                prev_end = r.end;
+        }
+        return (int)n;
+}
+
+void store_set_ranges(uint8_t *map, const StoreRange *r, size_t n) {
+        StoreSuper *s = store_super(map);
+        uint32_t next = 1 - atomic_load_explicit(&s->ranges_cur, memory_order_relaxed);
+        StoreRange *t = (StoreRange *)(map + STORE_RANGES_OFF) + (size_t)next * STORE_RANGES_MAX;
+
+        n = MIN(n, (size_t)STORE_RANGES_MAX);
+        memcpy(t, r, n * sizeof(*r));
+        atomic_store_explicit(&s->nranges[next], (uint32_t)n, memory_order_relaxed);
+        /* release: the copy before the index that makes it current */
+        atomic_store_explicit(&s->ranges_cur, next, memory_order_release);
+}
+
+int store_object(uint8_t *map, uint32_t handle, uint32_t clen, const void **obj, unsigned *cls) {
+        uint32_t id = handle >> HANDLE_UNITS_SHIFT;
+        uint32_t off = (handle & ((1u << HANDLE_UNITS_SHIFT) - 1)) << STORE_UNIT_SHIFT;
+
+        if (id == 0 || id >= STORE_POOL_IDS)
+                return -EBADMSG;
+        /* relaxed: a value like any other, checked before use */
+        uint16_t c = atomic_load_explicit(&store_chunk_class(map)[id], memory_order_relaxed);
+        if (c == 0 || c > STORE_NR_CLASSES)
+                return -EBADMSG;
+        const StoreClass *k = store_class(c - 1u);
+        if (off % k->size || off / k->size >= k->nr_slots || clen == 0 || clen > k->size)
+                return -EBADMSG;
+        *obj = store_pool(map) + ((uint64_t)id << STORE_SPAN_SHIFT) + off;
+        if (cls)
+                *cls = c - 1u;
+        return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {
+        StoreSuper *s = store_super(map);
+        uint32_t nl = atomic_load_explicit(&s->leaves, memory_order_acquire);
+        _Atomic uint64_t *dir = store_dir(map);
+        _cleanup_free_ uint64_t *zones = NULL;
+        size_t nz = 0;
+
+        if (nl > STORE_LEAVES_MAX)
+                return -EBADMSG;
+        zones = malloc((size_t)MAX(nl, 1u) * sizeof(*zones));
+        if (!zones)
+                return -ENOMEM;
+        /* every directory slot checked before any entry is looked at */
+        for (uint32_t i = 0; i < nl; i++) {
+                uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
+                if (d == 0)
+                        continue;
+                uint64_t zone = d & ~STORE_DIR_USED;
+                if (!(d & STORE_DIR_USED) || zone % ZONE_SIZE || zone >= PINDEX_MAX_ADDR)
+                        return -EBADMSG;
+                zones[nz++] = zone;
+        }
+        qsort(zones, nz, sizeof(*zones), cmp_u64);
+        for (size_t i = 1; i < nz; i++)
+                if (zones[i] == zones[i - 1])
+                        return -EBADMSG;
+        for (uint32_t i = 0; i < nl; i++) {
+                uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
+                if (d == 0)
+                        continue;
+                uint64_t zone = d & ~STORE_DIR_USED;
+                _Atomic uint64_t *leaf = store_leaf(map, i);
+                for (unsigned j = 0; j < STORE_LEAF_ENTRIES; j++) {
+                        if (atomic_load_explicit(&leaf[j], memory_order_acquire) == 0)
+                                continue;
+                        int r = fn(ud, zone + (uint64_t)j * ZSWAP_PAGE_SIZE, &leaf[j]);
+                        if (r)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page) {
+        if (pe_state(e) == PE_LOADING)
+                e = pe_loading_origin(e);
+        else if (pe_state(e) == PE_CLEAN)
+                e = pe_clean_origin(e);
+        if (pe_state(e) == PE_SAME) {
+                page_fill(page, pe_fill(e));
+                return 1;
+        }
+        if (pe_state(e) != PE_STORED)
+                return 0;
+        const void *obj;
+        uint8_t copy[(size_t)STORE_NR_CLASSES << STORE_UNIT_SHIFT];
+        uint32_t clen = pe_clen(e);
+        if (store_object(map, pe_handle(e), clen, &obj, NULL) < 0)
+                return -EBADMSG;
+        /* decompress from a private copy: the client may be writing the
+         * object while we read it */
+        memcpy(copy, obj, clen);
+        return codec_decompress(dctx, copy, clen, page) < 0 ? -EBADMSG : 1;
+}

@@ -1,0 +1,159 @@
+/*
+ * store.h: a client's compressed memory, in a memfd that outlives the daemon.
+ *
+ * Every client address space (MMClient) has one store: a sealed memfd the
+ * daemon creates, maps and hands to the client, which keeps it for as long
+ * as it lives. It holds everything the daemon needs to serve the client's
+ * evicted pages: the compressed objects (the client's pool), the page
+ * entries (the leaves of its page index) and the registered ranges. What
+ * the daemon keeps elsewhere (allocator metadata, reclaim data, counters)
+ * can be rebuilt from it. So when the daemon dies, nothing is lost: a new
+ * daemon takes the store back from the client (ZMSG_ADOPT) after checking
+ * every byte it will rely on, or the client restores its pages itself from
+ * the store (libzswap's fallback). docs/reliability.md has the whole story.
+ *
+ * Everything in it is position-independent: offsets from the start of the
+ * memfd, never pointers. A kill -9 stops every thread between two
+ * instructions and the memory stays as it was, so the rules that make the
+ * running daemon correct also make the store consistent at any instant:
+ * an object's bytes are written before the entry naming it (release CAS),
+ * a chunk's class is written before any handle in it exists, a leaf's
+ * directory slot before any entry in it, a range table copy before the
+ * index that makes it current.
+ *
+ * The client may write the memfd; it only ever hurts itself. Whoever reads
+ * a store (store_check(), store_object(), the codecs' bounded decoders)
+ * checks each value before using it.
+ *
+ * Layout (every area page aligned; the file is sparse, untouched parts
+ * cost nothing):
+ *   0                 StoreSuper
+ *   STORE_RANGES_OFF  StoreRange ranges[2][STORE_RANGES_MAX]  (two copies)
+ *   STORE_CLASS_OFF   uint16_t chunk_class[STORE_POOL_IDS]    (0 free, k + 1: class k)
+ *   STORE_DIR_OFF     uint64_t dir[STORE_LEAVES_MAX]          (zone address | 1, 0 unused)
+ *   STORE_LEAF_OFF    leaves: 512 entries (uint64_t) each, one 2 MiB zone
+ *   STORE_POOL_OFF    the pool: 64 KiB span per chunk id (pool.c)
+ */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "pentry.h"
+
+#define STORE_MAGIC 0x31524f5453575a5aull /* "ZZWSTOR1" little-endian */
+#define STORE_VERSION 1
+
+#define STORE_UNIT_SHIFT 4      /* objects sit on 16-byte units */
+#define STORE_NR_CLASSES 256    /* 16, 32, ..., 4096 bytes */
+#define STORE_SPAN_SHIFT 16     /* 64 KiB of pool per chunk id */
+#define STORE_POOL_IDS (1u << 20)
+#define STORE_LEAVES_MAX (1u << 20) /* 2 TiB of client memory that ever held an entry */
+#define STORE_LEAF_ENTRIES 512
+#define STORE_RANGES_MAX 4096
+
+#define STORE_SUPER_SIZE 4096ull
+#define STORE_RANGES_OFF STORE_SUPER_SIZE
+#define STORE_RANGES_SIZE (2ull * STORE_RANGES_MAX * sizeof(StoreRange))
+#define STORE_CLASS_OFF (STORE_RANGES_OFF + STORE_RANGES_SIZE)
+#define STORE_DIR_OFF (STORE_CLASS_OFF + (uint64_t)STORE_POOL_IDS * 2)
+#define STORE_LEAF_OFF (STORE_DIR_OFF + (uint64_t)STORE_LEAVES_MAX * 8)
+#define STORE_POOL_OFF (STORE_LEAF_OFF + (uint64_t)STORE_LEAVES_MAX * 4096)
+#define STORE_POOL_SIZE ((uint64_t)STORE_POOL_IDS << STORE_SPAN_SHIFT)
+#define STORE_SIZE (STORE_POOL_OFF + STORE_POOL_SIZE)
+
+#define STORE_DIR_USED 1ull /* low bit of a directory slot */
+
+enum {
+        STORE_ACTIVE = 1,   /* a daemon serves (or served, until it died) the client from it */
+        STORE_RELEASED = 2, /* the daemon gave every page back and unregistered: nothing to adopt */
+};
+
+#define STORE_F_WP_ASYNC 1u /* ranges are registered in write-protect mode too */
+
+typedef struct StoreRange {
+        uint64_t start, end;
+} StoreRange;
+
+typedef struct StoreSuper {
+        uint64_t magic;
+        uint32_t version;
+        uint32_t super_size;      /* sizeof(StoreSuper) */
+        uint64_t size;            /* of the memfd: STORE_SIZE */
+        uint32_t codec;           /* CodecKind of every object */
+        uint32_t features;        /* STORE_F_* */
+        uint64_t daemon_id;       /* random, per daemon instance: who owns it now */
+        _Atomic uint32_t state;   /* STORE_ACTIVE, STORE_RELEASED */
+        _Atomic uint32_t ranges_cur; /* which copy of the range table is current: 0 or 1 */
+        _Atomic uint32_t nranges[2];
+        _Atomic uint32_t leaves;  /* directory slots handed out (a bound, not a count) */
+        uint32_t reserved;
+        uint64_t reserved2[8];
+} StoreSuper;
+
+/* The geometry of size class k (0 <= k < STORE_NR_CLASSES): object size,
+ * chunk size (4..64 KiB, the one that wastes least) and slots per chunk.
+ * pool.c allocates by it, store_object() checks by it. */
+typedef struct StoreClass {
+        uint32_t size, chunk_size, nr_slots;
+} StoreClass;
+const StoreClass *store_class(unsigned k);
+#define STORE_CHUNK_MAX_SLOTS 252
+
+/* Create a store for a client: a sealed memfd of STORE_SIZE (can neither
+ * shrink nor grow), mapped shared, with its superblock written. Returns the
+ * fd (and the mapping in *map), or -errno. */
+int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t **map);
+
+/* Map a store handed in by somebody else (never trusted): checks that fd is
+ * a memfd sealed against shrinking of exactly STORE_SIZE and maps it
+ * (writable if writable). Returns 0 or -errno (-EBADF: not such a memfd). */
+int store_map(int fd, bool writable, uint8_t **map);
+void store_unmap(uint8_t *map);
+
+/* Check the superblock of a mapped store. 0, or -EBADMSG with why[] filled. */
+int store_check(const uint8_t *map, char *why, size_t len);
+
+static inline StoreSuper *store_super(uint8_t *map) {
+        return (StoreSuper *)map;
+}
+static inline _Atomic uint64_t *store_dir(uint8_t *map) {
+        return (_Atomic uint64_t *)(map + STORE_DIR_OFF);
+}
+static inline _Atomic uint64_t *store_leaf(uint8_t *map, uint32_t id) {
+        return (_Atomic uint64_t *)(map + STORE_LEAF_OFF + (uint64_t)id * 4096);
+}
+static inline _Atomic uint16_t *store_chunk_class(uint8_t *map) {
+        return (_Atomic uint16_t *)(map + STORE_CLASS_OFF);
+}
+static inline uint8_t *store_pool(uint8_t *map) {
+        return map + STORE_POOL_OFF;
+}
+
+/* The current range table, checked: sorted, page aligned, non-overlapping,
+ * below 2^48. Returns the number of ranges copied to out (at most max),
+ * or -EBADMSG. */
+int store_ranges(uint8_t *map, StoreRange *out, size_t max);
+/* Publish a new range table (writer: one thread at a time). */
+void store_set_ranges(uint8_t *map, const StoreRange *r, size_t n);
+
+/* Where the object of handle h with compressed length clen lies, checked
+ * against the class table and the pool's bounds: 0 and *obj, or -EBADMSG. */
+int store_object(uint8_t *map, uint32_t handle, uint32_t clen, const void **obj, unsigned *cls);
+
+/* Call fn for every non-zero entry of every used leaf, with its address
+ * (the leaf's directory slot checked: 2 MiB aligned, below 2^48, no zone
+ * twice). Stops at fn's first non-zero return and returns it; -EBADMSG if a
+ * directory slot is bad. */
+typedef int (*StoreEntryFn)(void *ud, uint64_t addr, _Atomic uint64_t *e);
+int store_walk(uint8_t *map, StoreEntryFn fn, void *ud);
+
+/* The content of entry e of a checked store into page (4 KiB): STORED
+ * objects decompressed, SAME pages filled. 1 if e holds content, 0 if it
+ * holds none (EMPTY, REMOVED, MOVING, STAGED: the page is elsewhere),
+ * -EBADMSG if its object is out of bounds or does not decompress. LOADING
+ * and CLEAN count as the STORED/SAME entry they came from. */
+int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page);
