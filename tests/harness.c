@@ -3,6 +3,7 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <spawn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,4 +227,95 @@ uint64_t rss_anon_bytes(pid_t pid) {
         uint64_t v = 0;
         proc_status_kb(pid, "RssAnon", &v);
         return v;
+}
+
+/* ---- daemon restarts ---- */
+
+void td_respawn(TestDaemon *d) {
+        extern char **environ;
+        char cmd[PATH_MAX + 640];
+        char *argv[] = { "sh", "-c", cmd, NULL };
+        pid_t pid;
+
+        ASSERT_EQ(d->pid, 0);
+        /* posix_spawn() cannot set a parent-death signal: setpriv does,
+         * where it is there (the daemon never outlives the test) */
+        snprintf(cmd, sizeof(cmd),
+                 "p=; command -v setpriv >/dev/null && p='setpriv --pdeathsig KILL --'; "
+                 "exec $p %s --socket %s %s%s%s",
+                 daemon_path(), d->sock, d->args, d->log[0] ? " 2>>" : "", d->log);
+        ASSERT_OK(-posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ));
+        d->pid = pid;
+        for (int i = 0; i < 500; i++) {
+                struct zswap_client *c;
+                int st;
+                if (zswap_connect(d->sock, &c) == 0) {
+                        zswap_disconnect(c);
+                        return;
+                }
+                if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+                        td_log_dump(d);
+                        test_fail("zswapd exited at restart (status %#x)", st);
+                }
+                usleep(10000);
+        }
+        td_log_dump(d);
+        test_fail("zswapd did not restart on %s", d->sock);
+}
+
+void td_log_dump(const TestDaemon *d) {
+        char line[1024];
+        FILE *f = d->log[0] ? fopen(d->log, "re") : NULL;
+
+        if (!f)
+                return;
+        fprintf(stderr, "---- %s ----\n", d->log);
+        while (fgets(line, sizeof(line), f))
+                fputs(line, stderr);
+        fprintf(stderr, "---- end of %s ----\n", d->log);
+        fclose(f);
+}
+
+bool task_in_userfault(pid_t tid) {
+        char path[64], w[64] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)tid);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        (void)!fgets(w, sizeof(w), f);
+        fclose(f);
+        return strstr(w, "userfault") != NULL;
+}
+
+bool vma_flags(const void *addr, char *buf, size_t len) {
+        char line[512];
+        bool inside = false, found = false;
+        FILE *f = fopen("/proc/self/smaps", "re");
+
+        if (!f)
+                return false;
+        while (!found && fgets(line, sizeof(line), f)) {
+                unsigned long lo, hi;
+                /* a mapping's header: "lo-hi perms ..."; its fields are "Name: value" */
+                if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+                        inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+                else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+                        snprintf(buf, len, "%s", line + 8 + strspn(line + 8, " "));
+                        buf[strcspn(buf, "\n")] = 0;
+                        found = true;
+                }
+        }
+        fclose(f);
+        return found;
+}
+
+bool vma_uffd_missing(const void *addr) {
+        char flags[256], *save = NULL;
+
+        if (!vma_flags(addr, flags, sizeof(flags)))
+                return false;
+        for (char *t = strtok_r(flags, " ", &save); t; t = strtok_r(NULL, " ", &save))
+                if (strcmp(t, "um") == 0)
+                        return true;
+        return false;
 }

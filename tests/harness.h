@@ -56,3 +56,25 @@ uint64_t rss_anon_bytes(pid_t pid);
 uint64_t xorshift(uint64_t *s);
 /* Global stats through a fresh control-less client query. */
 void td_stats(struct zswap_client *c, struct zswap_stats *s);
+
+/*
+ * Start a daemon again on d's socket, with its arguments and log, after
+ * td_kill() or td_stop() (d->pid 0); returns once it accepts connections.
+ * The new daemon unlinks the path the dead one left and binds it anew, so
+ * clients reconnect to the same path. Safe while this process has memory
+ * registered and no daemon reads its userfaultfd: the daemon is started
+ * with posix_spawn() (the address space is not copied), whereas fork()
+ * (td_restart()) waits in the kernel until a daemon reads the
+ * UFFD_EVENT_FORK of each registered range, that is forever.
+ */
+void td_respawn(TestDaemon *d);
+/* Print the daemon's log (td_start_logged) to stderr, for a failure. */
+void td_log_dump(const TestDaemon *d);
+/* Whether thread tid of this process waits in handle_userfault(). */
+bool task_in_userfault(pid_t tid);
+/* The VmFlags line of the mapping that contains addr (/proc/self/smaps)
+ * into buf, without the "VmFlags:" prefix; false if no mapping does. */
+bool vma_flags(const void *addr, char *buf, size_t len);
+/* Whether that mapping is registered with a userfaultfd for missing
+ * pages (VmFlags "um"). */
+bool vma_uffd_missing(const void *addr);

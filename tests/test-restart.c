@@ -1,0 +1,758 @@
+/*
+ * test-restart: a daemon that dies, or stops, and comes back loses no page
+ * (issue 7, docs/reliability.md).
+ *
+ * A client keeps its userfaultfd and its store (common/store.h) when the
+ * daemon dies: threads that touch evicted pages wait in the kernel, the
+ * library reconnects to the same socket path and hands both to the next
+ * daemon (ZMSG_ADOPT), which serves on. If none comes within
+ * ZSWAP_RECONNECT_TIMEOUT seconds, the library restores every page itself
+ * from the store and unregisters: the program keeps its data, calls return
+ * -ENOTCONN.
+ *
+ * Each case runs in its own process (this program run with the case's
+ * name), with its own daemon and environment, and checks content, page by
+ * page, never only return codes:
+ *   idle          kill -9 with every page evicted and a reader waiting;
+ *                 the next daemon serves the reader, every page, pageout
+ *   load          kill -9 at random moments under writers, readers,
+ *                 pageouts and forks (not under TSan), five times
+ *   fallback      no daemon comes back: restored after 1 s, -ENOTCONN,
+ *                 the range no longer registered
+ *   fallback-now  the same with ZSWAP_RECONNECT_TIMEOUT=0
+ *   planned       SIGTERM, then a new daemon: data intact, pageout works
+ *   tamper        the client breaks one entry of its store while no daemon
+ *                 runs (as root it can open it for writing): the next
+ *                 daemon serves a healthy client of the same process on;
+ *                 the tampered client keeps every page but the broken one
+ *   disconnect    zswap_disconnect() while no daemon runs: every page
+ *                 restored at once, the range no longer registered
+ * TEST_RESTART_ONLY=NAME runs one case; TEST_SEED fixes the random seeds.
+ *
+ * The daemon is started again with td_respawn(): a fork() of this process
+ * would wait in the kernel for a daemon to read its UFFD_EVENT_FORK.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "store.h"
+#include "util.h"
+
+static TestDaemon d;
+static uint64_t seed;
+
+/* ---- what every case needs ---- */
+
+/* Where the case is, for the watchdog's message. */
+static _Atomic(const char *) step = "start";
+static _Atomic bool watchdog_off;
+
+static void dump_tasks(void) {
+        DIR *dir = opendir("/proc/self/task");
+        struct dirent *e;
+
+        while (dir && (e = readdir(dir))) {
+                char path[300], w[64] = "";
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/wchan", e->d_name);
+                FILE *f = fopen(path, "re");
+                if (f) {
+                        (void)!fgets(w, sizeof(w), f);
+                        fclose(f);
+                }
+                fprintf(stderr, "  task %s waits in %s\n", e->d_name, w[0] ? w : "?");
+        }
+        if (dir)
+                closedir(dir);
+}
+
+/* A case that hangs fails with what it waited for, not by meson's timeout. */
+static void *watchdog_main(void *arg) {
+        uint64_t end = now_ns() + (uint64_t)(uintptr_t)arg * 1000000000ull;
+
+        while (now_ns() < end)
+                if (atomic_load(&watchdog_off))
+                        return NULL;
+                else
+                        usleep(100000);
+        fprintf(stderr, "stuck for %lu s at: %s\n", (unsigned long)(uintptr_t)arg, atomic_load(&step));
+        dump_tasks();
+        td_log_dump(&d);
+        abort();
+}
+
+static void watchdog_start(unsigned seconds) {
+        pthread_t t;
+        ASSERT_OK(-pthread_create(&t, NULL, watchdog_main, (void *)(uintptr_t)seconds));
+        pthread_detach(t);
+}
+
+static uint64_t ms_since(uint64_t t0) {
+        return (now_ns() - t0) / 1000000;
+}
+
+/*
+ * After a restart, until the library has handed its uffd and store over,
+ * calls may report the daemon gone; they must work again within seconds.
+ */
+static void wait_served(struct zswap_client *c) {
+        struct zswap_stats s;
+        uint64_t t0 = now_ns();
+        int r;
+
+        atomic_store(&step, "waiting for the client to be served again (zswap_get_stats)");
+        while ((r = zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s)) == -ENOTCONN && ms_since(t0) < 10000)
+                usleep(10000);
+        if (r < 0) {
+                td_log_dump(&d);
+                test_fail("zswap_get_stats %llu ms after the restart: %d (%s)", (unsigned long long)ms_since(t0), r,
+                          strerror(-r));
+        }
+        fprintf(stderr, "served again after %llu ms\n", (unsigned long long)ms_since(t0));
+}
+
+/* A thread that reads one page: it must wait while no daemon serves. */
+typedef struct Reader {
+        pthread_t thread;
+        const uint8_t *page;
+        _Atomic pid_t tid;
+        _Atomic bool done;
+        _Atomic uint64_t hash;
+} Reader;
+
+static void *reader_main(void *arg) {
+        Reader *r = arg;
+        atomic_store(&r->tid, gettid());
+        atomic_store(&r->hash, page_hash(r->page));
+        atomic_store(&r->done, true);
+        return NULL;
+}
+
+static void reader_start(Reader *r, const uint8_t *page) {
+        memset(r, 0, sizeof(*r));
+        r->page = page;
+        ASSERT_OK(-pthread_create(&r->thread, NULL, reader_main, r));
+}
+
+/* The reader has not got its page after 300 ms: it waits in the kernel. */
+static void reader_assert_waits(Reader *r) {
+        usleep(300000);
+        ASSERT_TRUE(!atomic_load(&r->done));
+        ASSERT_TRUE(atomic_load(&r->tid) > 0);
+        ASSERT_TRUE(task_in_userfault(atomic_load(&r->tid)));
+}
+
+/* Join the reader within seconds and return when it got its page (ms after t0). */
+static uint64_t reader_join(Reader *r, uint64_t t0, unsigned seconds) {
+        while (!atomic_load(&r->done) && ms_since(t0) < seconds * 1000ull)
+                usleep(1000);
+        uint64_t ms = ms_since(t0);
+        if (!atomic_load(&r->done)) {
+                dump_tasks();
+                td_log_dump(&d);
+                test_fail("the reader still waits %llu ms later", (unsigned long long)ms);
+        }
+        pthread_join(r->thread, NULL);
+        return ms;
+}
+
+static void assert_verified(const uint8_t *buf, size_t len, const uint64_t *hashes, const char *when) {
+        size_t bad = verify_pages(buf, len, hashes);
+        if (bad) {
+                td_log_dump(&d);
+                test_fail("%zu of %zu pages differ %s", bad, len / ZSWAP_PAGE_SIZE, when);
+        }
+}
+
+/* ---- idle: kill -9 with every page evicted ---- */
+
+#define IDLE_PAGES 1024
+
+static void case_idle(void) {
+        const size_t len = IDLE_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[IDLE_PAGES];
+        struct zswap_stats s;
+        Reader r;
+
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 71, hashes);
+        int n = zswap_pageout(c, buf, len);
+        ASSERT_TRUE(n > IDLE_PAGES / 2);
+
+        atomic_store(&step, "idle: daemon killed, reader on an evicted page");
+        td_kill(&d);
+        uint64_t t0 = now_ns();
+        reader_start(&r, buf + 200 * ZSWAP_PAGE_SIZE);
+        reader_assert_waits(&r);
+        fprintf(stderr, "while no daemon runs, zswap_get_stats: %d\n", zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+
+        atomic_store(&step, "idle: new daemon started, reader waiting for its page");
+        td_respawn(&d);
+        uint64_t t1 = now_ns();
+        uint64_t ms = reader_join(&r, t1, 10);
+        fprintf(stderr, "reader served %llu ms after the restart (%llu ms after the kill)\n",
+                (unsigned long long)ms, (unsigned long long)ms_since(t0));
+        ASSERT_EQ(atomic_load(&r.hash), hashes[200]);
+        atomic_store(&step, "idle: reading every page from the new daemon");
+        assert_verified(buf, len, hashes, "after the restart");
+
+        /* the new daemon serves this client fully: stats, pageout, faults */
+        wait_served(c);
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        /* every page was read back: the counters it rebuilt from the store
+         * must say it holds none */
+        ASSERT_EQ(s.stored_pages + s.same_pages, 0);
+        atomic_store(&step, "idle: pageout through the new daemon");
+        n = zswap_pageout(c, buf, len);
+        ASSERT_TRUE(n > IDLE_PAGES / 2);
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
+        ASSERT_TRUE(s.stored_pages + s.same_pages + s.staged_pages > 0);
+        assert_verified(buf, len, hashes, "after a pageout through the new daemon");
+        td_stats(c, &s);
+        zswap_disconnect(c);
+        assert_verified(buf, len, hashes, "after disconnecting");
+        td_stop(&d);
+}
+
+/* ---- load: kill -9 at random moments under load ---- */
+
+#define LOAD_PAGES 4096
+#define LOAD_THREADS 3
+
+static uint8_t *lbuf;
+static struct zswap_client *lclient;
+static uint32_t *lversion; /* shadow: page p is written by thread p % LOAD_THREADS only */
+static _Atomic bool lstop;
+static _Atomic uint64_t lerrors, lreads, lwrites, ldrops, lpageouts, lenotconn, lforks;
+static _Atomic int lbad_pageout; /* first error of zswap_pageout other than ENOTCONN */
+/* Workers hold it shared for each access, the forker exclusive around
+ * fork(), so a child never copies a page half written. Prefers writers. */
+static pthread_rwlock_t fork_lock;
+
+static void make_page(uint64_t *w, size_t page, uint32_t ver) {
+        uint64_t tag = (uint64_t)page << 32 | ver;
+        for (size_t j = 0; j < ZSWAP_PAGE_SIZE / 8; j++)
+                w[j] = (j & 3) ? tag + (j & ~(size_t)3) : j;
+}
+
+static bool check_page(const uint64_t *w, size_t page, uint32_t ver) {
+        uint64_t expect[ZSWAP_PAGE_SIZE / 8];
+        if (ver == 0)
+                memset(expect, 0, sizeof(expect));
+        else
+                make_page(expect, page, ver);
+        if (memcmp(w, expect, ZSWAP_PAGE_SIZE) == 0)
+                return true;
+        fprintf(stderr, "page %zu: expected version %u, words %#llx %#llx\n", page, ver, (unsigned long long)w[0],
+                (unsigned long long)w[1]);
+        return false;
+}
+
+static size_t check_all(void) {
+        size_t bad = 0;
+        for (size_t p = 0; p < LOAD_PAGES; p++)
+                bad += !check_page((uint64_t *)(lbuf + p * ZSWAP_PAGE_SIZE), p, lversion[p]);
+        return bad;
+}
+
+static void *load_worker(void *arg) {
+        unsigned t = (unsigned)(uintptr_t)arg;
+        uint64_t s = seed + 17 * t + 1;
+
+        while (!atomic_load_explicit(&lstop, memory_order_relaxed)) {
+                size_t page = (xorshift(&s) % (LOAD_PAGES / LOAD_THREADS)) * LOAD_THREADS + t;
+                uint64_t *p = (uint64_t *)(lbuf + page * ZSWAP_PAGE_SIZE);
+                unsigned op = (unsigned)(xorshift(&s) % 100);
+
+                pthread_rwlock_rdlock(&fork_lock);
+                if (op < 50) {
+                        if (!check_page(p, page, lversion[page]))
+                                atomic_fetch_add(&lerrors, 1);
+                        atomic_fetch_add_explicit(&lreads, 1, memory_order_relaxed);
+                } else if (op < 97) {
+                        if (++lversion[page] == 0)
+                                lversion[page] = 1;
+                        make_page(p, page, lversion[page]);
+                        atomic_fetch_add_explicit(&lwrites, 1, memory_order_relaxed);
+                } else {
+                        ASSERT_OK(madvise(p, ZSWAP_PAGE_SIZE, MADV_DONTNEED));
+                        lversion[page] = 0;
+                        atomic_fetch_add_explicit(&ldrops, 1, memory_order_relaxed);
+                }
+                pthread_rwlock_unlock(&fork_lock);
+        }
+        return NULL;
+}
+
+static void *load_pageout(void *arg) {
+        struct zswap_client *c = arg;
+        uint64_t s = seed + 99;
+
+        while (!atomic_load_explicit(&lstop, memory_order_relaxed)) {
+                size_t first = xorshift(&s) % LOAD_PAGES, n = 1 + xorshift(&s) % 1024;
+                if (xorshift(&s) % 8 == 0) {
+                        first = 0;
+                        n = LOAD_PAGES;
+                }
+                if (first + n > LOAD_PAGES)
+                        n = LOAD_PAGES - first;
+                int r = zswap_pageout(c, lbuf + first * ZSWAP_PAGE_SIZE, n * ZSWAP_PAGE_SIZE);
+                if (r >= 0) {
+                        atomic_fetch_add_explicit(&lpageouts, 1, memory_order_relaxed);
+                } else if (r == -ENOTCONN) {
+                        atomic_fetch_add_explicit(&lenotconn, 1, memory_order_relaxed);
+                        usleep(2000);
+                } else {
+                        int zero = 0;
+                        atomic_compare_exchange_strong(&lbad_pageout, &zero, r);
+                        usleep(2000);
+                }
+        }
+        return NULL;
+}
+
+/* The child verifies the copy it got, then changes and evicts it through
+ * its own client (unless the daemon is away), and verifies again. */
+static int load_child(void) {
+        size_t bad = check_all();
+        if (bad) {
+                fprintf(stderr, "fork child: %zu pages differ from the copy at the fork\n", bad);
+                return 1;
+        }
+        for (size_t p = 0; p < LOAD_PAGES; p += 5)
+                make_page((uint64_t *)(lbuf + p * ZSWAP_PAGE_SIZE), p, ++lversion[p]);
+        int r = zswap_pageout(lclient, lbuf, LOAD_PAGES * ZSWAP_PAGE_SIZE);
+        if (r < 0 && r != -ENOTCONN) {
+                fprintf(stderr, "fork child: zswap_pageout: %d\n", r);
+                return 2;
+        }
+        bad = check_all();
+        if (bad) {
+                fprintf(stderr, "fork child: %zu pages differ after its own pageout (%d)\n", bad, r);
+                return 3;
+        }
+        return 0;
+}
+
+static void *load_forker(void *arg) {
+        uint64_t s = seed + 7;
+        (void)arg;
+
+        while (!atomic_load_explicit(&lstop, memory_order_relaxed)) {
+                usleep(100000 + xorshift(&s) % 300000);
+                pthread_rwlock_wrlock(&fork_lock);
+                pid_t pid = fork();
+                if (pid == 0)
+                        _exit(load_child());
+                pthread_rwlock_unlock(&fork_lock);
+                ASSERT_TRUE(pid > 0);
+                int st;
+                ASSERT_EQ(waitpid(pid, &st, 0), pid);
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                        td_log_dump(&d);
+                        test_fail("fork child failed: status %#x", st);
+                }
+                atomic_fetch_add(&lforks, 1);
+        }
+        return NULL;
+}
+
+static void case_load(void) {
+        const size_t len = LOAD_PAGES * ZSWAP_PAGE_SIZE;
+        pthread_t workers[LOAD_THREADS], pager, forker;
+        pthread_rwlockattr_t attr;
+        uint64_t s = seed;
+        bool forks = true;
+        struct zswap_stats st;
+
+#if defined(__SANITIZE_THREAD__)
+        /* a fork child starts its agent thread after a multi-threaded
+         * fork, which ThreadSanitizer's runtime cannot follow */
+        forks = false;
+#endif
+        pthread_rwlockattr_init(&attr);
+        pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&fork_lock, &attr);
+
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = lclient = td_connect(&d);
+        lbuf = test_map(len);
+        lversion = calloc(LOAD_PAGES, sizeof(*lversion));
+        ASSERT_TRUE(lversion);
+        for (size_t p = 0; p < LOAD_PAGES; p++) {
+                lversion[p] = 1;
+                make_page((uint64_t *)(lbuf + p * ZSWAP_PAGE_SIZE), p, 1);
+        }
+        ASSERT_OK(zswap_register(c, lbuf, len));
+        ASSERT_OK(zswap_pageout(c, lbuf, len));
+        for (unsigned t = 0; t < LOAD_THREADS; t++)
+                ASSERT_OK(-pthread_create(&workers[t], NULL, load_worker, (void *)(uintptr_t)t));
+        ASSERT_OK(-pthread_create(&pager, NULL, load_pageout, c));
+        if (forks)
+                ASSERT_OK(-pthread_create(&forker, NULL, load_forker, NULL));
+
+        for (int round = 0; round < 5; round++) {
+                usleep(200000 + xorshift(&s) % 500000);
+                atomic_store(&step, "load: killing the daemon");
+                td_kill(&d);
+                usleep(xorshift(&s) % 300001);
+                atomic_store(&step, "load: starting the daemon again");
+                td_respawn(&d);
+                fprintf(stderr, "restart %d: %llu reads, %llu writes, %llu pageouts, %llu ENOTCONN, %llu forks\n",
+                        round + 1, (unsigned long long)lreads, (unsigned long long)lwrites,
+                        (unsigned long long)lpageouts, (unsigned long long)lenotconn, (unsigned long long)lforks);
+        }
+        usleep(500000);
+        atomic_store(&step, "load: stopping the threads");
+        atomic_store(&lstop, true);
+        for (unsigned t = 0; t < LOAD_THREADS; t++)
+                pthread_join(workers[t], NULL);
+        pthread_join(pager, NULL);
+        if (forks)
+                pthread_join(forker, NULL);
+
+        atomic_store(&step, "load: reading every page");
+        size_t bad = check_all();
+        fprintf(stderr, "5 restarts: %llu reads, %llu writes, %llu drops, %llu pageouts (%llu ENOTCONN), %llu forks; "
+                        "%llu read errors, %zu bad pages at the end, pageout error %d\n",
+                (unsigned long long)lreads, (unsigned long long)lwrites, (unsigned long long)ldrops,
+                (unsigned long long)lpageouts, (unsigned long long)lenotconn, (unsigned long long)lforks,
+                (unsigned long long)lerrors, bad, atomic_load(&lbad_pageout));
+        if (lerrors || bad)
+                td_log_dump(&d);
+        ASSERT_EQ(atomic_load(&lerrors), 0);
+        ASSERT_EQ(bad, 0);
+        ASSERT_EQ(atomic_load(&lbad_pageout), 0);
+        ASSERT_TRUE(atomic_load(&lpageouts) > 0);
+
+        /* served in full by the last daemon */
+        wait_served(c);
+        int n = zswap_pageout(c, lbuf, len);
+        ASSERT_TRUE(n > LOAD_PAGES / 2);
+        ASSERT_EQ(check_all(), 0);
+        ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &st));
+        zswap_disconnect(c);
+        ASSERT_EQ(check_all(), 0);
+        td_stop(&d);
+}
+
+/* ---- fallback: no daemon comes back ---- */
+
+#define FB_PAGES 1024
+
+static void case_fallback(const char *timeout) {
+        const size_t len = FB_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[FB_PAGES];
+        struct zswap_stats s;
+        static const uint8_t zeros[ZSWAP_PAGE_SIZE];
+        const uint64_t zero_hash = page_hash(zeros);
+        char flags[256] = "";
+        Reader r;
+
+        ASSERT_OK(setenv("ZSWAP_RECONNECT_TIMEOUT", timeout, 1));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 23, hashes);
+        ASSERT_TRUE(vma_uffd_missing(buf));
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > FB_PAGES / 2);
+        /* every kind of page at the death: resident (read back), written
+         * since, written and evicted again, dropped, evicted */
+        for (size_t i = 0; i < FB_PAGES; i += 4)
+                ASSERT_EQ(page_hash(buf + i * ZSWAP_PAGE_SIZE), hashes[i]);
+        for (size_t i = 3; i < FB_PAGES; i += 7) {
+                fill_pages(buf + i * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE, 900 + i);
+                hashes[i] = page_hash(buf + i * ZSWAP_PAGE_SIZE);
+        }
+        for (size_t i = 5; i < FB_PAGES; i += 61) {
+                ASSERT_OK(madvise(buf + i * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE, MADV_DONTNEED));
+                hashes[i] = zero_hash;
+        }
+        ASSERT_OK(zswap_pageout(c, buf, len / 2));
+
+        atomic_store(&step, "fallback: daemon killed, waiting for the library to restore the pages");
+        td_kill(&d);
+        uint64_t t0 = now_ns();
+        reader_start(&r, buf + 513 * ZSWAP_PAGE_SIZE); /* evicted, not written */
+        uint64_t ms = reader_join(&r, t0, 15);
+        fprintf(stderr, "ZSWAP_RECONNECT_TIMEOUT=%s: the reader got its page %llu ms after the kill\n", timeout,
+                (unsigned long long)ms);
+        ASSERT_EQ(atomic_load(&r.hash), hashes[513]);
+        if (strcmp(timeout, "0") != 0)
+                ASSERT_TRUE(ms >= 900); /* the library waited for a daemon first */
+        ASSERT_TRUE(ms < 8000);
+        assert_verified(buf, len, hashes, "after the library restored them");
+
+        /* the client is on its own now */
+        ASSERT_ERROR(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s), ENOTCONN);
+        ASSERT_ERROR(zswap_pageout(c, buf, len), ENOTCONN);
+        ASSERT_ERROR(zswap_set_limit(c, 1 << 20), ENOTCONN);
+        uint8_t *other = test_map(16 * ZSWAP_PAGE_SIZE);
+        ASSERT_ERROR(zswap_register(c, other, 16 * ZSWAP_PAGE_SIZE), ENOTCONN);
+        ASSERT_TRUE(vma_flags(buf, flags, sizeof(flags)));
+        fprintf(stderr, "VmFlags of the range now: %s\n", flags);
+        ASSERT_TRUE(!vma_uffd_missing(buf));
+        ASSERT_TRUE(!vma_uffd_missing(buf + len - ZSWAP_PAGE_SIZE));
+        /* plain memory: written, dropped and read back as such */
+        fill_pages(buf, len, 24);
+        hash_pages(buf, len, hashes);
+        ASSERT_OK(madvise(buf, ZSWAP_PAGE_SIZE, MADV_DONTNEED));
+        hashes[0] = zero_hash;
+        assert_verified(buf, len, hashes, "written after the fallback");
+        zswap_disconnect(c);
+        assert_verified(buf, len, hashes, "after disconnecting");
+}
+
+/* ---- planned: SIGTERM, then a new daemon ---- */
+
+#define PL_PAGES 1024
+
+static void case_planned(void) {
+        const size_t len = PL_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[PL_PAGES];
+        Reader r;
+
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 31, hashes);
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > PL_PAGES / 2);
+
+        atomic_store(&step, "planned: stopping the daemon (SIGTERM)");
+        td_stop(&d);
+        /* whether the daemon gave the pages back or handed them over, a
+         * reader gets its page, at the latest from the next daemon */
+        uint64_t t0 = now_ns();
+        reader_start(&r, buf + 300 * ZSWAP_PAGE_SIZE);
+        usleep(100000);
+        fprintf(stderr, "after the stop, the reader %s\n", atomic_load(&r.done) ? "got its page" : "waits");
+        atomic_store(&step, "planned: a new daemon, the reader waiting for its page");
+        td_respawn(&d);
+        reader_join(&r, t0, 10);
+        ASSERT_EQ(atomic_load(&r.hash), hashes[300]);
+        assert_verified(buf, len, hashes, "after a planned restart");
+
+        wait_served(c);
+        atomic_store(&step, "planned: pageout through the new daemon");
+        int n = zswap_pageout(c, buf, len);
+        fprintf(stderr, "pageout through the new daemon: %d pages\n", n);
+        ASSERT_TRUE(n > PL_PAGES / 2); /* the range is managed again */
+        assert_verified(buf, len, hashes, "after a pageout through the new daemon");
+        zswap_disconnect(c);
+        assert_verified(buf, len, hashes, "after disconnecting");
+        td_stop(&d);
+}
+
+/* ---- tamper: a store broken by its client ---- */
+
+#define TA_PAGES 512
+
+/* The stores this process holds: memfds named zswapd-store (store.c). */
+static size_t find_stores(int *fds, size_t max) {
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+        size_t n = 0;
+
+        ASSERT_TRUE(dir);
+        while ((e = readdir(dir)) && n < max) {
+                char path[300], target[256];
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+                ssize_t l = readlink(path, target, sizeof(target) - 1);
+                if (l <= 0)
+                        continue;
+                target[l] = 0;
+                if (strstr(target, "memfd:zswapd-store"))
+                        fds[n++] = atoi(e->d_name);
+        }
+        closedir(dir);
+        return n;
+}
+
+/* Point the STORED entry of page addr at an object past the pool's end.
+ * Returns whether a store held such an entry. */
+static bool break_entry(const int *fds, size_t nfds, const uint8_t *addr) {
+        const uint64_t zone = (uintptr_t)addr & ~(((uint64_t)2 << 20) - 1);
+
+        for (size_t i = 0; i < nfds; i++) {
+                /* the client's descriptor is read-only; root (the owner,
+                 * here) can open the file again for writing */
+                char path[64];
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[i]);
+                int fd = open(path, O_RDWR | O_CLOEXEC);
+                if (fd < 0)
+                        test_skip("cannot open the store for writing: %s", strerror(errno));
+                uint8_t *map = mmap(NULL, STORE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                close(fd);
+                if (map == MAP_FAILED)
+                        continue;
+                uint32_t leaves = atomic_load(&store_super(map)->leaves);
+                for (uint32_t id = 0; id < leaves && id < STORE_LEAVES_MAX; id++) {
+                        if (atomic_load(&store_dir(map)[id]) != (zone | STORE_DIR_USED))
+                                continue;
+                        _Atomic uint64_t *e = &store_leaf(map, id)[((uintptr_t)addr - zone) / ZSWAP_PAGE_SIZE];
+                        uint64_t v = atomic_load(e);
+                        if (pe_state(v) != PE_STORED)
+                                continue;
+                        atomic_store(e, pe_make_stored(0xfffffff0u, pe_clen(v)));
+                        munmap(map, STORE_SIZE);
+                        return true;
+                }
+                munmap(map, STORE_SIZE);
+        }
+        return false;
+}
+
+static void case_tamper(void) {
+        const size_t len = TA_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[TA_PAGES], good_hashes[TA_PAGES];
+        int fds[8];
+        size_t broken = 1; /* a page that is STORED: not zero, not pattern */
+
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *bad = td_connect(&d);
+        uint8_t *buf = td_region(bad, len, 41, hashes);
+        struct zswap_client *good = td_connect(&d);
+        uint8_t *gbuf = td_region(good, len, 42, good_hashes);
+        ASSERT_TRUE(zswap_pageout(bad, buf, len) > TA_PAGES / 2);
+        ASSERT_TRUE(zswap_pageout(good, gbuf, len) > TA_PAGES / 2);
+        size_t nfds = find_stores(fds, 8);
+        fprintf(stderr, "%zu stores held by this process\n", nfds);
+        if (nfds == 0)
+                test_skip("no store memfd found in /proc/self/fd (not handed to clients yet?)");
+
+        atomic_store(&step, "tamper: daemon killed, breaking an entry");
+        td_kill(&d);
+        /* both clients' stores are here; only one holds an entry for buf */
+        ASSERT_TRUE(break_entry(fds, nfds, buf + broken * ZSWAP_PAGE_SIZE));
+        atomic_store(&step, "tamper: a new daemon, reading the healthy client's pages");
+        td_respawn(&d);
+        assert_verified(gbuf, len, good_hashes, "in the healthy client after the restart");
+        wait_served(good);
+        ASSERT_TRUE(zswap_pageout(good, gbuf, len) > TA_PAGES / 2);
+        assert_verified(gbuf, len, good_hashes, "in the healthy client after a pageout");
+
+        /* the tampered client restores what it can: every other page */
+        atomic_store(&step, "tamper: reading the tampered client's pages");
+        size_t lost = 0;
+        for (size_t i = 0; i < TA_PAGES; i++)
+                if (i != broken && page_hash(buf + i * ZSWAP_PAGE_SIZE) != hashes[i]) {
+                        fprintf(stderr, "tampered client: page %zu differs\n", i);
+                        lost++;
+                }
+        fprintf(stderr, "tampered client: page %zu %s; %zu other pages differ; the daemon is %s\n", broken,
+                page_hash(buf + broken * ZSWAP_PAGE_SIZE) == hashes[broken] ? "intact" : "lost", lost,
+                kill(d.pid, 0) == 0 ? "alive" : "gone");
+        td_log_dump(&d);
+        ASSERT_EQ(lost, 0);
+        ASSERT_EQ(kill(d.pid, 0), 0);
+        zswap_disconnect(good);
+        zswap_disconnect(bad);
+        td_stop(&d);
+}
+
+/* ---- disconnect: while no daemon runs ---- */
+
+#define DC_PAGES 1024
+
+static void case_disconnect(void) {
+        const size_t len = DC_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[DC_PAGES];
+        Reader r;
+
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 51, hashes);
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > DC_PAGES / 2);
+
+        atomic_store(&step, "disconnect: daemon killed, a reader waiting");
+        td_kill(&d);
+        reader_start(&r, buf + 100 * ZSWAP_PAGE_SIZE);
+        reader_assert_waits(&r);
+        /* the library looks for a daemon for 10 s (the default); a
+         * disconnect does not wait for it */
+        atomic_store(&step, "disconnect: zswap_disconnect() with no daemon");
+        uint64_t t0 = now_ns();
+        zswap_disconnect(c);
+        uint64_t ms = ms_since(t0);
+        fprintf(stderr, "zswap_disconnect took %llu ms with no daemon\n", (unsigned long long)ms);
+        ASSERT_TRUE(ms < 5000);
+        reader_join(&r, t0, 5);
+        ASSERT_EQ(atomic_load(&r.hash), hashes[100]);
+        assert_verified(buf, len, hashes, "after a disconnect with no daemon");
+        ASSERT_TRUE(!vma_uffd_missing(buf));
+}
+
+/* ---- one process per case ---- */
+
+static const char *const cases[] = { "idle", "load", "fallback", "fallback-now", "planned", "tamper", "disconnect" };
+
+static void run_case(const char *name) {
+        watchdog_start(120);
+        if (strcmp(name, "idle") == 0)
+                case_idle();
+        else if (strcmp(name, "load") == 0)
+                case_load();
+        else if (strcmp(name, "fallback") == 0)
+                case_fallback("1");
+        else if (strcmp(name, "fallback-now") == 0)
+                case_fallback("0");
+        else if (strcmp(name, "planned") == 0)
+                case_planned();
+        else if (strcmp(name, "tamper") == 0)
+                case_tamper();
+        else if (strcmp(name, "disconnect") == 0)
+                case_disconnect();
+        else
+                test_fail("no case %s", name);
+        atomic_store(&watchdog_off, true);
+}
+
+int main(int argc, char **argv) {
+        const char *only = getenv("TEST_RESTART_ONLY");
+        const char *env_seed = getenv("TEST_SEED");
+        unsigned failed = 0, skipped = 0, ran = 0;
+
+        seed = env_seed ? strtoull(env_seed, NULL, 0) : now_ns() ^ (uint64_t)getpid() << 32;
+        if (argc == 2) {
+                fprintf(stderr, "case %s, TEST_SEED=%#llx\n", argv[1], (unsigned long long)seed);
+                run_case(argv[1]);
+                return 0;
+        }
+        test_require_root();
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int st;
+                if (only && strcmp(only, cases[i]) != 0)
+                        continue;
+                fprintf(stderr, "==== %s\n", cases[i]);
+                pid_t pid = fork();
+                ASSERT_TRUE(pid >= 0);
+                if (pid == 0) {
+                        char s[32];
+                        snprintf(s, sizeof(s), "%#llx", (unsigned long long)seed + i);
+                        setenv("TEST_SEED", s, 1);
+                        execl("/proc/self/exe", argv[0], cases[i], (char *)NULL);
+                        _exit(127);
+                }
+                ASSERT_EQ(waitpid(pid, &st, 0), pid);
+                ran++;
+                if (WIFEXITED(st) && WEXITSTATUS(st) == TEST_SKIP) {
+                        skipped++;
+                        fprintf(stderr, "==== %s: skipped\n", cases[i]);
+                } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                        failed++;
+                        fprintf(stderr, "==== %s: FAILED (status %#x)\n", cases[i], st);
+                } else {
+                        fprintf(stderr, "==== %s: ok\n", cases[i]);
+                }
+        }
+        fprintf(stderr, "%u cases: %u failed, %u skipped\n", ran, failed, skipped);
+        if (failed)
+                return 1;
+        return ran && skipped == ran ? TEST_SKIP : 0;
+}
