@@ -1,0 +1,510 @@
+/*
+ * test-soak: clients that live through daemon deaths and restarts, their
+ * own deaths and each other's, and lose nothing (issue 7,
+ * docs/reliability.md "Soak").
+ *
+ * The parent starts a daemon and SOAK_CLIENTS (3) client processes: this
+ * program run again as "client". Each client keeps a few regions of
+ * random size registered, and a shadow copy of every page in memory it
+ * never registers; it reads pages (each checked against the shadow),
+ * writes them, drops them (MADV_DONTNEED), evicts them (zswap_pageout),
+ * forks a child that checks its own copy, changes and evicts it, moves a
+ * region elsewhere (mremap), and replaces a region by a new one (munmap,
+ * with or without zswap_unregister first, then mmap and zswap_register).
+ * Meanwhile the parent, at random moments, kills the daemon with SIGKILL
+ * and starts it again after 0-300 ms, or kills a client with SIGKILL and
+ * starts a new one in its place.
+ *
+ * For SOAK_SECONDS (20; docs/reliability.md runs it for 600);
+ * SOAK_DAEMON_KILLS=0 leaves the daemon alive, to tell the soak's own
+ * failures from the restarts'. Then each
+ * client reads every page back, disconnects, reads every page again and
+ * reports what it checked through a pipe; the parent fails the test if a
+ * client failed, lost a page or reported nothing, or if the daemon died on
+ * its own or does not exit cleanly at the end.
+ *
+ * The only errors a client accepts from libzswap are -ENOTCONN (no daemon
+ * at that moment) and, for a register retried after such an error,
+ * -EEXIST (the first attempt reached the daemon after all).
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "util.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* ASan does not follow mremap() (tests/test-mremap.c) */
+#define unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define unpoison(p, n) ((void)(p), (void)(n))
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+/* a fork child starts its agent thread after a multi-threaded fork, which
+ * ThreadSanitizer's runtime cannot follow */
+#define CLIENT_FORKS 0
+#else
+#define CLIENT_FORKS 1
+#endif
+
+static unsigned env_or(const char *name, unsigned dflt) {
+        const char *v = getenv(name);
+        return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+/* ---- a client ---- */
+
+#define REGIONS 4
+#define REGION_MIN_PAGES 32
+#define REGION_MAX_PAGES 512
+
+typedef struct Region {
+        uint8_t *addr;   /* where the region is now (mremap moves it) */
+        uint8_t *shadow; /* what each page must read as; never registered */
+        size_t npages;
+        bool registered; /* zswap_register succeeded (or said EEXIST after an ENOTCONN) */
+} Region;
+
+typedef struct Client {
+        unsigned id;
+        struct zswap_client *c;
+        uint64_t seed;
+        Region r[REGIONS];
+        uint64_t reads, writes, drops, pageouts, enotconn, forks, moves, replaced, bad, api_errors;
+} Client;
+
+static size_t len_of(const Region *r) {
+        return r->npages * ZSWAP_PAGE_SIZE;
+}
+
+/* New content for a page: real heap data most of the time, sometimes a
+ * same-filled page (held without pool space) or zeros. */
+static void make_content(Client *cl, uint8_t *dst) {
+        unsigned kind = (unsigned)(xorshift(&cl->seed) % 100);
+        if (kind < 4)
+                memset(dst, 0, ZSWAP_PAGE_SIZE);
+        else if (kind < 8)
+                memset(dst, (int)(xorshift(&cl->seed) & 0xff), ZSWAP_PAGE_SIZE);
+        else
+                fill_pages(dst, ZSWAP_PAGE_SIZE, xorshift(&cl->seed));
+}
+
+static bool check_page(Client *cl, unsigned ri, size_t p) {
+        const Region *r = &cl->r[ri];
+        const uint8_t *page = r->addr + p * ZSWAP_PAGE_SIZE, *want = r->shadow + p * ZSWAP_PAGE_SIZE;
+        if (memcmp(page, want, ZSWAP_PAGE_SIZE) == 0)
+                return true;
+        size_t off = 0, zeros = 0;
+        while (off < ZSWAP_PAGE_SIZE && page[off] == want[off])
+                off++;
+        for (size_t i = 0; i < ZSWAP_PAGE_SIZE; i++)
+                zeros += page[i] == 0;
+        fprintf(stderr, "client %u (pid %d): region %u page %zu of %zu at %p (%sregistered) differs from "
+                        "byte %zu on: %#x instead of %#x; %zu zero bytes\n",
+                cl->id, (int)getpid(), ri, p, r->npages, (void *)page, r->registered ? "" : "not ", off, page[off],
+                want[off], zeros);
+        return false;
+}
+
+static size_t check_all(Client *cl) {
+        size_t bad = 0;
+        for (unsigned ri = 0; ri < REGIONS; ri++)
+                for (size_t p = 0; p < cl->r[ri].npages; p++)
+                        bad += !check_page(cl, ri, p);
+        return bad;
+}
+
+static void api_error(Client *cl, const char *what, int r) {
+        fprintf(stderr, "client %u (pid %d): %s: %d (%s)\n", cl->id, (int)getpid(), what, r, strerror(-r));
+        cl->api_errors++;
+}
+
+static void region_register(Client *cl, Region *r, bool retry) {
+        int ret = zswap_register(cl->c, r->addr, len_of(r));
+        if (ret == 0 || (retry && ret == -EEXIST))
+                r->registered = true;
+        else if (ret != -ENOTCONN)
+                api_error(cl, "zswap_register", ret);
+}
+
+static void region_new(Client *cl, Region *r) {
+        r->npages = REGION_MIN_PAGES + xorshift(&cl->seed) % (REGION_MAX_PAGES - REGION_MIN_PAGES + 1);
+        r->addr = test_map(len_of(r));
+        r->shadow = test_map(len_of(r));
+        for (size_t p = 0; p < r->npages; p++)
+                make_content(cl, r->shadow + p * ZSWAP_PAGE_SIZE);
+        memcpy(r->addr, r->shadow, len_of(r));
+        r->registered = false;
+        region_register(cl, r, false);
+}
+
+/* Gone with or without unregistering first, and a new one in its place. */
+static void region_replace(Client *cl, Region *r) {
+        if (r->registered && xorshift(&cl->seed) % 2) {
+                int ret = zswap_unregister(cl->c, r->addr, len_of(r));
+                if (ret < 0 && ret != -ENOTCONN)
+                        api_error(cl, "zswap_unregister", ret);
+        }
+        ASSERT_OK(munmap(r->addr, len_of(r)));
+        ASSERT_OK(munmap(r->shadow, len_of(r)));
+        region_new(cl, r);
+        cl->replaced++;
+}
+
+/* To a fresh address, evicted pages and all. */
+static void region_move(Client *cl, Region *r) {
+        const size_t len = len_of(r), extra = 2 << 20;
+        uint8_t *target = test_map(len + extra);
+        ASSERT_OK(munmap(target, len + extra));
+        target += (xorshift(&cl->seed) % (extra / ZSWAP_PAGE_SIZE)) * ZSWAP_PAGE_SIZE;
+        uint8_t *moved = mremap(r->addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+        ASSERT_TRUE(moved == target);
+        unpoison(moved, len);
+        r->addr = moved;
+        cl->moves++;
+}
+
+static void pageout(Client *cl, void *addr, size_t len) {
+        int r = zswap_pageout(cl->c, addr, len);
+        if (r >= 0)
+                cl->pageouts++;
+        else if (r == -ENOTCONN)
+                cl->enotconn++;
+        else
+                api_error(cl, "zswap_pageout", r);
+}
+
+/* In a forked child: its copy as it was at the fork, then changed and
+ * evicted through the child's own client, and checked again. */
+static int fork_child(Client *cl) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        size_t bad = check_all(cl);
+        if (bad) {
+                fprintf(stderr, "client %u fork child: %zu pages differ from the copy at the fork\n", cl->id, bad);
+                return 1;
+        }
+        Region *r = &cl->r[xorshift(&cl->seed) % REGIONS];
+        for (size_t p = 0; p < r->npages; p += 3) {
+                make_content(cl, r->shadow + p * ZSWAP_PAGE_SIZE);
+                memcpy(r->addr + p * ZSWAP_PAGE_SIZE, r->shadow + p * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
+        }
+        pageout(cl, r->addr, len_of(r));
+        bad = check_all(cl);
+        if (bad || cl->api_errors) {
+                fprintf(stderr, "client %u fork child: %zu pages differ after its own pageout\n", cl->id, bad);
+                return 2;
+        }
+        return 0;
+}
+
+static void client_fork(Client *cl) {
+        int st;
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0)
+                _exit(fork_child(cl));
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                fprintf(stderr, "client %u: fork child %d failed: status %#x\n", cl->id, (int)pid, st);
+                cl->api_errors++;
+        }
+        cl->forks++;
+}
+
+static void client_step(Client *cl) {
+        unsigned ri = (unsigned)(xorshift(&cl->seed) % REGIONS), op = (unsigned)(xorshift(&cl->seed) % 1000);
+        Region *r = &cl->r[ri];
+        size_t p = xorshift(&cl->seed) % r->npages;
+        uint8_t *page = r->addr + p * ZSWAP_PAGE_SIZE, *shadow = r->shadow + p * ZSWAP_PAGE_SIZE;
+
+        if (!r->registered && op % 8 == 0)
+                region_register(cl, r, true);
+        if (op < 450) {
+                cl->bad += !check_page(cl, ri, p);
+                cl->reads++;
+        } else if (op < 850) {
+                make_content(cl, shadow);
+                memcpy(page, shadow, ZSWAP_PAGE_SIZE);
+                cl->writes++;
+        } else if (op < 880) {
+                ASSERT_OK(madvise(page, ZSWAP_PAGE_SIZE, MADV_DONTNEED));
+                memset(shadow, 0, ZSWAP_PAGE_SIZE);
+                cl->drops++;
+        } else if (op < 960) {
+                size_t n = 1 + xorshift(&cl->seed) % (r->npages - p);
+                if (op % 4 == 0)
+                        pageout(cl, r->addr, len_of(r));
+                else
+                        pageout(cl, page, n * ZSWAP_PAGE_SIZE);
+        } else if (op < 975) {
+                for (size_t q = 0; q < r->npages; q++)
+                        cl->bad += !check_page(cl, ri, q);
+                cl->reads += r->npages;
+        } else if (op < 982) {
+                if (CLIENT_FORKS)
+                        client_fork(cl);
+        } else if (op < 991) {
+                region_move(cl, r);
+        } else {
+                region_replace(cl, r);
+        }
+}
+
+static int client_connect(Client *cl, const char *sock) {
+        uint64_t t0 = now_ns();
+        int r;
+        /* the daemon may be between a kill and its restart */
+        while ((r = zswap_connect(sock, &cl->c)) < 0 && now_ns() - t0 < 20000000000ull)
+                usleep(20000);
+        return r;
+}
+
+/* argv: client ID SOCKET DEADLINE_NS SEED RESULT_FD */
+static int client_main(int argc, char **argv) {
+        Client cl = { 0 };
+        size_t verified = 0, lost = 0;
+        char line[512];
+
+        if (argc != 7)
+                test_fail("usage: client ID SOCKET DEADLINE_NS SEED RESULT_FD");
+        cl.id = (unsigned)strtoul(argv[2], NULL, 10);
+        uint64_t deadline = strtoull(argv[4], NULL, 10);
+        cl.seed = strtoull(argv[5], NULL, 10);
+        int fd = atoi(argv[6]);
+        int r = client_connect(&cl, argv[3]);
+        if (r < 0)
+                test_fail("client %u: zswap_connect: %d (%s)", cl.id, r, strerror(-r));
+        for (unsigned ri = 0; ri < REGIONS; ri++)
+                region_new(&cl, &cl.r[ri]);
+        while (now_ns() < deadline)
+                for (int i = 0; i < 64; i++)
+                        client_step(&cl);
+
+        /* the parent has the daemon up by now */
+        lost = check_all(&cl);
+        for (unsigned ri = 0; ri < REGIONS; ri++)
+                verified += cl.r[ri].npages;
+        zswap_disconnect(cl.c);
+        lost += check_all(&cl);
+        verified *= 2;
+        snprintf(line, sizeof(line),
+                 "verified=%zu lost=%zu bad_reads=%llu api_errors=%llu reads=%llu writes=%llu drops=%llu "
+                 "pageouts=%llu enotconn=%llu forks=%llu moves=%llu replaced=%llu\n",
+                 verified, lost, (unsigned long long)cl.bad, (unsigned long long)cl.api_errors,
+                 (unsigned long long)cl.reads, (unsigned long long)cl.writes, (unsigned long long)cl.drops,
+                 (unsigned long long)cl.pageouts, (unsigned long long)cl.enotconn, (unsigned long long)cl.forks,
+                 (unsigned long long)cl.moves, (unsigned long long)cl.replaced);
+        fprintf(stderr, "client %u (pid %d): %s", cl.id, (int)getpid(), line);
+        ASSERT_EQ(write(fd, line, strlen(line)), (long long)strlen(line));
+        return lost || cl.bad || cl.api_errors ? 1 : 0;
+}
+
+/* ---- the parent ---- */
+
+typedef struct Slot {
+        pid_t pid;
+        unsigned id;
+        int result;  /* read end of the client's result pipe */
+        bool exited; /* reaped at the deadline already, with status */
+        int status;
+} Slot;
+
+typedef struct Soak {
+        TestDaemon d;
+        uint64_t deadline, seed;
+        unsigned next_id;
+        unsigned daemon_kills, client_kills, clients_started, client_failures;
+        size_t verified, lost;
+} Soak;
+
+static void slot_spawn(Soak *s, Slot *slot) {
+        int p[2];
+        char id[16], deadline[32], seed[32], fd[16];
+
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        slot->id = s->next_id++;
+        snprintf(id, sizeof(id), "%u", slot->id);
+        snprintf(deadline, sizeof(deadline), "%llu", (unsigned long long)s->deadline);
+        snprintf(seed, sizeof(seed), "%llu", (unsigned long long)(s->seed + slot->id * 7919));
+        slot->pid = fork();
+        ASSERT_TRUE(slot->pid >= 0);
+        if (slot->pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                snprintf(fd, sizeof(fd), "%d", dup(p[1]));
+                execl("/proc/self/exe", "test-soak", "client", id, s->d.sock, deadline, seed, fd, (char *)NULL);
+                _exit(127);
+        }
+        close(p[1]);
+        slot->result = p[0];
+        slot->exited = false;
+        s->clients_started++;
+}
+
+/* The line a client wrote before it exited, if any. */
+static bool slot_result(Slot *slot, char *buf, size_t len) {
+        ASSERT_OK(fcntl(slot->result, F_SETFL, O_NONBLOCK));
+        ssize_t n = read(slot->result, buf, len - 1);
+        close(slot->result);
+        slot->result = -1;
+        buf[n > 0 ? n : 0] = 0;
+        return n > 0;
+}
+
+static void slot_kill(Soak *s, Slot *slot) {
+        char buf[512];
+        int st;
+
+        kill(slot->pid, SIGKILL);
+        ASSERT_EQ(waitpid(slot->pid, &st, 0), slot->pid);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
+                /* it failed before the kill reached it */
+                fprintf(stderr, "client %u (pid %d) had exited: status %#x\n", slot->id, (int)slot->pid, st);
+                s->client_failures++;
+        }
+        slot_result(slot, buf, sizeof(buf));
+        s->client_kills++;
+}
+
+/* A client that exits before the deadline failed. */
+static void reap_early(Soak *s, Slot *slots, unsigned n) {
+        char buf[512];
+        for (unsigned i = 0; i < n; i++) {
+                int st;
+                if (waitpid(slots[i].pid, &st, WNOHANG) != slots[i].pid)
+                        continue;
+                if (now_ns() >= s->deadline) {
+                        /* done in time: slot_finish() reads its report */
+                        slots[i].exited = true;
+                        slots[i].status = st;
+                        continue;
+                }
+                slot_result(&slots[i], buf, sizeof(buf));
+                fprintf(stderr, "client %u (pid %d) exited early: status %#x %s\n", slots[i].id, (int)slots[i].pid,
+                        st, buf);
+                s->client_failures++;
+                slot_spawn(s, &slots[i]);
+        }
+}
+
+static void daemon_assert_alive(Soak *s) {
+        int st;
+        if (waitpid(s->d.pid, &st, WNOHANG) == s->d.pid) {
+                td_log_dump(&s->d);
+                test_fail("zswapd died on its own: status %#x", st);
+        }
+}
+
+static void dump_tasks(pid_t pid) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        DIR *dir = opendir(path);
+        struct dirent *e;
+
+        while (dir && (e = readdir(dir))) {
+                char wpath[300], w[64] = "";
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(wpath, sizeof(wpath), "/proc/%d/task/%s/wchan", (int)pid, e->d_name);
+                FILE *f = fopen(wpath, "re");
+                if (f) {
+                        (void)!fgets(w, sizeof(w), f);
+                        fclose(f);
+                }
+                fprintf(stderr, "  task %s waits in %s\n", e->d_name, w[0] ? w : "?");
+        }
+        if (dir)
+                closedir(dir);
+}
+
+/* Wait for a client at the end (until end_ns); it reports what it checked. */
+static void slot_finish(Soak *s, Slot *slot, uint64_t end_ns) {
+        char buf[512];
+        int st;
+        pid_t r;
+
+        st = slot->status;
+        r = slot->exited ? slot->pid : 0;
+        while (r == 0 && (r = waitpid(slot->pid, &st, WNOHANG)) == 0 && now_ns() < end_ns)
+                usleep(20000);
+        if (r != slot->pid) {
+                fprintf(stderr, "client %u (pid %d) did not finish in time:\n", slot->id, (int)slot->pid);
+                dump_tasks(slot->pid);
+                kill(slot->pid, SIGKILL);
+                waitpid(slot->pid, &st, 0);
+        }
+        bool reported = slot_result(slot, buf, sizeof(buf));
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !reported) {
+                fprintf(stderr, "client %u (pid %d) failed: status %#x, report: %s\n", slot->id, (int)slot->pid, st,
+                        reported ? buf : "none");
+                s->client_failures++;
+        }
+        const char *v = strstr(buf, "verified="), *l = strstr(buf, "lost=");
+        if (v)
+                s->verified += strtoull(v + 9, NULL, 10);
+        if (l)
+                s->lost += strtoull(l + 5, NULL, 10);
+}
+
+int main(int argc, char **argv) {
+        if (argc >= 2 && strcmp(argv[1], "client") == 0)
+                return client_main(argc, argv);
+
+        unsigned seconds = env_or("SOAK_SECONDS", 20), nclients = env_or("SOAK_CLIENTS", 3);
+        bool kill_daemon = env_or("SOAK_DAEMON_KILLS", 1) != 0;
+        const char *env_seed = getenv("TEST_SEED");
+        Slot slots[16];
+        Soak s = { 0 };
+
+        if (nclients < 1 || nclients > 16)
+                nclients = 3;
+        s.seed = env_seed ? strtoull(env_seed, NULL, 0) : now_ns() ^ (uint64_t)getpid() << 32;
+        fprintf(stderr, "soak: %u s, %u clients, TEST_SEED=%#llx\n", seconds, nclients, (unsigned long long)s.seed);
+        td_start_logged(&s.d, getenv("TEST_DAEMON_ARGS"));
+        s.deadline = now_ns() + (uint64_t)seconds * 1000000000ull;
+        for (unsigned i = 0; i < nclients; i++)
+                slot_spawn(&s, &slots[i]);
+
+        uint64_t rnd = s.seed;
+        while (now_ns() < s.deadline) {
+                usleep(100000 + xorshift(&rnd) % 500000);
+                daemon_assert_alive(&s);
+                reap_early(&s, slots, nclients);
+                if (now_ns() >= s.deadline)
+                        break;
+                unsigned action = (unsigned)(xorshift(&rnd) % 100);
+                if (action < 35) {
+                        if (!kill_daemon)
+                                continue;
+                        td_kill(&s.d);
+                        s.daemon_kills++;
+                        usleep(xorshift(&rnd) % 300001);
+                        td_respawn(&s.d);
+                } else if (action < 45) {
+                        Slot *slot = &slots[xorshift(&rnd) % nclients];
+                        slot_kill(&s, slot);
+                        slot_spawn(&s, slot);
+                }
+        }
+        /* a client reads back a few MiB, twice: seconds, even under TSan */
+        uint64_t finish = now_ns() + 60000000000ull;
+        for (unsigned i = 0; i < nclients; i++)
+                slot_finish(&s, &slots[i], finish);
+        daemon_assert_alive(&s);
+        if (s.client_failures)
+                td_log_dump(&s.d);
+        td_stop(&s.d);
+
+        fprintf(stderr, "soak: %u s: %u daemon kills and restarts, %u clients killed, %u started; %u clients failed; "
+                        "%zu pages verified at the end, %zu lost\n",
+                seconds, s.daemon_kills, s.client_kills, s.clients_started, s.client_failures, s.verified, s.lost);
+        ASSERT_EQ(s.client_failures, 0);
+        ASSERT_EQ(s.lost, 0);
+        ASSERT_TRUE(s.verified > 0);
+        return 0;
+}
