@@ -27,7 +27,8 @@
  *                 the tampered client keeps every page but the broken one
  *   disconnect    zswap_disconnect() while no daemon runs: every page
  *                 restored at once, the range no longer registered
- * TEST_RESTART_ONLY=NAME runs one case; TEST_SEED fixes the random seeds.
+ * TEST_RESTART_ONLY=NAME runs one case; TEST_SEED fixes the random seeds;
+ * TEST_RESTART_FORKS=0 leaves the forks out of "load".
  *
  * The daemon is started again with td_respawn(): a fork() of this process
  * would wait in the kernel for a daemon to read its UFFD_EVENT_FORK.
@@ -36,6 +37,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -43,6 +45,7 @@
 #include "harness.h"
 #include "store.h"
 #include "util.h"
+#include "zsync.h"
 
 static TestDaemon d;
 static uint64_t seed;
@@ -73,6 +76,50 @@ static void dump_tasks(void) {
                 closedir(dir);
 }
 
+/* TEST_GDB=1: the stacks of this process's threads and the daemon's, by
+ * gdb, for a case that hangs (posix_spawn: a fork() could wait on our
+ * userfaultfd). */
+static void gdb_stacks(void) {
+        extern char **environ;
+        char cmd[256];
+        char *argv[] = { "sh", "-c", cmd, NULL };
+        pid_t pid;
+
+        if (!getenv("TEST_GDB"))
+                return;
+        snprintf(cmd, sizeof(cmd), "for p in %d %d; do gdb -q -p $p -batch -ex 'thread apply all bt' 2>&1; done",
+                 (int)getpid(), (int)d.pid);
+        if (posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ) == 0)
+                waitpid(pid, NULL, 0);
+}
+
+/* The agent/daemon handshake counters (common/zsync.h) of each client of
+ * this process: a count its daemon left behind when it was killed stops
+ * the agent's moves. */
+static void dump_sync(void) {
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+
+        while (dir && (e = readdir(dir))) {
+                char path[300], target[256];
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+                ssize_t l = readlink(path, target, sizeof(target) - 1);
+                if (l <= 0)
+                        continue;
+                target[l] = 0;
+                if (!strstr(target, "memfd:zswap-sync"))
+                        continue;
+                ZSync *z = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ, MAP_SHARED, atoi(e->d_name), 0);
+                if (z == MAP_FAILED)
+                        continue;
+                fprintf(stderr, "  sync memfd (fd %s): moving %u, reading %u\n", e->d_name,
+                        atomic_load(&z->moving), atomic_load(&z->reading));
+                munmap(z, ZSWAP_SYNC_SIZE);
+        }
+        if (dir)
+                closedir(dir);
+}
+
 /* A case that hangs fails with what it waited for, not by meson's timeout. */
 static void *watchdog_main(void *arg) {
         uint64_t end = now_ns() + (uint64_t)(uintptr_t)arg * 1000000000ull;
@@ -84,6 +131,8 @@ static void *watchdog_main(void *arg) {
                         usleep(100000);
         fprintf(stderr, "stuck for %lu s at: %s\n", (unsigned long)(uintptr_t)arg, atomic_load(&step));
         dump_tasks();
+        dump_sync();
+        gdb_stacks();
         td_log_dump(&d);
         abort();
 }
@@ -236,6 +285,11 @@ static _Atomic int lbad_pageout; /* first error of zswap_pageout other than ENOT
 /* Workers hold it shared for each access, the forker exclusive around
  * fork(), so a child never copies a page half written. Prefers writers. */
 static pthread_rwlock_t fork_lock;
+static uint64_t lt0; /* the case's start, for the timeline it prints */
+
+static unsigned long long lms(void) {
+        return (unsigned long long)ms_since(lt0);
+}
 
 static void make_page(uint64_t *w, size_t page, uint32_t ver) {
         uint64_t tag = (uint64_t)page << 32 | ver;
@@ -251,8 +305,8 @@ static bool check_page(const uint64_t *w, size_t page, uint32_t ver) {
                 make_page(expect, page, ver);
         if (memcmp(w, expect, ZSWAP_PAGE_SIZE) == 0)
                 return true;
-        fprintf(stderr, "page %zu: expected version %u, words %#llx %#llx\n", page, ver, (unsigned long long)w[0],
-                (unsigned long long)w[1]);
+        fprintf(stderr, "%llu ms: pid %d: page %zu: expected version %u, words %#llx %#llx\n", lms(), (int)getpid(),
+                page, ver, (unsigned long long)w[0], (unsigned long long)w[1]);
         return false;
 }
 
@@ -267,6 +321,7 @@ static void *load_worker(void *arg) {
         unsigned t = (unsigned)(uintptr_t)arg;
         uint64_t s = seed + 17 * t + 1;
 
+        fprintf(stderr, "worker %u: task %d\n", t, (int)gettid());
         while (!atomic_load_explicit(&lstop, memory_order_relaxed)) {
                 size_t page = (xorshift(&s) % (LOAD_PAGES / LOAD_THREADS)) * LOAD_THREADS + t;
                 uint64_t *p = (uint64_t *)(lbuf + page * ZSWAP_PAGE_SIZE);
@@ -324,7 +379,13 @@ static void *load_pageout(void *arg) {
 static int load_child(void) {
         size_t bad = check_all();
         if (bad) {
-                fprintf(stderr, "fork child: %zu pages differ from the copy at the fork\n", bad);
+                struct zswap_stats s = { 0 };
+                int r = zswap_get_stats(lclient, ZSWAP_STATS_CLIENT, &s);
+                fprintf(stderr, "%llu ms: fork child %d: %zu pages differ from the copy at the fork; its stats: %d, "
+                                "%llu stored, %llu same, %llu faults, %llu zero-filled\n",
+                        lms(), (int)getpid(), bad, r, (unsigned long long)s.stored_pages,
+                        (unsigned long long)s.same_pages, (unsigned long long)s.faults,
+                        (unsigned long long)s.faults_zero);
                 return 1;
         }
         for (size_t p = 0; p < LOAD_PAGES; p += 5)
@@ -349,11 +410,13 @@ static void *load_forker(void *arg) {
         while (!atomic_load_explicit(&lstop, memory_order_relaxed)) {
                 usleep(100000 + xorshift(&s) % 300000);
                 pthread_rwlock_wrlock(&fork_lock);
+                uint64_t t = lms();
                 pid_t pid = fork();
                 if (pid == 0)
                         _exit(load_child());
                 pthread_rwlock_unlock(&fork_lock);
                 ASSERT_TRUE(pid > 0);
+                fprintf(stderr, "%llu ms: fork of child %d (called at %llu ms)\n", lms(), (int)pid, (unsigned long long)t);
                 int st;
                 ASSERT_EQ(waitpid(pid, &st, 0), pid);
                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -363,6 +426,23 @@ static void *load_forker(void *arg) {
                 atomic_fetch_add(&lforks, 1);
         }
         return NULL;
+}
+
+/* Served again: the threads read and write on within seconds. */
+static void load_assert_progress(void) {
+        uint64_t before = atomic_load(&lreads) + atomic_load(&lwrites), t0 = now_ns();
+
+        while (atomic_load(&lreads) + atomic_load(&lwrites) < before + 1000)
+                if (ms_since(t0) > 3000) {
+                        fprintf(stderr, "%llu ms: no progress for 3 s since the restart:\n", lms());
+                        dump_tasks();
+                        dump_sync();
+                        gdb_stacks();
+                        td_log_dump(&d);
+                        test_fail("the threads wait for good after a restart");
+                } else {
+                        usleep(1000);
+                }
 }
 
 static void case_load(void) {
@@ -378,10 +458,15 @@ static void case_load(void) {
          * fork, which ThreadSanitizer's runtime cannot follow */
         forks = false;
 #endif
+        /* TEST_RESTART_FORKS=0: tell the address space's own losses from a
+         * fork child's */
+        if (getenv("TEST_RESTART_FORKS") && strcmp(getenv("TEST_RESTART_FORKS"), "0") == 0)
+                forks = false;
         pthread_rwlockattr_init(&attr);
         pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
         pthread_rwlock_init(&fork_lock, &attr);
 
+        lt0 = now_ns();
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = lclient = td_connect(&d);
         lbuf = test_map(len);
@@ -402,10 +487,14 @@ static void case_load(void) {
         for (int round = 0; round < 5; round++) {
                 usleep(200000 + xorshift(&s) % 500000);
                 atomic_store(&step, "load: killing the daemon");
+                fprintf(stderr, "%llu ms: kill -9 of daemon %d\n", lms(), (int)d.pid);
                 td_kill(&d);
                 usleep(xorshift(&s) % 300001);
                 atomic_store(&step, "load: starting the daemon again");
+                fprintf(stderr, "%llu ms: starting a daemon\n", lms());
                 td_respawn(&d);
+                fprintf(stderr, "%llu ms: daemon %d accepts connections\n", lms(), (int)d.pid);
+                load_assert_progress();
                 fprintf(stderr, "restart %d: %llu reads, %llu writes, %llu pageouts, %llu ENOTCONN, %llu forks\n",
                         round + 1, (unsigned long long)lreads, (unsigned long long)lwrites,
                         (unsigned long long)lpageouts, (unsigned long long)lenotconn, (unsigned long long)lforks);

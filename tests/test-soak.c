@@ -184,6 +184,7 @@ static void pageout(Client *cl, void *addr, size_t len) {
  * evicted through the child's own client, and checked again. */
 static int fork_child(Client *cl) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        cl->api_errors = 0; /* the parent's, until now */
         size_t bad = check_all(cl);
         if (bad) {
                 fprintf(stderr, "client %u fork child: %zu pages differ from the copy at the fork\n", cl->id, bad);
@@ -197,7 +198,8 @@ static int fork_child(Client *cl) {
         pageout(cl, r->addr, len_of(r));
         bad = check_all(cl);
         if (bad || cl->api_errors) {
-                fprintf(stderr, "client %u fork child: %zu pages differ after its own pageout\n", cl->id, bad);
+                fprintf(stderr, "client %u fork child: %zu pages differ after its own pageout, %llu errors\n", cl->id,
+                        bad, (unsigned long long)cl->api_errors);
                 return 2;
         }
         return 0;
