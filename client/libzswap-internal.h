@@ -5,9 +5,11 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
 #include "zswap.h"
 
 typedef struct ZswapSpan {
@@ -18,3 +20,56 @@ typedef struct ZswapSpan {
  * area and its agent thread's stack. Fills up to max spans; returns how
  * many. */
 size_t zswap_client_own_memory(struct zswap_client *c, ZswapSpan *spans, size_t max);
+
+/* What one restore from a store did (zswap_store_restore()). */
+typedef struct ZswapRestoreStats {
+        uint64_t restored; /* pages installed from the store */
+        uint64_t present;  /* entries whose page was in place already (EEXIST) */
+        uint64_t gone;     /* entries whose address was unmapped, discarded or no
+                            * longer registered: nothing to install */
+        uint64_t bad;      /* entries whose content failed the store's checks (a
+                            * tampered store): left to the kernel, they read as zeros */
+        uint64_t children; /* forked children (UFFD_EVENT_FORK) served on the way */
+} ZswapRestoreStats;
+
+/*
+ * Install every page a store holds into the address space of uffd, from
+ * this process (the daemon that served uffd is gone): STORED and SAME pages
+ * decoded, MOVING and STAGED pages copied from their slot of the staging
+ * area [staging, staging + staging_len), which must be this process's.
+ * Address-space events met on the way (EAGAIN) are read and followed:
+ * REMOVE/UNMAP ranges are skipped, REMAP moves what is left to install,
+ * FORK gets the child filled the same way through its new uffd, which is
+ * then closed. Ends with UFFDIO_UNREGISTER of the store's ranges, ranges[]
+ * and where REMAP moved them, which wakes every thread still waiting; the
+ * caller closes uffd. Counts go to *st (added). Returns 0, or -EBADMSG /
+ * -EBADF when the store could not be read at all (nothing installed, the
+ * ranges still unregistered), -ENOMEM.
+ *
+ * It never calls malloc() or stdio: glibc's fork() holds their locks while
+ * the kernel waits for the FORK event to be read, by this very function.
+ * So dctx[codec] (indexed by CodecKind, NULL entries allowed) must hold a
+ * decompression context for the store's codec, made beforehand; without
+ * one it is made here, which deadlocks if a fork is pending.
+ */
+int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
+                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st);
+
+/* What a client's recoveries from daemon loss did, since it connected. */
+typedef struct ZswapRecovery {
+        uint64_t losses;      /* times the connection was lost with a store to recover */
+        uint64_t adopted;     /* a new daemon took the store over (ZMSG_ADOPT) */
+        uint64_t reattached;  /* attached anew (store released, or restored first) */
+        uint64_t restores;    /* restores from the store by the library itself */
+        uint64_t detached;    /* recoveries that ended with no daemon (timeout) */
+        int last_adopt_status; /* the last ADOPT answer (0, -EBUSY, ...), 1: none yet */
+        ZswapRestoreStats restore; /* summed over the restores */
+} ZswapRecovery;
+
+/* A copy of c's recovery counters (taken under its lock). */
+void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret);
+
+/* True while c's agent is reconnecting or restoring: calls fail with
+ * -ENOTCONN meanwhile, but the client may come back (preload.c keeps
+ * scanning). */
+bool zswap_client_recovering(struct zswap_client *c);

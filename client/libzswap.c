@@ -25,6 +25,22 @@
  * page is half-way between the client and the daemon when the address
  * space is copied), and the child reconnects, takes over the uffd the
  * daemon received for it (UFFD_EVENT_FORK) and starts its own agent.
+ *
+ * Daemon loss (issue 7): the daemon hands every client a store (store.h),
+ * a sealed memfd holding its compressed pages, entries and ranges, which we
+ * keep. When the agent reads EOF, it reconnects to the same socket every
+ * RECONNECT_STEP_MS and hands uffd and store to the new daemon (ADOPT),
+ * for up to reconnect_ms. Meanwhile threads touching evicted pages wait in
+ * the kernel (our uffd reference keeps the memory registered) and library
+ * calls fail with -ENOTCONN. If no daemon adopts the store in time, or the
+ * store fails its checks, the agent installs every page itself from the
+ * store (store_restore_into) on our own uffd, unregisters and closes it;
+ * then it attaches anew if a daemon answered, or stays detached. Who may
+ * touch the connection: c->sock, c->gen, c->recovering and c->dead are
+ * written by the agent only, holding send_lock and lock; requesters read
+ * them under either, and send only under send_lock after checking that the
+ * generation they queued under is still current, so that no request meant
+ * for a dead daemon reaches a new one mid-handshake.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,19 +48,24 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <sys/time.h>
 #include <time.h>
 #include <sys/un.h>
+#include <math.h>
 
 #include "macro.h"
 #include "libzswap-internal.h"
 #include "protocol.h"
+#include "store.h"
 #include "zsync.h"
 #include "uffd-compat.h"
 #include "util.h"
@@ -53,14 +74,18 @@
 #define STAGING_LANES 4
 #define STAGING_BYTES ((size_t)STAGING_LANES * ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE)
 #define RANGES_MAX 4096
+#define RECONNECT_STEP_MS 50                 /* between two attempts to reach a new daemon */
+#define RECONNECT_DEFAULT_MS (10 * 1000u)    /* ZSWAP_RECONNECT_TIMEOUT unset */
+#define HANDSHAKE_REPLY_MIN_MS 5000          /* a new daemon's answer, at least this long */
 
 typedef struct Pending {
         struct Pending *next;
         uint32_t id;
         unsigned timeout_s; /* 0: wait for as long as the daemon lives */
+        uint64_t gen;       /* the connection it was sent on */
         bool done;
         ssize_t len;
-        int fd;
+        int fd[2];
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
 } Pending;
 
@@ -69,23 +94,35 @@ typedef struct Range {
 } Range;
 
 struct zswap_client {
-        int sock;
-        int uffd;
+        int sock;     /* written by the agent under send_lock + lock (see the top) */
+        int uffd;     /* replaced or closed only by the agent, or before it runs */
+        int store_fd; /* the daemon's store (store.h), -1: none (an older daemon) */
+        CodecDCtx *dctx[CODEC_ZSTD + 1]; /* for a restore from it, by codec; made in advance */
         uint8_t *staging;
         ZSync *sync;  /* shared with the daemon (zsync.h): moves and its uffd reads apart */
         int sync_fd;
         char path[108];
+        int report_fd; /* $ZSWAP_RECOVERY_FD: one line per recovery, -1: none */
+        bool staging_stale; /* agent only: free staging before the next command */
+        _Atomic unsigned reconnect_ms; /* how long to look for a new daemon */
 
         pthread_t agent;
         bool agent_running; /* set before the agent starts, cleared after join */
 
+        pthread_mutex_t send_lock; /* taken before lock; held around sends of requests */
         pthread_mutex_t lock; /* protects everything below */
         pthread_cond_t cond;
         Pending *pending;
-        bool dead;            /* the daemon hung up */
+        uint64_t gen;         /* connection generation: +1 when one is lost or replaced */
+        bool dead;            /* the daemon hung up and we are detached for good */
+        bool recovering;      /* the agent is looking for a new daemon or restoring */
+        bool closing;         /* client_free() runs: the agent leaves at EOF */
         bool keep_uffd;       /* pages may still be held: never close our uffd */
-        Range *ranges;        /* what we registered, for disconnect */
+        bool limit_set;       /* zswap_set_limit() succeeded: repeat it to a new daemon */
+        uint64_t limit_bytes;
+        Range *ranges;        /* what we registered, for disconnect and re-attach */
         size_t nranges;
+        ZswapRecovery recovery; /* what recoveries did (libzswap-internal.h) */
 
         _Atomic uint32_t next_id;
         struct zswap_client *next_client; /* protected by clients_lock */
@@ -109,6 +146,16 @@ static uint32_t new_id(struct zswap_client *c) {
         return id;
 }
 
+/* Take the fds of a message: the first two to rfd[] if it is ours, the rest closed. */
+static void take_reply_fds(int *fds, size_t nfds, bool mine, int *rfd) {
+        for (size_t i = 0; i < nfds; i++) {
+                if (mine && i < 2 && rfd)
+                        rfd[i] = fds[i];
+                else
+                        safe_close(fds[i]);
+        }
+}
+
 /* Before the agent runs (connect, fork child): read replies ourselves. */
 static ssize_t request_direct(struct zswap_client *c, uint32_t id, void *reply, size_t cap, int *rfd) {
         for (;;) {
@@ -120,15 +167,15 @@ static ssize_t request_direct(struct zswap_client *c, uint32_t id, void *reply, 
                 const ZMsgHeader *h = reply;
                 bool mine = zmsg_validate(reply, (size_t)n) == 0 &&
                             (h->type == ZMSG_REPLY || h->type == ZMSG_STATS_REPLY) && h->id == id;
-                for (size_t i = 0; i < nfds; i++) {
-                        if (mine && i == 0 && rfd)
-                                *rfd = fds[0];
-                        else
-                                safe_close(fds[i]);
-                }
+                take_reply_fds(fds, nfds, mine, rfd);
                 if (mine)
                         return n;
         }
+}
+
+/* The connection p was queued on is gone (or we are detached). Under lock. */
+static bool conn_lost(struct zswap_client *c, const Pending *p) {
+        return c->dead || c->recovering || p->gen != c->gen;
 }
 
 static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg, size_t len, const int *fds,
@@ -136,18 +183,23 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
         ssize_t r;
 
         pthread_mutex_lock(&c->lock);
-        if (c->dead) {
+        if (c->dead || c->recovering) {
                 pthread_mutex_unlock(&c->lock);
                 return -ENOTCONN;
         }
+        p->gen = c->gen;
         p->next = c->pending;
         c->pending = p;
         pthread_mutex_unlock(&c->lock);
 
-        r = zmsg_send(c->sock, msg, len, fds, nfds);
+        /* only on the connection p was queued for: a new daemon must never
+         * see a request before the agent has handed it our memory */
+        pthread_mutex_lock(&c->send_lock);
+        r = p->gen == c->gen ? zmsg_send(c->sock, msg, len, fds, nfds) : -ENOTCONN;
+        pthread_mutex_unlock(&c->send_lock);
 
         pthread_mutex_lock(&c->lock);
-        while (r >= 0 && !p->done && !c->dead) {
+        while (r >= 0 && !p->done && !conn_lost(c, p)) {
                 if (!p->timeout_s) {
                         pthread_cond_wait(&c->cond, &c->lock);
                         continue;
@@ -168,57 +220,58 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
                 }
         if (r >= 0)
                 r = p->done ? p->len : -ENOTCONN;
-        else if (r == -ETIMEDOUT && p->fd >= 0)
-                p->fd = safe_close(p->fd);
         pthread_mutex_unlock(&c->lock);
         return r;
 }
 
 /* Send msg (its header id is set here) and wait for the reply, at most
  * timeout_s seconds if not 0. Returns the reply's status (or value >= 0
- * through *value), or -errno. */
+ * through *value), or -errno. The reply's fds (up to 2) go to rfd[]
+ * (closed unless the status is 0). */
 static int request_timed(struct zswap_client *c, void *msg, size_t len, const int *fds, size_t nfds, void *reply,
                          size_t reply_cap, int *rfd, int64_t *value, unsigned timeout_s) {
         ZMsgHeader *h = msg;
-        Pending *p = NULL;
         _Alignas(8) uint8_t local[ZSWAP_MSG_MAX];
+        int got[2] = { -1, -1 };
         ssize_t n;
 
         if (rfd)
-                *rfd = -1;
-        if (c->sock < 0)
-                return -ENOTCONN;
+                rfd[0] = rfd[1] = -1;
         h->id = new_id(c);
         if (c->agent_running) {
-                p = calloc(1, sizeof(*p));
+                Pending *p = calloc(1, sizeof(*p));
                 if (!p)
                         return -ENOMEM;
                 p->id = h->id;
-                p->fd = -1;
+                p->fd[0] = p->fd[1] = -1;
                 p->timeout_s = timeout_s;
                 n = request_agent(c, p, msg, len, fds, nfds);
                 if (n > 0)
                         memcpy(local, p->buf, (size_t)n);
-                if (rfd)
-                        *rfd = p->fd;
-                else
-                        safe_close(p->fd);
+                /* a reply that came after we gave up leaves its fds with p */
+                got[0] = p->fd[0];
+                got[1] = p->fd[1];
                 free(p);
         } else {
+                if (c->sock < 0)
+                        return -ENOTCONN;
                 n = zmsg_send(c->sock, msg, len, fds, nfds);
                 if (n >= 0)
-                        n = request_direct(c, h->id, local, sizeof(local), rfd);
+                        n = request_direct(c, h->id, local, sizeof(local), got);
         }
-        if (n < 0)
-                return (int)n;
         const ZMsgReply *rep = (const ZMsgReply *)local;
-        if (rep->hdr.type == ZMSG_STATS_REPLY && reply && (size_t)n <= reply_cap)
+        int status = n < 0 ? (int)n : rep->status;
+        if (n >= 0 && rep->hdr.type == ZMSG_STATS_REPLY && reply && (size_t)n <= reply_cap)
                 memcpy(reply, local, (size_t)n);
-        if (rep->hdr.type == ZMSG_REPLY && rep->status == 0 && value)
+        if (n >= 0 && rep->hdr.type == ZMSG_REPLY && rep->status == 0 && value)
                 *value = rep->value;
-        if (rep->status < 0 && rfd && *rfd >= 0)
-                *rfd = safe_close(*rfd);
-        return rep->status;
+        for (int i = 0; i < 2; i++) {
+                if (rfd && status == 0)
+                        rfd[i] = got[i];
+                else
+                        safe_close(got[i]);
+        }
+        return status;
 }
 
 static int request(struct zswap_client *c, void *msg, size_t len, const int *fds, size_t nfds, void *reply,
@@ -272,7 +325,7 @@ static void set_bits(uint64_t *bits, uint32_t from, uint32_t n) {
  * checks which pages really left (evict.c, lane_moved), since
  * the kernel can move pages and still report fewer.
  */
-static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
+static void agent_move(struct zswap_client *c, int sock, const ZMsgMove *m) {
         ZMsgMoveDone done = { .npages = m->npages };
         uint32_t idx = 0;
 
@@ -329,7 +382,7 @@ static void agent_move(struct zswap_client *c, const ZMsgMove *m) {
                 idx += (uint32_t)n;
         }
         zmsg_init(&done.hdr, ZMSG_MOVE_DONE, m->hdr.id, sizeof(done));
-        zmsg_send(c->sock, &done, sizeof(done), NULL, 0);
+        zmsg_send(sock, &done, sizeof(done), NULL, 0);
 }
 
 /* Free staging slots. The range is unregistered around the MADV_DONTNEED:
@@ -346,31 +399,59 @@ static void staging_free(struct zswap_client *c, size_t off, size_t len) {
                 ioctl(c->uffd, UFFDIO_REGISTER, &reg);
 }
 
-static void agent_release(struct zswap_client *c, const ZMsgRelease *m) {
+static void agent_release(struct zswap_client *c, int sock, const ZMsgRelease *m) {
         ZMsgRelease done = *m;
 
         if ((uint64_t)m->slot0 + m->nslots <= STAGING_BYTES / ZSWAP_PAGE_SIZE)
                 staging_free(c, (size_t)m->slot0 * ZSWAP_PAGE_SIZE, (size_t)m->nslots * ZSWAP_PAGE_SIZE);
         zmsg_init(&done.hdr, ZMSG_RELEASE_DONE, m->hdr.id, sizeof(done));
-        zmsg_send(c->sock, &done, sizeof(done), NULL, 0);
+        zmsg_send(sock, &done, sizeof(done), NULL, 0);
 }
 
-static void agent_reply(struct zswap_client *c, const void *buf, ssize_t n, int fd) {
+static void agent_reply(struct zswap_client *c, const void *buf, ssize_t n, int *fds, size_t nfds) {
         const ZMsgHeader *h = buf;
 
         pthread_mutex_lock(&c->lock);
         for (Pending *p = c->pending; p; p = p->next)
-                if (p->id == h->id && !p->done) {
+                if (p->id == h->id && !p->done && p->gen == c->gen) {
                         memcpy(p->buf, buf, (size_t)n);
                         p->len = n;
-                        p->fd = fd;
+                        for (size_t i = 0; i < nfds && i < 2; i++)
+                                p->fd[i] = TAKE_FD(fds[i]);
                         p->done = true;
-                        fd = -1;
                         pthread_cond_broadcast(&c->cond);
                         break;
                 }
         pthread_mutex_unlock(&c->lock);
-        safe_close(fd);
+        for (size_t i = 0; i < nfds; i++)
+                safe_close(fds[i]);
+}
+
+/* A daemon command. After a recovery, whatever the dead daemon left in
+ * staging goes first: the new one took what it needed before answering. */
+static void agent_command(struct zswap_client *c, int sock, const void *buf) {
+        const ZMsgHeader *h = buf;
+
+        if (c->staging_stale) {
+                staging_free(c, 0, STAGING_BYTES);
+                c->staging_stale = false;
+        }
+        if (h->type == ZMSG_MOVE)
+                agent_move(c, sock, buf);
+        else
+                agent_release(c, sock, buf);
+}
+
+static bool agent_recover(struct zswap_client *c);
+
+/* A lost connection: look for a new daemon (true: go on with it), or not. */
+static bool agent_lost(struct zswap_client *c) {
+        pthread_mutex_lock(&c->lock);
+        /* a disconnect that took every page back first: nothing to recover */
+        bool clean = c->closing && c->nranges == 0 && !c->keep_uffd;
+        bool recover = c->store_fd >= 0 && c->uffd >= 0 && !clean;
+        pthread_mutex_unlock(&c->lock);
+        return recover && agent_recover(c);
 }
 
 static void *agent_main(void *arg) {
@@ -383,28 +464,24 @@ static void *agent_main(void *arg) {
                 ssize_t n = zmsg_recv(c->sock, buf, sizeof(buf), fds, &nfds, NULL);
                 if (n == -EINTR || n == -EMSGSIZE)
                         continue;
-                if (n <= 0)
+                if (n <= 0) {
+                        if (agent_lost(c))
+                                continue;
                         break;
+                }
                 const ZMsgHeader *h = (const ZMsgHeader *)buf;
-                int fd = nfds > 0 ? fds[0] : -1;
-                for (size_t i = 1; i < nfds; i++)
-                        safe_close(fds[i]);
-                if (zmsg_validate(buf, (size_t)n) < 0) {
-                        safe_close(fd);
-                        continue;
+                bool valid = zmsg_validate(buf, (size_t)n) == 0;
+                if (valid && (h->type == ZMSG_MOVE || h->type == ZMSG_RELEASE))
+                        agent_command(c, c->sock, buf);
+                else if (valid && (h->type == ZMSG_REPLY || h->type == ZMSG_STATS_REPLY)) {
+                        agent_reply(c, buf, n, fds, nfds);
+                        nfds = 0;
                 }
-                if (h->type == ZMSG_MOVE)
-                        agent_move(c, (const ZMsgMove *)buf);
-                else if (h->type == ZMSG_RELEASE)
-                        agent_release(c, (const ZMsgRelease *)buf);
-                else if (h->type == ZMSG_REPLY || h->type == ZMSG_STATS_REPLY) {
-                        agent_reply(c, buf, n, fd);
-                        fd = -1;
-                }
-                safe_close(fd);
+                take_reply_fds(fds, nfds, false, NULL);
         }
         pthread_mutex_lock(&c->lock);
         c->dead = true;
+        c->recovering = false;
         pthread_cond_broadcast(&c->cond);
         pthread_mutex_unlock(&c->lock);
         return NULL;
@@ -456,8 +533,11 @@ static int sock_connect(const char *path) {
 
 static int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         ZMsgHello h = { .role = role };
+        int fds[2];
         zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
-        int r = request(c, &h, sizeof(h), NULL, 0, NULL, 0, devfd, NULL);
+        int r = request(c, &h, sizeof(h), NULL, 0, NULL, 0, fds, NULL);
+        safe_close(fds[1]);
+        *devfd = fds[0];
         if (r == 0 && *devfd < 0)
                 r = -EPROTO;
         return r;
@@ -478,24 +558,101 @@ static int staging_register(struct zswap_client *c) {
         return 0;
 }
 
+/* Keep fd as our store if it is one (a sealed memfd of the store's size;
+ * what it holds is checked only when it is needed). Anything else, or no
+ * fd (an older daemon): no store, and no recovery but waiting. */
+static void store_accept(struct zswap_client *c, int fd) {
+        uint8_t *map;
+
+        if (fd < 0)
+                return;
+        if (store_map(fd, false, &map) < 0) {
+                safe_close(fd);
+                return;
+        }
+        /* the decompression context a restore will need, made now: while
+         * restoring we may not allocate (see store_restore below) */
+        uint32_t codec = store_super(map)->codec;
+        store_unmap(map);
+        if (codec < ELEMENTSOF(c->dctx) && !c->dctx[codec] && codec_dctx_new((CodecKind)codec, &c->dctx[codec]) < 0)
+                c->dctx[codec] = NULL;
+        safe_close(c->store_fd);
+        c->store_fd = fd;
+}
+
 static int attach(struct zswap_client *c, bool with_uffd) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
                          .fork_token_addr = (uintptr_t)&fork_token };
-        int fds[2] = { c->uffd, c->sync_fd };
+        int fds[2] = { c->uffd, c->sync_fd }, rfd[2];
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
-        return request(c, &a, sizeof(a), with_uffd ? fds : NULL, with_uffd ? 2 : 0, NULL, 0, NULL, NULL);
+        int r = request(c, &a, sizeof(a), with_uffd ? fds : NULL, with_uffd ? 2 : 0, NULL, 0, rfd, NULL);
+        /* a fork child got its store with its uffd (CHILD_ATTACH) */
+        if (c->store_fd < 0)
+                store_accept(c, rfd[0]);
+        else
+                safe_close(rfd[0]);
+        safe_close(rfd[1]);
+        return r;
+}
+
+/* A fresh sync page (zsync.h) in place of the current one: sealed against
+ * shrinking, since the daemon maps it too and must never fault on a page we
+ * took away. A new daemon gets a fresh one, never counters a dead one left
+ * raised. The agent, or before it runs. */
+static int sync_new(struct zswap_client *c) {
+        int fd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        void *m = MAP_FAILED;
+
+        if (fd >= 0 && ftruncate(fd, ZSWAP_SYNC_SIZE) == 0 &&
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+                m = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+                int r = negative_errno();
+                safe_close(fd);
+                return r;
+        }
+        if (c->sync)
+                munmap(c->sync, ZSWAP_SYNC_SIZE);
+        safe_close(c->sync_fd);
+        c->sync = m;
+        c->sync_fd = fd;
+        return 0;
+}
+
+static bool recovering(struct zswap_client *c) {
+        pthread_mutex_lock(&c->lock);
+        bool r = c->recovering;
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+static void agent_join(struct zswap_client *c) {
+        /* the agent leaves on EOF; it never blocks on the daemon, but do not
+         * hang a program's exit on it if it does */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        if (pthread_timedjoin_np(c->agent, NULL, &ts) == 0)
+                c->agent_running = false;
+        else if (recovering(c)) {
+                /* restoring our pages from the store: as long as that takes */
+                pthread_join(c->agent, NULL);
+                c->agent_running = false;
+        }
 }
 
 static void client_free(struct zswap_client *c) {
+        pthread_mutex_lock(&c->lock);
+        c->closing = true; /* an agent looking for a new daemon restores at once */
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&c->send_lock);
         if (c->sock >= 0)
                 shutdown(c->sock, SHUT_RDWR);
+        pthread_mutex_unlock(&c->send_lock);
         if (c->agent_running) {
-                /* the agent leaves on EOF; it never blocks on the daemon, but
-                 * do not hang a program's exit on it if it does */
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_sec += 5;
-                if (pthread_timedjoin_np(c->agent, NULL, &ts) != 0) {
+                agent_join(c);
+                if (c->agent_running) {
                         pthread_detach(c->agent);
                         return; /* leak the client rather than free what the agent uses */
                 }
@@ -514,9 +671,13 @@ static void client_free(struct zswap_client *c) {
         }
         if (!c->keep_uffd)
                 safe_close(c->uffd);
+        safe_close(c->store_fd);
+        for (size_t i = 0; i < ELEMENTSOF(c->dctx); i++)
+                codec_dctx_free(c->dctx[i]);
         if (c->sync)
                 munmap(c->sync, ZSWAP_SYNC_SIZE);
         safe_close(c->sync_fd);
+        pthread_mutex_destroy(&c->send_lock);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
         free(c->ranges);
@@ -539,11 +700,42 @@ static void cond_init_monotonic(pthread_cond_t *cond) {
         pthread_condattr_destroy(&a);
 }
 
+/* $ZSWAP_RECONNECT_TIMEOUT: seconds, decimal; unset or not a number: the default. */
+static unsigned reconnect_ms_from_env(void) {
+        const char *v = getenv("ZSWAP_RECONNECT_TIMEOUT");
+        char *end;
+
+        if (!v || !*v)
+                return RECONNECT_DEFAULT_MS;
+        double sec = strtod(v, &end);
+        if (*end || !isfinite(sec) || sec < 0)
+                return RECONNECT_DEFAULT_MS;
+        return sec * 1000.0 >= (double)UINT32_MAX ? UINT32_MAX : (unsigned)(sec * 1000.0 + 0.5);
+}
+
+/* $ZSWAP_RECOVERY_FD: a descriptor number the library writes one line to
+ * per recovery (for tests and debugging; the library prints nothing else). */
+static int report_fd_from_env(void) {
+        const char *v = getenv("ZSWAP_RECOVERY_FD");
+        char *end;
+
+        if (!v || !*v)
+                return -1;
+        long fd = strtol(v, &end, 10);
+        return *end || fd < 0 || fd > INT32_MAX || fcntl((int)fd, F_GETFD) < 0 ? -1 : (int)fd;
+}
+
 static int client_alloc(const char *path, struct zswap_client **ret) {
         struct zswap_client *c = calloc(1, sizeof(*c));
+        int r;
+
         if (!c)
                 return -ENOMEM;
-        c->sock = c->uffd = c->sync_fd = -1;
+        c->sock = c->uffd = c->sync_fd = c->store_fd = -1;
+        c->report_fd = report_fd_from_env();
+        c->recovery.last_adopt_status = 1;
+        atomic_init(&c->reconnect_ms, reconnect_ms_from_env());
+        pthread_mutex_init(&c->send_lock, NULL);
         pthread_mutex_init(&c->lock, NULL);
         cond_init_monotonic(&c->cond);
         snprintf(c->path, sizeof(c->path), "%s", path);
@@ -553,14 +745,8 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
                 client_free(c);
                 return -ENOMEM;
         }
-        /* sealed against shrinking: the daemon maps it too, and must never
-         * fault on a page we took away */
-        c->sync_fd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        if (c->sync_fd < 0 || ftruncate(c->sync_fd, ZSWAP_SYNC_SIZE) < 0 ||
-            fcntl(c->sync_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-            (c->sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, c->sync_fd, 0)) == MAP_FAILED) {
-                int r = negative_errno();
-                c->sync = NULL;
+        r = sync_new(c);
+        if (r < 0) {
                 client_free(c);
                 return r;
         }
@@ -591,6 +777,645 @@ static int connect_client(struct zswap_client *c) {
         /* the daemon moves nothing before our first PAGEOUT, which can only
          * come after this */
         return staging_register(c);
+}
+
+/* ---- restoring from the store ourselves (the daemon is gone) ---- */
+
+/*
+ * Nobody writes the store any more, but it is read like any input: every
+ * value is checked before use (store.h), and a page whose object fails is
+ * left to the kernel (zeros), which hurts this process only. Installs go
+ * through our own uffd with UFFDIO_COPY, which wakes a thread waiting on
+ * the page. While an address-space event is unread on the uffd the kernel
+ * refuses copies (EAGAIN, mmap_changing), so we read and follow the
+ * events ourselves, as the daemon would have: a removed or unmapped range
+ * is not filled again, a remapped one is filled at its new place, a fork's
+ * child is filled through the uffd the event carries.
+ *
+ * No malloc() and no stdio from here on: glibc's fork() holds every malloc
+ * arena lock and the stdio list lock while the kernel waits for somebody
+ * to read its FORK event, and that somebody is us. Scratch memory comes
+ * from mmap(), the decompression context is made beforehand, and the
+ * store is walked here rather than with store_walk() (which allocates; the
+ * duplicate-zone check it makes the room for only guards a daemon's
+ * index: a zone twice here installs its pages twice, EEXIST).
+ */
+
+#define RESTORE_GONE UINT64_MAX    /* RestoreEvent.to of REMOVE and UNMAP */
+#define RESTORE_FORK_DEPTH 4       /* forks within forks served during one restore */
+#define RESTORE_EAGAIN_TRIES 1000  /* 10 ms polls for an event that never comes */
+#define RESTORE_EVENTS_CHUNK 256   /* events per mmap()ed step */
+
+typedef struct RestoreEvent {
+        uint64_t start, end, to; /* [start, end) went to `to`, or is gone */
+} RestoreEvent;
+
+/* One address space being filled: ours, or a child's. */
+typedef struct RestoreTarget {
+        int uffd;
+        RestoreEvent *ev; /* the events read from uffd, in order (mmap()ed) */
+        size_t nev, cap;
+        unsigned depth;   /* 0: ours */
+        bool blind;       /* an event could not be kept: install nothing more */
+        uint8_t *page;    /* its own: a child is filled while a copy of ours waits to be retried */
+} RestoreTarget;
+
+typedef struct Restore {
+        uint8_t *map;
+        CodecDCtx *dctx;
+        uint64_t staging, nslots;
+        ZswapRestoreStats *st;
+        RestoreTarget *t;
+        _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE]; /* ours */
+} Restore;
+
+static void *scratch_alloc(size_t len) {
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+}
+
+static void scratch_free(void *p, size_t len) {
+        if (p)
+                munmap(p, len);
+}
+
+static bool target_grow(RestoreTarget *t, size_t want) {
+        if (want <= t->cap)
+                return true;
+        size_t cap = ALIGN_TO(want, (size_t)RESTORE_EVENTS_CHUNK);
+        void *n = t->ev ? mremap(t->ev, t->cap * sizeof(*t->ev), cap * sizeof(*t->ev), MREMAP_MAYMOVE)
+                        : scratch_alloc(cap * sizeof(*t->ev));
+        if (!n || n == MAP_FAILED)
+                return false;
+        t->ev = n;
+        t->cap = cap;
+        return true;
+}
+
+static void target_event(RestoreTarget *t, uint64_t start, uint64_t end, uint64_t to) {
+        if (!target_grow(t, t->nev + 1)) {
+                /* not knowing where memory went, we could fill discarded
+                 * memory with old data: the rest reads as zeros instead */
+                t->blind = true;
+                return;
+        }
+        t->ev[t->nev++] = (RestoreEvent){ start, end, to };
+}
+
+/* Where the page the store knows at addr is now; false: gone. */
+static bool target_where(const RestoreTarget *t, uint64_t addr, uint64_t *ret) {
+        if (t->blind)
+                return false;
+        for (size_t i = 0; i < t->nev; i++) {
+                const RestoreEvent *e = &t->ev[i];
+                if (addr < e->start || addr >= e->end)
+                        continue;
+                if (e->to == RESTORE_GONE)
+                        return false;
+                addr = e->to + (addr - e->start);
+        }
+        *ret = addr;
+        return true;
+}
+
+static void restore_child(Restore *R, RestoreTarget *parent, int ufd);
+
+/* Read and follow what is pending on t's uffd, after waiting up to wait_ms
+ * for the first message (an event is announced a moment before it is
+ * queued). PAGEFAULT messages need nothing: our copy or the final
+ * unregister wakes their thread. */
+static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
+        for (;;) {
+                struct pollfd p = { .fd = t->uffd, .events = POLLIN };
+                struct uffd_msg m;
+
+                if (poll(&p, 1, wait_ms) <= 0 || !(p.revents & POLLIN))
+                        return;
+                wait_ms = 0;
+                ssize_t n = read(t->uffd, &m, sizeof(m));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n != (ssize_t)sizeof(m))
+                        return;
+                if (m.event == UFFD_EVENT_REMOVE || m.event == UFFD_EVENT_UNMAP)
+                        target_event(t, m.arg.remove.start, m.arg.remove.end, RESTORE_GONE);
+                else if (m.event == UFFD_EVENT_REMAP)
+                        target_event(t, m.arg.remap.from, m.arg.remap.from + m.arg.remap.len, m.arg.remap.to);
+                else if (m.event == UFFD_EVENT_FORK)
+                        restore_child(R, t, (int)m.arg.fork.ufd);
+        }
+}
+
+/* Install src at the page the store knows as addr. */
+static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const void *src) {
+        bool child = t->depth > 0;
+
+        for (unsigned tries = 0;; tries++) {
+                uint64_t dst;
+                if (!target_where(t, addr, &dst))
+                        break;
+                struct uffdio_copy cp = { .dst = dst, .src = (uintptr_t)src, .len = ZSWAP_PAGE_SIZE };
+                if (ioctl(t->uffd, UFFDIO_COPY, &cp) == 0) {
+                        if (!child)
+                                R->st->restored++;
+                        return;
+                }
+                if (errno == EEXIST) {
+                        if (!child)
+                                R->st->present++;
+                        return;
+                }
+                /* ENOENT: no longer registered or mapped; ESRCH: the
+                 * process is gone; anything else: we cannot */
+                if (errno != EAGAIN || tries >= RESTORE_EAGAIN_TRIES)
+                        break;
+                target_drain(R, t, 10);
+        }
+        if (!child)
+                R->st->gone++;
+}
+
+static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
+        uint64_t o = pe_state(e) == PE_LOADING ? pe_loading_origin(e) : e;
+        const void *src = R->t->page;
+        bool child = R->t->depth > 0;
+
+        switch (pe_state(o)) {
+        case PE_MOVING:
+        case PE_STAGED:
+                /* in its staging slot, or it never left (EEXIST) */
+                if (pe_slot(o) >= R->nslots) {
+                        R->st->bad += !child;
+                        return;
+                }
+                src = (const void *)(uintptr_t)(R->staging + (uint64_t)pe_slot(o) * ZSWAP_PAGE_SIZE);
+                break;
+        case PE_STORED:
+        case PE_SAME: {
+                int r = store_entry_content(R->map, R->dctx, e, R->t->page);
+                if (r < 0)
+                        R->st->bad += !child;
+                if (r <= 0)
+                        return;
+                break;
+        }
+        default:
+                /* EMPTY, REMOVED: nothing held; CLEAN: resident, and if it
+                 * went away unseen (MADV_FREE) zero is its content */
+                return;
+        }
+        target_install(R, R->t, addr, src);
+}
+
+/* Every entry of every leaf whose directory slot passes the checks
+ * store_walk() makes of it (a bad one is skipped, not the rest). */
+static void restore_walk(Restore *R) {
+        StoreSuper *s = store_super(R->map);
+        /* acquire: pairs with the daemon's publication of a leaf, as in
+         * store_walk(); the daemon is gone, so it only orders our reads */
+        uint32_t nl = MIN(atomic_load_explicit(&s->leaves, memory_order_acquire), STORE_LEAVES_MAX);
+        _Atomic uint64_t *dir = store_dir(R->map);
+
+        for (uint32_t i = 0; i < nl; i++) {
+                uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
+                uint64_t zone = d & ~STORE_DIR_USED;
+                if (d == 0)
+                        continue;
+                if (!(d & STORE_DIR_USED) || zone % (STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE) || zone >= PINDEX_MAX_ADDR) {
+                        R->st->bad += R->t->depth == 0;
+                        continue;
+                }
+                _Atomic uint64_t *leaf = store_leaf(R->map, i);
+                for (unsigned j = 0; j < STORE_LEAF_ENTRIES; j++) {
+                        /* relaxed: the writer is gone; a value like any other, checked */
+                        uint64_t e = atomic_load_explicit(&leaf[j], memory_order_relaxed);
+                        if (e)
+                                restore_entry(R, zone + (uint64_t)j * ZSWAP_PAGE_SIZE, e);
+                }
+        }
+}
+
+/* A child forked while we restore: its memory is ours as of the fork, so
+ * it gets every page we had not put back yet (those we had, it inherited:
+ * EEXIST). Then its uffd is closed: ours was the only reference, so the
+ * kernel unregisters its memory and wakes its waiters. */
+static void restore_child(Restore *R, RestoreTarget *parent, int ufd) {
+        RestoreTarget child = { .uffd = ufd, .depth = parent->depth + 1, .blind = parent->blind };
+
+        if (child.depth <= RESTORE_FORK_DEPTH && target_grow(&child, MAX(parent->nev, (size_t)1)) &&
+            (child.page = scratch_alloc(ZSWAP_PAGE_SIZE))) {
+                if (parent->nev)
+                        memcpy(child.ev, parent->ev, parent->nev * sizeof(*child.ev));
+                child.nev = parent->nev;
+                RestoreTarget *saved = R->t;
+                R->t = &child;
+                restore_walk(R);
+                target_drain(R, &child, 0);
+                R->t = saved;
+                R->st->children++;
+        }
+        scratch_free(child.ev, child.cap * sizeof(*child.ev));
+        scratch_free(child.page, ZSWAP_PAGE_SIZE);
+        safe_close(ufd);
+}
+
+static void unregister_span(int uffd, uint64_t start, uint64_t end) {
+        struct uffdio_range r = { .start = start, .len = end - start };
+        if (end > start)
+                (void)ioctl(uffd, UFFDIO_UNREGISTER, &r);
+}
+
+int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
+                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st) {
+        const size_t sr_size = STORE_RANGES_MAX * sizeof(StoreRange);
+        Restore *R = scratch_alloc(sizeof(Restore));
+        StoreRange *sr = NULL;
+        CodecDCtx *own = NULL;
+        RestoreTarget t = { .uffd = uffd };
+        int r, n = 0;
+
+        if (!R)
+                r = -ENOMEM;
+        else
+                r = store_map(store_fd, false, &R->map);
+        if (r == 0)
+                r = store_check(R->map, NULL, 0);
+        if (r == 0) {
+                uint32_t codec = store_super(R->map)->codec;
+                R->dctx = dctx ? dctx[codec] : NULL;
+                /* not made beforehand: only now, which is not fork-safe */
+                if (!R->dctx)
+                        r = codec_dctx_new((CodecKind)codec, &own);
+                if (!R->dctx)
+                        R->dctx = own;
+        }
+        if (r == 0) {
+                R->staging = staging;
+                R->nslots = staging_len / ZSWAP_PAGE_SIZE;
+                R->st = st;
+                R->t = &t;
+                t.page = R->page;
+                restore_walk(R);
+                sr = scratch_alloc(sr_size);
+                n = sr ? store_ranges(R->map, sr, STORE_RANGES_MAX) : 0;
+                /* events still pending: a fork to serve, remaps to follow */
+                target_drain(R, &t, 0);
+        }
+        /* every range we know of stops being managed, wherever it went:
+         * the threads still waiting wake and find their page, or zeros
+         * where nothing was held */
+        for (size_t i = 0; i < nranges; i++)
+                unregister_span(uffd, ranges[i].start, ranges[i].end);
+        for (int i = 0; i < n; i++)
+                unregister_span(uffd, sr[i].start, sr[i].end);
+        for (size_t i = 0; i < t.nev; i++)
+                if (t.ev[i].to != RESTORE_GONE)
+                        unregister_span(uffd, t.ev[i].to, t.ev[i].to + (t.ev[i].end - t.ev[i].start));
+        scratch_free(t.ev, t.cap * sizeof(*t.ev));
+        scratch_free(sr, sr_size);
+        codec_dctx_free(own);
+        if (R)
+                store_unmap(R->map);
+        scratch_free(R, sizeof(Restore));
+        return r;
+}
+
+/* ---- daemon loss: reconnect, adopt, or restore ---- */
+
+static void ranges_forget(struct zswap_client *c, uint64_t addr, uint64_t len);
+
+static void report(struct zswap_client *c, const char *fmt, ...) _printf_(2, 3);
+static void report(struct zswap_client *c, const char *fmt, ...) {
+        char line[320];
+        va_list ap;
+
+        if (c->report_fd < 0)
+                return;
+        /* snprintf and write(): no stdio stream, whose lock a fork
+         * waiting for us may hold (see the restore above) */
+        int n = snprintf(line, sizeof(line), "libzswap[%d]: ", (int)getpid());
+        va_start(ap, fmt);
+        n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+        va_end(ap);
+        n = MIN(n, (int)sizeof(line) - 2);
+        line[n++] = '\n';
+        (void)!write(c->report_fd, line, (size_t)n);
+}
+
+/* A request on a connection the agent has not published yet: the agent
+ * reads the reply itself, executing daemon commands that come first.
+ * Returns the status (-EAGAIN also when no reply came in time). */
+static int agent_call(struct zswap_client *c, int sock, void *msg, size_t len, const int *fds, size_t nfds,
+                      int *rfd, int64_t *value) {
+        ZMsgHeader *h = msg;
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        int r;
+
+        if (rfd)
+                rfd[0] = rfd[1] = -1;
+        h->id = new_id(c);
+        r = zmsg_send(sock, msg, len, fds, nfds);
+        if (r < 0)
+                return r;
+        for (;;) {
+                int got[2];
+                size_t ngot = 2;
+                ssize_t n = zmsg_recv(sock, buf, sizeof(buf), got, &ngot, NULL);
+                if (n == -EMSGSIZE)
+                        continue;
+                if (n <= 0)
+                        return n == 0 ? -ENOTCONN : (int)n;
+                const ZMsgReply *rep = (const ZMsgReply *)buf;
+                bool valid = zmsg_validate(buf, (size_t)n) == 0;
+                if (valid && (rep->hdr.type == ZMSG_MOVE || rep->hdr.type == ZMSG_RELEASE))
+                        agent_command(c, sock, buf);
+                bool mine = valid && rep->hdr.type == ZMSG_REPLY && rep->hdr.id == h->id;
+                take_reply_fds(got, ngot, mine && rep->status == 0, rfd);
+                if (!mine)
+                        continue;
+                if (rep->status == 0 && value)
+                        *value = rep->value;
+                return rep->status;
+        }
+}
+
+static bool conn_error(int r) {
+        return r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -EAGAIN || r == -ETIMEDOUT ||
+               r == -ENOENT || r == -ECONNREFUSED;
+}
+
+/* Connect to the socket again and say HELLO: *sock, and /dev/userfaultfd
+ * in *devfd. Replies are waited for wait_ms at most. */
+static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd) {
+        struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
+        ZMsgHello h = { .role = ZROLE_CLIENT };
+        int fds[2];
+        int s = sock_connect(c->path);
+
+        if (s < 0)
+                return s;
+        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
+        int r = agent_call(c, s, &h, sizeof(h), NULL, 0, fds, NULL);
+        safe_close(fds[1]);
+        if (r == 0 && fds[0] < 0)
+                r = -EPROTO;
+        if (r < 0) {
+                safe_close(s);
+                return r;
+        }
+        *sock = s;
+        *devfd = fds[0];
+        return 0;
+}
+
+/* Hand uffd, store and a fresh sync page to the daemon on sock. */
+static int adopt(struct zswap_client *c, int sock, int64_t *pages) {
+        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
+                         .fork_token_addr = (uintptr_t)&fork_token };
+        int fds[3] = { c->uffd, c->store_fd, c->sync_fd };
+
+        zmsg_init(&a.hdr, ZMSG_ADOPT, 0, sizeof(a));
+        int r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 3 : 2, NULL, pages);
+        if (r == 0 && c->staging_stale) {
+                /* the daemon took what the slots held: empty them before
+                 * any command of the new daemon runs */
+                staging_free(c, 0, STAGING_BYTES);
+                c->staging_stale = false;
+        }
+        return r;
+}
+
+/* Register again what we had registered, with a daemon we attached to
+ * anew. A range that is no longer what it was (unmapped, say) is dropped. */
+static int reregister(struct zswap_client *c, int sock) {
+        pthread_mutex_lock(&c->lock);
+        size_t n = c->nranges;
+        Range *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+        if (copy)
+                memcpy(copy, c->ranges, n * sizeof(*copy));
+        pthread_mutex_unlock(&c->lock);
+        for (size_t i = 0; copy && i < n; i++) {
+                ZMsgRange m = { .addr = copy[i].addr, .len = copy[i].len };
+                zmsg_init(&m.hdr, ZMSG_REGISTER, 0, sizeof(m));
+                int r = agent_call(c, sock, &m, sizeof(m), NULL, 0, NULL, NULL);
+                if (r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -EAGAIN) {
+                        free(copy);
+                        return r;
+                }
+                if (r < 0 && r != -EEXIST)
+                        ranges_forget(c, copy[i].addr, copy[i].len);
+        }
+        free(copy);
+        return 0;
+}
+
+/* Attach to the daemon on sock as a new client: a new uffd through devfd,
+ * ATTACH (a new store), staging, every range again, the limit again. Our
+ * old uffd is closed already. */
+static int attach_anew(struct zswap_client *c, int sock, int devfd) {
+        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
+                         .fork_token_addr = (uintptr_t)&fork_token };
+        int rfd[2], r;
+
+        c->uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        if (c->uffd < 0)
+                return negative_errno();
+        int fds[2] = { c->uffd, c->sync_fd };
+        zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
+        r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 2 : 1, rfd, NULL);
+        if (r < 0)
+                return r;
+        store_accept(c, rfd[0]);
+        safe_close(rfd[1]);
+        r = staging_register(c);
+        if (r < 0)
+                return r;
+        r = reregister(c, sock);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&c->lock);
+        ZMsgLimit q = { .pid = 0, .bytes = c->limit_bytes };
+        bool limit = c->limit_set;
+        pthread_mutex_unlock(&c->lock);
+        if (limit) {
+                zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 0, sizeof(q));
+                (void)agent_call(c, sock, &q, sizeof(q), NULL, 0, NULL, NULL);
+        }
+        return 0;
+}
+
+/* Every page the store holds back in place, then our uffd closed (its last
+ * reference: what is still registered stops being, waiters wake). */
+static void restore_self(struct zswap_client *c) {
+        ZswapRestoreStats st = { 0 };
+
+        /* no malloc(): a fork may be waiting for us to read its event */
+        const size_t size = RANGES_MAX * sizeof(ZswapSpan);
+        ZswapSpan *spans = scratch_alloc(size);
+        size_t n = 0;
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; spans && i < c->nranges && i < RANGES_MAX; i++)
+                spans[n++] = (ZswapSpan){ c->ranges[i].addr, c->ranges[i].addr + c->ranges[i].len };
+        pthread_mutex_unlock(&c->lock);
+
+        int r = zswap_store_restore(c->uffd, c->store_fd, c->dctx, (uintptr_t)c->staging, STAGING_BYTES, spans, n,
+                                    &st);
+        scratch_free(spans, size);
+        c->uffd = safe_close(c->uffd);
+        /* unregistered with the uffd: no event for anybody to read */
+        madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
+        c->staging_stale = false;
+        c->store_fd = safe_close(c->store_fd);
+
+        pthread_mutex_lock(&c->lock);
+        c->recovery.restores++;
+        c->recovery.restore.restored += st.restored;
+        c->recovery.restore.present += st.present;
+        c->recovery.restore.gone += st.gone;
+        c->recovery.restore.bad += st.bad;
+        c->recovery.restore.children += st.children;
+        pthread_mutex_unlock(&c->lock);
+        report(c, "restored %" PRIu64 " pages from the store (present %" PRIu64 ", gone %" PRIu64 ", bad %" PRIu64
+                  ", children %" PRIu64 ")%s",
+               st.restored, st.present, st.gone, st.bad, st.children, r < 0 ? ": the store is unreadable" : "");
+}
+
+/* Requests go to sock from now on; the agent serves it. */
+static void publish(struct zswap_client *c, int sock) {
+        struct timeval tv = { 0 };
+        int old;
+
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        pthread_mutex_lock(&c->send_lock);
+        pthread_mutex_lock(&c->lock);
+        old = c->sock;
+        c->sock = sock;
+        c->gen++;
+        c->recovering = false;
+        if (c->closing)
+                shutdown(sock, SHUT_RDWR); /* client_free() waits for us to leave */
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->send_lock);
+        safe_close(old);
+}
+
+static void set_lost(struct zswap_client *c, bool recovering_now, bool dead) {
+        pthread_mutex_lock(&c->send_lock);
+        pthread_mutex_lock(&c->lock);
+        c->gen++; /* requests in flight: -ENOTCONN */
+        c->recovering = recovering_now;
+        c->dead = dead;
+        if (recovering_now)
+                c->recovery.losses++;
+        else if (dead)
+                c->recovery.detached++;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->send_lock);
+}
+
+static uint64_t ms_left(uint64_t deadline) {
+        uint64_t now = now_ns();
+        return now >= deadline ? 0 : (deadline - now) / 1000000;
+}
+
+/* Wait RECONNECT_STEP_MS, or until client_free() wants us gone. False: stop trying. */
+static bool recover_wait(struct zswap_client *c, uint64_t deadline, bool sleep) {
+        struct timespec ts;
+
+        pthread_mutex_lock(&c->lock);
+        if (sleep && !c->closing && ms_left(deadline) > 0) {
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t ns = (uint64_t)ts.tv_nsec + MIN(ms_left(deadline), (uint64_t)RECONNECT_STEP_MS) * 1000000;
+                ts.tv_sec += (time_t)(ns / 1000000000);
+                ts.tv_nsec = (long)(ns % 1000000000);
+                pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        }
+        bool go_on = !c->closing && ms_left(deadline) > 0;
+        pthread_mutex_unlock(&c->lock);
+        return go_on;
+}
+
+/*
+ * The daemon is gone and we hold a store. Find a new daemon to adopt it
+ * until reconnect_ms has passed; a daemon that cannot adopt it is attached
+ * to anew, after we put the pages back ourselves if it still held any.
+ * True: a new connection is published, the agent serves it.
+ */
+static bool agent_recover(struct zswap_client *c) {
+        uint64_t deadline = now_ns() + (uint64_t)atomic_load_explicit(&c->reconnect_ms, memory_order_relaxed) * 1000000;
+        int ns = -1, devfd = -1, r = -ETIMEDOUT;
+        bool answered = false, sleep = false;
+        int64_t pages = 0;
+
+        set_lost(c, true, false);
+        c->staging_stale = true;
+        if (sync_new(c) < 0 && c->sync)
+                atomic_store_explicit(&c->sync->reading, 0, memory_order_seq_cst);
+        while (recover_wait(c, deadline, sleep)) {
+                sleep = true;
+                if (ns < 0 && dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &devfd) < 0)
+                        continue;
+                r = adopt(c, ns, &pages);
+                pthread_mutex_lock(&c->lock);
+                c->recovery.last_adopt_status = r;
+                pthread_mutex_unlock(&c->lock);
+                if (r == 0) {
+                        safe_close(devfd);
+                        pthread_mutex_lock(&c->lock);
+                        c->recovery.adopted++;
+                        pthread_mutex_unlock(&c->lock);
+                        publish(c, ns);
+                        report(c, "adopted by a new daemon (%" PRId64 " pages held)", pages);
+                        return true;
+                }
+                if (r == -EBUSY)
+                        continue;
+                if (conn_error(r) && r != -ENOENT) {
+                        ns = safe_close(ns);
+                        devfd = safe_close(devfd);
+                        continue;
+                }
+                answered = true; /* -ENOENT: released; -EBADMSG or other: restore */
+                break;
+        }
+        if (answered && r == -ENOENT) {
+                /* the old daemon gave every page back: nothing to restore */
+                c->uffd = safe_close(c->uffd);
+                madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
+                c->staging_stale = false;
+                c->store_fd = safe_close(c->store_fd);
+        } else
+                restore_self(c);
+        pthread_mutex_lock(&c->lock);
+        answered = answered && !c->closing;
+        pthread_mutex_unlock(&c->lock);
+        if (answered) {
+                r = attach_anew(c, ns, devfd);
+                safe_close(devfd);
+                if (r == 0) {
+                        pthread_mutex_lock(&c->lock);
+                        c->recovery.reattached++;
+                        pthread_mutex_unlock(&c->lock);
+                        publish(c, ns);
+                        report(c, "attached anew to a new daemon");
+                        return true;
+                }
+                /* the new daemon lets go of what it got when we hang up;
+                 * whatever it evicted meanwhile comes back from its store */
+                ns = safe_close(ns);
+                if (c->store_fd >= 0 && c->uffd >= 0)
+                        restore_self(c);
+                c->uffd = safe_close(c->uffd);
+                c->store_fd = safe_close(c->store_fd);
+        }
+        safe_close(ns);
+        safe_close(devfd);
+        set_lost(c, false, true);
+        report(c, "detached: no daemon took the store over");
+        return false;
 }
 
 _public_ int zswap_connect(const char *socket_path, struct zswap_client **ret) {
@@ -701,8 +1526,33 @@ _public_ int zswap_set_limit(struct zswap_client *c, uint64_t bytes) {
                 return -EINVAL;
         zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 0, sizeof(q));
         r = request(c, &q, sizeof(q), NULL, 0, NULL, 0, NULL, NULL);
+        if (r == 0) {
+                /* a daemon that attaches us anew after a restart gets it again */
+                pthread_mutex_lock(&c->lock);
+                c->limit_set = true;
+                c->limit_bytes = bytes;
+                pthread_mutex_unlock(&c->lock);
+        }
         errno = saved;
         return r;
+}
+
+_public_ int zswap_set_reconnect_timeout(struct zswap_client *c, unsigned timeout_ms) {
+        if (!c)
+                return -EINVAL;
+        /* relaxed: a setting read once at the next loss, nothing else hangs on it */
+        atomic_store_explicit(&c->reconnect_ms, timeout_ms, memory_order_relaxed);
+        return 0;
+}
+
+void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret) {
+        pthread_mutex_lock(&c->lock);
+        *ret = c->recovery;
+        pthread_mutex_unlock(&c->lock);
+}
+
+bool zswap_client_recovering(struct zswap_client *c) {
+        return c && recovering(c);
 }
 
 _public_ int zswap_get_stats(struct zswap_client *c, enum zswap_stats_scope scope, struct zswap_stats *ret) {
@@ -788,7 +1638,15 @@ static void atfork_parent(void) {
         for (struct zswap_client *c = clients; c; c = c->next_client) {
                 ZMsgHeader h;
                 zmsg_init(&h, ZMSG_FORK_DONE, new_id(c), sizeof(h));
-                zmsg_send(c->sock, &h, sizeof(h), NULL, 0);
+                /* only to a live connection: a daemon that took over since
+                 * never got our FORK_PREPARE */
+                pthread_mutex_lock(&c->send_lock);
+                pthread_mutex_lock(&c->lock);
+                bool live = !c->dead && !c->recovering;
+                pthread_mutex_unlock(&c->lock);
+                if (live)
+                        zmsg_send(c->sock, &h, sizeof(h), NULL, 0);
+                pthread_mutex_unlock(&c->send_lock);
         }
         pthread_mutex_unlock(&clients_lock);
 }
@@ -808,8 +1666,12 @@ static int child_reconnect(struct zswap_client *c) {
         /* the daemon may still be handling the fork event that created our
          * address space (it copies what the parent had evicted): up to 5 s */
         for (int i = 0; i < 1000; i++) {
+                int rfd[2];
                 zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 0, sizeof(ch));
-                r = request(c, &ch, sizeof(ch), NULL, 0, NULL, 0, &c->uffd, NULL);
+                r = request(c, &ch, sizeof(ch), NULL, 0, NULL, 0, rfd, NULL);
+                /* [our uffd, our store]; an older daemon sends no store */
+                c->uffd = rfd[0];
+                store_accept(c, rfd[1]);
                 if (r != -ESRCH)
                         break;
                 usleep(5000);
@@ -835,15 +1697,25 @@ static void atfork_child(void) {
         int saved = errno;
 
         for (struct zswap_client *c = clients; c; c = c->next_client) {
+                /* a parent with no uffd (detached after a restore) had no
+                 * fork event: the daemon knows nothing of us */
+                bool managed = c->uffd >= 0 && !c->dead;
                 /* what we inherited belongs to the parent */
                 c->sock = safe_close(c->sock);
                 c->uffd = safe_close(c->uffd);
+                c->store_fd = safe_close(c->store_fd);
                 c->agent_running = false;
                 c->pending = NULL;
                 c->dead = false;
+                c->recovering = false;
+                c->closing = false;
+                c->gen = 0;
+                c->staging_stale = false;
+                c->recovery = (ZswapRecovery){ .last_adopt_status = 1 };
+                pthread_mutex_init(&c->send_lock, NULL);
                 pthread_mutex_init(&c->lock, NULL);
                 cond_init_monotonic(&c->cond);
-                if (child_reconnect(c) < 0) {
+                if (!managed || child_reconnect(c) < 0) {
                         /* carry on unmanaged; the daemon still serves the
                          * pages it holds for us through the uffd it got */
                         c->sock = safe_close(c->sock);

@@ -312,8 +312,10 @@ static void register_new(void) {
                         int r = zswap_register(client, (void *)(uintptr_t)sp->start, sp->end - sp->start);
                         if (r == 0 || r == -EEXIST)
                                 spans_add(&known, sp->start, sp->end);
-                        else if (r == -ENOTCONN)
+                        else if (r == -ENOTCONN && !zswap_client_recovering(client))
                                 deactivate("zswapd went away");
+                        /* -ENOTCONN while libzswap looks for a new daemon:
+                         * the next scan tries again */
                         else if (r == -ENOSPC && !said_nospc) {
                                 said_nospc = true;
                                 say("zswapd refuses more memory of this process (a per-client limit)");

@@ -109,8 +109,24 @@ int zswap_set_limit(struct zswap_client *c, uint64_t bytes);
 int zswap_get_stats(struct zswap_client *c, enum zswap_stats_scope scope, struct zswap_stats *ret);
 
 /*
+ * How long the library looks for a new daemon after the one serving c dies
+ * (it tries every 50 ms): a daemon restarted on the same socket within
+ * timeout_ms takes c's memory over and c goes on as if nothing happened.
+ * Meanwhile threads touching evicted pages wait, and calls on c fail with
+ * -ENOTCONN. After timeout_ms (0: at once) the library puts every evicted
+ * page back itself and c is detached for good: the program keeps all its
+ * data, calls on c fail with -ENOTCONN. The default comes from the
+ * environment variable ZSWAP_RECONNECT_TIMEOUT (seconds, decimal) at
+ * zswap_connect(), 10 seconds if it is unset. A daemon too old to hand the
+ * library a copy of what it holds allows no recovery: threads touching
+ * evicted pages then wait for good. Returns 0, or -EINVAL for a NULL c.
+ */
+int zswap_set_reconnect_timeout(struct zswap_client *c, unsigned timeout_ms);
+
+/*
  * Disconnect. Registered ranges are restored and unregistered first, so the
- * process keeps all its data. Accepts NULL.
+ * process keeps all its data (also while the library is recovering from a
+ * daemon's death: it then restores them itself at once). Accepts NULL.
  */
 void zswap_disconnect(struct zswap_client *c);
 
