@@ -1169,14 +1169,21 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd)
         return 0;
 }
 
-/* Hand uffd, store and a fresh sync page to the daemon on sock. */
+/* Hand uffd, store and a fresh sync page to the daemon on sock. It copies
+ * what it keeps into a store of its own and hands us that one: the old one
+ * is stale from now on (a later restart must hand over the new one). */
 static int adopt(struct zswap_client *c, int sock, int64_t *pages) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
                          .fork_token_addr = (uintptr_t)&fork_token };
-        int fds[3] = { c->uffd, c->store_fd, c->sync_fd };
+        int fds[3] = { c->uffd, c->store_fd, c->sync_fd }, rfd[2];
 
         zmsg_init(&a.hdr, ZMSG_ADOPT, 0, sizeof(a));
-        int r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 3 : 2, NULL, pages);
+        int r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 3 : 2, rfd, pages);
+        if (r == 0 && rfd[0] >= 0)
+                store_accept(c, rfd[0]);
+        else
+                safe_close(rfd[0]);
+        safe_close(rfd[1]);
         if (r == 0 && c->staging_stale) {
                 /* the daemon took what the slots held: empty them before
                  * any command of the new daemon runs */
@@ -1627,6 +1634,15 @@ static void atfork_prepare(void) {
         fork_token++;
         for (struct zswap_client *c = clients; c; c = c->next_client) {
                 ZMsgHeader h;
+                /* While the agent looks for a new daemon, the fork waits for
+                 * the outcome (it would wait in the kernel anyway, until
+                 * somebody reads its event): only a daemon that got our
+                 * FORK_PREPARE knows the token the child will name. The
+                 * agent never takes clients_lock. */
+                pthread_mutex_lock(&c->lock);
+                while (c->recovering)
+                        pthread_cond_wait(&c->cond, &c->lock);
+                pthread_mutex_unlock(&c->lock);
                 zmsg_init(&h, ZMSG_FORK_PREPARE, 0, sizeof(h));
                 /* waits until no page of ours is in flight; a dead daemon
                  * answers at once with ENOTCONN, a stuck one times out */
