@@ -50,7 +50,7 @@ int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t 
         _cleanup_close_ int fd = memfd_create("zswapd-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return -errno;
-        if (ftruncate(fd, (off_t)STORE_SIZE) < 0 ||
+        if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)STORE_SIZE) < 0 ||
             fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 return -errno;
         void *m = mmap(NULL, STORE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
@@ -67,6 +67,14 @@ int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t 
         atomic_store_explicit(&s->state, STORE_ACTIVE, memory_order_release);
         *map = m;
         return TAKE_FD(fd);
+}
+
+int store_reopen_ro(int fd) {
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        int ro = open(path, O_RDONLY | O_CLOEXEC);
+        return ro < 0 ? -errno : ro;
 }
 
 int store_map(int fd, bool writable, uint8_t **map) {
@@ -142,14 +150,16 @@ int store_ranges(uint8_t *map, StoreRange *out, size_t max) {
         return (int)n;
 }
 
-void store_set_ranges(uint8_t *map, const StoreRange *r, size_t n) {
+StoreRange *store_ranges_begin(uint8_t *map) {
+        uint32_t next = 1 - atomic_load_explicit(&store_super(map)->ranges_cur, memory_order_relaxed);
+        return (StoreRange *)(map + STORE_RANGES_OFF) + (size_t)next * STORE_RANGES_MAX;
+}
+
+void store_ranges_commit(uint8_t *map, size_t n) {
         StoreSuper *s = store_super(map);
         uint32_t next = 1 - atomic_load_explicit(&s->ranges_cur, memory_order_relaxed);
-        StoreRange *t = (StoreRange *)(map + STORE_RANGES_OFF) + (size_t)next * STORE_RANGES_MAX;
 
-        n = MIN(n, (size_t)STORE_RANGES_MAX);
-        memcpy(t, r, n * sizeof(*r));
-        atomic_store_explicit(&s->nranges[next], (uint32_t)n, memory_order_relaxed);
+        atomic_store_explicit(&s->nranges[next], (uint32_t)MIN(n, (size_t)STORE_RANGES_MAX), memory_order_relaxed);
         /* release: the copy before the index that makes it current */
         atomic_store_explicit(&s->ranges_cur, next, memory_order_release);
 }
@@ -237,7 +247,11 @@ int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page) {
         uint32_t clen = pe_clen(e);
         if (store_object(map, pe_handle(e), clen, &obj, NULL) < 0)
                 return -EBADMSG;
-        /* decompress from a private copy: the client may be writing the
+        if (clen == ZSWAP_PAGE_SIZE) {
+                memcpy(page, obj, ZSWAP_PAGE_SIZE); /* kept as it was */
+                return 1;
+        }
+        /* decompress from a private copy: somebody may be writing the
          * object while we read it */
         memcpy(copy, obj, clen);
         return codec_decompress(dctx, copy, clen, page) < 0 ? -EBADMSG : 1;

@@ -21,9 +21,12 @@
  * directory slot before any entry in it, a range table copy before the
  * index that makes it current.
  *
- * The client may write the memfd; it only ever hurts itself. Whoever reads
- * a store (store_check(), store_object(), the codecs' bounded decoders)
- * checks each value before using it.
+ * The client gets a read-only descriptor (store_reopen_ro()) and, unless
+ * it runs as the daemon's user, cannot write the store. A new daemon maps
+ * a store handed back to it read-only and copies what it keeps into a
+ * store of its own, checking each value it reads (store_check(),
+ * store_ranges(), store_walk(), store_object(), the codecs' bounded
+ * decoders): a store changed behind its back hurts only its client.
  *
  * Layout (every area page aligned; the file is sparse, untouched parts
  * cost nothing):
@@ -63,7 +66,10 @@
 #define STORE_LEAF_OFF (STORE_DIR_OFF + (uint64_t)STORE_LEAVES_MAX * 8)
 #define STORE_POOL_OFF (STORE_LEAF_OFF + (uint64_t)STORE_LEAVES_MAX * 4096)
 #define STORE_POOL_SIZE ((uint64_t)STORE_POOL_IDS << STORE_SPAN_SHIFT)
-#define STORE_SIZE (STORE_POOL_OFF + STORE_POOL_SIZE)
+/* A handle can name any 16-byte unit of the pool area and an entry's
+ * length is 13 bits: the guard keeps a read of a bad one in the file */
+#define STORE_GUARD 8192ull
+#define STORE_SIZE (STORE_POOL_OFF + STORE_POOL_SIZE + STORE_GUARD)
 
 #define STORE_DIR_USED 1ull /* low bit of a directory slot */
 
@@ -104,9 +110,14 @@ const StoreClass *store_class(unsigned k);
 #define STORE_CHUNK_MAX_SLOTS 252
 
 /* Create a store for a client: a sealed memfd of STORE_SIZE (can neither
- * shrink nor grow), mapped shared, with its superblock written. Returns the
- * fd (and the mapping in *map), or -errno. */
+ * shrink nor grow) of mode 0600, mapped shared, with its superblock
+ * written. Returns the fd (and the mapping in *map), or -errno. */
 int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t **map);
+
+/* A read-only descriptor of the same store, for the client: it cannot
+ * write through it, nor (not being the owner, mode 0600) open the file
+ * again for writing. Returns the fd or -errno. */
+int store_reopen_ro(int fd);
 
 /* Map a store handed in by somebody else (never trusted): checks that fd is
  * a memfd sealed against shrinking of exactly STORE_SIZE and maps it
@@ -137,8 +148,10 @@ static inline uint8_t *store_pool(uint8_t *map) {
  * below 2^48. Returns the number of ranges copied to out (at most max),
  * or -EBADMSG. */
 int store_ranges(uint8_t *map, StoreRange *out, size_t max);
-/* Publish a new range table (writer: one thread at a time). */
-void store_set_ranges(uint8_t *map, const StoreRange *r, size_t n);
+/* Publish a new range table (writer: one thread at a time): fill the copy
+ * that is not current (at most STORE_RANGES_MAX ranges), then commit. */
+StoreRange *store_ranges_begin(uint8_t *map);
+void store_ranges_commit(uint8_t *map, size_t n);
 
 /* Where the object of handle h with compressed length clen lies, checked
  * against the class table and the pool's bounds: 0 and *obj, or -EBADMSG. */

@@ -80,13 +80,13 @@ void evict_lane_drop_keeps(MMClient *mm, Lane *lane) {
  * scan and the move is caught here. A clean page costs a decompression
  * instead of a compression (4x cheaper with lz4) and no pool allocation.
  */
-static bool keep_matches(Worker *wk, uint64_t keep, const uint8_t *page) {
+static bool keep_matches(Worker *wk, MMClient *mm, uint64_t keep, const uint8_t *page) {
         uint64_t origin = pe_clean_origin(keep);
         uint32_t fill;
 
         if (pe_state(origin) == PE_SAME)
                 return page_same_filled(page, &fill) && fill == pe_fill(origin);
-        const void *src = pool_map(wk->ev->m->pool, pe_handle(origin));
+        const void *src = pool_map(mm->pool, pe_handle(origin));
         uint32_t clen = pe_clen(origin);
         if (!src)
                 return false;
@@ -168,7 +168,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                 return 0;
         }
         if (lane->keep[i]) {
-                if (keep_matches(wk, lane->keep[i], page))
+                if (keep_matches(wk, mm, lane->keep[i], page))
                         return store_kept(m, mm, lane, i, e, v);
                 /* written after all: compress it afresh */
                 mmclient_release_payload(mm, lane->keep[i]);
@@ -194,11 +194,11 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -EDQUOT);
                         return 0;
                 }
-                if (pool_alloc(m->pool, (size_t)n, &h) < 0) {
+                if (pool_alloc(mm->pool, (size_t)n, &h) < 0) {
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -ENOSPC);
                         return 0;
                 }
-                memcpy(pool_map(m->pool, h), wk->cbuf, (size_t)n);
+                memcpy(pool_map(mm->pool, h), wk->cbuf, (size_t)n);
                 clen = (uint32_t)n;
                 nv = pe_make_stored(h, clen);
         }
@@ -206,7 +206,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         TRACE(TR_STORE, lane->addrs[i], nv, ((const uint64_t *)page)[1]);
         if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
                 if (h)
-                        pool_release(m->pool, h);
+                        pool_release(mm->pool, h);
                 return 0;
         }
         atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
@@ -242,7 +242,7 @@ static void job_compress(Worker *wk, Work *w) {
         } else
                 for (uint32_t i = 0; i < lane->npages; i++)
                         stored += store_page(wk, mm, lane, w->lane, i, wk->buf + (size_t)i * ZSWAP_PAGE_SIZE);
-        pool_reclaim(wk->ev->m->pool);
+        pool_reclaim(mm->pool);
         w->type = MW_BATCH_DONE;
         w->v = stored;
         manager_post(wk->ev->m, w);

@@ -298,7 +298,7 @@ static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) 
                 page_fill(dst, pe_fill(origin));
                 return 0;
         }
-        const void *src = pool_map(mm->m->pool, pe_handle(origin));
+        const void *src = pool_map(mm->pool, pe_handle(origin));
         uint32_t clen = pe_clen(origin);
         if (!src)
                 return -EBADMSG;
@@ -786,7 +786,7 @@ static bool fork_install(RangeCtx *c, uint64_t addr, uint64_t origin, const void
 
 static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RangeCtx *c = ud;
-        Pool *pool = c->mm->m->pool;
+        Pool *pool = c->child->pool;
         uint64_t v = atomic_load_explicit(e, memory_order_acquire), nv = 0;
         const void *src = NULL;
         uint32_t len = 0;
@@ -806,14 +806,9 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 atomic_fetch_add_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
                 break;
         case PE_STORED:
-                /* parent and child share the object, like swap entries after fork */
-                if (pool_share(pool, pe_handle(v)) == 0) {
-                        nv = v;
-                        atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
-                        atomic_fetch_add_explicit(&c->child->st.compressed_bytes, pe_clen(v), memory_order_relaxed);
-                        break;
-                }
-                src = pool_map(pool, pe_handle(v));
+                /* the child's store gets its own copy of the object: each
+                 * process keeps what it needs to outlive the daemon */
+                src = pool_map(c->mm->pool, pe_handle(v));
                 len = pe_clen(v);
                 break;
         case PE_LOADING: {

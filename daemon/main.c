@@ -369,9 +369,12 @@ int main(int argc, char **argv) {
                 return 1;
         }
         r = manager_run(m);
+        bool handover = r >= 0 && m->handover;
         manager_free(m);
         inject_log("at exit");
         config_free(&conf);
         free(cfg.sets);
-        return r < 0 ? 1 : 0;
+        /* after a hand-over the service manager should start the next
+         * daemon (RestartForceExitStatus= in zswapd.service) */
+        return r < 0 ? 1 : handover ? ZSWAPD_EXIT_HANDOVER : 0;
 }

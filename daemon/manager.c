@@ -28,6 +28,9 @@
 #include <sys/timerfd.h>
 #include <sys/un.h>
 
+#include <sys/random.h>
+
+#include "adopt.h"
 #include "inject.h"
 #include "evict.h"
 #include "fault.h"
@@ -132,6 +135,13 @@ static void mm_detach(Manager *m, MMClient *mm, Conn *c) {
         evict_forget_conn(mm, c);
         mm->conn = NULL;
         evict_agent_gone(m, mm);
+        if (m->handover && mm->store) {
+                /* the client keeps its uffd and store and waits for the
+                 * next daemon, which adopts them */
+                mm->keep_store = true;
+                mm_retire(m, mm);
+                return;
+        }
         if (mmclient_alive(mm) && mm->ft) {
                 Work *w = work_new(FW_RESTORE, mm);
                 if (w) {
@@ -152,6 +162,10 @@ static void restore_done(Manager *m, Work *w) {
         if (w->status == RESTORE_DETACH) {
                 /* the end of mm_detach() */
                 mm_unregister_all(mm);
+                /* nothing left for another daemon to adopt: the client,
+                 * reconnecting, attaches anew */
+                if (mm->store)
+                        atomic_store_explicit(&store_super(mm->store)->state, STORE_RELEASED, memory_order_release);
                 mm->restores--;
                 mm_retire(m, mm);
                 work_free(w);
@@ -267,7 +281,7 @@ static void notify_status(Manager *m, const char *state) {
         for (MMClient *mm = m->mms; mm; mm = mm->next, clients++)
                 pages += atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
                          atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed);
-        pool_get_stats(m->pool, &ps);
+        pool_shared_stats(m->pools, &ps);
         snprintf(status, sizeof(status), "%u client%s, %.1f MiB held out in a %.1f MiB pool", clients,
                  clients == 1 ? "" : "s", (double)(pages * ZSWAP_PAGE_SIZE) / (1 << 20),
                  (double)ps.pool_bytes / (1 << 20));
@@ -316,7 +330,7 @@ static void tick(Manager *m) {
         report_tick(m);
         if (++n % (1000 / TICK_MS) == 0) {
                 tick_orphans(m);
-                pool_reclaim(m->pool);
+                manager_pool_reclaim(m);
         }
 }
 
@@ -325,6 +339,17 @@ static void tick(Manager *m) {
 /* Root, or a member of [users] admin_group: may steer every client and
  * change daemon-wide settings. Decided now, from the groups the peer had
  * when it connected, so a reload that changes admin_group applies at once. */
+void manager_pool_reclaim(Manager *m) {
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (mm->pool)
+                        pool_reclaim(mm->pool);
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                if (mm->pool)
+                        pool_reclaim(mm->pool);
+        pthread_mutex_unlock(&m->orphans_lock);
+}
+
 bool conn_admin(Manager *m, Conn *c) {
         return config_is_admin(&m->conf.users, c->uid, c->groups, c->ngroups);
 }
@@ -359,6 +384,26 @@ static int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
         reply_send(c, &r, sizeof(r), &dev, 1);
         safe_close(dev);
         return 1;
+}
+
+/* Reply 0 (value) with fds first[] and then a read-only descriptor of mm's
+ * store, which the client keeps (store.h). */
+static void reply_store(Conn *c, uint32_t id, MMClient *mm, int64_t value, const int *first, size_t nfirst) {
+        int fds[3];
+        size_t n = 0;
+
+        for (size_t i = 0; i < nfirst && n < 2; i++)
+                fds[n++] = first[i];
+        int ro = mmclient_store_fd_ro(mm);
+        if (ro >= 0)
+                fds[n++] = ro;
+        else
+                log_warn("pid %d: its store cannot be handed over (%s): it cannot outlive this daemon",
+                         (int)c->pid, strerror(-ro));
+        ZMsgReply rep = { .status = 0, .value = value };
+        zmsg_init(&rep.hdr, ZMSG_REPLY, id, sizeof(rep));
+        reply_send(c, &rep, sizeof(rep), fds, n);
+        safe_close(ro);
 }
 
 static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
@@ -429,7 +474,95 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         }
         mm_link(m, mm);
         log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
-        return 0;
+        reply_store(c, a->hdr.id, mm, 0, NULL, 0);
+        return 1;
+}
+
+/*
+ * ZMSG_ADOPT: a client whose daemon died hands its uffd and store to us
+ * (adopt.c checks and copies the store). Its threads may be waiting on
+ * faults the old daemon read and never served: once we watch the uffd, a
+ * wake of every range makes them fault again, to us.
+ */
+static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
+        _cleanup_free_ StoreRange *ranges = NULL;
+        char why[160] = "";
+        uint8_t *old = NULL;
+        unsigned nlanes;
+        uint64_t held = 0;
+        MMClient *mm;
+        int r, n;
+
+        r = staging_check(a, &nlanes);
+        if (r < 0)
+                return r;
+        if (c->role != ZROLE_CLIENT || c->mm)
+                return -EPERM;
+        /* the uffd, the store, and the sync page's memfd (zsync.h) */
+        if (nfds < 2 || nfds > 3 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 3 && !mmclient_sync_fd_ok(fds[2])))
+                return -EBADF;
+        if (store_map(fds[1], false, &old) < 0) {
+                log_warn("pid %d: adopt: not a store: refused", (int)c->pid);
+                return -EBADMSG;
+        }
+        r = adopt_check(m, old, why, sizeof(why));
+        n = r < 0 ? r : adopt_ranges(old, &ranges, why, sizeof(why));
+        if (n < 0) {
+                store_unmap(old);
+                if (n == -EBADMSG)
+                        log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
+                return n;
+        }
+        fd_set_nonblock(fds[0], true);
+        r = mmclient_new(m, fds[0], c->pid, &mm);
+        if (r < 0) {
+                store_unmap(old);
+                return r;
+        }
+        fds[0] = -1;
+        if (nfds == 3) {
+                r = mmclient_set_sync(mm, fds[2]);
+                fds[2] = -1;
+                if (r == 0) {
+                        /* the agent waits for us in its reconnect loop and
+                         * the old daemon's reader is gone: nobody is inside */
+                        atomic_store(&mm->sync->moving, 0);
+                        atomic_store(&mm->sync->reading, 0);
+                }
+        }
+        mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
+        mm_set_staging(mm, a, nlanes);
+        mm->uid = c->uid;
+        for (int i = 0; r == 0 && i < n; i++)
+                r = mmclient_region_add(mm, ranges[i].start, ranges[i].end);
+        if (r < 0)
+                snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
+        if (r == 0)
+                r = adopt_entries(mm, old, ranges, (size_t)n, &held, why, sizeof(why));
+        store_unmap(old);
+        if (r < 0) {
+                log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
+                mmclient_unref(mm); /* the client keeps its own uffd and store */
+                return r == -ENOMEM ? r : -EBADMSG;
+        }
+        mm->id = ++m->next_mm_id;
+        mm->conn = c;
+        c->mm = mm;
+        mm->ft = m->fts[mm->id % m->nfts];
+        if (fault_watch(m, mm) < 0) {
+                c->mm = NULL;
+                mm->ft = NULL;
+                mmclient_unref(mm);
+                return -ENOMEM;
+        }
+        mm_link(m, mm);
+        for (int i = 0; i < n; i++) {
+                struct uffdio_range wake = { .start = ranges[i].start, .len = ranges[i].end - ranges[i].start };
+                (void)ioctl(mm->uffd, UFFDIO_WAKE, &wake);
+        }
+        log_info("client pid %d adopted: %llu pages held, %d ranges", (int)c->pid, (unsigned long long)held, n);
+        reply_store(c, a->hdr.id, mm, (int64_t)held, NULL, 0);
+        return 1;
 }
 
 static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
@@ -482,10 +615,9 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
         found->conn = c;
         c->mm = found;
         mm_link(m, found);
-        /* the child keeps its own reference to its uffd from now on */
-        ZMsgReply rep = { .status = 0 };
-        zmsg_init(&rep.hdr, ZMSG_REPLY, ch->hdr.id, sizeof(rep));
-        reply_send(c, &rep, sizeof(rep), &found->uffd, 1);
+        /* the child keeps its own reference to its uffd, and its store,
+         * from now on */
+        reply_store(c, ch->hdr.id, found, 0, &found->uffd, 1);
         log_info("forked child pid %d attached", (int)c->pid);
         return 1; /* replied */
 }
@@ -810,6 +942,8 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                 return do_attach(m, c, buf, fds, nfds);
         case ZMSG_CHILD_ATTACH:
                 return do_child_attach(m, c, buf);
+        case ZMSG_ADOPT:
+                return do_adopt(m, c, buf, fds, nfds);
         case ZMSG_PAGEOUT_PID:
                 return do_pageout_pid(m, c, buf);
         case ZMSG_SET_LIMIT:
@@ -1103,6 +1237,7 @@ static int setup_fds(Manager *m) {
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGUSR1);
         sigaddset(&mask, SIGHUP);
         pthread_sigmask(SIG_BLOCK, &mask, NULL);
         m->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -1167,9 +1302,14 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         reclaim_init(m);
         m->inbox.efd = -1;
         pthread_mutex_init(&m->orphans_lock, NULL);
-        r = pool_new(cfg->pool_max, &m->pool);
+        r = pool_shared_new(cfg->pool_max, &m->pools);
         if (r < 0)
                 goto fail;
+        /* names this instance in the stores it owns (adopt.c tells "ours,
+         * still" from "a dead daemon's"); never 0 */
+        while (m->daemon_id == 0)
+                if (getrandom(&m->daemon_id, sizeof(m->daemon_id), 0) != sizeof(m->daemon_id))
+                        m->daemon_id = now_ns() ^ ((uint64_t)getpid() << 32);
         m->listen_fd = cfg->listen_fd >= 0 ? cfg->listen_fd : listen_socket(cfg->socket_path);
         if (m->listen_fd < 0) {
                 r = m->listen_fd;
@@ -1243,7 +1383,7 @@ Manager *manager_free(Manager *m) {
                 work_free(w);
                 w = n;
         }
-        pool_free(m->pool);
+        pool_shared_free(m->pools);
         if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
                 sandbox_unlink(m->cfg.socket_path);
         safe_close(m->listen_fd);
@@ -1292,10 +1432,18 @@ int manager_run(Manager *m) {
                                         notify_status(m, "READY=1\n");
                                         continue;
                                 }
-                                log_info("signal %u: exiting", si.ssi_signo);
                                 m->exiting = true;
-                                /* manager_free() gives every client its pages back next */
-                                sdd_notify("STOPPING=1\nSTATUS=stopping: restoring the clients' pages");
+                                if (si.ssi_signo == SIGUSR1) {
+                                        /* manager_free() leaves every store as it is */
+                                        m->handover = true;
+                                        log_info("signal %u: exiting, handing the clients over to the next daemon",
+                                                 si.ssi_signo);
+                                        sdd_notify("STOPPING=1\nSTATUS=stopping: clients wait for the next daemon");
+                                } else {
+                                        log_info("signal %u: exiting", si.ssi_signo);
+                                        /* manager_free() gives every client its pages back next */
+                                        sdd_notify("STOPPING=1\nSTATUS=stopping: restoring the clients' pages");
+                                }
                                 if (atomic_load_explicit(&m->move_misreports, memory_order_relaxed))
                                         log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
                                                  "(decided from pagemap, evict.c)",

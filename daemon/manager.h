@@ -66,7 +66,9 @@ struct Conn {
 
 struct Manager {
         ManagerConfig cfg;
-        Pool *pool;
+        PoolShared *pools;    /* counters and bound of every client's pool */
+        uint64_t daemon_id;   /* random, names this instance in the stores it owns */
+        bool handover;        /* exiting without restoring: clients wait for the next daemon */
         int epfd;
         int listen_fd;
         Inbox inbox;       /* work from workers and fault threads */
@@ -121,7 +123,13 @@ struct Manager {
         ReportState report;    /* counters' recent samples, for rates (report.c); manager thread only */
 };
 
+/* The exit status after SIGUSR1: clients handed over, start the next
+ * daemon (EX_TEMPFAIL). */
+#define ZSWAPD_EXIT_HANDOVER 75
+
 int manager_new(const ManagerConfig *cfg, Manager **ret);
+/* Give back deferred pool releases and empty chunks, of every client. */
+void manager_pool_reclaim(Manager *m);
 /* The configuration of cfg: the defaults, then the file, then each --set.
  * On error, err says which and why ("path:line: ..." or "--set KEY=VALUE:
  * ..."). ret must be config_free()d. */

@@ -36,6 +36,7 @@
 #include "evict.h"
 #include "reclaim.h"
 #include "pool.h"
+#include "store.h"
 
 int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         MMClient *mm = INJECT_ALLOC(calloc(1, sizeof(*mm)));
@@ -52,11 +53,22 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         mm->ops_tail = &mm->ops;
         mm->rc.idle_age_ms = -1; /* the daemon's */
         mm->sync_fd = -1;
+        mm->store_fd = -1;
         pthread_mutex_init(&mm->regions_lock, NULL);
         pthread_mutex_init(&mm->serve_lock, NULL);
-        r = pindex_new(&mm->index);
+        if (m->pools) {
+                r = store_create(m->cfg.codec, m->wp_async ? STORE_F_WP_ASYNC : 0, m->daemon_id, &mm->store);
+                if (r >= 0) {
+                        mm->store_fd = r;
+                        r = pool_new_store(m->pools, mm->store, mm->store_fd, &mm->pool);
+                }
+                if (r >= 0)
+                        r = pindex_new_store(mm->store, &mm->index);
+        } else
+                r = pindex_new(&mm->index);
         if (r < 0) {
-                free(mm);
+                mm->uffd = -1; /* the caller keeps its fd on failure */
+                mmclient_unref(mm);
                 return r;
         }
         if (pid > 0) {
@@ -101,7 +113,7 @@ MMClient *mmclient_ref(MMClient *mm) {
 void mmclient_release_payload(MMClient *mm, uint64_t v) {
         switch (pe_state(v)) {
         case PE_STORED:
-                pool_release(mm->m->pool, pe_handle(v));
+                pool_release(mm->pool, pe_handle(v));
                 atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(v), memory_order_relaxed);
                 break;
@@ -113,7 +125,7 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
                 break;
         case PE_CLEAN:
                 if (!(v & PE_CLEAN_SAME))
-                        pool_release(mm->m->pool, pe_handle(v));
+                        pool_release(mm->pool, pe_handle(v));
                 atomic_fetch_sub_explicit(&mm->st.clean_pages, 1, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&mm->st.clean_bytes, (v & PE_CLEAN_SAME) ? 0 : pe_clen(v),
                                           memory_order_relaxed);
@@ -156,9 +168,19 @@ MMClient *mmclient_unref(MMClient *mm) {
         for (unsigned i = 0; i < mm->nlanes; i++)
                 evict_lane_drop_keeps(mm, &mm->lanes[i]);
         if (mm->index) {
-                pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
+                /* handed over: the entries stay for the next daemon */
+                if (!mm->keep_store)
+                        pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
                 pindex_free(mm->index);
         }
+        pool_free(mm->pool);
+        /* the client may keep its descriptor for long: free the memory
+         * now, all but the superblock, whose state says what became of it */
+        if (mm->store_fd >= 0 && !mm->keep_store)
+                (void)fallocate(mm->store_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)STORE_SUPER_SIZE,
+                                (off_t)(STORE_SIZE - STORE_SUPER_SIZE));
+        store_unmap(mm->store);
+        safe_close(mm->store_fd);
         if (mm->sync)
                 munmap(mm->sync, ZSWAP_SYNC_SIZE);
         safe_close(mm->sync_fd);
@@ -170,6 +192,10 @@ MMClient *mmclient_unref(MMClient *mm) {
         free(mm->regions);
         free(mm);
         return NULL;
+}
+
+int mmclient_store_fd_ro(MMClient *mm) {
+        return mm->store_fd < 0 ? -EBADF : store_reopen_ro(mm->store_fd);
 }
 
 bool mmclient_sync_fd_ok(int fd) {
@@ -242,6 +268,20 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot) {
 
 /* ---- regions (sorted, non-overlapping) ---- */
 
+/* Write the regions to the store's range table (under regions_lock): what
+ * a new daemon, or the client's own fallback, knows is registered. */
+static void regions_persist(MMClient *mm) {
+        if (!mm->store)
+                return;
+        StoreRange *t = store_ranges_begin(mm->store);
+        size_t n = MIN(mm->nregions, (size_t)STORE_RANGES_MAX);
+        for (size_t i = 0; i < n; i++)
+                t[i] = (StoreRange){ mm->regions[i].start, mm->regions[i].end };
+        if (n < mm->nregions)
+                log_warn("pid %d: %zu regions, the store keeps the first %zu", (int)mm->pid, mm->nregions, n);
+        store_ranges_commit(mm->store, n);
+}
+
 static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end, uint32_t stamp) {
         Region *n = INJECT_ALLOC(realloc(mm->regions, (mm->nregions + 1) * sizeof(Region)));
         if (!n)
@@ -276,6 +316,7 @@ int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end) {
         pthread_mutex_lock(&mm->regions_lock);
         /* a page never seen used counts as used when it was registered */
         int r = region_add_locked(mm, start, end, reclaim_stamp());
+        regions_persist(mm);
         pthread_mutex_unlock(&mm->regions_lock);
         return r;
 }
@@ -328,6 +369,7 @@ static int region_remove_locked(MMClient *mm, uint64_t start, uint64_t end, bool
 int mmclient_region_remove(MMClient *mm, uint64_t start, uint64_t end, bool must_exist) {
         pthread_mutex_lock(&mm->regions_lock);
         int r = region_remove_locked(mm, start, end, must_exist);
+        regions_persist(mm);
         pthread_mutex_unlock(&mm->regions_lock);
         return r;
 }
@@ -356,6 +398,7 @@ int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len)
                 if (q < 0 && r == 0)
                         r = q;
         }
+        regions_persist(mm);
         pthread_mutex_unlock(&mm->regions_lock);
         return r;
 }
@@ -375,6 +418,10 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src) {
                         r = -ENOMEM;
         }
         pthread_mutex_unlock(&src->regions_lock);
+        /* dst is not shared yet: nobody else takes its lock */
+        pthread_mutex_lock(&dst->regions_lock);
+        regions_persist(dst);
+        pthread_mutex_unlock(&dst->regions_lock);
         return r;
 }
 

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "pindex.h"
+#include "pool.h"
 #include "uffd-compat.h"
 #include "protocol.h"
 #include "zsync.h"
@@ -95,6 +96,14 @@ typedef struct MMClient {
         int pidfd;       /* -1 until pid is known */
         int pagemap_fd;  /* /proc/PID/pagemap, bound to this mm at open */
         PageIndex *index;
+        /* the client's store (store.h): its pool, the index's leaves and
+         * the ranges live there; NULL/-1 for an MMClient of a test */
+        uint8_t *store;
+        int store_fd;
+        Pool *pool;
+        /* set when the daemon hands its clients over (exit without
+         * restoring): the last unref leaves the store's entries alone */
+        bool keep_store;
 
         /* regions: protected by regions_lock (manager thread and the event
          * handlers of the owning fault thread; never the fault path) */
@@ -163,7 +172,11 @@ typedef struct MMClient {
         uint64_t sync_distrust_until; /* under serve_lock: now_ns() before which sync is not waited for */
 } MMClient;
 
+/* A new client address space, with a new store if the manager has pools
+ * (m->pools); the caller keeps uffd on failure. */
 int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret);
+/* A read-only descriptor of mm's store for its process (store_reopen_ro()). */
+int mmclient_store_fd_ro(MMClient *mm);
 MMClient *mmclient_ref(MMClient *mm);
 MMClient *mmclient_unref(MMClient *mm);
 

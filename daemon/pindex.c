@@ -12,33 +12,40 @@
  *
  * Concurrency of entries themselves is the callers' business (CAS on each
  * entry); see docs/page-lifecycle.md.
+ *
+ * A daemon's index keeps its leaves' entries in the client's store
+ * (store.h): a leaf takes the next leaf slot of the store, and once its
+ * node is in the tree (the CAS won) its zone goes into the store's
+ * directory, before any entry of it can be written, so that whoever reads
+ * the store finds every entry through the directory (store_walk()).
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "inject.h"
 #include "macro.h"
 #include "pindex.h"
+#include "store.h"
 
 #define LEVEL_BITS 9
 #define FANOUT (1u << LEVEL_BITS)
 #define LEVELS 4
 
 typedef struct Node {
-        union {
-                _Atomic(struct Node *) child[FANOUT];
-                _Atomic uint64_t entry[FANOUT];
-        };
+        _Atomic(struct Node *) child[FANOUT]; /* at level 1: Leaf pointers */
 } Node;
 
-/* A leaf: the entries of one 2 MiB zone and what reclaim knows of them. */
+/* A leaf: the entries of one 2 MiB zone (in the store, or our own page)
+ * and what reclaim knows of them. */
 typedef struct Leaf {
-        Node node;
+        _Atomic uint64_t *entry;
         PageMeta meta;
 } Leaf;
 
 struct PageIndex {
         Node root;
         _Atomic uint64_t nodes; /* written by any creator, relaxed: statistics */
+        uint8_t *store;         /* the store the leaves live in, NULL: their own pages */
 };
 
 static unsigned level_index(uint64_t vpn, int level) {
@@ -53,12 +60,24 @@ int pindex_new(PageIndex **ret) {
         return 0;
 }
 
-static void node_free(Node *n, int level) {
+static void leaf_free(PageIndex *pi, Leaf *l) {
+        if (!pi->store)
+                free((void *)l->entry);
+        free(l);
+}
+
+static void node_free(PageIndex *pi, Node *n, int level) {
         if (!n)
                 return;
-        if (level > 0)
-                for (unsigned i = 0; i < FANOUT; i++)
-                        node_free(atomic_load_explicit(&n->child[i], memory_order_relaxed), level - 1);
+        for (unsigned i = 0; i < FANOUT; i++) {
+                Node *c = atomic_load_explicit(&n->child[i], memory_order_relaxed);
+                if (!c)
+                        continue;
+                if (level == 1)
+                        leaf_free(pi, (Leaf *)c);
+                else
+                        node_free(pi, c, level - 1);
+        }
         free(n);
 }
 
@@ -66,12 +85,36 @@ PageIndex *pindex_free(PageIndex *pi) {
         if (!pi)
                 return NULL;
         for (unsigned i = 0; i < FANOUT; i++)
-                node_free(atomic_load_explicit(&pi->root.child[i], memory_order_relaxed), LEVELS - 2);
+                node_free(pi, atomic_load_explicit(&pi->root.child[i], memory_order_relaxed), LEVELS - 2);
         free(pi);
         return NULL;
 }
 
-static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create, bool leaf) {
+int pindex_new_store(uint8_t *store, PageIndex **ret) {
+        int r = pindex_new(ret);
+        if (r == 0)
+                (*ret)->store = store;
+        return r;
+}
+
+/* A new leaf's entries: the store's next leaf slot (*id), or a page. */
+static _Atomic uint64_t *leaf_entries(PageIndex *pi, uint32_t *id) {
+        if (pi->store) {
+                /* relaxed: a counter; the directory slot, written after,
+                 * is what says the leaf is used */
+                uint32_t i = atomic_fetch_add_explicit(&store_super(pi->store)->leaves, 1, memory_order_relaxed);
+                if (i >= STORE_LEAVES_MAX)
+                        return NULL; /* the store's leaf area is full */
+                *id = i;
+                return store_leaf(pi->store, i);
+        }
+        void *e = INJECT_ALLOC(aligned_alloc(ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE));
+        if (e)
+                memset(e, 0, ZSWAP_PAGE_SIZE);
+        return e;
+}
+
+static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create, bool leaf, uint64_t vpn) {
         /* acquire: pairs with the release CAS below, so the new node's
          * zeroed contents are visible before we read them */
         Node *c = atomic_load_explicit(&n->child[idx], memory_order_acquire);
@@ -79,39 +122,56 @@ static Node *child_get(PageIndex *pi, Node *n, unsigned idx, bool create, bool l
                 return c;
 
         Node *fresh = INJECT_ALLOC(calloc(1, leaf ? sizeof(Leaf) : sizeof(Node)));
+        uint32_t id = 0;
         if (!fresh)
                 return NULL;
+        if (leaf && !(((Leaf *)fresh)->entry = leaf_entries(pi, &id))) {
+                free(fresh);
+                return NULL;
+        }
         Node *expected = NULL;
         if (atomic_compare_exchange_strong_explicit(&n->child[idx], &expected, fresh,
                                                     memory_order_acq_rel, memory_order_acquire)) {
                 atomic_fetch_add_explicit(&pi->nodes, 1, memory_order_relaxed);
+                if (leaf && pi->store) {
+                        uint64_t zone = (vpn & ~(uint64_t)(FANOUT - 1)) << ZSWAP_PAGE_SHIFT;
+                        /* release: before any entry of the leaf (the caller
+                         * writes them after we return) */
+                        atomic_store_explicit(&store_dir(pi->store)[id], zone | STORE_DIR_USED,
+                                              memory_order_release);
+                }
                 return fresh;
         }
-        free(fresh); /* somebody else installed one first: use theirs */
+        /* somebody else installed one first: use theirs (a store's leaf
+         * slot is then left unused: its directory slot stays 0) */
+        if (leaf)
+                leaf_free(pi, (Leaf *)fresh);
+        else
+                free(fresh);
         return expected;
 }
 
-static Node *leaf_get(PageIndex *pi, uint64_t addr, bool create) {
+static Leaf *leaf_get(PageIndex *pi, uint64_t addr, bool create) {
         if (addr >= PINDEX_MAX_ADDR)
                 return NULL;
         uint64_t vpn = addr >> ZSWAP_PAGE_SHIFT;
         Node *n = &pi->root;
         for (int level = LEVELS - 1; level > 0; level--) {
-                n = child_get(pi, n, level_index(vpn, level), create, level == 1);
+                n = child_get(pi, n, level_index(vpn, level), create, level == 1, vpn);
                 if (!n)
                         return NULL;
         }
-        return n;
+        return (Leaf *)n;
 }
 
 _Atomic uint64_t *pindex_entry(PageIndex *pi, uint64_t addr, bool create) {
-        Node *n = leaf_get(pi, addr, create);
-        return n ? &n->entry[level_index(addr >> ZSWAP_PAGE_SHIFT, 0)] : NULL;
+        Leaf *l = leaf_get(pi, addr, create);
+        return l ? &l->entry[level_index(addr >> ZSWAP_PAGE_SHIFT, 0)] : NULL;
 }
 
 PageMeta *pindex_meta(PageIndex *pi, uint64_t addr, bool create) {
-        Node *n = leaf_get(pi, addr, create);
-        return n ? &((Leaf *)n)->meta : NULL;
+        Leaf *l = leaf_get(pi, addr, create);
+        return l ? &l->meta : NULL;
 }
 
 static int walk_node(Node *n, int level, uint64_t base_vpn, uint64_t svpn, uint64_t evpn, PIndexFn fn, void *ud) {
@@ -122,7 +182,7 @@ static int walk_node(Node *n, int level, uint64_t base_vpn, uint64_t svpn, uint6
                 if (hi <= svpn || lo >= evpn)
                         continue;
                 if (level == 0) {
-                        _Atomic uint64_t *e = &n->entry[i];
+                        _Atomic uint64_t *e = &((Leaf *)n)->entry[i];
                         if (atomic_load_explicit(e, memory_order_acquire) == 0)
                                 continue;
                         int r = fn(ud, lo << ZSWAP_PAGE_SHIFT, e);

@@ -40,6 +40,10 @@ static inline unsigned pmeta_idx(uint64_t addr) {
 }
 
 int pindex_new(PageIndex **ret);
+/* An index whose leaves' entries live in a client's store (store.h), which
+ * must outlive it. */
+int pindex_new_store(uint8_t *store, PageIndex **ret);
+
 /* Frees the tree only; the caller releases what entries refer to first. */
 PageIndex *pindex_free(PageIndex *pi);
 

@@ -43,6 +43,16 @@
  * one live object keeps all its memory until that object goes. New objects
  * fill the holes of partly used chunks before any new chunk is made.
  *
+ * Stores. A daemon pool lives in a client's store (store.h): base is the
+ * store's pool area, each chunk's class is also written to the store's
+ * class table (before any handle in it exists, cleared after the last is
+ * gone) and empty chunks are punched out of the memfd, so that whoever
+ * reads the store can check a handle against it (store_object()). A new
+ * daemon copies the objects a store's entries name into a store of its own
+ * (manager.c, adopt). Byte and object counters, and the bound, are shared by
+ * every client's pool (PoolShared). pool_new() makes a pool of its own
+ * anonymous memory instead, for tests and benchmarks.
+ *
  * Threads. pool_alloc(): any number of workers, one mutex per class (plus
  * the id mutex, taken after a class mutex, never before). pool_release():
  * any thread, lock-free. pool_map(), pool_object_capacity(),
@@ -56,26 +66,28 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "inject.h"
 #include "macro.h"
 #include "pool.h"
+#include "store.h"
 
-#define UNIT_SHIFT 4                                        /* objects sit on 16-byte units (zsmalloc: 16) */
+#define UNIT_SHIFT STORE_UNIT_SHIFT                         /* objects sit on 16-byte units (zsmalloc: 16) */
 #define UNIT (1U << UNIT_SHIFT)
 #define NR_CLASSES (POOL_MAX_OBJECT / UNIT)                 /* 16, 32, ..., 4096 */
-#define SPAN_SHIFT 16                                       /* 64 KiB of address space per chunk id */
+#define SPAN_SHIFT STORE_SPAN_SHIFT                         /* 64 KiB of address space per chunk id */
 #define SPAN (1UL << SPAN_SHIFT)
 #define HANDLE_UNITS_SHIFT (SPAN_SHIFT - UNIT_SHIFT)        /* 12 bits of unit offset in a handle */
-#define CHUNK_MIN_SIZE 4096U
-#define RESERVE_MAX (64ULL << 30)                           /* 2^20 chunk ids */
-#define RESERVE_MIN (256ULL << 20)
 
 #define WORD_BITS 63                                        /* slot bits per bitmap word */
 #define WORD_PENDING (1ULL << 63)                           /* the word's node is on the pending stack */
 #define CHUNK_WORDS 4
 #define CHUNK_MAX_SLOTS (CHUNK_WORDS * WORD_BITS)           /* 252 */
+_Static_assert(CHUNK_MAX_SLOTS == STORE_CHUNK_MAX_SLOTS, "store.c sizes classes as we do");
+_Static_assert(NR_CLASSES == STORE_NR_CLASSES, "store.c sizes classes as we do");
 #define NODE_SHIFT 2                                        /* node = chunk id << 2 | word */
 
 enum {
@@ -130,26 +142,35 @@ typedef struct PoolClass {
         _Atomic uint32_t pending;
 } PoolClass;
 
-struct Pool {
-        /* Constant after pool_new(). */
-        uint8_t *base;
-        size_t base_size;
-        Chunk *chunks;
-        size_t chunks_size;
-        uint32_t nr_ids;
-        uint64_t max_bytes;
-
-        pthread_mutex_t id_lock;
-        uint32_t free_ids; /* id_lock: stack of free ids, linked by Chunk.next */
-        uint32_t next_id;  /* id_lock: lowest id never handed out */
-
+struct PoolShared {
+        uint64_t max_bytes; /* constant */
         /* Statistics, written by any thread; relaxed everywhere because no
-         * other memory is published through them. */
+         * other memory is published through them. pool_bytes is also the
+         * bound's count: pool_charge() moves it with a CAS. */
         _Atomic uint64_t pool_bytes;
         _Atomic uint64_t object_bytes;
         _Atomic uint64_t objects;
         _Atomic uint64_t nr_chunks;
         _Atomic uint64_t deferred;
+};
+
+struct Pool {
+        /* Constant after pool_new(). */
+        PoolShared *sh;
+        bool own_sh;          /* pool_new(): sh is ours to free */
+        uint8_t *base;
+        size_t base_size;     /* mapped by us (pool_new()), 0 if it is a store's */
+        int fd;               /* the store's memfd, -1: anonymous memory */
+        uint64_t fd_off;      /* where base is in it */
+        _Atomic uint16_t *cls_table; /* per chunk id: 0 free, k + 1 class k (store.h) */
+        size_t cls_table_size; /* mapped by us, 0 if it is a store's */
+        Chunk *chunks;
+        size_t chunks_size;
+        uint32_t nr_ids;
+
+        pthread_mutex_t id_lock;
+        uint32_t free_ids; /* id_lock: stack of free ids, linked by Chunk.next */
+        uint32_t next_id;  /* id_lock: lowest id never handed out */
 
         PoolClass classes[NR_CLASSES];
 };
@@ -183,23 +204,12 @@ static void stat_sub(_Atomic uint64_t *s, uint64_t v) {
 }
 
 static void class_init(PoolClass *cls, unsigned k) {
-        uint32_t best = 0, best_waste = 0;
+        const StoreClass *g = store_class(k); /* one geometry for the pool and the store's checks */
 
         cls->lock = (pthread_mutex_t) PTHREAD_MUTEX_INITIALIZER;
-        cls->size = (k + 1) * UNIT;
-        for (uint32_t cs = CHUNK_MIN_SIZE; cs <= SPAN; cs *= 2) {
-                uint32_t n = MIN(cs / cls->size, (uint32_t) CHUNK_MAX_SLOTS);
-                uint32_t waste = cs - n * cls->size;
-
-                /* least waste / cs wins; ties go to the smaller chunk, which
-                 * leaves less memory stranded in partly used chunks */
-                if (best == 0 || (uint64_t) waste * best < (uint64_t) best_waste * cs) {
-                        best = cs;
-                        best_waste = waste;
-                }
-        }
-        cls->chunk_size = best;
-        cls->nr_slots = MIN(best / cls->size, (uint32_t) CHUNK_MAX_SLOTS);
+        cls->size = g->size;
+        cls->chunk_size = g->chunk_size;
+        cls->nr_slots = g->nr_slots;
 }
 
 /* ---- chunk lists, under the class mutex ---- */
@@ -315,9 +325,9 @@ void pool_release(Pool *p, PoolHandle h) {
 
         /* counters first: the drain's decrement of `deferred` must not
          * overtake our increment, and the fetch_or below orders them */
-        stat_sub(&p->objects, 1);
-        stat_sub(&p->object_bytes, cls->size - ch->slack[slot]);
-        stat_add(&p->deferred, 1);
+        stat_sub(&p->sh->objects, 1);
+        stat_sub(&p->sh->object_bytes, cls->size - ch->slack[slot]);
+        stat_add(&p->sh->deferred, 1);
 
         /* release: our caller's last reads of the object, and our read of
          * slack[], must happen before the drainer hands the slot out again.
@@ -364,19 +374,20 @@ static void class_drain(Pool *p, PoolClass *cls) {
                 drained += n;
                 chunk_relist(p, cls, id);
         }
-        stat_sub(&p->deferred, drained);
+        stat_sub(&p->sh->deferred, drained);
 }
 
 /* ---- chunks ---- */
 
 static int pool_charge(Pool *p, uint64_t bytes) {
-        uint64_t cur = atomic_load_explicit(&p->pool_bytes, memory_order_relaxed);
+        PoolShared *sh = p->sh;
+        uint64_t cur = atomic_load_explicit(&sh->pool_bytes, memory_order_relaxed);
 
         do
-                if (p->max_bytes > 0 && cur + bytes > p->max_bytes)
+                if (sh->max_bytes > 0 && cur + bytes > sh->max_bytes)
                         return -ENOSPC;
         /* relaxed: a counter; the CAS only makes the limit check exact */
-        while (!atomic_compare_exchange_weak_explicit(&p->pool_bytes, &cur, cur + bytes,
+        while (!atomic_compare_exchange_weak_explicit(&sh->pool_bytes, &cur, cur + bytes,
                                                       memory_order_relaxed, memory_order_relaxed));
         return 0;
 }
@@ -418,7 +429,7 @@ static int class_grow(Pool *p, PoolClass *cls) {
         if (id == 0) {
                 free(slack);
                 free((void *)shares);
-                stat_sub(&p->pool_bytes, cls->chunk_size);
+                stat_sub(&p->sh->pool_bytes, cls->chunk_size);
                 return -ENOMEM;
         }
 
@@ -435,8 +446,11 @@ static int class_grow(Pool *p, PoolClass *cls) {
         }
         /* relaxed: see chunk_class(); no handle of this chunk exists yet */
         atomic_store_explicit(&ch->cls, (uint8_t) (cls - p->classes), memory_order_relaxed);
+        /* release: in the store before any handle of the chunk can be
+         * (the handle reaches an entry through a release CAS after this) */
+        atomic_store_explicit(&p->cls_table[id], (uint16_t) (cls - p->classes + 1), memory_order_release);
         chunk_relist(p, cls, id);
-        stat_add(&p->nr_chunks, 1);
+        stat_add(&p->sh->nr_chunks, 1);
         return 0;
 }
 
@@ -490,8 +504,8 @@ int pool_alloc(Pool *p, size_t len, PoolHandle *ret) {
         }
         if (r < 0)
                 return r;
-        stat_add(&p->objects, 1);
-        stat_add(&p->object_bytes, len);
+        stat_add(&p->sh->objects, 1);
+        stat_add(&p->sh->object_bytes, len);
         return 0;
 }
 
@@ -522,7 +536,16 @@ static _Atomic bool no_dontneed_locked;
  * locked (--no-mlock). It cannot fail on a range we own otherwise; if it
  * did, the memory merely stays resident until the id is reused.
  */
-static void chunk_discard(void *addr, size_t len) {
+static void chunk_discard(Pool *p, uint32_t id, size_t len) {
+        void *addr = p->base + ((size_t) id << SPAN_SHIFT);
+
+        if (p->fd >= 0) {
+                /* a store's memory is shared memory: only punching the hole
+                 * frees it (MADV_REMOVE would refuse our mlocked mapping) */
+                (void) fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                 (off_t) (p->fd_off + ((uint64_t) id << SPAN_SHIFT)), (off_t) len);
+                return;
+        }
         /* relaxed: a hint, a stale false costs one failed call */
         if (!atomic_load_explicit(&no_dontneed_locked, memory_order_relaxed)) {
                 if (madvise(addr, len, MADV_DONTNEED_LOCKED) == 0 || errno != EINVAL)
@@ -540,15 +563,18 @@ static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
         for (uint32_t id = l.head; id != 0; id = p->chunks[id].next) {
                 Chunk *ch = &p->chunks[id];
 
-                chunk_discard(p->base + ((size_t) id << SPAN_SHIFT), cls->chunk_size);
+                /* release: the last handle died before (a new daemon reading
+                 * the table finds no entry that names the chunk) */
+                atomic_store_explicit(&p->cls_table[id], 0, memory_order_release);
+                chunk_discard(p, id, cls->chunk_size);
                 free(ch->slack);
                 ch->slack = NULL;
                 free((void *)ch->shares);
                 ch->shares = NULL;
                 n++;
         }
-        stat_sub(&p->pool_bytes, n * cls->chunk_size);
-        stat_sub(&p->nr_chunks, n);
+        stat_sub(&p->sh->pool_bytes, n * cls->chunk_size);
+        stat_sub(&p->sh->nr_chunks, n);
         pool_put_ids(p, l.head, l.tail);
 }
 
@@ -569,15 +595,19 @@ void pool_reclaim(Pool *p) {
         }
 }
 
-void pool_get_stats(Pool *p, PoolStats *ret) {
-        /* relaxed: independent counters, see struct Pool */
+void pool_shared_stats(PoolShared *sh, PoolStats *ret) {
+        /* relaxed: independent counters, see struct PoolShared */
         *ret = (PoolStats) {
-                .pool_bytes = atomic_load_explicit(&p->pool_bytes, memory_order_relaxed),
-                .object_bytes = atomic_load_explicit(&p->object_bytes, memory_order_relaxed),
-                .objects = atomic_load_explicit(&p->objects, memory_order_relaxed),
-                .chunks = atomic_load_explicit(&p->nr_chunks, memory_order_relaxed),
-                .deferred = atomic_load_explicit(&p->deferred, memory_order_relaxed),
+                .pool_bytes = atomic_load_explicit(&sh->pool_bytes, memory_order_relaxed),
+                .object_bytes = atomic_load_explicit(&sh->object_bytes, memory_order_relaxed),
+                .objects = atomic_load_explicit(&sh->objects, memory_order_relaxed),
+                .chunks = atomic_load_explicit(&sh->nr_chunks, memory_order_relaxed),
+                .deferred = atomic_load_explicit(&sh->deferred, memory_order_relaxed),
         };
+}
+
+void pool_get_stats(Pool *p, PoolStats *ret) {
+        pool_shared_stats(p->sh, ret);
 }
 
 /* ---- life cycle ---- */
@@ -588,23 +618,29 @@ static void *reserve(size_t size) {
         return m == MAP_FAILED ? NULL : m;
 }
 
-static int pool_reserve(Pool *p) {
-        /* halve the wish until the kernel (overcommit policy, RLIMIT_AS)
-         * agrees; the pool then simply has fewer chunk ids */
-        for (uint64_t size = RESERVE_MAX; size >= RESERVE_MIN; size /= 2) {
-                p->base = reserve(size);
-                if (p->base) {
-                        p->base_size = size;
-                        p->nr_ids = (uint32_t) (size >> SPAN_SHIFT);
-                        break;
+/* Take what chunk id counts out of the shared counters: its bytes, its
+ * live objects, its undrained releases. */
+static void chunk_uncount(Pool *p, uint32_t id) {
+        Chunk *ch = &p->chunks[id];
+        PoolClass *cls = chunk_class(p, ch);
+        uint64_t objects = 0, bytes = 0, deferred = 0;
+
+        for (uint32_t slot = 0; slot < cls->nr_slots; slot++) {
+                uint32_t w = slot / WORD_BITS;
+                uint64_t bit = 1ULL << (slot % WORD_BITS);
+                /* relaxed: no other thread uses the pool any more */
+                if (atomic_load_explicit(&ch->released[w], memory_order_relaxed) & bit)
+                        deferred++;
+                else if (!(ch->free[w] & bit)) {
+                        objects++;
+                        bytes += cls->size - ch->slack[slot];
                 }
         }
-        if (!p->base)
-                return -ENOMEM;
-
-        p->chunks_size = ALIGN_TO((size_t) p->nr_ids * sizeof(Chunk), ZSWAP_PAGE_SIZE);
-        p->chunks = reserve(p->chunks_size);
-        return p->chunks ? 0 : -ENOMEM;
+        stat_sub(&p->sh->pool_bytes, cls->chunk_size);
+        stat_sub(&p->sh->nr_chunks, 1);
+        stat_sub(&p->sh->objects, objects);
+        stat_sub(&p->sh->object_bytes, bytes);
+        stat_sub(&p->sh->deferred, deferred);
 }
 
 Pool *pool_free(Pool *p) {
@@ -612,16 +648,22 @@ Pool *pool_free(Pool *p) {
                 return NULL;
         if (p->chunks)
                 for (uint32_t id = 1; id < p->next_id; id++) {
+                        if (p->chunks[id].slack && !p->own_sh)
+                                chunk_uncount(p, id);
                         free(p->chunks[id].slack);
                         free((void *)p->chunks[id].shares);
                 }
         if (p->chunks)
                 munmap(p->chunks, p->chunks_size);
-        if (p->base)
+        if (p->base_size)
                 munmap(p->base, p->base_size);
+        if (p->cls_table_size)
+                munmap((void *) p->cls_table, p->cls_table_size);
         for (unsigned k = 0; k < NR_CLASSES; k++)
                 pthread_mutex_destroy(&p->classes[k].lock);
         pthread_mutex_destroy(&p->id_lock);
+        if (p->own_sh)
+                pool_shared_free(p->sh);
         free(p);
         return NULL;
 }
@@ -630,24 +672,83 @@ static void pool_freep(Pool **p) {
         pool_free(*p);
 }
 
-int pool_new(uint64_t max_bytes, Pool **ret) {
-        _cleanup_(pool_freep) Pool *p = NULL;
-        int r;
+int pool_shared_new(uint64_t max_bytes, PoolShared **ret) {
+        PoolShared *sh = calloc(1, sizeof(*sh));
 
+        if (!sh)
+                return -ENOMEM;
+        sh->max_bytes = max_bytes;
+        *ret = sh;
+        return 0;
+}
+
+PoolShared *pool_shared_free(PoolShared *sh) {
+        free(sh);
+        return NULL;
+}
+
+static int pool_alloc_struct(PoolShared *sh, Pool **ret) {
         /* aligned_alloc: the classes are cache-line aligned */
-        p = aligned_alloc(_Alignof(Pool), ALIGN_TO(sizeof(Pool), _Alignof(Pool)));
+        Pool *p = aligned_alloc(_Alignof(Pool), ALIGN_TO(sizeof(Pool), _Alignof(Pool)));
         if (!p)
                 return -ENOMEM;
         memset(p, 0, sizeof(*p));
+        p->sh = sh;
+        p->fd = -1;
         p->id_lock = (pthread_mutex_t) PTHREAD_MUTEX_INITIALIZER;
         for (unsigned k = 0; k < NR_CLASSES; k++)
                 class_init(&p->classes[k], k);
-        p->max_bytes = max_bytes;
         p->next_id = 1; /* id 0 would make handle 0 */
+        p->nr_ids = STORE_POOL_IDS;
+        p->chunks_size = ALIGN_TO((size_t) p->nr_ids * sizeof(Chunk), ZSWAP_PAGE_SIZE);
+        p->chunks = reserve(p->chunks_size);
+        if (!p->chunks) {
+                free(p);
+                return -ENOMEM;
+        }
+        *ret = p;
+        return 0;
+}
 
-        r = pool_reserve(p);
+int pool_new_store(PoolShared *sh, uint8_t *store_map, int store_fd, Pool **ret) {
+        Pool *p;
+        int r = pool_alloc_struct(sh, &p);
+
         if (r < 0)
                 return r;
+        p->base = store_pool(store_map);
+        p->fd = store_fd;
+        p->fd_off = STORE_POOL_OFF;
+        p->cls_table = store_chunk_class(store_map);
+        *ret = p;
+        return 0;
+}
+
+int pool_new(uint64_t max_bytes, Pool **ret) {
+        _cleanup_(pool_freep) Pool *p = NULL;
+        PoolShared *sh;
+        int r;
+
+        r = pool_shared_new(max_bytes, &sh);
+        if (r < 0)
+                return r;
+        r = pool_alloc_struct(sh, &p);
+        if (r < 0) {
+                pool_shared_free(sh);
+                return r;
+        }
+        p->own_sh = true;
+        p->base_size = STORE_POOL_SIZE;
+        p->base = reserve(p->base_size);
+        p->cls_table_size = ALIGN_TO((size_t) p->nr_ids * 2, ZSWAP_PAGE_SIZE);
+        p->cls_table = reserve(p->cls_table_size);
+        if (!p->base || !p->cls_table) {
+                if (!p->base)
+                        p->base_size = 0;
+                if (!p->cls_table)
+                        p->cls_table_size = 0;
+                return -ENOMEM;
+        }
         *ret = TAKE_PTR(p);
         return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 typedef struct Pool Pool;
+typedef struct PoolShared PoolShared; /* counters and bound every client's pool shares */
 typedef uint32_t PoolHandle; /* 0 is never a valid handle */
 
 #define POOL_MAX_OBJECT 4096
@@ -24,11 +25,26 @@ typedef struct PoolStats {
         uint64_t deferred;     /* released objects whose slot is not yet reusable (see pool_reclaim) */
 } PoolStats;
 
-/* Reserve the pool's address space. max_bytes caps pool_bytes (0 = no cap).
- * Returns 0, or -ENOMEM if the address space cannot be reserved. */
+/* The daemon's counters and bound: max_bytes caps the pool_bytes of all
+ * pools made with it together (0 = no cap). */
+int pool_shared_new(uint64_t max_bytes, PoolShared **ret);
+PoolShared *pool_shared_free(PoolShared *sh);
+void pool_shared_stats(PoolShared *sh, PoolStats *ret);
+
+/* A pool in the pool area of a client's store (store.h): store_map is the
+ * store's mapping, store_fd its memfd (for punching freed chunks out); both
+ * stay the caller's and must outlive the pool. */
+int pool_new_store(PoolShared *sh, uint8_t *store_map, int store_fd, Pool **ret);
+
+/* A pool of its own anonymous memory with its own counters (tests,
+ * benchmarks). max_bytes caps pool_bytes (0 = no cap). Returns 0, or
+ * -ENOMEM if the address space cannot be reserved. */
 int pool_new(uint64_t max_bytes, Pool **ret);
 
-/* Unmap everything. Accepts NULL, returns NULL. No other call may run. */
+
+/* Unmap everything (a store's memory stays as it is) and take the pool's
+ * chunks and objects out of the shared counters. Accepts NULL, returns
+ * NULL. No other call may run. */
 Pool *pool_free(Pool *p);
 
 /* Allocate an object of len bytes. Returns 0 and a handle in *ret, -EINVAL
@@ -58,6 +74,7 @@ int pool_share(Pool *p, PoolHandle h);
  * thread; takes the size-class mutexes in turn and makes system calls. */
 void pool_reclaim(Pool *p);
 
-/* A snapshot of the counters; each is read on its own (relaxed), so fields
- * may disagree slightly while other threads work. */
+/* A snapshot of the counters (of every pool sharing p's PoolShared); each
+ * is read on its own (relaxed), so fields may disagree slightly while
+ * other threads work. */
 void pool_get_stats(Pool *p, PoolStats *ret);

@@ -234,7 +234,7 @@ bool reclaim_pool_accepts(Manager *m) {
         if (bound == 0)
                 return true;
         PoolStats ps;
-        pool_get_stats(m->pool, &ps);
+        pool_shared_stats(m->pools, &ps);
         bool full = atomic_load_explicit(&m->pool_full, memory_order_relaxed);
         if (!full && ps.pool_bytes >= bound) {
                 if (!atomic_exchange_explicit(&m->pool_full, true, memory_order_relaxed)) {
@@ -440,7 +440,7 @@ void reclaim_tick(Manager *m) {
                 for (MMClient *mm = m->mms; mm; mm = mm->next)
                         if (atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed))
                                 pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_clean_cb, mm);
-                pool_reclaim(m->pool);
+                manager_pool_reclaim(m);
                 reclaim_pool_accepts(m);
         }
         if (now - m->pressure_last_ms >= m->tun.pressure_period_ms)
@@ -474,7 +474,7 @@ void reclaim_apply(Manager *m) {
 
 int reclaim_status(Manager *m, char *buf, size_t len) {
         PoolStats ps;
-        pool_get_stats(m->pool, &ps);
+        pool_shared_stats(m->pools, &ps);
         return snprintf(buf, len, "psi_some=%.2f mem_available=%llu hold_target_pages=%llu pool_bytes=%llu pool_full=%d",
                         m->psi_now, (unsigned long long)m->avail_now, (unsigned long long)m->hold_target,
                         (unsigned long long)ps.pool_bytes,

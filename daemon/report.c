@@ -91,8 +91,8 @@ void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         pthread_mutex_unlock(&m->orphans_lock);
         /* releases are deferred (the fault path never takes the pool's
          * locks): settle them so the figures are current */
-        pool_reclaim(m->pool);
-        pool_get_stats(m->pool, &ps);
+        manager_pool_reclaim(m);
+        pool_shared_stats(m->pools, &ps);
         s->pool_bytes = ps.pool_bytes;
         /* global counters outlive the clients they counted */
         s->evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);

@@ -320,6 +320,9 @@ static const char *const plain[] = {
         "setsockopt", "getsockname", "getpeername", "shutdown",
         /* client processes */
         "pidfd_open", "process_vm_readv",
+        /* the clients' stores (store.c): a memfd each, sized and sealed
+         * once, chmod 0600, freed chunks punched out */
+        "memfd_create", "ftruncate", "fchmod", "fallocate",
         /* sysconf(), the configuration's "10%" of RAM */
         "sysinfo", "uname",
 };
@@ -339,7 +342,8 @@ static int ioctl_rules(scmp_filter_ctx f) {
 
 static int arg_rules(scmp_filter_ctx f) {
         static const int prctls[] = { PR_SET_NAME, PR_GET_NAME, PR_GET_DUMPABLE, PR_SET_VMA, PR_GET_NO_NEW_PRIVS };
-        static const int fcntls[] = { F_DUPFD, F_DUPFD_CLOEXEC, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GET_SEALS };
+        static const int fcntls[] = { F_DUPFD, F_DUPFD_CLOEXEC, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GET_SEALS,
+                                      F_ADD_SEALS };
         const uint64_t ro_mask = O_ACCMODE | O_CREAT | O_TRUNC;
         int r = 0;
 

@@ -325,8 +325,19 @@ static int handshake_abuse(uint64_t sa) {
         attach_req(fd, sa, LANE_BYTES, &used, 1, -EINVAL);
         close(used);
 
-        /* the first uffd went through all that untouched */
-        attach_req(fd, sa, LANE_BYTES, &uffd, 1, 0);
+        /* the first uffd went through all that untouched; the reply
+         * carries the client's store, which it can read and never write */
+        ZMsgAttach *at = MSG(ZMsgAttach, ZMSG_ATTACH);
+        at->staging_addr = sa;
+        at->staging_len = LANE_BYTES;
+        int store = reply(fd, xmit(fd, 0, &uffd, 1), 0);
+        ASSERT_TRUE(store >= 0);
+        ASSERT_EQ(fcntl(store, F_GETFL) & O_ACCMODE, O_RDONLY);
+        ASSERT_TRUE(mmap(NULL, P, PROT_READ | PROT_WRITE, MAP_SHARED, store, 0) == MAP_FAILED);
+        ASSERT_TRUE(fallocate(store, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, P) < 0);
+        ASSERT_TRUE(ftruncate(store, 0) < 0);
+        ASSERT_TRUE(fcntl(store, F_ADD_SEALS, F_SEAL_WRITE) < 0);
+        close(store);
         attach_req(fd, sa, LANE_BYTES, &uffd, 1, -EPERM);
         agent_uffd = uffd; /* the daemon holds its own reference; this one moves pages */
         close(devfd);

@@ -27,7 +27,7 @@ static const uint16_t types[] = { ZMSG_HELLO,      ZMSG_ATTACH,      ZMSG_REGIST
                                   ZMSG_CHILD_ATTACH, ZMSG_PAGEOUT_PID, ZMSG_REPLY,    ZMSG_STATS_REPLY,
                                   ZMSG_MOVE_DONE,  ZMSG_RELEASE,    ZMSG_RELEASE_DONE, ZMSG_SET_LIMIT,
                                   ZMSG_TUNABLE_SET, ZMSG_TUNABLE_GET, ZMSG_TUNABLE_REPLY, ZMSG_STATUS,
-                                  ZMSG_CLIENTS,    ZMSG_STATUS_REPLY, ZMSG_CLIENTS_REPLY };
+                                  ZMSG_CLIENTS,    ZMSG_STATUS_REPLY, ZMSG_CLIENTS_REPLY, ZMSG_ADOPT };
 
 /* A well-formed message of type t in msg; returns its length. */
 static size_t build(uint16_t t) {
@@ -64,6 +64,8 @@ static void test_validate(void) {
         ASSERT_EQ(ZMSG_TUNABLE_GET, 13);
         ASSERT_EQ(ZMSG_STATUS, 14);
         ASSERT_EQ(ZMSG_CLIENTS, 15);
+        ASSERT_EQ(ZMSG_ADOPT, 16);
+        ASSERT_EQ(zmsg_expected_size(ZMSG_ADOPT), sizeof(ZMsgAttach));
         ASSERT_EQ(ZMSG_TUNABLE_REPLY, 66);
         ASSERT_EQ(ZMSG_STATUS_REPLY, 67);
         ASSERT_EQ(ZMSG_CLIENTS_REPLY, 68);
@@ -121,7 +123,7 @@ static void test_validate(void) {
         ASSERT_ERROR(zmsg_validate(msg, ZSWAP_MSG_MAX + 64), EPROTO);
 
         /* unknown types, at every size that would fit a known one */
-        static const uint16_t unknown[] = { 0, 16, 17, 63, 69, 127, 130, 191, 194, 255, 0x8000, 0xffff };
+        static const uint16_t unknown[] = { 0, 17, 18, 63, 69, 127, 130, 191, 194, 255, 0x8000, 0xffff };
         for (size_t i = 0; i < ELEMENTSOF(unknown); i++) {
                 ASSERT_EQ(zmsg_expected_size(unknown[i]), 0);
                 for (size_t j = 0; j < ELEMENTSOF(types); j++) {

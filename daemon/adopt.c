@@ -1,0 +1,258 @@
+/*
+ * adopt.c: taking a client's store over from a daemon that died.
+ *
+ * The client hands back its uffd and the (read-only) store it kept
+ * (ZMSG_ADOPT). Nothing in the store is trusted: it is mapped read-only,
+ * its superblock, range table and leaf directory are checked (store.c),
+ * and what we keep is copied into a store of our own, entry by entry,
+ * each object checked against the old store's class table before its
+ * bytes are copied. A store that fails any check is refused as a whole
+ * (-EBADMSG): its client restores its pages from it itself, and only it
+ * can be hurt by what it holds. Copying, rather than taking the memory
+ * over in place, keeps the rule that only the daemon writes a live store
+ * and costs one memcpy per compressed byte, once per restart.
+ *
+ * What the old daemon was doing when it died decides what an entry means
+ * (docs/page-lifecycle.md, "A daemon that dies"):
+ *   STORED, SAME     kept (the object copied)
+ *   EMPTY            kept if it carries the incompressible mark
+ *   CLEAN, REMOVED   dropped: the page is resident, or was zapped
+ *   LOADING          an install was under way: if the page is present it
+ *                    happened (dropped), else the entry it came from is kept
+ *   MOVING, STAGED   an eviction was under way: a UFFDIO_MOVE is atomic, so
+ *                    the page is either still at its address (dropped: it
+ *                    is resident) or in its staging slot, from which it is
+ *                    read and stored now (the client empties its staging
+ *                    area once we reply); in neither (zapped meanwhile):
+ *                    dropped
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adopt.h"
+#include "codec.h"
+#include "log.h"
+#include "manager.h"
+#include "mmclient.h"
+#include "pool.h"
+#include "store.h"
+
+typedef struct AdoptCtx {
+        MMClient *mm;
+        uint8_t *old;
+        const StoreRange *ranges;
+        size_t nranges;
+        uint32_t nslots;
+        CodecCCtx *cctx;
+        uint8_t page[ZSWAP_PAGE_SIZE];
+        uint8_t cbuf[ZSWAP_PAGE_SIZE];
+        uint64_t held, from_staging, dropped;
+        char *why;
+        size_t why_len;
+} AdoptCtx;
+
+static bool in_ranges(const AdoptCtx *a, uint64_t addr) {
+        size_t lo = 0, hi = a->nranges;
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (a->ranges[mid].end <= addr)
+                        lo = mid + 1;
+                else if (a->ranges[mid].start > addr)
+                        hi = mid;
+                else
+                        return true;
+        }
+        return false;
+}
+
+static int present(MMClient *mm, uint64_t addr, bool *ret) {
+        uint64_t pm;
+        int r = mmclient_pagemap(mm, addr, 1, &pm);
+        if (r < 0)
+                return r;
+        *ret = (pm & (PM_PRESENT | PM_SWAP)) != 0;
+        return 0;
+}
+
+static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
+        snprintf(a->why, a->why_len, "%s at %#llx", what, (unsigned long long)addr);
+        return -EBADMSG;
+}
+
+/* Store len bytes (compressed, or the raw page when len is a page) as a new
+ * object of the new store. */
+static int keep_object(AdoptCtx *a, const void *src, uint32_t len, uint64_t *nv) {
+        PoolHandle h;
+        int r = pool_alloc(a->mm->pool, len, &h);
+        if (r < 0) {
+                snprintf(a->why, a->why_len, "no room in the pool: %s", strerror(-r));
+                return r;
+        }
+        memcpy(pool_map(a->mm->pool, h), src, len);
+        *nv = pe_make_stored(h, len);
+        return 0;
+}
+
+/* The page an eviction left in staging slot `slot`, stored anew. */
+static int keep_staged(AdoptCtx *a, uint64_t addr, uint32_t slot, uint64_t *nv) {
+        MMClient *mm = a->mm;
+        bool here;
+        uint32_t fill;
+        int r;
+
+        if (slot >= a->nslots)
+                return bad(a, addr, "staging slot out of range");
+        if ((r = present(mm, addr, &here)) < 0)
+                return r;
+        if (here)
+                return 0; /* it never left */
+        if ((r = present(mm, mmclient_slot_addr(mm, slot), &here)) < 0)
+                return r;
+        if (!here) {
+                a->dropped++; /* zapped while it was being evicted */
+                return 0;
+        }
+        if ((r = mmclient_read(mm, mmclient_slot_addr(mm, slot), a->page, ZSWAP_PAGE_SIZE)) < 0)
+                return r;
+        a->from_staging++;
+        if (page_same_filled(a->page, &fill)) {
+                *nv = pe_make_same(fill);
+                return 0;
+        }
+        int n = codec_compress(a->cctx, a->page, a->cbuf, ZSWAP_PAGE_SIZE - 1);
+        return n > 0 ? keep_object(a, a->cbuf, (uint32_t)n, nv) : keep_object(a, a->page, ZSWAP_PAGE_SIZE, nv);
+}
+
+static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        AdoptCtx *a = ud;
+        MMClient *mm = a->mm;
+        /* relaxed: the old store has no writer we could synchronise with;
+         * every value is checked below */
+        uint64_t v = atomic_load_explicit(e, memory_order_relaxed), nv = 0;
+        const void *obj;
+        bool here;
+        int r;
+
+        if (!in_ranges(a, addr)) {
+                a->dropped++; /* no longer registered (an unregister was under way) */
+                return 0;
+        }
+        if (pe_state(v) == PE_LOADING) {
+                if ((r = present(mm, addr, &here)) < 0)
+                        return r;
+                if (here)
+                        return 0; /* installed before the end */
+                v = pe_loading_origin(v);
+        }
+        switch (pe_state(v)) {
+        case PE_EMPTY:
+                nv = v & PE_FLAG_INCOMPRESSIBLE;
+                break;
+        case PE_SAME:
+                nv = pe_make_same(pe_fill(v));
+                break;
+        case PE_STORED:
+                if (store_object(a->old, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
+                        return bad(a, addr, "entry names no object");
+                if ((r = keep_object(a, obj, pe_clen(v), &nv)) < 0)
+                        return r;
+                break;
+        case PE_MOVING:
+        case PE_STAGED:
+                if ((r = keep_staged(a, addr, pe_slot(v), &nv)) < 0)
+                        return r;
+                break;
+        default:
+                return 0; /* CLEAN, REMOVED: resident or zapped */
+        }
+        if (nv == 0)
+                return 0;
+        _Atomic uint64_t *ne = pindex_entry(mm->index, addr, true);
+        if (!ne) {
+                snprintf(a->why, a->why_len, "no room for the index");
+                if (pe_state(nv) == PE_STORED)
+                        pool_release(mm->pool, pe_handle(nv)); /* not counted yet */
+                return -ENOMEM;
+        }
+        /* relaxed: the client is not served yet; fault_watch() publishes */
+        atomic_store_explicit(ne, nv, memory_order_relaxed);
+        if (pe_state(nv) == PE_STORED) {
+                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.compressed_bytes, pe_clen(nv), memory_order_relaxed);
+                a->held++;
+        } else if (pe_state(nv) == PE_SAME) {
+                atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
+                a->held++;
+        }
+        return 0;
+}
+
+int adopt_check(Manager *m, uint8_t *old, char *why, size_t len) {
+        StoreSuper *s = store_super(old);
+        int r = store_check(old, why, len);
+
+        if (r < 0)
+                return r;
+        /* relaxed: read once, checked */
+        uint32_t state = atomic_load_explicit(&s->state, memory_order_relaxed);
+        if (state == STORE_RELEASED) {
+                snprintf(why, len, "its daemon gave every page back");
+                return -ENOENT;
+        }
+        if (s->daemon_id == m->daemon_id) {
+                snprintf(why, len, "this daemon still holds it");
+                return -EBUSY;
+        }
+        if (s->codec != (uint32_t)m->cfg.codec) {
+                snprintf(why, len, "compressed with %s, this daemon runs %s", codec_to_string((CodecKind)s->codec),
+                         codec_to_string(m->cfg.codec));
+                return -EBADMSG;
+        }
+        if ((s->features & STORE_F_WP_ASYNC) && !m->wp_async) {
+                snprintf(why, len, "registered for write tracking, which this daemon lacks");
+                return -EBADMSG;
+        }
+        return 0;
+}
+
+int adopt_ranges(uint8_t *old, StoreRange **ret, char *why, size_t len) {
+        StoreRange *t = malloc(STORE_RANGES_MAX * sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        int n = store_ranges(old, t, STORE_RANGES_MAX);
+        if (n < 0) {
+                free(t);
+                snprintf(why, len, "bad range table");
+                return n;
+        }
+        *ret = t;
+        return n;
+}
+
+int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, uint64_t *held,
+                  char *why, size_t len) {
+        AdoptCtx *a = calloc(1, sizeof(*a));
+        int r;
+
+        if (!a)
+                return -ENOMEM;
+        *a = (AdoptCtx){ .mm = mm, .old = old, .ranges = ranges, .nranges = nranges,
+                         .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len };
+        r = codec_cctx_new(mm->m->cfg.codec, mm->m->cfg.level, &a->cctx);
+        if (r == 0)
+                r = store_walk(old, adopt_cb, a);
+        if (r == -EBADMSG && !why[0])
+                snprintf(why, len, "bad leaf directory");
+        if (r == 0) {
+                *held = a->held;
+                if (a->from_staging || a->dropped)
+                        log_info("pid %d: adopted %llu pages (%llu from staging), %llu entries dropped", (int)mm->pid,
+                                 (unsigned long long)a->held, (unsigned long long)a->from_staging,
+                                 (unsigned long long)a->dropped);
+        }
+        codec_cctx_free(a->cctx);
+        free(a);
+        return r;
+}

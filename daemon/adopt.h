@@ -1,0 +1,28 @@
+/*
+ * adopt.h: taking a client's store over from a daemon that died (adopt.c).
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+typedef struct Manager Manager;
+typedef struct MMClient MMClient;
+
+/* May this daemon take the (mapped, read-only) store old over? 0; -ENOENT
+ * if its daemon gave every page back; -EBUSY if it is ours still;
+ * -EBADMSG if it fails a check or this daemon cannot read it. why[] says
+ * what. */
+int adopt_check(Manager *m, uint8_t *old, char *why, size_t len);
+
+/* The old store's range table, checked, in a new array (*ret, free()).
+ * Returns the count or -errno. */
+int adopt_ranges(uint8_t *old, StoreRange **ret, char *why, size_t len);
+
+/* Copy what old holds for the addresses in ranges into mm (its new store,
+ * index and counters; mm's pid and staging area set). *held gets the pages
+ * kept. 0, -EBADMSG (why[] says what), -ENOSPC/-ENOMEM. */
+int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, uint64_t *held,
+                  char *why, size_t len);
