@@ -325,9 +325,22 @@ static void set_bits(uint64_t *bits, uint32_t from, uint32_t n) {
  * checks which pages really left (evict.c, lane_moved), since
  * the kernel can move pages and still report fewer.
  */
+/* Has the daemon at the other end of sock gone (its last reference
+ * closed), whatever it left queued for us? */
+static bool daemon_gone(int sock) {
+        struct pollfd p = { .fd = sock, .events = POLLRDHUP };
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
 static void agent_move(struct zswap_client *c, int sock, const ZMsgMove *m) {
         ZMsgMoveDone done = { .npages = m->npages };
         uint32_t idx = 0;
+
+        /* a dead daemon's last commands: nobody will read the pages, and a
+         * reader it left counted in the sync page would make every move
+         * wait for nothing; the pages stay where they are */
+        if (daemon_gone(sock))
+                return;
 
         for (uint32_t ri = 0; ri < m->nruns; ri++) {
                 uint64_t src = m->runs[ri].addr, n = m->runs[ri].npages;
@@ -354,8 +367,11 @@ static void agent_move(struct zswap_client *c, int sock, const ZMsgMove *m) {
                                 cow_broken = false;
                                 continue;
                         }
-                        if (r == -ETIMEDOUT)
+                        if (r == -ETIMEDOUT) {
+                                if (daemon_gone(sock))
+                                        return; /* see above */
                                 break; /* the daemon is busy with our uffd: the rest stays */
+                        }
                         if (r == -EAGAIN) {
                                 if (++tries > AGENT_EAGAIN_TRIES)
                                         break; /* still changing: the rest of the run stays */
@@ -1709,6 +1725,44 @@ static int child_reconnect(struct zswap_client *c) {
         return attach(c, false);
 }
 
+static int held_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        unsigned st = pe_state(atomic_load_explicit(e, memory_order_relaxed));
+        return st == PE_STORED || st == PE_SAME || st == PE_MOVING || st == PE_STAGED || st == PE_LOADING;
+}
+
+/* Did the parent's store (inherited) hold pages out of memory? Those are
+ * missing in our address space too. */
+static bool parent_held_pages(int store_fd) {
+        uint8_t *map;
+        bool held = false;
+
+        if (store_fd < 0 || store_map(store_fd, false, &map) < 0)
+                return false;
+        if (store_check(map, NULL, 0) == 0)
+                held = store_walk(map, held_cb, NULL) == 1;
+        store_unmap(map);
+        return held;
+}
+
+/*
+ * A fork whose daemon died before we held our own uffd: the kernel gave
+ * the only reference to that daemon, so the pages the parent had evicted
+ * are gone from our address space (they would read as zeros). Never let
+ * that pass silently: say so and die, as a process whose memory the kernel
+ * could not give back would. A daemon that is alive still serves us
+ * through the uffd it holds, whatever else failed.
+ */
+static void child_lost(int r, int parent_store) {
+        static const char msg[] = "libzswap: zswapd died while this process was being forked; "
+                                  "the memory it held for the parent is lost to the child: killing it\n";
+        bool daemon_gone = r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN || r == -ECONNRESET ||
+                           r == -EPIPE || r == -ESRCH;
+        if (!daemon_gone || !parent_held_pages(parent_store))
+                return;
+        (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        raise(SIGKILL);
+}
+
 static void atfork_child(void) {
         int saved = errno;
 
@@ -1716,10 +1770,12 @@ static void atfork_child(void) {
                 /* a parent with no uffd (detached after a restore) had no
                  * fork event: the daemon knows nothing of us */
                 bool managed = c->uffd >= 0 && !c->dead;
-                /* what we inherited belongs to the parent */
+                /* what we inherited belongs to the parent (its store is
+                 * read once more if we cannot attach) */
+                int parent_store = c->store_fd;
+                c->store_fd = -1;
                 c->sock = safe_close(c->sock);
                 c->uffd = safe_close(c->uffd);
-                c->store_fd = safe_close(c->store_fd);
                 c->agent_running = false;
                 c->pending = NULL;
                 c->dead = false;
@@ -1731,7 +1787,11 @@ static void atfork_child(void) {
                 pthread_mutex_init(&c->send_lock, NULL);
                 pthread_mutex_init(&c->lock, NULL);
                 cond_init_monotonic(&c->cond);
-                if (!managed || child_reconnect(c) < 0) {
+                int r = managed ? child_reconnect(c) : -ENOTCONN;
+                if (managed && r < 0)
+                        child_lost(r, parent_store);
+                safe_close(parent_store);
+                if (r < 0) {
                         /* carry on unmanaged; the daemon still serves the
                          * pages it holds for us through the uffd it got */
                         c->sock = safe_close(c->sock);
