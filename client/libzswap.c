@@ -1185,6 +1185,19 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd)
         return 0;
 }
 
+/* Our own resident limit again, to a daemon that took us over or that we
+ * attached to anew (it is not in the store). */
+static void resend_limit(struct zswap_client *c, int sock) {
+        pthread_mutex_lock(&c->lock);
+        ZMsgLimit q = { .pid = 0, .bytes = c->limit_bytes };
+        bool limit = c->limit_set;
+        pthread_mutex_unlock(&c->lock);
+        if (limit) {
+                zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 0, sizeof(q));
+                (void)agent_call(c, sock, &q, sizeof(q), NULL, 0, NULL, NULL);
+        }
+}
+
 /* Hand uffd, store and a fresh sync page to the daemon on sock. It copies
  * what it keeps into a store of its own and hands us that one: the old one
  * is stale from now on (a later restart must hand over the new one). */
@@ -1206,6 +1219,8 @@ static int adopt(struct zswap_client *c, int sock, int64_t *pages) {
                 staging_free(c, 0, STAGING_BYTES);
                 c->staging_stale = false;
         }
+        if (r == 0)
+                resend_limit(c, sock);
         return r;
 }
 
@@ -1257,14 +1272,7 @@ static int attach_anew(struct zswap_client *c, int sock, int devfd) {
         r = reregister(c, sock);
         if (r < 0)
                 return r;
-        pthread_mutex_lock(&c->lock);
-        ZMsgLimit q = { .pid = 0, .bytes = c->limit_bytes };
-        bool limit = c->limit_set;
-        pthread_mutex_unlock(&c->lock);
-        if (limit) {
-                zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 0, sizeof(q));
-                (void)agent_call(c, sock, &q, sizeof(q), NULL, 0, NULL, NULL);
-        }
+        resend_limit(c, sock);
         return 0;
 }
 
