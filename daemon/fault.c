@@ -585,6 +585,8 @@ typedef struct RangeCtx {
         MMClient *child;
         int64_t delta;
         int errors;
+        int inflight;    /* fork: of errors, pages caught in an eviction or install */
+        int install_err; /* fork: the first error installing a page in the child */
 } RangeCtx;
 
 /*
@@ -774,13 +776,15 @@ static bool fork_install(RangeCtx *c, uint64_t addr, uint64_t origin, const void
         int r;
 
         if (!src)
-                r = decode(ft, c->mm, origin, ft->page);
+                r = decode(ft, c->child, origin, ft->page); /* origin: a payload the child holds */
         else if (len == ZSWAP_PAGE_SIZE)
                 r = (memcpy(ft->page, src, len), 0);
         else
                 r = codec_decompress(ft->dctx, src, len, ft->page);
         if (r == 0)
                 r = uffd_copy(c->child->uffd, addr, ft->page, UFFDIO_COPY_MODE_DONTWAKE);
+        if (r < 0 && !c->install_err)
+                c->install_err = r;
         return r == 0;
 }
 
@@ -816,14 +820,17 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (p && (*p)->loading) {
                         src = (*p)->page;
                         len = ZSWAP_PAGE_SIZE;
-                } else if (!p)
+                } else if (!p) {
                         c->errors++;
+                        c->inflight++;
+                }
                 break;
         }
         default:
                 /* MOVING/STAGED: a fork the library did not announce raced
                  * with an eviction; the child's copy of this page is lost */
                 c->errors++;
+                c->inflight++;
                 break;
         }
         if (src) {
@@ -883,7 +890,9 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         mmclient_regions_copy(child, mm);
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
         if (c.errors)
-                log_error("pid %d: %d pages could not be copied to a forked child", (int)mm->pid, c.errors);
+                log_error("pid %d: %d pages could not be copied to a forked child (%d caught in flight; "
+                          "installing: %s)", (int)mm->pid, c.errors, c.inflight,
+                          c.install_err ? strerror(-c.install_err) : "no error");
         /* the token of this fork was read at FORK_PREPARE: reading it now
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
