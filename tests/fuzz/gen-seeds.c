@@ -10,15 +10,21 @@
  * text (first byte: the key's index). codec/: real heap pages from
  * shared/corpus (python, node, java) with a codec and level each, and real
  * compressed pages of both codecs as material for the corruption check.
+ * store/: small valid stores (fuzz-store.h), lz4 and zstd, with real
+ * compressed heap pages as objects and an entry of every state.
  * Fixed picks, so a rerun writes the same files.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codec.h"
 #include "corpus.h"
+#include "fuzz-store.h"
+#include "pentry.h"
 #include "protocol.h"
+#include "store.h"
 #include "tunable-keys.h"
 
 static int write_seed(const char *dir, const char *name, const void *a, size_t na, const void *b, size_t nb) {
@@ -124,6 +130,212 @@ static int codec_seeds(const char *dir, const Corpus *c) {
         return r ? -EIO : 0;
 }
 
+/* ---- store/: inputs of fuzz-store (fuzz-store.h) ---- */
+
+typedef struct Seed {
+        uint8_t b[64 << 10];
+        size_t n;
+        uint32_t next_chunk; /* the next free chunk id */
+} Seed;
+
+static void put(Seed *s, const void *p, size_t n) {
+        if (s->n + n > sizeof(s->b)) {
+                fprintf(stderr, "store seed too big\n");
+                exit(1);
+        }
+        memcpy(s->b + s->n, p, n);
+        s->n += n;
+}
+
+static void put_n(Seed *s, uint64_t v, size_t n) {
+        put(s, &v, n); /* little endian */
+}
+
+static void seed_init(Seed *s, const FuzzStoreHdr *h) {
+        s->n = 0;
+        s->next_chunk = 1;
+        put(s, h, sizeof(*h));
+}
+
+static void rec_range(Seed *s, unsigned copy, unsigned idx, uint64_t start, uint64_t end) {
+        put_n(s, FS_OP_RANGE, 1);
+        put_n(s, copy, 1);
+        put_n(s, idx, 2);
+        put_n(s, start, 8);
+        put_n(s, end, 8);
+}
+
+static void rec_dir(Seed *s, uint32_t slot, uint64_t zone) {
+        put_n(s, FS_OP_DIR, 1);
+        put_n(s, slot, 4);
+        put_n(s, zone | STORE_DIR_USED, 8);
+}
+
+static void rec_entry(Seed *s, uint32_t leaf, unsigned j, uint64_t e) {
+        put_n(s, FS_OP_ENTRY, 1);
+        put_n(s, leaf, 4);
+        put_n(s, j, 2);
+        put_n(s, e, 8);
+}
+
+/* A chunk of class k (its slot of the class table written); its id. */
+static uint32_t new_chunk(Seed *s, unsigned k) {
+        uint32_t id = s->next_chunk++;
+        put_n(s, FS_OP_CLASS, 1);
+        put_n(s, id, 4);
+        put_n(s, k + 1, 2);
+        return id;
+}
+
+/* len bytes as the object in slot `slot` of chunk id (of class k); its entry. */
+static uint64_t put_object(Seed *s, uint32_t id, unsigned k, unsigned slot, const void *obj, size_t len) {
+        uint32_t handle = id << (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT) | (slot * (k + 1));
+        put_n(s, FS_OP_POOL, 1);
+        put_n(s, handle, 4);
+        put_n(s, len, 2);
+        put(s, obj, len);
+        return pe_make_stored(handle, (uint32_t)len);
+}
+
+/* The same as one FS_OP_OBJECT record: class slot, object and entry at
+ * (leaf, j), as how says (0 STORED, 1 LOADING, 2 CLEAN). */
+static void put_object_entry(Seed *s, uint32_t leaf, unsigned j, unsigned how, uint32_t id, unsigned k,
+                             unsigned slot, const void *obj, size_t len) {
+        put_n(s, FS_OP_OBJECT, 1);
+        put_n(s, leaf, 4);
+        put_n(s, j, 2);
+        put_n(s, how, 1);
+        put_n(s, id, 4);
+        put_n(s, k + 1, 2);
+        put_n(s, slot, 2);
+        put_n(s, 0, 1);
+        put_n(s, len, 2);
+        put_n(s, len, 2);
+        put(s, obj, len);
+}
+
+static unsigned class_of(size_t len) {
+        return (unsigned)((len + 15) / 16 - 1);
+}
+
+static int store_seeds(const char *dir, const Corpus *c) {
+        static Seed s;
+        uint8_t obj[3][ZSWAP_PAGE_SIZE];
+        int nobj[3];
+        CodecCCtx *cc = NULL;
+        int r = 0;
+
+        /* an empty, valid lz4 store: the all-zero header */
+        FuzzStoreHdr h = { 0 };
+        seed_init(&s, &h);
+        r |= write_seed(dir, "empty-lz4", s.b, s.n, NULL, 0);
+
+        for (unsigned codec = CODEC_LZ4; codec <= CODEC_ZSTD; codec++) {
+                const uint64_t base = 0x7f0000000000ull, zone = STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE;
+                char name[64];
+
+                if (codec_cctx_new((CodecKind)codec, codec == CODEC_ZSTD ? 3 : 0, &cc) < 0)
+                        return -ENOMEM;
+                /* three heap pages, one of each file: the one of 64 that
+                 * compresses best (small seeds mutate faster) */
+                for (size_t f = 0; f < CORPUS_FILES; f++) {
+                        size_t best = 0;
+                        nobj[f] = -1;
+                        for (size_t i = 0; i < 64; i++) {
+                                int n = codec_compress(cc, c->data + (f * CORPUS_FILE_PAGES + 300 + i) * ZSWAP_PAGE_SIZE,
+                                                       obj[f], ZSWAP_PAGE_SIZE - 1);
+                                if (n > 0 && (nobj[f] < 0 || n < nobj[f])) {
+                                        nobj[f] = n;
+                                        best = i;
+                                }
+                        }
+                        if (nobj[f] > 0)
+                                nobj[f] = codec_compress(cc, c->data + (f * CORPUS_FILE_PAGES + 300 + best) * ZSWAP_PAGE_SIZE,
+                                                         obj[f], ZSWAP_PAGE_SIZE - 1);
+                        if (nobj[f] <= 0) {
+                                codec_cctx_free(cc);
+                                return -EIO;
+                        }
+                }
+                codec_cctx_free(cc);
+                cc = NULL;
+
+                h = (FuzzStoreHdr){ .codec = codec, .daemon_id = 0x1111, .nslots = 4,
+                                    .flags = codec == CODEC_ZSTD ? FS_F_DAEMON_ZSTD : 0 };
+                h.nranges[0] = 2;
+                h.nranges[1] = 1;
+                h.leaves = 3;
+                seed_init(&s, &h);
+                /* the current table and the one before it */
+                rec_range(&s, 0, 0, base, base + 2 * zone);
+                rec_range(&s, 0, 1, base + 3 * zone, base + 4 * zone);
+                rec_range(&s, 1, 0, base, base + zone);
+                rec_dir(&s, 0, base);
+                rec_dir(&s, 1, base + zone);
+                rec_dir(&s, 2, base + 3 * zone);
+                /* leaf 0: a compressed object of each heap, one entry of every state */
+                uint64_t e[3];
+                for (int f = 0; f < 3; f++) {
+                        unsigned k = class_of((size_t)nobj[f]);
+                        e[f] = put_object(&s, new_chunk(&s, k), k, 0, obj[f], (size_t)nobj[f]);
+                        rec_entry(&s, 0, (unsigned)f, e[f]);
+                }
+                rec_entry(&s, 0, 3, pe_make_same(0));
+                rec_entry(&s, 0, 4, pe_make_same(0xdeadbeef));
+                rec_entry(&s, 0, 5, pe_make_slot(PE_MOVING, 1));
+                rec_entry(&s, 0, 6, pe_make_slot(PE_STAGED, 2));
+                rec_entry(&s, 0, 7, pe_make_loading(e[1]));
+                rec_entry(&s, 0, 8, pe_make_clean(e[2]));
+                rec_entry(&s, 0, 9, pe_make_removed());
+                rec_entry(&s, 0, 10, PE_EMPTY | PE_FLAG_INCOMPRESSIBLE);
+                rec_entry(&s, 0, 11, pe_make_loading(pe_make_same(7)));
+                rec_entry(&s, 0, 12, pe_make_clean(pe_make_same(9)));
+                rec_entry(&s, 0, 13, pe_make_loading(pe_make_slot(PE_STAGED, 3)));
+                /* leaf 1: a raw (incompressible) page, and two objects sharing a chunk */
+                {
+                        unsigned k = STORE_NR_CLASSES - 1;
+                        rec_entry(&s, 1, 0, put_object(&s, new_chunk(&s, k), k, 0, c->data + 5 * ZSWAP_PAGE_SIZE,
+                                                       ZSWAP_PAGE_SIZE));
+                        k = class_of((size_t)MAX(nobj[0], nobj[2]));
+                        uint32_t id = new_chunk(&s, k);
+                        rec_entry(&s, 1, 1, put_object(&s, id, k, 0, obj[0], (size_t)nobj[0]));
+                        rec_entry(&s, 1, 511, put_object(&s, id, k, 1, obj[2], (size_t)nobj[2]));
+                }
+                /* leaf 2: the second range's first page, and objects as
+                 * FS_OP_OBJECT writes them: several slots of one chunk */
+                rec_entry(&s, 2, 0, pe_make_same(0x01010101));
+                {
+                        unsigned k = class_of((size_t)nobj[1]);
+                        uint32_t id = s.next_chunk++;
+                        put_object_entry(&s, 2, 1, 0, id, k, 0, obj[1], (size_t)nobj[1]);
+                        put_object_entry(&s, 2, 2, 1, id, k, 1, obj[1], (size_t)nobj[1]);
+                        put_object_entry(&s, 2, 3, 2, id, k, store_class(k)->nr_slots - 1, obj[1], (size_t)nobj[1]);
+                }
+                snprintf(name, sizeof(name), "%s-every-state", codec_to_string((CodecKind)codec));
+                r |= write_seed(dir, name, s.b, s.n, NULL, 0);
+        }
+
+        /* a store whose daemon gave every page back */
+        h = (FuzzStoreHdr){ .state_x = STORE_ACTIVE ^ STORE_RELEASED, .daemon_id = 0x2222 };
+        seed_init(&s, &h);
+        r |= write_seed(dir, "released", s.b, s.n, NULL, 0);
+
+        /* write tracking, the second copy current, sixteen ranges, leaves
+         * spread over the directory holding same-filled pages */
+        h = (FuzzStoreHdr){ .features = STORE_F_WP_ASYNC, .daemon_id = 0x3333, .ranges_cur = 1,
+                            .leaves = 40, .flags = FS_F_DAEMON_WP_ASYNC };
+        h.nranges[1] = 16;
+        seed_init(&s, &h);
+        for (unsigned i = 0; i < 16; i++)
+                rec_range(&s, 1, i, 0x10000000ull + i * 0x1000000ull, 0x10000000ull + i * 0x1000000ull + 0x400000);
+        for (unsigned i = 0; i < 8; i++) {
+                rec_dir(&s, i * 5, 0x10000000ull + i * 0x1000000ull);
+                rec_entry(&s, i * 5, i * 60, pe_make_same(i));
+        }
+        r |= write_seed(dir, "wp-ranges", s.b, s.n, NULL, 0);
+        return r ? -EIO : 0;
+}
+
 int main(int argc, char **argv) {
         char dir[4096], *corpus_dir = NULL;
         Corpus *c = NULL;
@@ -145,6 +357,10 @@ int main(int argc, char **argv) {
         }
         snprintf(dir, sizeof(dir), "%s/codec", argv[1]);
         r = codec_seeds(dir, c);
+        if (r == 0) {
+                snprintf(dir, sizeof(dir), "%s/store", argv[1]);
+                r = store_seeds(dir, c);
+        }
         corpus_free(c);
         free(corpus_dir);
         return r < 0 ? 1 : 0;

@@ -8,7 +8,7 @@
 #   -b  the clang build directory (default build-fuzz, made if missing)
 #   -m  merge what each run found into tests/fuzz/corpus/NAME (-merge=1:
 #       only inputs that add coverage; look at the size before committing)
-#   FUZZER: protocol, config, codec (default: all three)
+#   FUZZER: protocol, config, codec, store (default: all four)
 #
 # Per fuzzer it prints the executions, libFuzzer's final cov: and ft:,
 # and the crashes, whose inputs are kept in BUILDDIR/fuzz-out/NAME/. The
@@ -29,7 +29,7 @@ while getopts t:b:m opt; do
         esac
 done
 shift $((OPTIND - 1))
-names=${*:-protocol config codec}
+names=${*:-protocol config codec store}
 case $build in /*) ;; *) build=$top/$build ;; esac
 
 command -v clang >/dev/null || { echo "clang not found: scripts/setup-deps.sh" >&2; exit 2; }
