@@ -1160,6 +1160,12 @@ static void fault_thread_own(FaultThread *ft, MMClient *mm) {
         struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = mmclient_ref(mm) };
         MMClient **n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
 
+        /* an address space nobody watches has its faults wait forever (a
+         * forked child has no other reader): wait for memory a while */
+        for (int i = 0; !n && i < 1000; i++) {
+                usleep(1000);
+                n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
+        }
         if (!n || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, mm->uffd, &ev) < 0) {
                 log_error("cannot watch a client uffd: %m");
                 if (n)
