@@ -146,9 +146,11 @@ static void key_format(const Key *k, Value v, char *buf, size_t len) {
 }
 
 static bool key_in_range(const Key *k, Value v) {
+        if (k->type == KEY_BOOL)
+                return true; /* only v.b is set (valgrind saw v.u read) */
         double x = k->type == KEY_PERCENT ? v.d : (double)v.u;
 
-        if (k->type == KEY_BOOL || (k->zero_ok && x == 0))
+        if (k->zero_ok && x == 0)
                 return true;
         return x >= k->min && (k->max == 0 || x <= k->max);
 }
