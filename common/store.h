@@ -53,8 +53,11 @@
 #define STORE_UNIT_SHIFT 4      /* objects sit on 16-byte units */
 #define STORE_NR_CLASSES 256    /* 16, 32, ..., 4096 bytes */
 #define STORE_SPAN_SHIFT 16     /* 64 KiB of pool per chunk id */
-#define STORE_POOL_IDS (1u << 20)
-#define STORE_LEAVES_MAX (1u << 20) /* 2 TiB of client memory that ever held an entry */
+#ifndef STORE_SHIFT
+#define STORE_SHIFT 20 /* meson's store_shift: smaller only for valgrind */
+#endif
+#define STORE_POOL_IDS (1u << STORE_SHIFT)   /* 64 GiB of pool at 20 */
+#define STORE_LEAVES_MAX (1u << STORE_SHIFT) /* 2 TiB of client memory that ever held an entry, at 20 */
 #define STORE_LEAF_ENTRIES 512
 #define STORE_RANGES_MAX 4096
 
