@@ -261,6 +261,9 @@ static int request_timed(struct zswap_client *c, void *msg, size_t len, const in
         }
         const ZMsgReply *rep = (const ZMsgReply *)local;
         int status = n < 0 ? (int)n : rep->status;
+        /* the daemon went while we sent: to the caller, as while it is away */
+        if (n < 0 && (status == -EPIPE || status == -ECONNRESET))
+                status = -ENOTCONN;
         if (n >= 0 && rep->hdr.type == ZMSG_STATS_REPLY && reply && (size_t)n <= reply_cap)
                 memcpy(reply, local, (size_t)n);
         if (n >= 0 && rep->hdr.type == ZMSG_REPLY && rep->status == 0 && value)
