@@ -11,7 +11,8 @@
  *      by MADV_DONTNEED while we restore (a REMOVE event met by EAGAIN)
  *      not filled again;
  *   2. a fork while we restore (UFFD_EVENT_FORK): the child gets its
- *      pages through the uffd the event carries.
+ *      pages through the uffd the event carries (not under TSan, whose
+ *      fork() holds its runtime's locks while the kernel waits for us).
  * No daemon: the restore is what runs when there is none.
  */
 #include <fcntl.h>
@@ -33,6 +34,12 @@
 #include "store.h"
 #include "test.h"
 #include "uffd-compat.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#else
+#define UNDER_TSAN 0
+#endif
 
 #define NPAGES 64
 #define NSLOTS 8
@@ -255,6 +262,14 @@ int main(void) {
         map_buf();
         test_restore();
         munmap(staging, NSLOTS * PG);
+        if (UNDER_TSAN) {
+                /* ThreadSanitizer's fork() takes its runtime's locks
+                 * before the system call, which waits until we read the
+                 * fork event: this thread, doing so, blocks on those
+                 * locks (the test hangs) */
+                fprintf(stderr, "fork during restore: left out under TSan\n");
+                return 0;
+        }
         map_buf();
         test_fork();
         return 0;
