@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,11 +102,46 @@ void td_stop(TestDaemon *d) {
 }
 
 void td_kill(TestDaemon *d) {
+        uint32_t i = 0;
         if (d->pid <= 0)
                 return;
+        if (d->kills) {
+                i = atomic_load(&d->kills->n);
+                ASSERT_TRUE(i < TD_KILLS_MAX);
+                atomic_store(&d->kills->k[i].end, 0);
+                atomic_store(&d->kills->k[i].start, now_ns());
+                atomic_store(&d->kills->n, i + 1);
+        }
         kill(d->pid, SIGKILL);
         waitpid(d->pid, NULL, 0);
         d->pid = 0;
+        if (d->kills)
+                atomic_store(&d->kills->k[i].end, now_ns());
+}
+
+int td_kills_record(TestDaemon *d) {
+        int fd = memfd_create("td-kills", MFD_CLOEXEC);
+        ASSERT_OK(fd);
+        ASSERT_OK(ftruncate(fd, sizeof(TdKills)));
+        d->kills = mmap(NULL, sizeof(TdKills), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ASSERT_TRUE(d->kills != MAP_FAILED);
+        return fd;
+}
+
+const TdKills *td_kills_map(int fd) {
+        const TdKills *k = mmap(NULL, sizeof(TdKills), PROT_READ, MAP_SHARED, fd, 0);
+        ASSERT_TRUE(k != MAP_FAILED);
+        return k;
+}
+
+bool td_killed_between(const TdKills *k, uint64_t from, uint64_t to) {
+        uint32_t n = k ? atomic_load(&k->n) : 0;
+        for (uint32_t i = 0; i < n && i < TD_KILLS_MAX; i++) {
+                uint64_t start = atomic_load(&k->k[i].start), end = atomic_load(&k->k[i].end);
+                if (start <= to && (end == 0 || end >= from))
+                        return true;
+        }
+        return false;
 }
 
 void td_restart(TestDaemon *d) {
@@ -261,6 +297,20 @@ void td_respawn(TestDaemon *d) {
         }
         td_log_dump(d);
         test_fail("zswapd did not restart on %s", d->sock);
+}
+
+void td_log_mark(const TestDaemon *d, const char *fmt, ...) {
+        char line[512];
+        va_list ap;
+        FILE *f = d->log[0] ? fopen(d->log, "ae") : NULL;
+
+        if (!f)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        fprintf(f, "==== test: %s\n", line);
+        fclose(f);
 }
 
 void td_log_dump(const TestDaemon *d) {

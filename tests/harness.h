@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,11 +14,26 @@
 #include "test.h"
 #include "zswap.h"
 
+/*
+ * When the daemon was killed (td_kill()): each kill as the interval from
+ * the kill() call until waitpid() saw the daemon gone, in now_ns() time
+ * (CLOCK_MONOTONIC, the same in every process). In a memfd so that the
+ * programs a test runs can read it (td_kills_map()).
+ */
+#define TD_KILLS_MAX 4096
+typedef struct TdKills {
+        _Atomic uint32_t n;
+        struct {
+                _Atomic uint64_t start, end; /* end 0: under way */
+        } k[TD_KILLS_MAX];
+} TdKills;
+
 typedef struct TestDaemon {
         pid_t pid;
         char sock[108];
         char args[256];
-        char log[128]; /* td_start_logged(): the daemon's stderr goes here */
+        char log[128];   /* td_start_logged(): the daemon's stderr goes here */
+        TdKills *kills;  /* td_kills_record(): td_kill() writes each kill here */
 } TestDaemon;
 
 /* Start $ZSWAPD (or ../daemon/zswapd next to the test) with a temporary
@@ -68,6 +84,9 @@ void td_stats(struct zswap_client *c, struct zswap_stats *s);
  * UFFD_EVENT_FORK of each registered range, that is forever.
  */
 void td_respawn(TestDaemon *d);
+/* Append a line of the test's own to the daemon's log (td_start_logged),
+ * e.g. when it killed the daemon, to read the log against. */
+void td_log_mark(const TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
 /* Print the daemon's log (td_start_logged) to stderr, for a failure. */
 void td_log_dump(const TestDaemon *d);
 /* Whether thread tid of this process waits in handle_userfault(). */
@@ -78,3 +97,12 @@ bool vma_flags(const void *addr, char *buf, size_t len);
 /* Whether that mapping is registered with a userfaultfd for missing
  * pages (VmFlags "um"). */
 bool vma_uffd_missing(const void *addr);
+
+/* From now on, td_kill(d) records each kill in a memfd (close-on-exec):
+ * returns its descriptor, for td_kills_map() in a program the test runs. */
+int td_kills_record(TestDaemon *d);
+/* Map a record that td_kills_record() made, read-only. */
+const TdKills *td_kills_map(int fd);
+/* Whether a kill in k was under way at any moment from..to (now_ns()):
+ * the daemon may have died in that interval. */
+bool td_killed_between(const TdKills *k, uint64_t from, uint64_t to);
