@@ -16,7 +16,11 @@
  *   idle          kill -9 with every page evicted and a reader waiting;
  *                 the next daemon serves the reader, every page, pageout
  *   load          kill -9 at random moments under writers, readers,
- *                 pageouts and forks (not under TSan), five times
+ *                 pageouts and forks (not under TSan), five times; a fork
+ *                 child may die by SIGKILL (libzswap's verdict on a child
+ *                 whose daemon died before it attached: its evicted pages
+ *                 are lost) only if a kill was under way between the fork
+ *                 call and its death; such forks are counted
  *   fallback      no daemon comes back: restored after 1 s, -ENOTCONN,
  *                 the range no longer registered
  *   fallback-now  the same with ZSWAP_RECONNECT_TIMEOUT=0
@@ -27,6 +31,11 @@
  *                 the tampered client keeps every page but the broken one
  *   disconnect    zswap_disconnect() while no daemon runs: every page
  *                 restored at once, the range no longer registered
+ *   fork-kill     the daemon killed after answering FORK_PREPARE, before
+ *                 it read the fork event (a pthread_atfork handler of
+ *                 ours); the next daemon adopts the parent and reads the
+ *                 event: the child must attach to it and read every page
+ *                 (not under TSan)
  * TEST_RESTART_ONLY=NAME runs one case; TEST_SEED fixes the random seeds;
  * TEST_RESTART_FORKS=0 leaves the forks out of "load".
  *
@@ -281,6 +290,8 @@ static struct zswap_client *lclient;
 static uint32_t *lversion; /* shadow: page p is written by thread p % LOAD_THREADS only */
 static _Atomic bool lstop;
 static _Atomic uint64_t lerrors, lreads, lwrites, ldrops, lpageouts, lenotconn, lforks;
+/* fork children that killed themselves, a daemon kill since their fork */
+static _Atomic uint64_t lforks_lost;
 static _Atomic int lbad_pageout; /* first error of zswap_pageout other than ENOTCONN */
 /* Workers hold it shared for each access, the forker exclusive around
  * fork(), so a child never copies a page half written. Prefers writers. */
@@ -410,7 +421,7 @@ static void *load_forker(void *arg) {
         while (!atomic_load_explicit(&lstop, memory_order_relaxed)) {
                 usleep(100000 + xorshift(&s) % 300000);
                 pthread_rwlock_wrlock(&fork_lock);
-                uint64_t t = lms();
+                uint64_t t0 = now_ns(), t = lms();
                 pid_t pid = fork();
                 if (pid == 0)
                         _exit(load_child());
@@ -419,11 +430,23 @@ static void *load_forker(void *arg) {
                 fprintf(stderr, "%llu ms: fork of child %d (called at %llu ms)\n", lms(), (int)pid, (unsigned long long)t);
                 int st;
                 ASSERT_EQ(waitpid(pid, &st, 0), pid);
+                uint64_t died = now_ns();
+                atomic_fetch_add(&lforks, 1);
+                /* libzswap kills a child whose daemon died before it
+                 * attached (its evicted pages are lost): that alone, and
+                 * only with a kill of ours since the fork call */
+                if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && td_killed_between(d.kills, t0, died)) {
+                        fprintf(stderr, "%llu ms: fork child %d killed itself: the daemon died during the fork\n",
+                                lms(), (int)pid);
+                        atomic_fetch_add(&lforks_lost, 1);
+                        continue;
+                }
                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                         td_log_dump(&d);
-                        test_fail("fork child failed: status %#x", st);
+                        test_fail("fork child failed: status %#x (%s)", st,
+                                  WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? "SIGKILL, no daemon kill since the fork"
+                                                                              : "no SIGKILL");
                 }
-                atomic_fetch_add(&lforks, 1);
         }
         return NULL;
 }
@@ -468,6 +491,7 @@ static void case_load(void) {
 
         lt0 = now_ns();
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        td_kills_record(&d);
         struct zswap_client *c = lclient = td_connect(&d);
         lbuf = test_map(len);
         lversion = calloc(LOAD_PAGES, sizeof(*lversion));
@@ -515,6 +539,8 @@ static void case_load(void) {
                 (unsigned long long)lreads, (unsigned long long)lwrites, (unsigned long long)ldrops,
                 (unsigned long long)lpageouts, (unsigned long long)lenotconn, (unsigned long long)lforks,
                 (unsigned long long)lerrors, bad, atomic_load(&lbad_pageout));
+        fprintf(stderr, "forks lost to a daemon death during the fork: %llu of %llu\n",
+                (unsigned long long)lforks_lost, (unsigned long long)lforks);
         if (lerrors || bad)
                 td_log_dump(&d);
         ASSERT_EQ(atomic_load(&lerrors), 0);
@@ -777,9 +803,95 @@ static void case_disconnect(void) {
         ASSERT_TRUE(!vma_uffd_missing(buf));
 }
 
+/* ---- fork-kill: the daemon dies between FORK_PREPARE and the fork ---- */
+
+#define FK_PAGES 512
+
+static _Atomic bool fk_armed;
+static _Atomic bool fk_killed;
+
+/* Registered before libzswap's handlers, so it runs after libzswap's
+ * prepare handler (reverse order): FORK_PREPARE has been answered, the
+ * fork system call comes next and waits in the kernel until someone reads
+ * its event, which the dead daemon never will. */
+static void fk_prepare(void) {
+        if (!atomic_load(&fk_armed))
+                return;
+        td_kill(&d);
+        atomic_store(&fk_killed, true);
+}
+
+static _Atomic bool fk_done;
+
+/* Starts the next daemon while the main thread waits in fork(), and lives
+ * on until the case ends: the daemon's parent-death signal (setpriv
+ * --pdeathsig) follows the thread that started it, not the process. */
+static void *fk_respawn_main(void *arg) {
+        while (!atomic_load(&fk_killed))
+                usleep(1000);
+        usleep(100000);
+        td_respawn(&d); /* posix_spawn: not a fork of ours */
+        while (!atomic_load(&fk_done))
+                usleep(10000);
+        return NULL;
+}
+
+static void case_fork_kill(void) {
+        const size_t len = FK_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[FK_PAGES];
+        pthread_t t;
+        int st;
+
+#if defined(__SANITIZE_THREAD__)
+        /* the child starts libzswap's agent thread after a multi-threaded
+         * fork, which ThreadSanitizer's runtime cannot follow */
+        test_skip("fork-kill: not under TSan");
+#endif
+        ASSERT_OK(-pthread_atfork(fk_prepare, NULL, NULL));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 61, hashes);
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+
+        ASSERT_OK(-pthread_create(&t, NULL, fk_respawn_main, NULL));
+        atomic_store(&step, "fork-kill: fork with the daemon killed after FORK_PREPARE");
+        atomic_store(&fk_armed, true);
+        uint64_t t0 = now_ns();
+        pid_t pid = fork();
+        if (pid == 0) {
+                /* the new daemon read our fork event: it holds our uffd and
+                 * every page the parent had evicted */
+                size_t bad = verify_pages(buf, len, hashes);
+                if (bad)
+                        fprintf(stderr, "fork-kill child: %zu pages differ\n", bad);
+                _exit(bad ? 1 : 0);
+        }
+        atomic_store(&fk_armed, false);
+        ASSERT_TRUE(pid > 0);
+        fprintf(stderr, "fork returned after %llu ms\n", (unsigned long long)ms_since(t0));
+        atomic_store(&step, "fork-kill: waiting for the child");
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        fprintf(stderr, "child %d: status %#x, %llu ms after the fork call\n", (int)pid, st,
+                (unsigned long long)ms_since(t0));
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                td_log_dump(&d);
+                test_fail("a child whose fork event the next daemon read failed: status %#x (%s)", st,
+                          WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "exited");
+        }
+        assert_verified(buf, len, hashes, "in the parent after the fork");
+        wait_served(c);
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+        assert_verified(buf, len, hashes, "in the parent after a pageout");
+        zswap_disconnect(c);
+        td_stop(&d);
+        atomic_store(&fk_done, true);
+        pthread_join(t, NULL);
+}
+
 /* ---- one process per case ---- */
 
-static const char *const cases[] = { "idle", "load", "fallback", "fallback-now", "planned", "tamper", "disconnect" };
+static const char *const cases[] = { "idle",   "load",       "fallback", "fallback-now", "planned",
+                                     "tamper", "disconnect", "fork-kill" };
 
 static void run_case(const char *name) {
         watchdog_start(120);
@@ -797,6 +909,8 @@ static void run_case(const char *name) {
                 case_tamper();
         else if (strcmp(name, "disconnect") == 0)
                 case_disconnect();
+        else if (strcmp(name, "fork-kill") == 0)
+                case_fork_kill();
         else
                 test_fail("no case %s", name);
         atomic_store(&watchdog_off, true);
