@@ -25,7 +25,12 @@
  *
  * The only errors a client accepts from libzswap are -ENOTCONN (no daemon
  * at that moment) and, for a register retried after such an error,
- * -EEXIST (the first attempt reached the daemon after all).
+ * -EEXIST (the first attempt reached the daemon after all). A fork child
+ * may die by SIGKILL only if a daemon kill was under way between the fork
+ * call and its death (the parent records each kill's interval, harness.h
+ * TdKills): libzswap kills a child whose daemon died before the child
+ * attached, since the pages evicted at the fork are lost to it. Those are
+ * counted ("forks lost to a daemon death during the fork").
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -71,16 +76,71 @@ typedef struct Region {
         bool registered; /* zswap_register succeeded (or said EEXIST after an ENOTCONN) */
 } Region;
 
+/* What a client did lately, printed at its first failure. */
+#define HISTORY 48
+typedef struct Event {
+        uint64_t ms;
+        const char *what;
+        int region, ret;
+        uintptr_t addr, len, addr2;
+} Event;
+
 typedef struct Client {
         unsigned id;
         struct zswap_client *c;
         uint64_t seed;
         Region r[REGIONS];
         uint64_t reads, writes, drops, pageouts, enotconn, forks, moves, replaced, bad, api_errors;
+        uint64_t forks_lost;   /* children libzswap killed: the daemon died during the fork */
+        const TdKills *kills;  /* the parent's record of daemon kills */
+        Event history[HISTORY];
+        unsigned nhistory;
+        bool dumped;
 } Client;
+
+/* Milliseconds of CLOCK_MONOTONIC: the parent's kill times and the
+ * clients' events on one scale. */
+static unsigned long long ms_now(void) {
+        return (unsigned long long)(now_ns() / 1000000);
+}
+
+static void note(Client *cl, const char *what, int region, const void *addr, size_t len, uintptr_t addr2, int ret) {
+        cl->history[cl->nhistory++ % HISTORY] = (Event){ ms_now(), what, region, ret, (uintptr_t)addr, len, addr2 };
+}
+
+/* The first failure: what this client did before it, and the daemon kills
+ * around it (each from the kill() call until the daemon was reaped). */
+static int result_fd = -1; /* the client's report pipe */
+
+static void dump_history(Client *cl) {
+        static const char early[] = "failed_early ";
+        if (cl->dumped)
+                return;
+        cl->dumped = true;
+        /* the parent learns of the failure even if it kills us first */
+        (void)!write(result_fd, early, sizeof(early) - 1);
+        fprintf(stderr, "client %u (pid %d): at %llu ms, its last events:\n", cl->id, (int)getpid(), ms_now());
+        for (unsigned i = cl->nhistory > HISTORY ? cl->nhistory - HISTORY : 0; i < cl->nhistory; i++) {
+                const Event *e = &cl->history[i % HISTORY];
+                fprintf(stderr, "  %llu ms: %s region %d [%#lx, %#lx)", (unsigned long long)e->ms, e->what, e->region,
+                        (unsigned long)e->addr, (unsigned long)(e->addr + e->len));
+                if (e->addr2)
+                        fprintf(stderr, " -> %#lx", (unsigned long)e->addr2);
+                fprintf(stderr, ": %d\n", e->ret);
+        }
+        uint32_t n = cl->kills ? atomic_load(&cl->kills->n) : 0;
+        for (uint32_t i = n > 8 ? n - 8 : 0; i < n; i++)
+                fprintf(stderr, "  daemon kill %u: %llu..%llu ms\n", i,
+                        (unsigned long long)(atomic_load(&cl->kills->k[i].start) / 1000000),
+                        (unsigned long long)(atomic_load(&cl->kills->k[i].end) / 1000000));
+}
 
 static size_t len_of(const Region *r) {
         return r->npages * ZSWAP_PAGE_SIZE;
+}
+
+static int index_of(const Client *cl, const Region *r) {
+        return (int)(r - cl->r);
 }
 
 /* New content for a page: real heap data most of the time, sometimes a
@@ -109,6 +169,7 @@ static bool check_page(Client *cl, unsigned ri, size_t p) {
                         "byte %zu on: %#x instead of %#x; %zu zero bytes\n",
                 cl->id, (int)getpid(), ri, p, r->npages, (void *)page, r->registered ? "" : "not ", off, page[off],
                 want[off], zeros);
+        dump_history(cl);
         return false;
 }
 
@@ -123,10 +184,12 @@ static size_t check_all(Client *cl) {
 static void api_error(Client *cl, const char *what, int r) {
         fprintf(stderr, "client %u (pid %d): %s: %d (%s)\n", cl->id, (int)getpid(), what, r, strerror(-r));
         cl->api_errors++;
+        dump_history(cl);
 }
 
 static void region_register(Client *cl, Region *r, bool retry) {
         int ret = zswap_register(cl->c, r->addr, len_of(r));
+        note(cl, retry ? "register (retry)" : "register", index_of(cl, r), r->addr, len_of(r), 0, ret);
         if (ret == 0 || (retry && ret == -EEXIST))
                 r->registered = true;
         else if (ret != -ENOTCONN)
@@ -148,10 +211,12 @@ static void region_new(Client *cl, Region *r) {
 static void region_replace(Client *cl, Region *r) {
         if (r->registered && xorshift(&cl->seed) % 2) {
                 int ret = zswap_unregister(cl->c, r->addr, len_of(r));
+                note(cl, "unregister", index_of(cl, r), r->addr, len_of(r), 0, ret);
                 if (ret < 0 && ret != -ENOTCONN)
                         api_error(cl, "zswap_unregister", ret);
         }
         ASSERT_OK(munmap(r->addr, len_of(r)));
+        note(cl, r->registered ? "munmap (registered)" : "munmap", index_of(cl, r), r->addr, len_of(r), 0, 0);
         ASSERT_OK(munmap(r->shadow, len_of(r)));
         region_new(cl, r);
         cl->replaced++;
@@ -165,13 +230,15 @@ static void region_move(Client *cl, Region *r) {
         target += (xorshift(&cl->seed) % (extra / ZSWAP_PAGE_SIZE)) * ZSWAP_PAGE_SIZE;
         uint8_t *moved = mremap(r->addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
         ASSERT_TRUE(moved == target);
+        note(cl, "mremap", index_of(cl, r), r->addr, len, (uintptr_t)moved, 0);
         unpoison(moved, len);
         r->addr = moved;
         cl->moves++;
 }
 
-static void pageout(Client *cl, void *addr, size_t len) {
+static void pageout(Client *cl, int region, void *addr, size_t len) {
         int r = zswap_pageout(cl->c, addr, len);
+        note(cl, "pageout", region, addr, len, 0, r);
         if (r >= 0)
                 cl->pageouts++;
         else if (r == -ENOTCONN)
@@ -195,7 +262,7 @@ static int fork_child(Client *cl) {
                 make_content(cl, r->shadow + p * ZSWAP_PAGE_SIZE);
                 memcpy(r->addr + p * ZSWAP_PAGE_SIZE, r->shadow + p * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE);
         }
-        pageout(cl, r->addr, len_of(r));
+        pageout(cl, index_of(cl, r), r->addr, len_of(r));
         bad = check_all(cl);
         if (bad || cl->api_errors) {
                 fprintf(stderr, "client %u fork child: %zu pages differ after its own pageout, %llu errors\n", cl->id,
@@ -207,14 +274,25 @@ static int fork_child(Client *cl) {
 
 static void client_fork(Client *cl) {
         int st;
+        uint64_t t0 = now_ns();
+        note(cl, "fork", -1, NULL, 0, 0, 0);
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
         if (pid == 0)
                 _exit(fork_child(cl));
         ASSERT_EQ(waitpid(pid, &st, 0), pid);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        note(cl, "fork (child's status)", -1, NULL, 0, (uintptr_t)pid, st);
+        /* libzswap kills a child whose daemon died before it attached (the
+         * pages evicted at the fork are lost to it): that alone, and only
+         * if a daemon kill was under way between the fork call and now */
+        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && td_killed_between(cl->kills, t0, now_ns())) {
+                fprintf(stderr, "client %u: fork child %d killed itself: the daemon died during the fork\n", cl->id,
+                        (int)pid);
+                cl->forks_lost++;
+        } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 fprintf(stderr, "client %u: fork child %d failed: status %#x\n", cl->id, (int)pid, st);
                 cl->api_errors++;
+                dump_history(cl);
         }
         cl->forks++;
 }
@@ -241,9 +319,9 @@ static void client_step(Client *cl) {
         } else if (op < 960) {
                 size_t n = 1 + xorshift(&cl->seed) % (r->npages - p);
                 if (op % 4 == 0)
-                        pageout(cl, r->addr, len_of(r));
+                        pageout(cl, (int)ri, r->addr, len_of(r));
                 else
-                        pageout(cl, page, n * ZSWAP_PAGE_SIZE);
+                        pageout(cl, (int)ri, page, n * ZSWAP_PAGE_SIZE);
         } else if (op < 975) {
                 for (size_t q = 0; q < r->npages; q++)
                         cl->bad += !check_page(cl, ri, q);
@@ -267,24 +345,28 @@ static int client_connect(Client *cl, const char *sock) {
         return r;
 }
 
-/* argv: client ID SOCKET DEADLINE_NS SEED RESULT_FD */
+/* argv: client ID SOCKET DEADLINE_NS SEED RESULT_FD KILLS_FD */
 static int client_main(int argc, char **argv) {
         Client cl = { 0 };
         size_t verified = 0, lost = 0;
         char line[512];
 
-        if (argc != 7)
-                test_fail("usage: client ID SOCKET DEADLINE_NS SEED RESULT_FD");
+        if (argc != 8)
+                test_fail("usage: client ID SOCKET DEADLINE_NS SEED RESULT_FD KILLS_FD");
         cl.id = (unsigned)strtoul(argv[2], NULL, 10);
         uint64_t deadline = strtoull(argv[4], NULL, 10);
         cl.seed = strtoull(argv[5], NULL, 10);
-        int fd = atoi(argv[6]);
+        int fd = result_fd = atoi(argv[6]);
+        cl.kills = td_kills_map(atoi(argv[7]));
+        close(atoi(argv[7]));
         int r = client_connect(&cl, argv[3]);
         if (r < 0)
                 test_fail("client %u: zswap_connect: %d (%s)", cl.id, r, strerror(-r));
         for (unsigned ri = 0; ri < REGIONS; ri++)
                 region_new(&cl, &cl.r[ri]);
-        while (now_ns() < deadline)
+        /* to the deadline, or the first failure: a client the parent
+         * kills later would take it along */
+        while (now_ns() < deadline && !cl.bad && !cl.api_errors)
                 for (int i = 0; i < 64; i++)
                         client_step(&cl);
 
@@ -297,11 +379,11 @@ static int client_main(int argc, char **argv) {
         verified *= 2;
         snprintf(line, sizeof(line),
                  "verified=%zu lost=%zu bad_reads=%llu api_errors=%llu reads=%llu writes=%llu drops=%llu "
-                 "pageouts=%llu enotconn=%llu forks=%llu moves=%llu replaced=%llu\n",
+                 "pageouts=%llu enotconn=%llu forks=%llu forks_lost=%llu moves=%llu replaced=%llu\n",
                  verified, lost, (unsigned long long)cl.bad, (unsigned long long)cl.api_errors,
                  (unsigned long long)cl.reads, (unsigned long long)cl.writes, (unsigned long long)cl.drops,
                  (unsigned long long)cl.pageouts, (unsigned long long)cl.enotconn, (unsigned long long)cl.forks,
-                 (unsigned long long)cl.moves, (unsigned long long)cl.replaced);
+                 (unsigned long long)cl.forks_lost, (unsigned long long)cl.moves, (unsigned long long)cl.replaced);
         fprintf(stderr, "client %u (pid %d): %s", cl.id, (int)getpid(), line);
         ASSERT_EQ(write(fd, line, strlen(line)), (long long)strlen(line));
         return lost || cl.bad || cl.api_errors ? 1 : 0;
@@ -319,15 +401,16 @@ typedef struct Slot {
 
 typedef struct Soak {
         TestDaemon d;
+        int kills_fd; /* td_kills_record(): when the daemon was killed, for the clients */
         uint64_t deadline, seed;
         unsigned next_id;
         unsigned daemon_kills, client_kills, clients_started, client_failures;
-        size_t verified, lost;
+        size_t verified, lost, forks_lost;
 } Soak;
 
 static void slot_spawn(Soak *s, Slot *slot) {
         int p[2];
-        char id[16], deadline[32], seed[32], fd[16];
+        char id[16], deadline[32], seed[32], fd[16], kfd[16];
 
         ASSERT_OK(pipe2(p, O_CLOEXEC));
         slot->id = s->next_id++;
@@ -339,7 +422,8 @@ static void slot_spawn(Soak *s, Slot *slot) {
         if (slot->pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 snprintf(fd, sizeof(fd), "%d", dup(p[1]));
-                execl("/proc/self/exe", "test-soak", "client", id, s->d.sock, deadline, seed, fd, (char *)NULL);
+                snprintf(kfd, sizeof(kfd), "%d", dup(s->kills_fd));
+                execl("/proc/self/exe", "test-soak", "client", id, s->d.sock, deadline, seed, fd, kfd, (char *)NULL);
                 _exit(127);
         }
         close(p[1]);
@@ -358,18 +442,33 @@ static bool slot_result(Slot *slot, char *buf, size_t len) {
         return n > 0;
 }
 
+static unsigned long long report_field(const char *buf, const char *key) {
+        const char *f = strstr(buf, key);
+        return f ? strtoull(f + strlen(key), NULL, 10) : 0;
+}
+
+static bool report_failed(const char *buf) {
+        return strstr(buf, "failed_early") || report_field(buf, " lost=") || report_field(buf, "bad_reads=") || report_field(buf, "api_errors=");
+}
+
 static void slot_kill(Soak *s, Slot *slot) {
         char buf[512];
         int st;
 
         kill(slot->pid, SIGKILL);
         ASSERT_EQ(waitpid(slot->pid, &st, 0), slot->pid);
+        bool reported = slot_result(slot, buf, sizeof(buf));
         if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
                 /* it failed before the kill reached it */
-                fprintf(stderr, "client %u (pid %d) had exited: status %#x\n", slot->id, (int)slot->pid, st);
+                fprintf(stderr, "client %u (pid %d) had exited: status %#x %s\n", slot->id, (int)slot->pid, st,
+                        reported ? buf : "");
+                s->client_failures++;
+        } else if (reported && report_failed(buf)) {
+                /* a client writes its report at the deadline or at its
+                 * first failure: one that failed is not let off by the kill */
+                fprintf(stderr, "client %u (pid %d) had failed: %s", slot->id, (int)slot->pid, buf);
                 s->client_failures++;
         }
-        slot_result(slot, buf, sizeof(buf));
         s->client_kills++;
 }
 
@@ -446,11 +545,13 @@ static void slot_finish(Soak *s, Slot *slot, uint64_t end_ns) {
                         reported ? buf : "none");
                 s->client_failures++;
         }
-        const char *v = strstr(buf, "verified="), *l = strstr(buf, "lost=");
+        const char *v = strstr(buf, "verified="), *l = strstr(buf, " lost="), *f = strstr(buf, "forks_lost=");
         if (v)
                 s->verified += strtoull(v + 9, NULL, 10);
         if (l)
-                s->lost += strtoull(l + 5, NULL, 10);
+                s->lost += strtoull(l + 6, NULL, 10);
+        if (f)
+                s->forks_lost += strtoull(f + 11, NULL, 10);
 }
 
 int main(int argc, char **argv) {
@@ -466,8 +567,10 @@ int main(int argc, char **argv) {
         if (nclients < 1 || nclients > 16)
                 nclients = 3;
         s.seed = env_seed ? strtoull(env_seed, NULL, 0) : now_ns() ^ (uint64_t)getpid() << 32;
-        fprintf(stderr, "soak: %u s, %u clients, TEST_SEED=%#llx\n", seconds, nclients, (unsigned long long)s.seed);
+        fprintf(stderr, "soak: %u s, %u clients, TEST_SEED=%#llx, starts at %llu ms\n", seconds, nclients,
+                (unsigned long long)s.seed, ms_now());
         td_start_logged(&s.d, getenv("TEST_DAEMON_ARGS"));
+        s.kills_fd = td_kills_record(&s.d);
         s.deadline = now_ns() + (uint64_t)seconds * 1000000000ull;
         for (unsigned i = 0; i < nclients; i++)
                 slot_spawn(&s, &slots[i]);
@@ -483,14 +586,24 @@ int main(int argc, char **argv) {
                 if (action < 35) {
                         if (!kill_daemon)
                                 continue;
+                        pid_t old = s.d.pid;
                         td_kill(&s.d);
                         s.daemon_kills++;
+                        fprintf(stderr, "%llu ms: daemon %d killed\n", ms_now(), (int)old);
+                        td_log_mark(&s.d, "%llu ms: daemon %d killed", ms_now(), (int)old);
                         usleep(xorshift(&rnd) % 300001);
                         td_respawn(&s.d);
+                        fprintf(stderr, "%llu ms: daemon %d accepts connections\n", ms_now(), (int)s.d.pid);
+                        td_log_mark(&s.d, "%llu ms: daemon %d accepts connections", ms_now(), (int)s.d.pid);
                 } else if (action < 45) {
                         Slot *slot = &slots[xorshift(&rnd) % nclients];
+                        pid_t killed = slot->pid;
                         slot_kill(&s, slot);
+                        fprintf(stderr, "%llu ms: client %u (pid %d) killed\n", ms_now(), slot->id, (int)killed);
                         slot_spawn(&s, slot);
+                        fprintf(stderr, "%llu ms: client %u (pid %d) started\n", ms_now(), slot->id, (int)slot->pid);
+                        td_log_mark(&s.d, "%llu ms: client pid %d killed, client %u (pid %d) started", ms_now(),
+                                    (int)killed, slot->id, (int)slot->pid);
                 }
         }
         /* a client reads back a few MiB, twice: seconds, even under TSan */
@@ -505,6 +618,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "soak: %u s: %u daemon kills and restarts, %u clients killed, %u started; %u clients failed; "
                         "%zu pages verified at the end, %zu lost\n",
                 seconds, s.daemon_kills, s.client_kills, s.clients_started, s.client_failures, s.verified, s.lost);
+        fprintf(stderr, "soak: forks lost to a daemon death during the fork: %zu (clients that lived to the end)\n",
+                s.forks_lost);
         ASSERT_EQ(s.client_failures, 0);
         ASSERT_EQ(s.lost, 0);
         ASSERT_TRUE(s.verified > 0);
