@@ -595,8 +595,13 @@ static void store_accept(struct zswap_client *c, int fd) {
         store_unmap(map);
         if (codec < ELEMENTSOF(c->dctx) && !c->dctx[codec] && codec_dctx_new((CodecKind)codec, &c->dctx[codec]) < 0)
                 c->dctx[codec] = NULL;
-        safe_close(c->store_fd);
+        /* under the lock: the agent reads it (agent_lost) as soon as it
+         * runs, which is before an ATTACH is answered */
+        pthread_mutex_lock(&c->lock);
+        int old = c->store_fd;
         c->store_fd = fd;
+        pthread_mutex_unlock(&c->lock);
+        safe_close(old);
 }
 
 static int attach(struct zswap_client *c, bool with_uffd) {

@@ -28,6 +28,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@
 #include "mmclient.h"
 #include "pool.h"
 #include "store.h"
+#include "uffd-compat.h"
 
 typedef struct AdoptCtx {
         MMClient *mm;
@@ -255,4 +257,78 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
         codec_cctx_free(a->cctx);
         free(a);
         return r;
+}
+
+/*
+ * A dead daemon may have read an event and died before it acted on it: an
+ * munmap() then left its range in the store's table, with entries that a
+ * new mapping at that address must never see. So the table is cut to what
+ * is still mapped and registered for missing faults in the client (VmFlags
+ * "um" in /proc/PID/smaps), but only when no event is pending: the kernel
+ * counts an address-space change from before it happens until its event
+ * is read (mmap_changing), and UFFDIO_WRITEPROTECT says EAGAIN while the
+ * count is not 0. A pending event (an mremap, say, whose range must keep
+ * its entries until the event moves them) keeps the table as it is, and
+ * the events fix it in order; a change begun after the check finds the
+ * snapshot still true and sends its event as usual.
+ */
+int adopt_live_ranges(MMClient *mm, StoreRange *r, int n) {
+        char path[64], *line = NULL;
+        size_t cap = 0, nv = 0, nvmax = 0;
+        StoreRange *v = NULL, cur = { 0, 0 };
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/smaps", (int)mm->pid);
+        f = fopen(path, "re");
+        if (!f)
+                return n;
+        while (getline(&line, &cap, f) > 0) {
+                unsigned long long s, e;
+                if (sscanf(line, "%llx-%llx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+                        cur = (StoreRange){ s, e };
+                        continue;
+                }
+                if (strncmp(line, "VmFlags:", 8) || !strstr(line, " um"))
+                        continue;
+                if (nv == nvmax) {
+                        StoreRange *g = realloc(v, (nvmax = nvmax ? 2 * nvmax : 64) * sizeof(*v));
+                        if (!g)
+                                goto out;
+                        v = g;
+                }
+                v[nv++] = cur;
+        }
+        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
+        if (ioctl(mm->uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN)
+                goto out; /* an event is pending: the table stands */
+        /* both lists are sorted and without overlaps: intersect in place
+         * (never more pieces than STORE_RANGES_MAX) */
+        int m = 0;
+        uint64_t dropped = 0, kept = 0;
+        StoreRange *res = malloc(STORE_RANGES_MAX * sizeof(*res));
+        if (!res)
+                goto out;
+        for (int i = 0; i < n; i++) {
+                uint64_t before = kept;
+                for (size_t j = 0; j < nv && m < STORE_RANGES_MAX; j++) {
+                        uint64_t s = MAX(r[i].start, v[j].start), e = MIN(r[i].end, v[j].end);
+                        if (s < e) {
+                                res[m++] = (StoreRange){ s, e };
+                                kept += e - s;
+                        }
+                }
+                dropped += (r[i].end - r[i].start) - (kept - before);
+        }
+        if (dropped)
+                log_warn("pid %d: adopt: %llu KiB of its ranges are no longer mapped and registered "
+                         "(an unmap the dead daemon read and never handled): dropped",
+                         (int)mm->pid, (unsigned long long)dropped >> 10);
+        memcpy(r, res, (size_t)m * sizeof(*res));
+        free(res);
+        n = m;
+out:
+        free(line);
+        free(v);
+        fclose(f);
+        return n;
 }

@@ -26,3 +26,8 @@ int adopt_ranges(uint8_t *old, StoreRange **ret, char *why, size_t len);
  * kept. 0, -EBADMSG (why[] says what), -ENOSPC/-ENOMEM. */
 int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, uint64_t *held,
                   char *why, size_t len);
+
+/* Cut ranges[] (n, sorted) to what is still mapped and registered in the
+ * client, unless an address-space event is pending on its uffd. Returns
+ * the new count (the array is rewritten in place). */
+int adopt_live_ranges(MMClient *mm, StoreRange *ranges, int n);

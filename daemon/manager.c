@@ -533,6 +533,13 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
+        /* a fork may be waiting for us to read its event: the FORK_PREPARE
+         * that announced its token went to the dead daemon, and the token
+         * is in the client's memory already */
+        uint64_t token = 0;
+        if (a->fork_token_addr && mmclient_read(mm, a->fork_token_addr, &token, sizeof(token)) == 0)
+                atomic_store_explicit(&mm->next_fork_token, token, memory_order_relaxed);
+        n = adopt_live_ranges(mm, ranges, n);
         for (int i = 0; r == 0 && i < n; i++)
                 r = mmclient_region_add(mm, ranges[i].start, ranges[i].end);
         if (r < 0)
