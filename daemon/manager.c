@@ -422,6 +422,24 @@ static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
         mm->fork_token_addr = a->fork_token_addr;
 }
 
+/* A new client address space of connection c starts being served: an id,
+ * a fault thread watching its uffd, the manager's list. On failure mm is
+ * let go (the client keeps its own uffd). */
+static int mm_serve(Manager *m, Conn *c, MMClient *mm) {
+        mm->id = ++m->next_mm_id;
+        mm->conn = c;
+        c->mm = mm;
+        mm->ft = m->fts[mm->id % m->nfts];
+        if (fault_watch(m, mm) < 0) {
+                c->mm = NULL;
+                mm->ft = NULL;
+                mmclient_unref(mm);
+                return -ENOMEM;
+        }
+        mm_link(m, mm);
+        return 0;
+}
+
 static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
@@ -459,20 +477,11 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
                         return r;
                 }
         }
-        mm->id = ++m->next_mm_id;
         mm->wp_async = m->wp_async;
         mm_set_staging(mm, a, nlanes);
-        mm->conn = c;
         mm->uid = c->uid;
-        c->mm = mm;
-        mm->ft = m->fts[mm->id % m->nfts];
-        if (fault_watch(m, mm) < 0) {
-                c->mm = NULL;
-                mm->ft = NULL;
-                mmclient_unref(mm);
+        if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
-        }
-        mm_link(m, mm);
         log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
         reply_store(c, a->hdr.id, mm, 0, NULL, 0);
         return 1;
@@ -552,17 +561,8 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
                 return r == -ENOMEM ? r : -EBADMSG;
         }
-        mm->id = ++m->next_mm_id;
-        mm->conn = c;
-        c->mm = mm;
-        mm->ft = m->fts[mm->id % m->nfts];
-        if (fault_watch(m, mm) < 0) {
-                c->mm = NULL;
-                mm->ft = NULL;
-                mmclient_unref(mm);
+        if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
-        }
-        mm_link(m, mm);
         for (int i = 0; i < n; i++) {
                 struct uffdio_range wake = { .start = ranges[i].start, .len = ranges[i].end - ranges[i].start };
                 (void)ioctl(mm->uffd, UFFDIO_WAKE, &wake);

@@ -23,17 +23,6 @@ static void *reader(void *arg) {
         return NULL;
 }
 
-static bool wchan_is_userfault(pid_t tid) {
-        char path[64], w[64] = "";
-        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)tid);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return false;
-        (void)!fgets(w, sizeof(w), f);
-        fclose(f);
-        return strstr(w, "userfault") != NULL;
-}
-
 int main(void) {
         TestDaemon d;
         const size_t len = NPAGES * ZSWAP_PAGE_SIZE;
@@ -56,7 +45,7 @@ int main(void) {
         /* the reader's own tid: thread ids of a process are not contiguous
          * while other processes create threads */
         ASSERT_TRUE(atomic_load(&reader_tid) > 0);
-        ASSERT_TRUE(wchan_is_userfault(atomic_load(&reader_tid)));
+        ASSERT_TRUE(task_in_userfault(atomic_load(&reader_tid)));
         /* library calls report the daemon gone */
         struct zswap_stats s;
         ASSERT_ERROR(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s), ENOTCONN);
