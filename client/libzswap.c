@@ -825,19 +825,14 @@ static int connect_client(struct zswap_client *c) {
  * index: a zone twice here installs its pages twice, EEXIST).
  */
 
-#define RESTORE_GONE UINT64_MAX    /* RestoreEvent.to of REMOVE and UNMAP */
 #define RESTORE_FORK_DEPTH 4       /* forks within forks served during one restore */
 #define RESTORE_EAGAIN_TRIES 1000  /* 10 ms polls for an event that never comes */
 #define RESTORE_EVENTS_CHUNK 256   /* events per mmap()ed step */
 
-typedef struct RestoreEvent {
-        uint64_t start, end, to; /* [start, end) went to `to`, or is gone */
-} RestoreEvent;
-
 /* One address space being filled: ours, or a child's. */
 typedef struct RestoreTarget {
         int uffd;
-        RestoreEvent *ev; /* the events read from uffd, in order (mmap()ed) */
+        StoreEvent *ev;   /* the events read from uffd, in order (mmap()ed) */
         size_t nev, cap;
         unsigned depth;   /* 0: ours */
         bool blind;       /* an event could not be kept: install nothing more */
@@ -883,21 +878,16 @@ static void target_event(RestoreTarget *t, uint64_t start, uint64_t end, uint64_
                 t->blind = true;
                 return;
         }
-        t->ev[t->nev++] = (RestoreEvent){ start, end, to };
+        t->ev[t->nev++] = (StoreEvent){ start, end, to };
 }
 
 /* Where the page the store knows at addr is now; false: gone. */
 static bool target_where(const RestoreTarget *t, uint64_t addr, uint64_t *ret) {
         if (t->blind)
                 return false;
-        for (size_t i = 0; i < t->nev; i++) {
-                const RestoreEvent *e = &t->ev[i];
-                if (addr < e->start || addr >= e->end)
-                        continue;
-                if (e->to == RESTORE_GONE)
+        for (size_t i = 0; i < t->nev; i++)
+                if (!store_event_where(&t->ev[i], addr, &addr))
                         return false;
-                addr = e->to + (addr - e->start);
-        }
         *ret = addr;
         return true;
 }
@@ -922,7 +912,7 @@ static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
                 if (n != (ssize_t)sizeof(m))
                         return;
                 if (m.event == UFFD_EVENT_REMOVE || m.event == UFFD_EVENT_UNMAP)
-                        target_event(t, m.arg.remove.start, m.arg.remove.end, RESTORE_GONE);
+                        target_event(t, m.arg.remove.start, m.arg.remove.end, STORE_EVENT_GONE);
                 else if (m.event == UFFD_EVENT_REMAP)
                         target_event(t, m.arg.remap.from, m.arg.remap.from + m.arg.remap.len, m.arg.remap.to);
                 else if (m.event == UFFD_EVENT_FORK)
@@ -1079,6 +1069,12 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
                 R->st = st;
                 R->t = &t;
                 t.page = R->page;
+                /* an event the daemon read and died before it finished
+                 * comes first; a bad one only this client could have
+                 * written is ignored */
+                StoreEvent ev;
+                if (store_journal_event(R->map, &ev) > 0)
+                        target_event(&t, ev.start, ev.end, ev.to);
                 restore_walk(R);
                 sr = scratch_alloc(sr_size);
                 n = sr ? store_ranges(R->map, sr, STORE_RANGES_MAX) : 0;
@@ -1093,7 +1089,7 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
         for (int i = 0; i < n; i++)
                 unregister_span(uffd, sr[i].start, sr[i].end);
         for (size_t i = 0; i < t.nev; i++)
-                if (t.ev[i].to != RESTORE_GONE)
+                if (t.ev[i].to != STORE_EVENT_GONE)
                         unregister_span(uffd, t.ev[i].to, t.ev[i].to + (t.ev[i].end - t.ev[i].start));
         scratch_free(t.ev, t.cap * sizeof(*t.ev));
         scratch_free(sr, sr_size);

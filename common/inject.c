@@ -35,6 +35,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_UFFD_REGISTER] = { "uffd_register", ENOMEM },
         [INJ_UFFD_UNREGISTER] = { "uffd_unregister", ENOMEM },
         [INJ_UFFD_WP] = { "uffd_wp", EAGAIN },
+        [INJ_KILL_EVENT] = { "kill_event", EINTR },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

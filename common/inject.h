@@ -31,6 +31,7 @@ typedef enum InjectSite {
         INJ_UFFD_REGISTER,  /* UFFDIO_REGISTER of a client's range */
         INJ_UFFD_UNREGISTER,/* UFFDIO_UNREGISTER */
         INJ_UFFD_WP,        /* UFFDIO_WRITEPROTECT (the liveness probe) */
+        INJ_KILL_EVENT,     /* SIGKILL to the daemon while it handles a uffd event (fault.c) */
         _INJ_MAX,
 } InjectSite;
 

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <linux/userfaultfd.h>
 
 #include "macro.h"
 #include "store.h"
@@ -126,6 +127,43 @@ int store_check(const uint8_t *map, char *why, size_t len) {
         if (why)
                 snprintf(why, len, "%s", bad);
         return -EBADMSG;
+}
+
+_Static_assert(STORE_JOURNAL_OFF >= sizeof(StoreSuper) && STORE_JOURNAL_OFF + sizeof(struct uffd_msg) <= STORE_SUPER_SIZE,
+               "the journal lies in the superblock's page, after the superblock");
+
+static bool span_ok(uint64_t start, uint64_t len) {
+        return start % ZSWAP_PAGE_SIZE == 0 && len % ZSWAP_PAGE_SIZE == 0 && len > 0 && start < PINDEX_MAX_ADDR &&
+               len <= PINDEX_MAX_ADDR - start;
+}
+
+int store_journal_event(const uint8_t *map, StoreEvent *ev) {
+        struct uffd_msg m;
+
+        /* a copy: the store may be written behind our back (a root client) */
+        memcpy(&m, map + STORE_JOURNAL_OFF, sizeof(m));
+        switch (m.event) {
+        case 0:
+        case UFFD_EVENT_PAGEFAULT:
+        case UFFD_EVENT_FORK:
+                return 0;
+        case UFFD_EVENT_REMOVE:
+        case UFFD_EVENT_UNMAP:
+                if (m.arg.remove.end <= m.arg.remove.start ||
+                    !span_ok(m.arg.remove.start, m.arg.remove.end - m.arg.remove.start))
+                        return -EBADMSG;
+                *ev = (StoreEvent){ m.arg.remove.start, m.arg.remove.end, STORE_EVENT_GONE };
+                return 1;
+        case UFFD_EVENT_REMAP: {
+                uint64_t from = m.arg.remap.from, to = m.arg.remap.to, len = m.arg.remap.len;
+                if (!span_ok(from, len) || !span_ok(to, len) || (to < from + len && from < to + len))
+                        return -EBADMSG;
+                *ev = (StoreEvent){ from, from + len, to };
+                return 1;
+        }
+        default:
+                return -EBADMSG;
+        }
 }
 
 int store_ranges(uint8_t *map, StoreRange *out, size_t max) {

@@ -31,6 +31,7 @@
  * Layout (every area page aligned; the file is sparse, untouched parts
  * cost nothing):
  *   0                 StoreSuper
+ *   STORE_JOURNAL_OFF the event journal: one struct uffd_msg (below)
  *   STORE_RANGES_OFF  StoreRange ranges[2][STORE_RANGES_MAX]  (two copies)
  *   STORE_CLASS_OFF   uint16_t chunk_class[STORE_POOL_IDS]    (0 free, k + 1: class k)
  *   STORE_DIR_OFF     uint64_t dir[STORE_LEAVES_MAX]          (zone address | 1, 0 unused)
@@ -102,6 +103,48 @@ typedef struct StoreSuper {
         uint32_t reserved;
         uint64_t reserved2[8];
 } StoreSuper;
+
+/*
+ * The event journal: the uffd message the daemon is handling. A fault
+ * thread reads every message of the client's uffd straight into it
+ * (daemon/fault.c), so the kernel writes an event into the store before
+ * its read() returns (and lets the munmap(), madvise() or mremap() that
+ * sent it go on); the daemon clears it once the event is handled (a page
+ * fault at once: the next daemon wakes every waiter anyway). A daemon
+ * killed in between, even inside that read(), leaves the event to whoever
+ * takes the store next: the next daemon applies it to what it adopts
+ * (daemon/adopt.c), a client restoring itself to what it installs.
+ * Zero in a store written before the journal existed: nothing pending.
+ */
+#define STORE_JOURNAL_OFF 2048ull
+
+/* An event as the journal's reader applies it: [start, end) is gone
+ * (MADV_DONTNEED, munmap) or went to `to` (mremap). */
+typedef struct StoreEvent {
+        uint64_t start, end, to;
+} StoreEvent;
+#define STORE_EVENT_GONE UINT64_MAX
+
+static inline void *store_journal(uint8_t *map) {
+        return map + STORE_JOURNAL_OFF;
+}
+
+/* The event in the journal of a store somebody else wrote, checked: 1 and
+ * *ev (page aligned, below 2^48, an mremap's two ranges disjoint); 0 if
+ * there is none to apply (empty, a page fault, a fork: its child's uffd
+ * died with the daemon); -EBADMSG if it is no event the kernel sends. */
+int store_journal_event(const uint8_t *map, StoreEvent *ev);
+
+/* Where the page that was at addr is after ev: false if gone. */
+static inline bool store_event_where(const StoreEvent *ev, uint64_t addr, uint64_t *ret) {
+        if (addr >= ev->start && addr < ev->end) {
+                if (ev->to == STORE_EVENT_GONE)
+                        return false;
+                addr = ev->to + (addr - ev->start);
+        }
+        *ret = addr;
+        return true;
+}
 
 /* The geometry of size class k (0 <= k < STORE_NR_CLASSES): object size,
  * chunk size (4..64 KiB, the one that wastes least) and slots per chunk.

@@ -35,6 +35,7 @@
 #include "adopt.h"
 #include "codec.h"
 #include "log.h"
+#include "macro.h"
 #include "manager.h"
 #include "mmclient.h"
 #include "pool.h"
@@ -44,6 +45,7 @@
 typedef struct AdoptCtx {
         MMClient *mm;
         uint8_t *old;
+        const StoreEvent *ev; /* the journal's event, or NULL */
         const StoreRange *ranges;
         size_t nranges;
         uint32_t nslots;
@@ -137,6 +139,13 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         bool here;
         int r;
 
+        /* an entry the journal's mremap carries, or one already where that
+         * mremap put the pages (the kernel replaced it: ours wins) */
+        bool carried = a->ev && addr >= a->ev->start && addr < a->ev->end;
+        if (a->ev && !store_event_where(a->ev, addr, &addr)) {
+                a->dropped++; /* the journal's munmap or MADV_DONTNEED took it */
+                return 0;
+        }
         if (!in_ranges(a, addr)) {
                 a->dropped++; /* no longer registered (an unregister was under way) */
                 return 0;
@@ -177,6 +186,20 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (pe_state(nv) == PE_STORED)
                         pool_release(mm->pool, pe_handle(nv)); /* not counted yet */
                 return -ENOMEM;
+        }
+        if (atomic_load_explicit(ne, memory_order_relaxed) != 0) {
+                /* two entries for one page: only the journal's mremap
+                 * brings one here, and the page it carries is what the
+                 * address holds now */
+                a->dropped++;
+                if (!carried) {
+                        if (pe_state(nv) == PE_STORED)
+                                pool_release(mm->pool, pe_handle(nv)); /* not counted yet */
+                        return 0;
+                }
+                unsigned st = pe_state(atomic_load_explicit(ne, memory_order_relaxed));
+                a->held -= st == PE_STORED || st == PE_SAME;
+                mmclient_entry_drop(mm, ne);
         }
         /* relaxed: the client is not served yet; fault_watch() publishes */
         atomic_store_explicit(ne, nv, memory_order_relaxed);
@@ -219,28 +242,71 @@ int adopt_check(Manager *m, uint8_t *old, char *why, size_t len) {
         return 0;
 }
 
-int adopt_ranges(uint8_t *old, StoreRange **ret, char *why, size_t len) {
-        StoreRange *t = malloc(STORE_RANGES_MAX * sizeof(*t));
+static int cmp_range(const void *x, const void *y) {
+        const StoreRange *a = x, *b = y;
+        return a->start < b->start ? -1 : a->start > b->start;
+}
+
+/* The range table as it is after ev: what lay in [ev->start, ev->end) is
+ * cut out and, for an mremap, put back where it went. Applying it to a
+ * table the dead daemon had changed already (it moves the ranges after the
+ * entries) changes nothing. t has room for 2 * STORE_RANGES_MAX + 1 pieces;
+ * returns the new count or -EBADMSG if the result does not fit a store. */
+static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
+        int m = n;
+        for (int i = 0; i < n; i++) {
+                StoreRange r = t[i];
+                uint64_t s = MAX(r.start, ev->start), e = MIN(r.end, ev->end);
+                if (s >= e)
+                        continue;
+                t[i] = (StoreRange){ r.start, s }; /* may be empty: dropped below */
+                t[m++] = (StoreRange){ e, r.end };
+                if (ev->to != STORE_EVENT_GONE)
+                        t[m++] = (StoreRange){ ev->to + (s - ev->start), ev->to + (e - ev->start) };
+        }
+        qsort(t, (size_t)m, sizeof(*t), cmp_range);
+        int k = 0;
+        for (int i = 0; i < m; i++) {
+                if (t[i].start >= t[i].end)
+                        continue;
+                if (k && t[k - 1].end >= t[i].start)
+                        t[k - 1].end = MAX(t[k - 1].end, t[i].end);
+                else
+                        t[k++] = t[i];
+        }
+        return k <= STORE_RANGES_MAX ? k : -EBADMSG;
+}
+
+int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, char *why, size_t len) {
+        /* room for what the journal's event may split (journal_ranges()) */
+        StoreRange *t = malloc((2 * STORE_RANGES_MAX + 1) * sizeof(*t));
         if (!t)
                 return -ENOMEM;
         int n = store_ranges(old, t, STORE_RANGES_MAX);
-        if (n < 0) {
-                free(t);
+        int j = n < 0 ? 0 : store_journal_event(old, ev);
+        if (n >= 0 && j < 0)
+                snprintf(why, len, "bad event in the journal");
+        else if (n < 0)
                 snprintf(why, len, "bad range table");
-                return n;
+        if (n >= 0 && j > 0 && (n = journal_ranges(t, n, ev)) < 0)
+                snprintf(why, len, "too many ranges after the journal's event");
+        if (n < 0 || j < 0) {
+                free(t);
+                return n < 0 ? n : j;
         }
+        *has_ev = j > 0;
         *ret = t;
         return n;
 }
 
-int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, uint64_t *held,
-                  char *why, size_t len) {
+int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
+                  uint64_t *held, char *why, size_t len) {
         AdoptCtx *a = calloc(1, sizeof(*a));
         int r;
 
         if (!a)
                 return -ENOMEM;
-        *a = (AdoptCtx){ .mm = mm, .old = old, .ranges = ranges, .nranges = nranges,
+        *a = (AdoptCtx){ .mm = mm, .old = old, .ev = ev, .ranges = ranges, .nranges = nranges,
                          .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len };
         r = codec_cctx_new(mm->m->cfg.codec, mm->m->cfg.level, &a->cctx);
         if (r == 0)

@@ -3,6 +3,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,15 +18,17 @@ typedef struct MMClient MMClient;
  * what. */
 int adopt_check(Manager *m, uint8_t *old, char *why, size_t len);
 
-/* The old store's range table, checked, in a new array (*ret, free()).
- * Returns the count or -errno. */
-int adopt_ranges(uint8_t *old, StoreRange **ret, char *why, size_t len);
+/* The old store's range table, checked, in a new array (*ret, free()),
+ * with the event its journal holds (store.h) applied: *has_ev says if
+ * there was one, *ev is it. Returns the count or -errno. */
+int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, char *why, size_t len);
 
 /* Copy what old holds for the addresses in ranges into mm (its new store,
- * index and counters; mm's pid and staging area set). *held gets the pages
- * kept. 0, -EBADMSG (why[] says what), -ENOSPC/-ENOMEM. */
-int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, uint64_t *held,
-                  char *why, size_t len);
+ * index and counters; mm's pid and staging area set), each entry first
+ * moved or dropped by ev (the journal's event, NULL if none). *held gets
+ * the pages kept. 0, -EBADMSG (why[] says what), -ENOSPC/-ENOMEM. */
+int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
+                  uint64_t *held, char *why, size_t len);
 
 /* Cut ranges[] (n, sorted) to what is still mapped and registered in the
  * client, unless an address-space event is pending on its uffd. Returns

@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -393,6 +394,43 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
 }
 
 /*
+ * Every message of a client's uffd is read into its store's journal
+ * (store.h): from the moment the kernel hands an event over (and lets the
+ * munmap, madvise or mremap that sent it return) until we have handled it,
+ * a daemon killed at any instant leaves it to the next one (adopt.c). A
+ * page fault needs no such care (the next daemon wakes every waiter) and
+ * leaves the journal at once; an event leaves it through journal_done().
+ * Under serve_lock. Returns what read() returned.
+ */
+static void journal_done(MMClient *mm) {
+        /* release: what handling the event wrote to the store comes first */
+        __atomic_store_n(&mm->journal->event, 0, __ATOMIC_RELEASE);
+}
+
+/* Fault injection (kill_event): the daemon killed between reading an event
+ * and finishing it, the window the journal closes. */
+static void kill_point(const char *where) {
+        if (INJECT(INJ_KILL_EVENT)) {
+                log_warn("fault injection: killed %s", where);
+                raise(SIGKILL);
+        }
+}
+
+static ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
+        ssize_t n = read(mm->uffd, mm->journal, sizeof(*msg));
+
+        if (n != (ssize_t)sizeof(*msg))
+                return n;
+        *msg = *mm->journal;
+        if (msg->event == UFFD_EVENT_PAGEFAULT)
+                journal_done(mm);
+        else if (msg->event != UFFD_EVENT_REMOVE || msg->arg.remove.start < mm->staging_addr ||
+                 msg->arg.remove.start >= mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE)
+                kill_point("with an event read"); /* the library's own staging releases do not count */
+        return n;
+}
+
+/*
  * Look at the next message while installing ahead. A fault inside the
  * window is the reader that caught up: it is served by the copies to come
  * (they wake from then on), or at once if its page went in already. Any
@@ -402,7 +440,7 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
  */
 static bool ra_look(FaultThread *ft, MMClient *mm, uint64_t done_from, uint64_t a, uint64_t end, bool *waiter) {
         struct uffd_msg msg;
-        ssize_t n = read(mm->uffd, &msg, sizeof(msg));
+        ssize_t n = uffd_read_msg(mm, &msg);
 
         if (n != sizeof(msg))
                 return true; /* nothing waiting */
@@ -703,6 +741,8 @@ static void event_remove(FaultThread *ft, MMClient *mm, uint64_t start, uint64_t
          * then outside every region, which the planner checks (evict.c) */
         if (unmap)
                 mmclient_region_remove(mm, start, end, false);
+        if (inject_armed && (unmap || mmclient_region_clip(mm, &(uint64_t){ start }, &(uint64_t){ end })))
+                kill_point(unmap ? "with an munmap's ranges cut, its entries not yet" : "before dropping the entries of an MADV_DONTNEED");
         pindex_walk(mm->index, start, end, remove_cb, &c);
         if (unmap)
                 return;
@@ -762,6 +802,7 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
                 return;
         }
         pindex_walk(mm->index, from, from + len, remap_cb, &c);
+        kill_point("with an mremap's entries moved, its ranges not yet");
         if (c.errors)
                 log_error("pid %d: out of memory moving %d entries on mremap", (int)mm->pid, c.errors);
         mmclient_region_move(mm, from, to, len);
@@ -947,10 +988,11 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
                         ft->stash_t0 = 0;
                         now = 0;
                         handle_msg(ft, mm, &msg);
+                        journal_done(mm); /* an event stays in the journal while stashed */
                         ft->fault_t0 = 0;
                         continue;
                 }
-                ssize_t n = read(mm->uffd, &msg, sizeof(msg));
+                ssize_t n = uffd_read_msg(mm, &msg);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -966,6 +1008,7 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
                 ft->fault_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? (now ? now : now_ns()) : 0;
                 now = 0;
                 handle_msg(ft, mm, &msg);
+                journal_done(mm);
                 ft->fault_t0 = 0; /* a zero fill or an EEXIST: not timed */
         }
 }

@@ -499,6 +499,8 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         uint8_t *old = NULL;
         unsigned nlanes;
         uint64_t held = 0;
+        StoreEvent ev;
+        bool has_ev = false;
         MMClient *mm;
         int r, n;
 
@@ -515,7 +517,7 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return -EBADMSG;
         }
         r = adopt_check(m, old, why, sizeof(why));
-        n = r < 0 ? r : adopt_ranges(old, &ranges, why, sizeof(why));
+        n = r < 0 ? r : adopt_ranges(old, &ranges, &ev, &has_ev, why, sizeof(why));
         if (n < 0) {
                 store_unmap(old);
                 if (n == -EBADMSG)
@@ -548,13 +550,20 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         uint64_t token = 0;
         if (a->fork_token_addr && mmclient_read(mm, a->fork_token_addr, &token, sizeof(token)) == 0)
                 atomic_store_explicit(&mm->next_fork_token, token, memory_order_relaxed);
+        if (has_ev && ev.to == STORE_EVENT_GONE)
+                log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) gone", (int)c->pid,
+                         (unsigned long long)ev.start, (unsigned long long)ev.end);
+        else if (has_ev)
+                log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) moved to %#llx",
+                         (int)c->pid, (unsigned long long)ev.start, (unsigned long long)ev.end,
+                         (unsigned long long)ev.to);
         n = adopt_live_ranges(mm, ranges, n);
         for (int i = 0; r == 0 && i < n; i++)
                 r = mmclient_region_add(mm, ranges[i].start, ranges[i].end);
         if (r < 0)
                 snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
         if (r == 0)
-                r = adopt_entries(mm, old, ranges, (size_t)n, &held, why, sizeof(why));
+                r = adopt_entries(mm, old, ranges, (size_t)n, has_ev ? &ev : NULL, &held, why, sizeof(why));
         store_unmap(old);
         if (r < 0) {
                 log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);

@@ -66,6 +66,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
                         r = pindex_new_store(mm->store, &mm->index);
         } else
                 r = pindex_new(&mm->index);
+        mm->journal = mm->store ? store_journal(mm->store) : &mm->journal_own;
         if (r < 0) {
                 mm->uffd = -1; /* the caller keeps its fd on failure */
                 mmclient_unref(mm);

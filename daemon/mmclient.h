@@ -143,6 +143,11 @@ typedef struct MMClient {
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */
         struct uffd_msg stash; /* a message fault-around read and left to handle next */
         bool has_stash;
+        /* where each message is read to (under serve_lock): the store's
+         * event journal (store.h), which keeps an event read and not yet
+         * handled for the next daemon; journal_own without a store */
+        struct uffd_msg *journal;
+        struct uffd_msg journal_own;
         _Atomic bool dead;    /* set by the manager when the client is gone */
 
         /* pool bytes this client may still take under its user's

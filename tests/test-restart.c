@@ -36,6 +36,12 @@
  *                 ours); the next daemon adopts the parent and reads the
  *                 event: the child must attach to it and read every page
  *                 (not under TSan)
+ *   event-kill    the daemon killed (ZSWAPD_INJECT kill_event) once it has
+ *                 read an mremap, MADV_DONTNEED or munmap event of an
+ *                 evicted range, and while it handles one: the next daemon
+ *                 applies it from the store's journal; the moved pages read
+ *                 back at their new place, the dropped ones as zeros, a new
+ *                 mapping where the unmapped one was as zeros
  * TEST_RESTART_ONLY=NAME runs one case; TEST_SEED fixes the random seeds;
  * TEST_RESTART_FORKS=0 leaves the forks out of "load".
  *
@@ -890,8 +896,139 @@ static void case_fork_kill(void) {
 
 /* ---- one process per case ---- */
 
+/* ---- event-kill: the daemon killed while it handles an event ---- */
+
+#define EK_PAGES 256
+
+typedef enum EkOp { EK_REMAP, EK_REMOVE, EK_UNMAP, _EK_MAX } EkOp;
+
+static void assert_zeros(const uint8_t *p, size_t len, const char *what) {
+        for (size_t i = 0; i < len; i++)
+                if (p[i]) {
+                        td_log_dump(&d);
+                        test_fail("%s: byte %zu of %zu (page %zu) is %#x, not 0", what, i, len, i / ZSWAP_PAGE_SIZE,
+                                  p[i]);
+                }
+}
+
+static _Atomic int ek_status; /* the dying daemon's wait status, once the next one runs */
+static _Atomic bool ek_ready, ek_done;
+
+/* Waits for the daemon to die and starts the next one. Not the main
+ * thread's job: an mremap() sends a second event (UNMAP of the old range)
+ * and waits in the kernel until a daemon reads it. The thread lives until
+ * the daemon is stopped (its parent-death signal follows this thread). */
+static void *ek_respawn_main(void *arg) {
+        int st;
+
+        ASSERT_EQ(waitpid(d.pid, &st, 0), d.pid);
+        d.pid = 0;
+        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+                td_respawn(&d);
+        atomic_store(&ek_status, st);
+        atomic_store(&ek_ready, true);
+        while (!atomic_load(&ek_done))
+                usleep(10000);
+        return NULL;
+}
+
+/*
+ * Every page evicted, then one address-space change whose event kills the
+ * daemon (ZSWAPD_INJECT kill_event, common/inject.h) at the read that
+ * hands it over (point 1: munmap/madvise/mremap return then) or in the
+ * middle of handling it (point 2). The next daemon must find the event in
+ * the store's journal and apply it to what it adopts.
+ */
+static void event_kill_one(EkOp op, unsigned point) {
+        static const char *const names[] = { "mremap", "MADV_DONTNEED", "munmap" };
+        static uint64_t hashes[EK_PAGES];
+        const size_t len = EK_PAGES * ZSWAP_PAGE_SIZE, half = len / 2;
+        char spec[64];
+        int st;
+
+        fprintf(stderr, "-- %s, the daemon killed %s\n", names[op],
+                point == 1 ? "once it has read the event" : "while it handles the event");
+        atomic_store(&step, "event-kill: starting a daemon that dies at an event");
+        snprintf(spec, sizeof(spec), "kill_event=1/%u", point);
+        ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 90 + op * 2 + point, hashes), *fresh = NULL;
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > EK_PAGES / 2);
+        pthread_t t;
+        atomic_store(&ek_ready, false);
+        atomic_store(&ek_done, false);
+        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, NULL));
+
+        atomic_store(&step, "event-kill: the address-space change");
+        switch (op) {
+        case EK_REMAP: {
+                /* onto a reservation of our own: MREMAP_FIXED replaces it,
+                 * and no other thread can map into a hole meanwhile */
+                uint8_t *target = test_map(len + (1 << 20));
+                target += 37 * ZSWAP_PAGE_SIZE;
+                uint8_t *moved = mremap(buf, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+                ASSERT_TRUE(moved == target);
+                buf = moved;
+                break;
+        }
+        case EK_REMOVE:
+                ASSERT_OK(madvise(buf, half, MADV_DONTNEED));
+                break;
+        default:
+                ASSERT_OK(munmap(buf + half, half));
+                fresh = mmap(buf + half, half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                             -1, 0);
+                ASSERT_TRUE(fresh == buf + half);
+                break;
+        }
+        atomic_store(&step, "event-kill: waiting for the next daemon");
+        while (!atomic_load(&ek_ready))
+                usleep(1000);
+        st = atomic_load(&ek_status);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL || !td_log_has(&d, "fault injection: killed")) {
+                td_log_dump(&d);
+                test_fail("the daemon did not die at the event: status %#x", st);
+        }
+
+        atomic_store(&step, "event-kill: a new daemon, reading every page");
+        wait_served(c);
+        if (!td_log_has(&d, "left an event unfinished")) {
+                td_log_dump(&d);
+                test_fail("the new daemon found no event in the journal");
+        }
+        switch (op) {
+        case EK_REMAP:
+                assert_verified(buf, len, hashes, "at the mremap's destination");
+                break;
+        case EK_REMOVE:
+                assert_zeros(buf, half, "a page dropped by MADV_DONTNEED");
+                assert_verified(buf + half, half, hashes + EK_PAGES / 2, "past the MADV_DONTNEED");
+                break;
+        default:
+                /* the new mapping, registered where the old one was: it
+                 * must not see the old one's pages */
+                ASSERT_OK(zswap_register(c, fresh, half));
+                assert_zeros(fresh, half, "a new mapping where an unmapped one was");
+                assert_verified(buf, half, hashes, "before the munmap's range");
+                break;
+        }
+        zswap_disconnect(c);
+        td_stop(&d);
+        atomic_store(&ek_done, true);
+        pthread_join(t, NULL);
+        munmap(buf, len);
+}
+
+static void case_event_kill(void) {
+        for (EkOp op = 0; op < _EK_MAX; op++)
+                for (unsigned point = 1; point <= 2; point++)
+                        event_kill_one(op, point);
+}
+
 static const char *const cases[] = { "idle",   "load",       "fallback", "fallback-now", "planned",
-                                     "tamper", "disconnect", "fork-kill" };
+                                     "tamper", "disconnect", "fork-kill", "event-kill" };
 
 static void run_case(const char *name) {
         watchdog_start(120);
@@ -911,6 +1048,8 @@ static void run_case(const char *name) {
                 case_disconnect();
         else if (strcmp(name, "fork-kill") == 0)
                 case_fork_kill();
+        else if (strcmp(name, "event-kill") == 0)
+                case_event_kill();
         else
                 test_fail("no case %s", name);
         atomic_store(&watchdog_off, true);

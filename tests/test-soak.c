@@ -225,11 +225,18 @@ static void region_replace(Client *cl, Region *r) {
 /* To a fresh address, evicted pages and all. */
 static void region_move(Client *cl, Region *r) {
         const size_t len = len_of(r), extra = 2 << 20;
-        uint8_t *target = test_map(len + extra);
-        ASSERT_OK(munmap(target, len + extra));
-        target += (xorshift(&cl->seed) % (extra / ZSWAP_PAGE_SIZE)) * ZSWAP_PAGE_SIZE;
+        /* onto a reservation, which MREMAP_FIXED replaces: an munmap()ed
+         * hole could meanwhile take a mapping of libzswap's agent (its
+         * restore's event table, say), which the move would then destroy */
+        uint8_t *res = test_map(len + extra);
+        size_t skip = (xorshift(&cl->seed) % (extra / ZSWAP_PAGE_SIZE)) * ZSWAP_PAGE_SIZE;
+        uint8_t *target = res + skip;
         uint8_t *moved = mremap(r->addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
         ASSERT_TRUE(moved == target);
+        if (skip)
+                ASSERT_OK(munmap(res, skip));
+        if (extra - skip)
+                ASSERT_OK(munmap(target + len, extra - skip));
         note(cl, "mremap", index_of(cl, r), r->addr, len, (uintptr_t)moved, 0);
         unpoison(moved, len);
         r->addr = moved;

@@ -57,6 +57,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <linux/userfaultfd.h>
 
 #include "adopt.h"
 #include "codec.h"
@@ -178,6 +179,8 @@ typedef struct Model {
         Writes entries; /* key: leaf << 9 | index */
         Writes classes; /* key: chunk id */
         Writes pool;    /* key: file offset; value: length (not a map: every write) */
+        uint8_t jevent; /* the journal's last write */
+        uint64_t jarg[3];
 } Model;
 
 /* ---- the input ---- */
@@ -225,7 +228,8 @@ static void build(Model *m, const uint8_t *data, size_t size) {
         FUZZ_CHECK(m->ranges.w && m->rvals && m->dir.w && m->entries.w && m->classes.w && m->pool.w, "calloc");
 
         while (p < end) {
-                unsigned op = *p++ % _FS_OP_MAX;
+                unsigned op = *p >= FS_OP_JOURNAL_BYTE ? FS_OP_JOURNAL : *p % FS_OP_JOURNAL;
+                p++;
                 size_t left = (size_t)(end - p);
 
                 switch (op) {
@@ -292,6 +296,17 @@ static void build(Model *m, const uint8_t *data, size_t size) {
                         memcpy(map + pos, p, len);
                         p += len;
                         m->pool.w[m->pool.n++] = (Write){ .key = pos, .value = len };
+                        break;
+                }
+                case FS_OP_JOURNAL: {
+                        if (left < 25)
+                                return;
+                        struct uffd_msg msg = { .event = (uint8_t)get(&p, 1) };
+                        uint64_t arg[3] = { get(&p, 8), get(&p, 8), get(&p, 8) };
+                        memcpy(&msg.arg, arg, sizeof(arg));
+                        memcpy(map + STORE_JOURNAL_OFF, &msg, sizeof(msg));
+                        m->jevent = msg.event;
+                        memcpy(m->jarg, arg, sizeof(arg));
                         break;
                 }
                 case FS_OP_POOL: {
@@ -425,6 +440,139 @@ static void check_super(const Model *m) {
         FUZZ_CHECK(store_check(map, NULL, 0) == r, "store_check without why[]");
 }
 
+/* What store_journal_event() must answer, from the kernel's rules: an
+ * madvise() or munmap() range is page aligned and not empty, an mremap()
+ * moves a page-aligned range to a disjoint one, all below 2^48. */
+static int model_journal(const Model *m, StoreEvent *ev) {
+        const uint64_t a = m->jarg[0], b = m->jarg[1], c = m->jarg[2], top = PINDEX_MAX_ADDR;
+
+        switch (m->jevent) {
+        case 0:
+        case UFFD_EVENT_PAGEFAULT:
+        case UFFD_EVENT_FORK:
+                return 0;
+        case UFFD_EVENT_REMOVE:
+        case UFFD_EVENT_UNMAP:
+                if (!page_aligned(a) || !page_aligned(b) || a >= b || b > top)
+                        return -EBADMSG;
+                *ev = (StoreEvent){ a, b, STORE_EVENT_GONE };
+                return 1;
+        case UFFD_EVENT_REMAP:
+                if (!page_aligned(a) || !page_aligned(b) || !page_aligned(c) || c == 0 || a > top || b > top ||
+                    c > top - a || c > top - b || (a < b + c && b < a + c))
+                        return -EBADMSG;
+                *ev = (StoreEvent){ a, a + c, b };
+                return 1;
+        default:
+                return -EBADMSG;
+        }
+}
+
+static bool in_table(const StoreRange *t, int n, uint64_t x) {
+        for (int i = 0; i < n; i++)
+                if (x >= t[i].start && x < t[i].end)
+                        return true;
+        return false;
+}
+
+/* Whether the page at x is in the table t (n ranges) after ev. */
+static bool model_in(const StoreRange *t, int n, const StoreEvent *ev, uint64_t x) {
+        return (in_table(t, n, x) && (x < ev->start || x >= ev->end)) ||
+               (ev->to != STORE_EVENT_GONE && x >= ev->to && x - ev->to < ev->end - ev->start &&
+                in_table(t, n, ev->start + (x - ev->to)));
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
+/* How many ranges the table after ev has: the pages in it whose page
+ * below is not, among every place a range can start. */
+static int model_pieces(const StoreRange *t, int n, const StoreEvent *ev) {
+        uint64_t *c = malloc((3 * (size_t)n + 1) * sizeof(*c));
+        size_t nc = 0;
+        int pieces = 0;
+
+        FUZZ_CHECK(c, "malloc");
+        for (int i = 0; i < n; i++) {
+                c[nc++] = t[i].start;
+                c[nc++] = ev->end;
+                if (ev->to != STORE_EVENT_GONE && t[i].end > ev->start && t[i].start < ev->end)
+                        c[nc++] = ev->to + (MAX(t[i].start, ev->start) - ev->start);
+        }
+        qsort(c, nc, sizeof(*c), cmp_u64);
+        for (size_t i = 0; i < nc; i++)
+                if ((i == 0 || c[i] != c[i - 1]) && c[i] < PINDEX_MAX_ADDR && model_in(t, n, ev, c[i]) &&
+                    (c[i] < ZSWAP_PAGE_SIZE || !model_in(t, n, ev, c[i] - ZSWAP_PAGE_SIZE)))
+                        pieces++;
+        free(c);
+        return pieces;
+}
+
+/* adopt_ranges()'s table against the store's and the journal's event: at
+ * every address where either changes (and a page either side), a page is
+ * in it exactly when the store's table had it outside the event's range,
+ * or (an mremap) had the page it came from inside; sorted, disjoint and
+ * merged where they touch. */
+static void check_journal_ranges(const Model *m, const StoreEvent *ev, const StoreRange *got, int n) {
+        int n0 = model_ranges(m, STORE_RANGES_MAX);
+        StoreRange *t = malloc((size_t)MAX(n0, 1) * sizeof(*t));
+        const uint64_t P = ZSWAP_PAGE_SIZE;
+
+        FUZZ_CHECK(t, "malloc");
+        for (int i = 0; i < n0; i++)
+                t[i] = model_range(m, m->s.ranges_cur, (unsigned)i);
+        for (int i = 0; i < n; i++)
+                FUZZ_CHECK(got[i].start < got[i].end && page_aligned(got[i].start) && page_aligned(got[i].end) &&
+                                   got[i].end <= PINDEX_MAX_ADDR && (i == 0 || got[i - 1].end < got[i].start),
+                           "adopt_ranges with a journal: range %d %#llx-%#llx", i, (unsigned long long)got[i].start,
+                           (unsigned long long)got[i].end);
+        uint64_t probes[8];
+        size_t np;
+        for (int i = -1; i < n0 + n; i++) {
+                np = 0;
+                if (i < 0) {
+                        probes[np++] = ev->start;
+                        probes[np++] = ev->end;
+                        if (ev->to != STORE_EVENT_GONE) {
+                                probes[np++] = ev->to;
+                                probes[np++] = ev->to + (ev->end - ev->start);
+                        }
+                } else {
+                        const StoreRange *r = i < n0 ? &t[i] : &got[i - n0];
+                        probes[np++] = r->start;
+                        probes[np++] = r->end;
+                        if (i < n0 && ev->to != STORE_EVENT_GONE && r->start >= ev->start && r->start < ev->end)
+                                probes[np++] = ev->to + (r->start - ev->start);
+                        if (i < n0 && ev->to != STORE_EVENT_GONE && r->end > ev->start && r->end <= ev->end)
+                                probes[np++] = ev->to + (r->end - ev->start);
+                }
+                for (size_t k = 0; k < np; k++)
+                        for (int d = -1; d <= 0; d++) {
+                                uint64_t x = probes[k] + (uint64_t)(int64_t)d * P;
+                                if (x >= PINDEX_MAX_ADDR || x + P < x)
+                                        continue;
+                                bool want = model_in(t, n0, ev, x);
+                                FUZZ_CHECK(in_table(got, n, x) == want, "adopt_ranges with a journal: %#llx %s",
+                                           (unsigned long long)x, want ? "missing" : "added");
+                        }
+        }
+        FUZZ_CHECK(n == model_pieces(t, n0, ev), "adopt_ranges with a journal: %d ranges, the model says %d", n,
+                   model_pieces(t, n0, ev));
+        free(t);
+}
+
+static void check_journal(const Model *m) {
+        StoreEvent ev = { 0 }, want_ev = { 0 };
+        int want = model_journal(m, &want_ev), r = store_journal_event(map, &ev);
+
+        FUZZ_CHECK(r == want, "store_journal_event = %d, the model says %d (event %#x)", r, want, m->jevent);
+        FUZZ_CHECK(r != 1 || (ev.start == want_ev.start && ev.end == want_ev.end && ev.to == want_ev.to),
+                   "store_journal_event: [%#llx, %#llx) -> %#llx", (unsigned long long)ev.start,
+                   (unsigned long long)ev.end, (unsigned long long)ev.to);
+}
+
 static void check_ranges(const Model *m) {
         size_t max = m->h.max_ranges ? m->h.max_ranges : STORE_RANGES_MAX;
         StoreRange *out = malloc(max * sizeof(*out)); /* exactly: ASan sees a write past it */
@@ -448,12 +596,32 @@ static void check_ranges(const Model *m) {
         }
         free(out);
 
-        /* the daemon's copy of it */
+        /* the daemon's copy of it, with the journal's event applied */
         StoreRange *t = NULL;
+        StoreEvent ev = { 0 }, jev;
+        bool has_ev = false;
         char why[64] = "";
+        int j = model_journal(m, &jev);
         want = model_ranges(m, STORE_RANGES_MAX);
-        r = adopt_ranges(map, &t, why, sizeof(why));
-        FUZZ_CHECK(r == want, "adopt_ranges = %d, the model says %d", r, want);
+        if (want >= 0 && j < 0)
+                want = j;
+        r = adopt_ranges(map, &t, &ev, &has_ev, why, sizeof(why));
+        if (want >= 0 && j > 0 && r == -EBADMSG) {
+                /* refused only if the result does not fit a store's table */
+                StoreRange *t0 = malloc((size_t)MAX(want, 1) * sizeof(*t0));
+                FUZZ_CHECK(t0, "malloc");
+                for (int i = 0; i < want; i++)
+                        t0[i] = model_range(m, m->s.ranges_cur, (unsigned)i);
+                int pieces = model_pieces(t0, want, &jev);
+                free(t0);
+                FUZZ_CHECK(pieces > STORE_RANGES_MAX, "adopt_ranges refused %d ranges and an event (%d after it)",
+                           want, pieces);
+        } else if (want >= 0 && j > 0) {
+                FUZZ_CHECK(r >= 0 && has_ev && ev.start == jev.start && ev.end == jev.end && ev.to == jev.to,
+                           "adopt_ranges = %d with the journal's event", r);
+                check_journal_ranges(m, &jev, t, r);
+        } else
+                FUZZ_CHECK(r == want && !has_ev, "adopt_ranges = %d, the model says %d", r, want);
         FUZZ_CHECK(r >= 0 ? t != NULL : why[0] != 0, "adopt_ranges = %d: no table or no reason", r);
         if (r >= 0)
                 free(t);
@@ -554,11 +722,6 @@ static int walk_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         check_object(m, v);
         check_content(m, w->d, v);
         return 0;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? -1 : x > y;
 }
 
 /* What store_walk() must return, the entries it must show; and what the
@@ -708,6 +871,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         writes_final(&m.classes);
 
         check_super(&m);
+        check_journal(&m);
         check_adopt(&m);
         check_ranges(&m);
         check_walk(&m);

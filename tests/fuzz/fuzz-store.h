@@ -4,7 +4,9 @@
  *
  * An input is a header (FuzzStoreHdr, FUZZ_STORE_HDR_SIZE bytes, little
  * endian, no padding; a shorter input reads as if padded with zeros) and
- * then records, each an op byte (taken modulo _FS_OP_MAX) and its fixed
+ * then records, each an op byte (FS_OP_JOURNAL from FS_OP_JOURNAL_BYTE up,
+ * below it taken modulo FS_OP_JOURNAL, so inputs written before the
+ * journal existed mostly read as they did) and its fixed
  * payload; a truncated record ends the input. Every value is written into
  * the store as is, so a mutation reaches every check the readers make.
  *
@@ -56,5 +58,9 @@ enum {
                        * (mod 8192), u16 len, len bytes (as many as are left). The handle is
                        * id << 12 plus slot * c + skew units (32-bit: any handle), the
                        * bytes go where it points, clipped to the file's end. */
+        FS_OP_JOURNAL, /* the event journal (store.h), written as a struct uffd_msg: u8 event,
+                        * u64 a, u64 b, u64 c at the message's arg (remove.start, remove.end;
+                        * remap.from, remap.to, remap.len) */
         _FS_OP_MAX,
 };
+#define FS_OP_JOURNAL_BYTE 0xf0

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
 
 #include "codec.h"
 #include "corpus.h"
@@ -179,6 +180,14 @@ static void rec_entry(Seed *s, uint32_t leaf, unsigned j, uint64_t e) {
 }
 
 /* A chunk of class k (its slot of the class table written); its id. */
+static void rec_journal(Seed *s, uint8_t event, uint64_t a, uint64_t b, uint64_t c) {
+        put_n(s, FS_OP_JOURNAL_BYTE, 1);
+        put_n(s, event, 1);
+        put_n(s, a, 8);
+        put_n(s, b, 8);
+        put_n(s, c, 8);
+}
+
 static uint32_t new_chunk(Seed *s, unsigned k) {
         uint32_t id = s->next_chunk++;
         put_n(s, FS_OP_CLASS, 1);
@@ -312,6 +321,17 @@ static int store_seeds(const char *dir, const Corpus *c) {
                         put_object_entry(&s, 2, 3, 2, id, k, store_class(k)->nr_slots - 1, obj[1], (size_t)nobj[1]);
                 }
                 snprintf(name, sizeof(name), "%s-every-state", codec_to_string((CodecKind)codec));
+                r |= write_seed(dir, name, s.b, s.n, NULL, 0);
+                /* and a daemon that died handling an event: half the first
+                 * range moved elsewhere (mremap), or its first zone dropped
+                 * (MADV_DONTNEED) */
+                size_t n0 = s.n;
+                rec_journal(&s, UFFD_EVENT_REMAP, base + zone, base + 16 * zone, zone);
+                snprintf(name, sizeof(name), "%s-journal-remap", codec_to_string((CodecKind)codec));
+                r |= write_seed(dir, name, s.b, s.n, NULL, 0);
+                s.n = n0;
+                rec_journal(&s, UFFD_EVENT_REMOVE, base, base + zone, 0);
+                snprintf(name, sizeof(name), "%s-journal-remove", codec_to_string((CodecKind)codec));
                 r |= write_seed(dir, name, s.b, s.n, NULL, 0);
         }
 
