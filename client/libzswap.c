@@ -878,7 +878,7 @@ static void target_event(RestoreTarget *t, uint64_t start, uint64_t end, uint64_
                 t->blind = true;
                 return;
         }
-        t->ev[t->nev++] = (StoreEvent){ start, end, to };
+        t->ev[t->nev++] = (StoreEvent){ start, end, to, true };
 }
 
 /* Where the page the store knows at addr is now; false: gone. */

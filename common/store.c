@@ -152,13 +152,14 @@ int store_journal_event(const uint8_t *map, StoreEvent *ev) {
                 if (m.arg.remove.end <= m.arg.remove.start ||
                     !span_ok(m.arg.remove.start, m.arg.remove.end - m.arg.remove.start))
                         return -EBADMSG;
-                *ev = (StoreEvent){ m.arg.remove.start, m.arg.remove.end, STORE_EVENT_GONE };
+                *ev = (StoreEvent){ m.arg.remove.start, m.arg.remove.end, STORE_EVENT_GONE,
+                                    m.event == UFFD_EVENT_UNMAP };
                 return 1;
         case UFFD_EVENT_REMAP: {
                 uint64_t from = m.arg.remap.from, to = m.arg.remap.to, len = m.arg.remap.len;
                 if (!span_ok(from, len) || !span_ok(to, len) || (to < from + len && from < to + len))
                         return -EBADMSG;
-                *ev = (StoreEvent){ from, from + len, to };
+                *ev = (StoreEvent){ from, from + len, to, true };
                 return 1;
         }
         default:

@@ -118,10 +118,13 @@ typedef struct StoreSuper {
  */
 #define STORE_JOURNAL_OFF 2048ull
 
-/* An event as the journal's reader applies it: [start, end) is gone
- * (MADV_DONTNEED, munmap) or went to `to` (mremap). */
+/* An event as the journal's reader applies it: the pages of [start, end)
+ * are gone (MADV_DONTNEED, munmap) or went to `to` (mremap); `unmapped`
+ * says whether the range itself went too (munmap, mremap), or is still
+ * there and registered (MADV_DONTNEED). */
 typedef struct StoreEvent {
         uint64_t start, end, to;
+        bool unmapped;
 } StoreEvent;
 #define STORE_EVENT_GONE UINT64_MAX
 

@@ -248,12 +248,15 @@ static int cmp_range(const void *x, const void *y) {
 }
 
 /* The range table as it is after ev: what lay in [ev->start, ev->end) is
- * cut out and, for an mremap, put back where it went. Applying it to a
+ * cut out (munmap, mremap; an MADV_DONTNEED changes nothing) and, for an
+ * mremap, put back where it went. Applying it to a
  * table the dead daemon had changed already (it moves the ranges after the
  * entries) changes nothing. t has room for 2 * STORE_RANGES_MAX + 1 pieces;
  * returns the new count or -EBADMSG if the result does not fit a store. */
 static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
         int m = n;
+        if (!ev->unmapped)
+                return n; /* MADV_DONTNEED: the range stays registered */
         for (int i = 0; i < n; i++) {
                 StoreRange r = t[i];
                 uint64_t s = MAX(r.start, ev->start), e = MIN(r.end, ev->end);

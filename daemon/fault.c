@@ -938,6 +938,9 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
         child->parent_pid = mm->pid;
+        /* its parent may exit before it attaches (daemon(3) does at once):
+         * then it is matched by its token and its user alone */
+        child->parent_pidfd = mm->pidfd >= 0 ? fcntl(mm->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
         child->uid = mm->uid; /* written once at attach, before the uffd was watched */
         child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;

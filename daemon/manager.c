@@ -593,8 +593,12 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
         unsigned matches = 0;
         pthread_mutex_lock(&m->orphans_lock);
         for (MMClient *mm = m->orphans; mm; mm = mm->next)
-                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->parent_pid == ppid &&
-                    mm->origin_staging == ch->staging_addr) {
+                /* the forked child of its parent, or, once that parent
+                 * exited (the child has another parent now), a process of
+                 * the same user: the token, a secret of the two processes
+                 * that the child's memory must hold (below), decides */
+                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->origin_staging == ch->staging_addr &&
+                    (mm->parent_pid == ppid || (mm->uid == c->uid && mmclient_parent_gone(mm)))) {
                         found = mm;
                         matches++;
                 }

@@ -49,6 +49,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         mm->m = m;
         mm->uffd = uffd;
         mm->pidfd = -1;
+        mm->parent_pidfd = -1;
         mm->pagemap_fd = -1;
         mm->ops_tail = &mm->ops;
         mm->rc.idle_age_ms = -1; /* the daemon's */
@@ -187,6 +188,7 @@ MMClient *mmclient_unref(MMClient *mm) {
         safe_close(mm->sync_fd);
         safe_close(mm->uffd);
         safe_close(mm->pidfd);
+        safe_close(mm->parent_pidfd);
         safe_close(mm->pagemap_fd);
         pthread_mutex_destroy(&mm->regions_lock);
         pthread_mutex_destroy(&mm->serve_lock);
@@ -225,13 +227,19 @@ int mmclient_set_sync(MMClient *mm, int fd) {
         return 0;
 }
 
-bool mmclient_alive(MMClient *mm) {
-        struct pollfd p = { .fd = mm->pidfd, .events = POLLIN };
+/* 1: the process of pidfd fd has exited (a pidfd becomes readable then);
+ * 0: it has not; -1: no pidfd. */
+static int pidfd_exited(int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        return fd < 0 ? -1 : poll(&p, 1, 0) != 0;
+}
 
-        if (mm->pidfd < 0)
-                return false;
-        /* a pidfd becomes readable when the process exits */
-        return poll(&p, 1, 0) == 0;
+bool mmclient_alive(MMClient *mm) {
+        return pidfd_exited(mm->pidfd) == 0;
+}
+
+bool mmclient_parent_gone(const MMClient *mm) {
+        return pidfd_exited(mm->parent_pidfd) == 1;
 }
 
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {

@@ -123,6 +123,7 @@ typedef struct MMClient {
          * thread when the FORK event comes: relaxed, the sync orders it */
         _Atomic uint64_t next_fork_token;
         pid_t parent_pid;    /* children: who forked them (by value: the parent may go first) */
+        int parent_pidfd;    /* children: the parent's pidfd at the fork (-1 if none): has it exited? */
         uint64_t origin_staging; /* children: the parent client's staging area, which names
                                   * the client when a process has several */
 
@@ -232,6 +233,8 @@ int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm);
 
 /* Is the process still alive (pidfd not readable)? */
 bool mmclient_alive(MMClient *mm);
+/* A fork child not attached yet: has the process that forked it exited? */
+bool mmclient_parent_gone(const MMClient *mm);
 
 /* Read len bytes at remote addr of the client (process_vm_readv). */
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len);

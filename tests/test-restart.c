@@ -1014,6 +1014,11 @@ static void event_kill_one(EkOp op, unsigned point) {
                 assert_verified(buf, half, hashes, "before the munmap's range");
                 break;
         }
+        /* the new daemon knows the ranges as they are now: each unregisters
+         * whole (an MADV_DONTNEED leaves its range registered) */
+        ASSERT_EQ(zswap_unregister(c, buf, op == EK_UNMAP ? half : len), 0);
+        if (fresh)
+                ASSERT_EQ(zswap_unregister(c, fresh, half), 0);
         zswap_disconnect(c);
         td_stop(&d);
         atomic_store(&ek_done, true);

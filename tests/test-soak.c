@@ -93,6 +93,7 @@ typedef struct Client {
         uint64_t reads, writes, drops, pageouts, enotconn, forks, moves, replaced, bad, api_errors;
         uint64_t forks_lost;   /* children libzswap killed: the daemon died during the fork */
         const TdKills *kills;  /* the parent's record of daemon kills */
+        uint64_t child_since; /* in a fork child: when fork() returned in it (ms) */
         Event history[HISTORY];
         unsigned nhistory;
         bool dumped;
@@ -165,10 +166,15 @@ static bool check_page(Client *cl, unsigned ri, size_t p) {
                 off++;
         for (size_t i = 0; i < ZSWAP_PAGE_SIZE; i++)
                 zeros += page[i] == 0;
-        fprintf(stderr, "client %u (pid %d): region %u page %zu of %zu at %p (%sregistered) differs from "
-                        "byte %zu on: %#x instead of %#x; %zu zero bytes\n",
-                cl->id, (int)getpid(), ri, p, r->npages, (void *)page, r->registered ? "" : "not ", off, page[off],
-                want[off], zeros);
+        char flags[256] = "?";
+        vma_flags(page, flags, sizeof(flags));
+        fprintf(stderr, "client %u (pid %d%s): region %u page %zu of %zu at %p (%sregistered) differs from "
+                        "byte %zu on: %#x instead of %#x; %zu zero bytes; at %llu ms; VmFlags %s\n",
+                cl->id, (int)getpid(), cl->child_since ? ", a fork child" : "", ri, p, r->npages, (void *)page,
+                r->registered ? "" : "not ", off, page[off], want[off], zeros, ms_now(), flags);
+        if (cl->child_since)
+                fprintf(stderr, "  the fork returned in the child at %llu ms; its parent now: %d\n",
+                        (unsigned long long)cl->child_since, (int)getppid());
         dump_history(cl);
         return false;
 }
@@ -257,6 +263,7 @@ static void pageout(Client *cl, int region, void *addr, size_t len) {
 /* In a forked child: its copy as it was at the fork, then changed and
  * evicted through the child's own client, and checked again. */
 static int fork_child(Client *cl) {
+        cl->child_since = ms_now();
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         cl->api_errors = 0; /* the parent's, until now */
         size_t bad = check_all(cl);

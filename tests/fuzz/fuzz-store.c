@@ -455,13 +455,13 @@ static int model_journal(const Model *m, StoreEvent *ev) {
         case UFFD_EVENT_UNMAP:
                 if (!page_aligned(a) || !page_aligned(b) || a >= b || b > top)
                         return -EBADMSG;
-                *ev = (StoreEvent){ a, b, STORE_EVENT_GONE };
+                *ev = (StoreEvent){ a, b, STORE_EVENT_GONE, m->jevent == UFFD_EVENT_UNMAP };
                 return 1;
         case UFFD_EVENT_REMAP:
                 if (!page_aligned(a) || !page_aligned(b) || !page_aligned(c) || c == 0 || a > top || b > top ||
                     c > top - a || c > top - b || (a < b + c && b < a + c))
                         return -EBADMSG;
-                *ev = (StoreEvent){ a, a + c, b };
+                *ev = (StoreEvent){ a, a + c, b, true };
                 return 1;
         default:
                 return -EBADMSG;
@@ -475,8 +475,11 @@ static bool in_table(const StoreRange *t, int n, uint64_t x) {
         return false;
 }
 
-/* Whether the page at x is in the table t (n ranges) after ev. */
+/* Whether the page at x is in the table t (n ranges) after ev (an
+ * MADV_DONTNEED leaves the table as it is). */
 static bool model_in(const StoreRange *t, int n, const StoreEvent *ev, uint64_t x) {
+        if (!ev->unmapped)
+                return in_table(t, n, x);
         return (in_table(t, n, x) && (x < ev->start || x >= ev->end)) ||
                (ev->to != STORE_EVENT_GONE && x >= ev->to && x - ev->to < ev->end - ev->start &&
                 in_table(t, n, ev->start + (x - ev->to)));
@@ -568,7 +571,8 @@ static void check_journal(const Model *m) {
         int want = model_journal(m, &want_ev), r = store_journal_event(map, &ev);
 
         FUZZ_CHECK(r == want, "store_journal_event = %d, the model says %d (event %#x)", r, want, m->jevent);
-        FUZZ_CHECK(r != 1 || (ev.start == want_ev.start && ev.end == want_ev.end && ev.to == want_ev.to),
+        FUZZ_CHECK(r != 1 || (ev.start == want_ev.start && ev.end == want_ev.end && ev.to == want_ev.to &&
+                              ev.unmapped == want_ev.unmapped),
                    "store_journal_event: [%#llx, %#llx) -> %#llx", (unsigned long long)ev.start,
                    (unsigned long long)ev.end, (unsigned long long)ev.to);
 }
@@ -617,9 +621,20 @@ static void check_ranges(const Model *m) {
                 FUZZ_CHECK(pieces > STORE_RANGES_MAX, "adopt_ranges refused %d ranges and an event (%d after it)",
                            want, pieces);
         } else if (want >= 0 && j > 0) {
-                FUZZ_CHECK(r >= 0 && has_ev && ev.start == jev.start && ev.end == jev.end && ev.to == jev.to,
+                FUZZ_CHECK(r >= 0 && has_ev && ev.start == jev.start && ev.end == jev.end && ev.to == jev.to &&
+                                   ev.unmapped == jev.unmapped,
                            "adopt_ranges = %d with the journal's event", r);
-                check_journal_ranges(m, &jev, t, r);
+                if (jev.unmapped)
+                        check_journal_ranges(m, &jev, t, r);
+                else {
+                        /* MADV_DONTNEED: the table as the store has it */
+                        FUZZ_CHECK(r == want, "adopt_ranges = %d with an MADV_DONTNEED, the model says %d", r, want);
+                        for (int i = 0; i < r; i++) {
+                                StoreRange x = model_range(m, m->s.ranges_cur, (unsigned)i);
+                                FUZZ_CHECK(t[i].start == x.start && t[i].end == x.end,
+                                           "adopt_ranges with an MADV_DONTNEED changed range %d", i);
+                        }
+                }
         } else
                 FUZZ_CHECK(r == want && !has_ev, "adopt_ranges = %d, the model says %d", r, want);
         FUZZ_CHECK(r >= 0 ? t != NULL : why[0] != 0, "adopt_ranges = %d: no table or no reason", r);
