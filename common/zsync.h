@@ -16,8 +16,9 @@
  *
  * Counters, not flags: a forked child shares the page with its parent.
  * The daemon never trusts the page: it waits for a move at most
- * ZSYNC_READ_WAIT_NS, so a client that leaves `moving` set only gives up
- * its own protection.
+ * ZSYNC_READ_WAIT_NS and then reads later instead (its `reading` stays up
+ * meanwhile, so no new move starts), so a client that leaves `moving` set
+ * only holds up its own faults and events.
  */
 #pragma once
 
@@ -68,20 +69,28 @@ static inline void zsync_move_end(ZSync *s) {
                 atomic_fetch_sub_explicit(&s->moving, 1, memory_order_seq_cst);
 }
 
-/* Daemon: before reading the uffd. false: a move took too long (the
- * reader goes on anyway; only that client's protection is lost). */
-static inline bool zsync_read_begin(ZSync *s) {
+/* Daemon: before reading the uffd. Raises `reading` (unless `held`: a
+ * call that returned false left it raised) and waits up to wait_ns for a
+ * move in progress to end. False if it did not: the reader must not read
+ * now, and keeps `reading` raised, so that the agent starts no new move
+ * and the next call (held) finds the move over. Reading anyway could let
+ * an munmap() return while a move the daemon planned before it is still
+ * under way, and that move could take a page of a new mapping at the same
+ * address. A client that leaves `moving` set only keeps its own uffd from
+ * being read. */
+static inline bool zsync_read_begin(ZSync *s, uint64_t wait_ns, bool held) {
         uint64_t t0 = 0;
         if (!s)
                 return true;
-        atomic_fetch_add_explicit(&s->reading, 1, memory_order_seq_cst);
+        if (!held)
+                atomic_fetch_add_explicit(&s->reading, 1, memory_order_seq_cst);
         while (atomic_load_explicit(&s->moving, memory_order_seq_cst) != 0) {
                 /* sleep, not spin: the agent may need this very CPU (a
                  * pinned, perhaps SCHED_FIFO, fault thread would starve it) */
                 struct timespec ts = { 0, 5000 };
                 if (!t0)
                         t0 = zsync_now_ns();
-                else if (zsync_now_ns() - t0 > ZSYNC_READ_WAIT_NS)
+                if (zsync_now_ns() - t0 >= wait_ns)
                         return false;
                 nanosleep(&ts, NULL);
         }

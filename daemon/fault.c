@@ -1020,21 +1020,27 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
  * too), so no agent move runs between a read and the handling of what it
  * read (zsync.h): an UNMAP is handled before the program can map anew. */
 static void drain_uffd(FaultThread *ft, MMClient *mm) {
-        /* A client whose agent kept a move going too long is not waited
-         * for during the next second: a fault thread serves every client
-         * on its CPU, and no client may hold the others up. */
+        /* A move of the client's agent still running after 2 ms is not
+         * waited for: a fault thread serves every client on its CPU, and
+         * no client may hold the others up. The uffd is read later
+         * instead (run_due_retries(), every millisecond), never while a
+         * move is under way (zsync.h); our `reading` stays raised
+         * meanwhile, so the agent starts no other move. */
         uint64_t now = now_ns();
-        ZSync *sync = mm->sync && now >= mm->sync_distrust_until ? mm->sync : NULL;
+        bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);
 
-        if (!zsync_read_begin(sync)) {
-                mm->sync_distrust_until = now_ns() + 1000000000ull;
-                if (!mm->sync_warned)
-                        log_warn("pid %d: its agent held a page move for over %llu ms: not waited for during 1 s",
+        if (!zsync_read_begin(mm->sync, held ? 0 : ZSYNC_READ_WAIT_NS, held)) {
+                if (!held && !mm->sync_warned)
+                        log_warn("pid %d: its agent held a page move for over %llu ms: its faults wait for it",
                                  (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
                 mm->sync_warned = true;
+                atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
+                ft->retry_due = true;
+                return;
         }
+        atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
         drain_messages(ft, mm, now);
-        zsync_read_end(sync);
+        zsync_read_end(mm->sync);
 }
 
 /* ---- retries, installs from workers, restores ---- */
@@ -1104,12 +1110,14 @@ static void serve_unlock(FaultThread *ft, MMClient *mm) {
         }
 }
 
-/* Retries this thread left behind, on whichever mm they are. */
+/* Retries this thread left behind, and reads it put off (drain_uffd()),
+ * on whichever mm they are. */
 static void run_due_retries(FaultThread *ft) {
         ft->retry_due = false;
         for (size_t i = 0; i < ft->nowned; i++) {
                 MMClient *mm = ft->owned[i];
-                if (!atomic_load_explicit(&mm->has_retries, memory_order_relaxed))
+                if (!atomic_load_explicit(&mm->has_retries, memory_order_relaxed) &&
+                    !atomic_load_explicit(&mm->read_deferred, memory_order_relaxed))
                         continue;
                 if (pthread_mutex_trylock(&mm->serve_lock) != 0) {
                         ft->retry_due = true; /* the holder may leave them; look again */

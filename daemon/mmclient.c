@@ -183,8 +183,13 @@ MMClient *mmclient_unref(MMClient *mm) {
                                 (off_t)(STORE_SIZE - STORE_SUPER_SIZE));
         store_unmap(mm->store);
         safe_close(mm->store_fd);
-        if (mm->sync)
+        if (mm->sync) {
+                /* a read put off keeps `reading` raised (drain_uffd()): the
+                 * process may live on with this page and a new daemon */
+                if (atomic_load_explicit(&mm->read_deferred, memory_order_relaxed))
+                        zsync_read_end(mm->sync);
                 munmap(mm->sync, ZSWAP_SYNC_SIZE);
+        }
         safe_close(mm->sync_fd);
         safe_close(mm->uffd);
         safe_close(mm->pidfd);

@@ -175,7 +175,10 @@ typedef struct MMClient {
         struct ZSync *sync;     /* the page shared with the client's agent (zsync.h), or NULL */
         int sync_fd;            /* its memfd, for a fork child's mapping; -1 if none */
         bool sync_warned;       /* under serve_lock: the agent was too slow once, said so */
-        uint64_t sync_distrust_until; /* under serve_lock: now_ns() before which sync is not waited for */
+        /* a move was under way: the uffd waits to be read, with our
+         * `reading` raised on the sync page (drain_uffd()); written under
+         * serve_lock, read without it as a hint */
+        _Atomic bool read_deferred;
 } MMClient;
 
 /* A new client address space, with a new store if the manager has pools
