@@ -56,6 +56,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <poll.h>
 #include <sys/time.h>
 #include <time.h>
@@ -1756,20 +1757,66 @@ static bool parent_held_pages(int store_fd) {
         return held;
 }
 
+/* The daemon at the other end of the connection we inherited: most likely
+ * the one that read our fork event and holds our uffd. A pidfd, or -1. */
+static int peer_pidfd(int sock) {
+        struct ucred cr;
+        socklen_t len = sizeof(cr);
+
+        if (sock < 0 || getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0)
+                return -1;
+        return (int)syscall(SYS_pidfd_open, cr.pid, 0);
+}
+
+/* Is every range we had registered still registered for missing faults
+ * (VmFlags "um")? Somebody then holds our uffd and serves our faults. */
+static bool ranges_registered(struct zswap_client *c) {
+        FILE *f = fopen("/proc/self/smaps", "re");
+        char line[512];
+        uint64_t lo = 0, hi = 0;
+        size_t ok = 0;
+
+        if (!f)
+                return true; /* cannot tell: do not kill on a guess */
+        while (fgets(line, sizeof(line), f)) {
+                unsigned long long s, e;
+                if (sscanf(line, "%llx-%llx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+                        lo = s;
+                        hi = e;
+                        continue;
+                }
+                if (strncmp(line, "VmFlags:", 8) || !strstr(line, " um"))
+                        continue;
+                for (size_t i = 0; i < c->nranges; i++)
+                        ok += c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
+        }
+        fclose(f);
+        return ok >= c->nranges;
+}
+
 /*
  * A fork whose daemon died before we held our own uffd: the kernel gave
- * the only reference to that daemon, so the pages the parent had evicted
- * are gone from our address space (they would read as zeros). Never let
- * that pass silently: say so and die, as a process whose memory the kernel
- * could not give back would. A daemon that is alive still serves us
- * through the uffd it holds, whatever else failed.
+ * the only reference to that daemon, so when it died it unregistered our
+ * memory, and the pages the parent had evicted at the fork are gone from
+ * our address space (they would read as zeros). Never let that pass
+ * silently: say so and die, as a process whose memory the kernel could not
+ * give back would. The test is on our own memory, once that daemon is
+ * surely gone (its pidfd, up to 2 s): a range no longer registered while
+ * the parent held pages at the fork (held, looked at before we tried to
+ * attach: the parent's store may be empty by now, its owner dead). A
+ * daemon that is alive still serves us through the uffd it holds,
+ * whatever else failed.
  */
-static void child_lost(int r, int parent_store) {
+static void child_lost(struct zswap_client *c, bool held, int daemon_pidfd) {
         static const char msg[] = "libzswap: zswapd died while this process was being forked; "
                                   "the memory it held for the parent is lost to the child: killing it\n";
-        bool daemon_gone = r == -ECONNREFUSED || r == -ENOENT || r == -ENOTCONN || r == -ECONNRESET ||
-                           r == -EPIPE || r == -ESRCH;
-        if (!daemon_gone || !parent_held_pages(parent_store))
+        struct pollfd p = { .fd = daemon_pidfd, .events = POLLIN };
+
+        if (!held)
+                return;
+        if (daemon_pidfd >= 0)
+                (void)poll(&p, 1, 2000);
+        if (ranges_registered(c))
                 return;
         (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
         raise(SIGKILL);
@@ -1782,10 +1829,12 @@ static void atfork_child(void) {
                 /* a parent with no uffd (detached after a restore) had no
                  * fork event: the daemon knows nothing of us */
                 bool managed = c->uffd >= 0 && !c->dead;
-                /* what we inherited belongs to the parent (its store is
-                 * read once more if we cannot attach) */
-                int parent_store = c->store_fd;
-                c->store_fd = -1;
+                /* what we inherited belongs to the parent: whether its
+                 * store held pages now, at the fork, and who its daemon
+                 * is, in case we cannot attach */
+                bool held = managed && parent_held_pages(c->store_fd);
+                int daemon_pidfd = managed ? peer_pidfd(c->sock) : -1;
+                c->store_fd = safe_close(c->store_fd);
                 c->sock = safe_close(c->sock);
                 c->uffd = safe_close(c->uffd);
                 c->agent_running = false;
@@ -1801,8 +1850,8 @@ static void atfork_child(void) {
                 cond_init_monotonic(&c->cond);
                 int r = managed ? child_reconnect(c) : -ENOTCONN;
                 if (managed && r < 0)
-                        child_lost(r, parent_store);
-                safe_close(parent_store);
+                        child_lost(c, held, daemon_pidfd);
+                safe_close(daemon_pidfd);
                 if (r < 0) {
                         /* carry on unmanaged; the daemon still serves the
                          * pages it holds for us through the uffd it got */

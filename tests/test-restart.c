@@ -42,6 +42,11 @@
  *                 applies it from the store's journal; the moved pages read
  *                 back at their new place, the dropped ones as zeros, a new
  *                 mapping where the unmapped one was as zeros
+ *   fork-event-kill  the daemon killed once it has read a fork event: the
+ *                 child's memory is unregistered with the uffd it held, and
+ *                 the child must die by SIGKILL (its library's verdict), not
+ *                 read zeros; the parent is adopted and keeps every page
+ *                 (not under TSan)
  * TEST_RESTART_ONLY=NAME runs one case; TEST_SEED fixes the random seeds;
  * TEST_RESTART_FORKS=0 leaves the forks out of "load".
  *
@@ -1032,8 +1037,63 @@ static void case_event_kill(void) {
                         event_kill_one(op, point);
 }
 
+/*
+ * The daemon killed once it has read a fork event: the child's uffd died
+ * with it, the kernel unregistered the child's memory, and the pages the
+ * parent had evicted are gone from the child. The child must not read
+ * zeros in their place: its library kills it (SIGKILL). The parent loses
+ * nothing and is adopted by the next daemon.
+ */
+static void case_fork_event_kill(void) {
+        const size_t len = FK_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[FK_PAGES];
+        pthread_t t;
+        int st;
+
+#if defined(__SANITIZE_THREAD__)
+        test_skip("fork-event-kill: not under TSan (a child of a multi-threaded fork starts threads)");
+#endif
+        ASSERT_OK(setenv("ZSWAPD_INJECT", "kill_event=1/1", 1));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 67, hashes);
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+        atomic_store(&ek_ready, false);
+        atomic_store(&ek_done, false);
+        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, NULL));
+
+        atomic_store(&step, "fork-event-kill: fork, the daemon dies reading its event");
+        pid_t pid = fork();
+        if (pid == 0) {
+                /* reached only if the library let us live: then every
+                 * page must be there */
+                size_t bad = verify_pages(buf, len, hashes);
+                fprintf(stderr, "fork-event-kill child: lived on, %zu pages differ\n", bad);
+                _exit(bad ? 1 : 2);
+        }
+        ASSERT_TRUE(pid > 0);
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        fprintf(stderr, "child %d: status %#x\n", (int)pid, st);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+                test_fail("a child whose uffd died with the daemon: status %#x, not killed by its library", st);
+        while (!atomic_load(&ek_ready))
+                usleep(1000);
+        st = atomic_load(&ek_status);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL || !td_log_has(&d, "fault injection: killed")) {
+                td_log_dump(&d);
+                test_fail("the daemon did not die at the fork event: status %#x", st);
+        }
+        wait_served(c);
+        assert_verified(buf, len, hashes, "in the parent, adopted after the fork");
+        zswap_disconnect(c);
+        td_stop(&d);
+        atomic_store(&ek_done, true);
+        pthread_join(t, NULL);
+}
+
 static const char *const cases[] = { "idle",   "load",       "fallback", "fallback-now", "planned",
-                                     "tamper", "disconnect", "fork-kill", "event-kill" };
+                                     "tamper", "disconnect", "fork-kill", "event-kill", "fork-event-kill" };
 
 static void run_case(const char *name) {
         watchdog_start(120);
@@ -1055,6 +1115,8 @@ static void run_case(const char *name) {
                 case_fork_kill();
         else if (strcmp(name, "event-kill") == 0)
                 case_event_kill();
+        else if (strcmp(name, "fork-event-kill") == 0)
+                case_fork_event_kill();
         else
                 test_fail("no case %s", name);
         atomic_store(&watchdog_off, true);
