@@ -18,7 +18,10 @@
  * The daemon never trusts the page: it waits for a move at most
  * ZSYNC_READ_WAIT_NS and then reads later instead (its `reading` stays up
  * meanwhile, so no new move starts), so a client that leaves `moving` set
- * only holds up its own faults and events.
+ * only holds up its own faults and events, for ZSYNC_READ_STUCK_NS at
+ * most: then the daemon reads anyway (an agent that cannot run until its
+ * own process's munmap returns, as under valgrind, would otherwise wait
+ * for ever).
  */
 #pragma once
 
@@ -30,6 +33,7 @@
 
 #define ZSWAP_SYNC_SIZE 4096
 #define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: longest wait for a move */
+#define ZSYNC_READ_STUCK_NS (100 * 1000 * 1000ull) /* daemon: a move this long is given up on */
 #define ZSYNC_MOVE_WAIT_NS (20 * 1000 * 1000ull) /* agent: longest wait for a reader */
 #define ZSYNC_MOVE_CHUNK 64                      /* pages per move between checks */
 

@@ -1025,19 +1025,32 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
          * no client may hold the others up. The uffd is read later
          * instead (run_due_retries(), every millisecond), never while a
          * move is under way (zsync.h); our `reading` stays raised
-         * meanwhile, so the agent starts no other move. */
+         * meanwhile, so the agent starts no other move. Only a move that
+         * outlasts ZSYNC_READ_STUCK_NS is given up on: its agent cannot
+         * run until a system call of its own process returns, and that
+         * call waits for this very read (a process under valgrind, which
+         * runs one thread at a time). That client alone may then lose the
+         * pages such a move takes. */
         uint64_t now = now_ns();
         bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);
 
         if (!zsync_read_begin(mm->sync, held ? 0 : ZSYNC_READ_WAIT_NS, held)) {
-                if (!held && !mm->sync_warned)
-                        log_warn("pid %d: its agent held a page move for over %llu ms: its faults wait for it",
-                                 (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
-                mm->sync_warned = true;
+                if (!held) {
+                        mm->read_deferred_since = now;
+                        if (!mm->sync_warned)
+                                log_warn("pid %d: its agent held a page move for over %llu ms: its faults wait for it",
+                                         (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
+                        mm->sync_warned = true;
+                } else if (now - mm->read_deferred_since > ZSYNC_READ_STUCK_NS) {
+                        log_warn("pid %d: its agent held a page move for over %llu ms: read anyway", (int)mm->pid,
+                                 ZSYNC_READ_STUCK_NS / 1000000);
+                        goto read;
+                }
                 atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
                 ft->retry_due = true;
                 return;
         }
+read:
         atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
         drain_messages(ft, mm, now);
         zsync_read_end(mm->sync);

@@ -179,6 +179,7 @@ typedef struct MMClient {
          * `reading` raised on the sync page (drain_uffd()); written under
          * serve_lock, read without it as a hint */
         _Atomic bool read_deferred;
+        uint64_t read_deferred_since; /* under serve_lock: when that began */
 } MMClient;
 
 /* A new client address space, with a new store if the manager has pools
