@@ -41,7 +41,9 @@
  *                 evicted range, and while it handles one: the next daemon
  *                 applies it from the store's journal; the moved pages read
  *                 back at their new place, the dropped ones as zeros, a new
- *                 mapping where the unmapped one was as zeros
+ *                 mapping where the unmapped one was as zeros; and with no
+ *                 daemon coming back, the same from the library's own
+ *                 restore
  *   fork-event-kill  the daemon killed once it has read a fork event: the
  *                 child's memory is unregistered with the uffd it held, and
  *                 the child must die by SIGKILL (its library's verdict), not
@@ -928,7 +930,7 @@ static void *ek_respawn_main(void *arg) {
 
         ASSERT_EQ(waitpid(d.pid, &st, 0), d.pid);
         d.pid = 0;
-        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && !arg)
                 td_respawn(&d);
         atomic_store(&ek_status, st);
         atomic_store(&ek_ready, true);
@@ -942,9 +944,12 @@ static void *ek_respawn_main(void *arg) {
  * daemon (ZSWAPD_INJECT kill_event, common/inject.h) at the read that
  * hands it over (point 1: munmap/madvise/mremap return then) or in the
  * middle of handling it (point 2). The next daemon must find the event in
- * the store's journal and apply it to what it adopts.
+ * the store's journal and apply it to what it adopts. Point 3: killed at
+ * the read and no daemon comes back (reconnect timeout 0): the library
+ * restores every page itself, the journal's event applied.
  */
 static void event_kill_one(EkOp op, unsigned point) {
+        const bool restore = point == 3;
         static const char *const names[] = { "mremap", "MADV_DONTNEED", "munmap" };
         static uint64_t hashes[EK_PAGES];
         const size_t len = EK_PAGES * ZSWAP_PAGE_SIZE, half = len / 2;
@@ -952,19 +957,22 @@ static void event_kill_one(EkOp op, unsigned point) {
         int st;
 
         fprintf(stderr, "-- %s, the daemon killed %s\n", names[op],
-                point == 1 ? "once it has read the event" : "while it handles the event");
+                point == 1 ? "once it has read the event" : point == 2 ? "while it handles the event" :
+                "once it has read the event, and none comes back");
         atomic_store(&step, "event-kill: starting a daemon that dies at an event");
-        snprintf(spec, sizeof(spec), "kill_event=1/%u", point);
+        snprintf(spec, sizeof(spec), "kill_event=1/%u", restore ? 1 : point);
         ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 90 + op * 2 + point, hashes), *fresh = NULL;
         ASSERT_TRUE(zswap_pageout(c, buf, len) > EK_PAGES / 2);
+        if (restore)
+                ASSERT_OK(zswap_set_reconnect_timeout(c, 0));
         pthread_t t;
         atomic_store(&ek_ready, false);
         atomic_store(&ek_done, false);
-        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, NULL));
+        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, restore ? &t : NULL));
 
         atomic_store(&step, "event-kill: the address-space change");
         switch (op) {
@@ -997,6 +1005,28 @@ static void event_kill_one(EkOp op, unsigned point) {
                 test_fail("the daemon did not die at the event: status %#x", st);
         }
 
+        if (restore) {
+                /* the library put every page back and let the memory go */
+                atomic_store(&step, "event-kill: waiting for the library's own restore");
+                uint8_t *probe = op == EK_UNMAP ? buf : buf + half;
+                for (int i = 0; i < 1000 && vma_uffd_missing(probe); i++)
+                        usleep(10000);
+                ASSERT_TRUE(!vma_uffd_missing(probe));
+                if (op == EK_REMAP)
+                        assert_verified(buf, len, hashes, "restored by the library at the mremap's destination");
+                else if (op == EK_REMOVE) {
+                        assert_zeros(buf, half, "a page dropped by MADV_DONTNEED, restored by the library");
+                        assert_verified(buf + half, half, hashes + EK_PAGES / 2, "restored past the MADV_DONTNEED");
+                } else {
+                        assert_zeros(fresh, half, "a new mapping where an unmapped one was, after the restore");
+                        assert_verified(buf, half, hashes, "restored before the munmap's range");
+                }
+                zswap_disconnect(c);
+                atomic_store(&ek_done, true);
+                pthread_join(t, NULL);
+                munmap(buf, len);
+                return;
+        }
         atomic_store(&step, "event-kill: a new daemon, reading every page");
         wait_served(c);
         if (!td_log_has(&d, "left an event unfinished")) {
@@ -1033,7 +1063,7 @@ static void event_kill_one(EkOp op, unsigned point) {
 
 static void case_event_kill(void) {
         for (EkOp op = 0; op < _EK_MAX; op++)
-                for (unsigned point = 1; point <= 2; point++)
+                for (unsigned point = 1; point <= 3; point++)
                         event_kill_one(op, point);
 }
 
