@@ -55,6 +55,11 @@ typedef struct ZswapRestoreStats {
 int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
                         const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st);
 
+/* Memory from mmap() rather than malloc(), for what runs while a fork may
+ * wait for us (zswap_store_restore()): NULL if there is none. */
+void *zswap_scratch_alloc(size_t len);
+void zswap_scratch_free(void *p, size_t len);
+
 /* What a client's recoveries from daemon loss did, since it connected. */
 typedef struct ZswapRecovery {
         uint64_t losses;      /* times the connection was lost with a store to recover */

@@ -34,7 +34,7 @@
  * the kernel (our uffd reference keeps the memory registered) and library
  * calls fail with -ENOTCONN. If no daemon adopts the store in time, or the
  * store fails its checks, the agent installs every page itself from the
- * store (store_restore_into) on our own uffd, unregisters and closes it;
+ * store (zswap_store_restore(), restore.c) on our own uffd, unregisters and closes it;
  * then it attaches anew if a daemon answered, or stays detached. Who may
  * touch the connection: c->sock, c->gen, c->recovering and c->dead are
  * written by the agent only, holding send_lock and lock; requesters read
@@ -591,7 +591,7 @@ static void store_accept(struct zswap_client *c, int fd) {
                 return;
         }
         /* the decompression context a restore will need, made now: while
-         * restoring we may not allocate (see store_restore below) */
+         * restoring we may not allocate (zswap_store_restore(), restore.c) */
         uint32_t codec = store_super(map)->codec;
         store_unmap(map);
         if (codec < ELEMENTSOF(c->dctx) && !c->dctx[codec] && codec_dctx_new((CodecKind)codec, &c->dctx[codec]) < 0)
@@ -804,303 +804,6 @@ static int connect_client(struct zswap_client *c) {
         return staging_register(c);
 }
 
-/* ---- restoring from the store ourselves (the daemon is gone) ---- */
-
-/*
- * Nobody writes the store any more, but it is read like any input: every
- * value is checked before use (store.h), and a page whose object fails is
- * left to the kernel (zeros), which hurts this process only. Installs go
- * through our own uffd with UFFDIO_COPY, which wakes a thread waiting on
- * the page. While an address-space event is unread on the uffd the kernel
- * refuses copies (EAGAIN, mmap_changing), so we read and follow the
- * events ourselves, as the daemon would have: a removed or unmapped range
- * is not filled again, a remapped one is filled at its new place, a fork's
- * child is filled through the uffd the event carries.
- *
- * No malloc() and no stdio from here on: glibc's fork() holds every malloc
- * arena lock and the stdio list lock while the kernel waits for somebody
- * to read its FORK event, and that somebody is us. Scratch memory comes
- * from mmap(), the decompression context is made beforehand, and the
- * store is walked here rather than with store_walk() (which allocates; the
- * duplicate-zone check it makes the room for only guards a daemon's
- * index: a zone twice here installs its pages twice, EEXIST).
- */
-
-#define RESTORE_FORK_DEPTH 4       /* forks within forks served during one restore */
-#define RESTORE_EAGAIN_TRIES 1000  /* 10 ms polls for an event that never comes */
-#define RESTORE_EVENTS_CHUNK 256   /* events per mmap()ed step */
-
-/* One address space being filled: ours, or a child's. */
-typedef struct RestoreTarget {
-        int uffd;
-        StoreEvent *ev;   /* the events read from uffd, in order (mmap()ed) */
-        size_t nev, cap;
-        unsigned depth;   /* 0: ours */
-        bool blind;       /* an event could not be kept: install nothing more */
-        uint8_t *page;    /* its own: a child is filled while a copy of ours waits to be retried */
-} RestoreTarget;
-
-typedef struct Restore {
-        uint8_t *map;
-        CodecDCtx *dctx;
-        uint64_t staging, nslots;
-        ZswapRestoreStats *st;
-        RestoreTarget *t;
-        _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE]; /* ours */
-} Restore;
-
-static void *scratch_alloc(size_t len) {
-        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        return p == MAP_FAILED ? NULL : p;
-}
-
-static void scratch_free(void *p, size_t len) {
-        if (p)
-                munmap(p, len);
-}
-
-static bool target_grow(RestoreTarget *t, size_t want) {
-        if (want <= t->cap)
-                return true;
-        size_t cap = ALIGN_TO(want, (size_t)RESTORE_EVENTS_CHUNK);
-        void *n = t->ev ? mremap(t->ev, t->cap * sizeof(*t->ev), cap * sizeof(*t->ev), MREMAP_MAYMOVE)
-                        : scratch_alloc(cap * sizeof(*t->ev));
-        if (!n || n == MAP_FAILED)
-                return false;
-        t->ev = n;
-        t->cap = cap;
-        return true;
-}
-
-static void target_event(RestoreTarget *t, uint64_t start, uint64_t end, uint64_t to) {
-        if (!target_grow(t, t->nev + 1)) {
-                /* not knowing where memory went, we could fill discarded
-                 * memory with old data: the rest reads as zeros instead */
-                t->blind = true;
-                return;
-        }
-        t->ev[t->nev++] = (StoreEvent){ start, end, to, true };
-}
-
-/* Where the page the store knows at addr is now; false: gone. */
-static bool target_where(const RestoreTarget *t, uint64_t addr, uint64_t *ret) {
-        if (t->blind)
-                return false;
-        for (size_t i = 0; i < t->nev; i++)
-                if (!store_event_where(&t->ev[i], addr, &addr))
-                        return false;
-        *ret = addr;
-        return true;
-}
-
-static void restore_child(Restore *R, RestoreTarget *parent, int ufd);
-
-/* Read and follow what is pending on t's uffd, after waiting up to wait_ms
- * for the first message (an event is announced a moment before it is
- * queued). PAGEFAULT messages need nothing: our copy or the final
- * unregister wakes their thread. */
-static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
-        for (;;) {
-                struct pollfd p = { .fd = t->uffd, .events = POLLIN };
-                struct uffd_msg m;
-
-                if (poll(&p, 1, wait_ms) <= 0 || !(p.revents & POLLIN))
-                        return;
-                wait_ms = 0;
-                ssize_t n = read(t->uffd, &m, sizeof(m));
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n != (ssize_t)sizeof(m))
-                        return;
-                if (m.event == UFFD_EVENT_REMOVE || m.event == UFFD_EVENT_UNMAP)
-                        target_event(t, m.arg.remove.start, m.arg.remove.end, STORE_EVENT_GONE);
-                else if (m.event == UFFD_EVENT_REMAP)
-                        target_event(t, m.arg.remap.from, m.arg.remap.from + m.arg.remap.len, m.arg.remap.to);
-                else if (m.event == UFFD_EVENT_FORK)
-                        restore_child(R, t, (int)m.arg.fork.ufd);
-        }
-}
-
-/* Install src at the page the store knows as addr. */
-static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const void *src) {
-        bool child = t->depth > 0;
-
-        for (unsigned tries = 0;; tries++) {
-                uint64_t dst;
-                if (!target_where(t, addr, &dst))
-                        break;
-                struct uffdio_copy cp = { .dst = dst, .src = (uintptr_t)src, .len = ZSWAP_PAGE_SIZE };
-                if (ioctl(t->uffd, UFFDIO_COPY, &cp) == 0) {
-                        if (!child)
-                                R->st->restored++;
-                        return;
-                }
-                if (errno == EEXIST) {
-                        if (!child)
-                                R->st->present++;
-                        return;
-                }
-                /* ENOENT: no longer registered or mapped; ESRCH: the
-                 * process is gone; anything else: we cannot */
-                if (errno != EAGAIN || tries >= RESTORE_EAGAIN_TRIES)
-                        break;
-                target_drain(R, t, 10);
-        }
-        if (!child)
-                R->st->gone++;
-}
-
-static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
-        uint64_t o = pe_state(e) == PE_LOADING ? pe_loading_origin(e) : e;
-        const void *src = R->t->page;
-        bool child = R->t->depth > 0;
-
-        switch (pe_state(o)) {
-        case PE_MOVING:
-        case PE_STAGED:
-                /* in its staging slot, or it never left (EEXIST) */
-                if (pe_slot(o) >= R->nslots) {
-                        R->st->bad += !child;
-                        return;
-                }
-                src = (const void *)(uintptr_t)(R->staging + (uint64_t)pe_slot(o) * ZSWAP_PAGE_SIZE);
-                break;
-        case PE_STORED:
-        case PE_SAME: {
-                int r = store_entry_content(R->map, R->dctx, e, R->t->page);
-                if (r < 0)
-                        R->st->bad += !child;
-                if (r <= 0)
-                        return;
-                break;
-        }
-        default:
-                /* EMPTY, REMOVED: nothing held; CLEAN: resident, and if it
-                 * went away unseen (MADV_FREE) zero is its content */
-                return;
-        }
-        target_install(R, R->t, addr, src);
-}
-
-/* Every entry of every leaf whose directory slot passes the checks
- * store_walk() makes of it (a bad one is skipped, not the rest). */
-static void restore_walk(Restore *R) {
-        StoreSuper *s = store_super(R->map);
-        /* acquire: pairs with the daemon's publication of a leaf, as in
-         * store_walk(); the daemon is gone, so it only orders our reads */
-        uint32_t nl = MIN(atomic_load_explicit(&s->leaves, memory_order_acquire), STORE_LEAVES_MAX);
-        _Atomic uint64_t *dir = store_dir(R->map);
-
-        for (uint32_t i = 0; i < nl; i++) {
-                uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
-                uint64_t zone = d & ~STORE_DIR_USED;
-                if (d == 0)
-                        continue;
-                if (!(d & STORE_DIR_USED) || zone % (STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE) || zone >= PINDEX_MAX_ADDR) {
-                        R->st->bad += R->t->depth == 0;
-                        continue;
-                }
-                _Atomic uint64_t *leaf = store_leaf(R->map, i);
-                for (unsigned j = 0; j < STORE_LEAF_ENTRIES; j++) {
-                        /* relaxed: the writer is gone; a value like any other, checked */
-                        uint64_t e = atomic_load_explicit(&leaf[j], memory_order_relaxed);
-                        if (e)
-                                restore_entry(R, zone + (uint64_t)j * ZSWAP_PAGE_SIZE, e);
-                }
-        }
-}
-
-/* A child forked while we restore: its memory is ours as of the fork, so
- * it gets every page we had not put back yet (those we had, it inherited:
- * EEXIST). Then its uffd is closed: ours was the only reference, so the
- * kernel unregisters its memory and wakes its waiters. */
-static void restore_child(Restore *R, RestoreTarget *parent, int ufd) {
-        RestoreTarget child = { .uffd = ufd, .depth = parent->depth + 1, .blind = parent->blind };
-
-        if (child.depth <= RESTORE_FORK_DEPTH && target_grow(&child, MAX(parent->nev, (size_t)1)) &&
-            (child.page = scratch_alloc(ZSWAP_PAGE_SIZE))) {
-                if (parent->nev)
-                        memcpy(child.ev, parent->ev, parent->nev * sizeof(*child.ev));
-                child.nev = parent->nev;
-                RestoreTarget *saved = R->t;
-                R->t = &child;
-                restore_walk(R);
-                target_drain(R, &child, 0);
-                R->t = saved;
-                R->st->children++;
-        }
-        scratch_free(child.ev, child.cap * sizeof(*child.ev));
-        scratch_free(child.page, ZSWAP_PAGE_SIZE);
-        safe_close(ufd);
-}
-
-static void unregister_span(int uffd, uint64_t start, uint64_t end) {
-        struct uffdio_range r = { .start = start, .len = end - start };
-        if (end > start)
-                (void)ioctl(uffd, UFFDIO_UNREGISTER, &r);
-}
-
-int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
-                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st) {
-        const size_t sr_size = STORE_RANGES_MAX * sizeof(StoreRange);
-        Restore *R = scratch_alloc(sizeof(Restore));
-        StoreRange *sr = NULL;
-        CodecDCtx *own = NULL;
-        RestoreTarget t = { .uffd = uffd };
-        int r, n = 0;
-
-        if (!R)
-                r = -ENOMEM;
-        else
-                r = store_map(store_fd, false, &R->map);
-        if (r == 0)
-                r = store_check(R->map, NULL, 0);
-        if (r == 0) {
-                uint32_t codec = store_super(R->map)->codec;
-                R->dctx = dctx ? dctx[codec] : NULL;
-                /* not made beforehand: only now, which is not fork-safe */
-                if (!R->dctx)
-                        r = codec_dctx_new((CodecKind)codec, &own);
-                if (!R->dctx)
-                        R->dctx = own;
-        }
-        if (r == 0) {
-                R->staging = staging;
-                R->nslots = staging_len / ZSWAP_PAGE_SIZE;
-                R->st = st;
-                R->t = &t;
-                t.page = R->page;
-                /* an event the daemon read and died before it finished
-                 * comes first; a bad one only this client could have
-                 * written is ignored */
-                StoreEvent ev;
-                if (store_journal_event(R->map, &ev) > 0)
-                        target_event(&t, ev.start, ev.end, ev.to);
-                restore_walk(R);
-                sr = scratch_alloc(sr_size);
-                n = sr ? store_ranges(R->map, sr, STORE_RANGES_MAX) : 0;
-                /* events still pending: a fork to serve, remaps to follow */
-                target_drain(R, &t, 0);
-        }
-        /* every range we know of stops being managed, wherever it went:
-         * the threads still waiting wake and find their page, or zeros
-         * where nothing was held */
-        for (size_t i = 0; i < nranges; i++)
-                unregister_span(uffd, ranges[i].start, ranges[i].end);
-        for (int i = 0; i < n; i++)
-                unregister_span(uffd, sr[i].start, sr[i].end);
-        for (size_t i = 0; i < t.nev; i++)
-                if (t.ev[i].to != STORE_EVENT_GONE)
-                        unregister_span(uffd, t.ev[i].to, t.ev[i].to + (t.ev[i].end - t.ev[i].start));
-        scratch_free(t.ev, t.cap * sizeof(*t.ev));
-        scratch_free(sr, sr_size);
-        codec_dctx_free(own);
-        if (R)
-                store_unmap(R->map);
-        scratch_free(R, sizeof(Restore));
-        return r;
-}
-
 /* ---- daemon loss: reconnect, adopt, or restore ---- */
 
 static void ranges_forget(struct zswap_client *c, uint64_t addr, uint64_t len);
@@ -1113,7 +816,7 @@ static void report(struct zswap_client *c, const char *fmt, ...) {
         if (c->report_fd < 0)
                 return;
         /* snprintf and write(): no stdio stream, whose lock a fork
-         * waiting for us may hold (see the restore above) */
+         * waiting for us may hold (see restore.c) */
         int n = snprintf(line, sizeof(line), "libzswap[%d]: ", (int)getpid());
         va_start(ap, fmt);
         n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
@@ -1288,7 +991,7 @@ static void restore_self(struct zswap_client *c) {
 
         /* no malloc(): a fork may be waiting for us to read its event */
         const size_t size = RANGES_MAX * sizeof(ZswapSpan);
-        ZswapSpan *spans = scratch_alloc(size);
+        ZswapSpan *spans = zswap_scratch_alloc(size);
         size_t n = 0;
         pthread_mutex_lock(&c->lock);
         for (size_t i = 0; spans && i < c->nranges && i < RANGES_MAX; i++)
@@ -1297,7 +1000,7 @@ static void restore_self(struct zswap_client *c) {
 
         int r = zswap_store_restore(c->uffd, c->store_fd, c->dctx, (uintptr_t)c->staging, STAGING_BYTES, spans, n,
                                     &st);
-        scratch_free(spans, size);
+        zswap_scratch_free(spans, size);
         c->uffd = safe_close(c->uffd);
         /* unregistered with the uffd: no event for anybody to read */
         madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
