@@ -38,7 +38,7 @@
  *  - adopt_check() (daemon/adopt.c), with a daemon the header describes:
  *    store_check()'s answer, then -ENOENT, -EBUSY, -EBADMSG or 0 as
  *    adopt.h says, why[] filled when not 0;
- *  - zswap_store_restore() (client/libzswap.c), the client's own restore,
+ *  - zswap_store_restore() (client/restore.c), the client's own restore,
  *    with no userfaultfd (-1): it walks the store as it would, skipping a
  *    bad directory slot instead of refusing the store, and every install
  *    fails: it must return store_check()'s answer, count as bad exactly
