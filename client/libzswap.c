@@ -636,11 +636,16 @@ static int sync_new(struct zswap_client *c) {
                 safe_close(fd);
                 return r;
         }
-        if (c->sync)
-                munmap(c->sync, ZSWAP_SYNC_SIZE);
-        safe_close(c->sync_fd);
+        /* the new page in place before the old one goes: a fork() from
+         * another thread meanwhile copies a pointer to mapped memory
+         * (a child once crashed on the old page, unmapped) */
+        ZSync *old = c->sync;
+        int old_fd = c->sync_fd;
         c->sync = m;
         c->sync_fd = fd;
+        if (old)
+                munmap(old, ZSWAP_SYNC_SIZE);
+        safe_close(old_fd);
         return 0;
 }
 
@@ -1411,12 +1416,20 @@ static int child_reconnect(struct zswap_client *c) {
         r = hello(c, ZROLE_CHILD, &devfd);
         if (r < 0)
                 return r;
+        /* a sync page of our own (zsync.h), given with the attach: the one
+         * we inherited is the parent's, and the parent may have replaced
+         * it (a recovery) after the daemon read our fork event with the
+         * old one, or around our fork */
+        if (sync_new(c) < 0) {
+                c->sync = NULL; /* no handshake rather than a page we may not have */
+                c->sync_fd = safe_close(c->sync_fd);
+        }
         /* the daemon may still be handling the fork event that created our
          * address space (it copies what the parent had evicted): up to 5 s */
         for (int i = 0; i < 1000; i++) {
                 int rfd[2];
                 zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 0, sizeof(ch));
-                r = request(c, &ch, sizeof(ch), NULL, 0, NULL, 0, rfd, NULL);
+                r = request(c, &ch, sizeof(ch), &c->sync_fd, c->sync_fd >= 0 ? 1 : 0, NULL, 0, rfd, NULL);
                 /* [our uffd, our store]; an older daemon sends no store */
                 c->uffd = rfd[0];
                 store_accept(c, rfd[1]);

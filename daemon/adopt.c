@@ -80,6 +80,14 @@ static int present(MMClient *mm, uint64_t addr, bool *ret) {
         return 0;
 }
 
+/* An entry not carried over: counted, and the first few named in the log
+ * (a page that reads as zeros after a restart can be traced to one). */
+static void drop(AdoptCtx *a, uint64_t addr, uint64_t v, const char *why) {
+        if (a->dropped++ < 8)
+                log_info("pid %d: adopt: entry %#llx at %#llx dropped: %s", (int)a->mm->pid, (unsigned long long)v,
+                         (unsigned long long)addr, why);
+}
+
 static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
         snprintf(a->why, a->why_len, "%s at %#llx", what, (unsigned long long)addr);
         return -EBADMSG;
@@ -115,7 +123,7 @@ static int keep_staged(AdoptCtx *a, uint64_t addr, uint32_t slot, uint64_t *nv) 
         if ((r = present(mm, mmclient_slot_addr(mm, slot), &here)) < 0)
                 return r;
         if (!here) {
-                a->dropped++; /* zapped while it was being evicted */
+                drop(a, addr, pe_make_slot(PE_STAGED, slot), "in neither its place nor its staging slot (zapped while it was being evicted)");
                 return 0;
         }
         if ((r = mmclient_read(mm, mmclient_slot_addr(mm, slot), a->page, ZSWAP_PAGE_SIZE)) < 0)
@@ -143,11 +151,11 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
          * mremap put the pages (the kernel replaced it: ours wins) */
         bool carried = a->ev && addr >= a->ev->start && addr < a->ev->end;
         if (a->ev && !store_event_where(a->ev, addr, &addr)) {
-                a->dropped++; /* the journal's munmap or MADV_DONTNEED took it */
+                drop(a, addr, v, "the journal's event took it");
                 return 0;
         }
         if (!in_ranges(a, addr)) {
-                a->dropped++; /* no longer registered (an unregister was under way) */
+                drop(a, addr, v, "outside the ranges (an unregister was under way)");
                 return 0;
         }
         if (pe_state(v) == PE_LOADING) {
@@ -191,7 +199,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 /* two entries for one page: only the journal's mremap
                  * brings one here, and the page it carries is what the
                  * address holds now */
-                a->dropped++;
+                drop(a, addr, nv, carried ? "a page the journal's mremap carried here replaces it" : "the journal's mremap carried a page here");
                 if (!carried) {
                         if (pe_state(nv) == PE_STORED)
                                 pool_release(mm->pool, pe_handle(nv)); /* not counted yet */

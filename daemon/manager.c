@@ -581,13 +581,16 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         return 1;
 }
 
-static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
+static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t nfds) {
         MMClient *found = NULL;
         uint64_t token = 0;
         pid_t ppid = 0;
 
         if (c->role != ZROLE_CHILD || c->mm)
                 return -EPERM;
+        /* optionally the child's own sync page (zsync.h) */
+        if (nfds > 1 || (nfds == 1 && !mmclient_sync_fd_ok(fds[0])))
+                return -EBADF;
         if (proc_ppid(c->pid, &ppid) < 0)
                 return -ESRCH;
         unsigned matches = 0;
@@ -630,6 +633,13 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch) {
                 found->pid = 0;
                 manager_adopt_orphan(m, found);
                 return r;
+        }
+        if (nfds == 1) {
+                r = mmclient_replace_sync(found, fds[0]);
+                fds[0] = -1;
+                if (r < 0)
+                        log_warn("pid %d: cannot map its sync page: it runs without the move/unmap handshake",
+                                 (int)c->pid);
         }
         found->id = ++m->next_mm_id;
         found->conn = c;
@@ -961,7 +971,7 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
         case ZMSG_ATTACH:
                 return do_attach(m, c, buf, fds, nfds);
         case ZMSG_CHILD_ATTACH:
-                return do_child_attach(m, c, buf);
+                return do_child_attach(m, c, buf, fds, nfds);
         case ZMSG_ADOPT:
                 return do_adopt(m, c, buf, fds, nfds);
         case ZMSG_PAGEOUT_PID:

@@ -232,6 +232,29 @@ int mmclient_set_sync(MMClient *mm, int fd) {
         return 0;
 }
 
+int mmclient_replace_sync(MMClient *mm, int fd) {
+        void *p = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        /* every reader of mm->sync holds serve_lock (drain_uffd()) */
+        pthread_mutex_lock(&mm->serve_lock);
+        ZSync *old = mm->sync;
+        int old_fd = mm->sync_fd;
+        if (old && atomic_load_explicit(&mm->read_deferred, memory_order_relaxed)) {
+                zsync_read_end(old); /* a read put off held it raised */
+                atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
+        }
+        mm->sync = p;
+        mm->sync_fd = fd;
+        pthread_mutex_unlock(&mm->serve_lock);
+        if (old)
+                munmap(old, ZSWAP_SYNC_SIZE);
+        safe_close(old_fd);
+        return 0;
+}
+
 /* 1: the process of pidfd fd has exited (a pidfd becomes readable then);
  * 0: it has not; -1: no pidfd. */
 static int pidfd_exited(int fd) {

@@ -194,6 +194,9 @@ MMClient *mmclient_unref(MMClient *mm);
  * at least ZSWAP_SYNC_SIZE): takes fd. -EBADF if it is not such a memfd. */
 int mmclient_set_sync(MMClient *mm, int fd);
 bool mmclient_sync_fd_ok(int fd);
+/* A forked child's own sync page (fd checked with mmclient_sync_fd_ok()),
+ * in place of its parent's it had since the fork; takes fd. Any thread. */
+int mmclient_replace_sync(MMClient *mm, int fd);
 
 /* Bind a process: opens pidfd and pagemap. */
 int mmclient_set_pid(MMClient *mm, pid_t pid);

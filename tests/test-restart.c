@@ -329,8 +329,8 @@ static bool check_page(const uint64_t *w, size_t page, uint32_t ver) {
                 make_page(expect, page, ver);
         if (memcmp(w, expect, ZSWAP_PAGE_SIZE) == 0)
                 return true;
-        fprintf(stderr, "%llu ms: pid %d: page %zu: expected version %u, words %#llx %#llx\n", lms(), (int)getpid(),
-                page, ver, (unsigned long long)w[0], (unsigned long long)w[1]);
+        fprintf(stderr, "%llu ms: pid %d: page %zu at %p: expected version %u, words %#llx %#llx\n", lms(),
+                (int)getpid(), page, (const void *)w, ver, (unsigned long long)w[0], (unsigned long long)w[1]);
         return false;
 }
 
