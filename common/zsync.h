@@ -14,7 +14,8 @@
  * is handled before any later move can start, and a move that started
  * before the read finished before munmap() could return.
  *
- * Counters, not flags: a forked child shares the page with its parent.
+ * Counters, not flags: a forked child shares the page with its parent
+ * until it attaches with a page of its own.
  * The daemon never trusts the page: it waits for a move at most
  * ZSYNC_READ_WAIT_NS and then reads later instead (its `reading` stays up
  * meanwhile, so no new move starts), so a client that leaves `moving` set
