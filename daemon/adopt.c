@@ -108,7 +108,8 @@ static int keep_object(AdoptCtx *a, const void *src, uint32_t len, uint64_t *nv)
 }
 
 /* The page an eviction left in staging slot `slot`, stored anew. */
-static int keep_staged(AdoptCtx *a, uint64_t addr, uint32_t slot, uint64_t *nv) {
+static int keep_staged(AdoptCtx *a, uint64_t addr, uint64_t v, uint64_t *nv) {
+        uint32_t slot = pe_slot(v);
         MMClient *mm = a->mm;
         bool here;
         uint32_t fill;
@@ -123,7 +124,7 @@ static int keep_staged(AdoptCtx *a, uint64_t addr, uint32_t slot, uint64_t *nv) 
         if ((r = present(mm, mmclient_slot_addr(mm, slot), &here)) < 0)
                 return r;
         if (!here) {
-                drop(a, addr, pe_make_slot(PE_STAGED, slot), "in neither its place nor its staging slot (zapped while it was being evicted)");
+                drop(a, addr, v, "in neither its place nor its staging slot (zapped while it was being evicted)");
                 return 0;
         }
         if ((r = mmclient_read(mm, mmclient_slot_addr(mm, slot), a->page, ZSWAP_PAGE_SIZE)) < 0)
@@ -180,7 +181,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 break;
         case PE_MOVING:
         case PE_STAGED:
-                if ((r = keep_staged(a, addr, pe_slot(v), &nv)) < 0)
+                if ((r = keep_staged(a, addr, v, &nv)) < 0)
                         return r;
                 break;
         default:
