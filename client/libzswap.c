@@ -422,6 +422,12 @@ static void staging_free(struct zswap_client *c, size_t off, size_t len) {
 static void agent_release(struct zswap_client *c, int sock, const ZMsgRelease *m) {
         ZMsgRelease done = *m;
 
+        /* a dead daemon's last release: its store may still name pages in
+         * those slots (STAGED), which the next daemon reads from there; the
+         * slots are emptied once it has (test-restart load lost pages so) */
+        if (daemon_gone(sock))
+                return;
+
         if ((uint64_t)m->slot0 + m->nslots <= STAGING_BYTES / ZSWAP_PAGE_SIZE)
                 staging_free(c, (size_t)m->slot0 * ZSWAP_PAGE_SIZE, (size_t)m->nslots * ZSWAP_PAGE_SIZE);
         zmsg_init(&done.hdr, ZMSG_RELEASE_DONE, m->hdr.id, sizeof(done));

@@ -63,6 +63,11 @@ typedef struct Retry {
         uint64_t addr;
         uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
         uint64_t t0;       /* when the fault it serves was read (fault_t0), 0: none */
+        /* the staging lane whose slot the page came from (serve_slot()),
+         * kept from release until the page is in: the retry holds it only
+         * in this process, and a daemon that dies meanwhile leaves it to
+         * the next one through the slot (adopt.c) */
+        Lane *pin;
         uint8_t page[ZSWAP_PAGE_SIZE];
 } Retry;
 
@@ -171,7 +176,14 @@ void fault_unwatch(Manager *m, MMClient *mm) {
 
 #define RETRY_RESERVE 64
 
+static void retry_unpin(Lane *pin) {
+        if (pin)
+                atomic_fetch_sub_explicit(&pin->users, 1, memory_order_release);
+}
+
 static void retry_free(FaultThread *ft, Retry *r) {
+        retry_unpin(r->pin);
+        r->pin = NULL;
         if (r->reserved) {
                 r->next = ft->reserve;
                 ft->reserve = r;
@@ -195,6 +207,7 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
         }
         r->addr = addr;
         r->loading = loading;
+        r->pin = NULL;
         r->t0 = ft->fault_t0; /* the fault still waits: its time runs on */
         TRACE(TR_RETRY, addr, loading, 0);
         if (page)
@@ -331,6 +344,8 @@ static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
 
 /* Serve a page held in a staging slot (MOVING or STAGED entry v). Returns
  * false if the entry changed under us (caller reloads). */
+static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *pin);
+
 static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
                        bool refault) {
         uint32_t slot = pe_slot(v);
@@ -352,9 +367,9 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
                 return false;
         }
         int r = mmclient_read(mm, mmclient_slot_addr(mm, slot), ft->page, ZSWAP_PAGE_SIZE);
-        atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
         TRACE(TR_SLOT, addr, v, (uint64_t)(uint32_t)r | ((uint64_t *)ft->page)[1] << 32);
         if (r < 0) {
+                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
                 /* the client is gone or broke its staging area: nothing to install */
                 mmclient_release_payload(mm, loading);
                 atomic_store_explicit(e, 0, memory_order_release);
@@ -362,6 +377,10 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
                 return true;
         }
         install(ft, mm, addr, e, loading, ft->page, final, false, refault);
+        /* a copy put off (EAGAIN) keeps the slot, and the lane, until it is
+         * made (Retry.pin); else the slot is done with */
+        if (!retry_keep_pin(mm, addr, loading, lane))
+                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
         return true;
 }
 
@@ -609,6 +628,16 @@ static Retry **retry_find(MMClient *mm, uint64_t addr) {
                 if ((*p)->addr == addr)
                         return p;
         return NULL;
+}
+
+/* Hand the pin of a page's slot on to the retry that now holds the page
+ * (retry_add() of addr with loading), if there is one: true. */
+static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *pin) {
+        Retry **p = pin ? retry_find(mm, addr) : NULL;
+        if (!p || (*p)->loading != loading || (*p)->pin)
+                return false;
+        (*p)->pin = pin;
+        return true;
 }
 
 static void retry_drop(FaultThread *ft, Retry **p) {
@@ -1072,10 +1101,15 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
                         serve(ft, mm, r->addr, true, false);
                 else {
                         _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
+                        Lane *pin = r->pin;
+                        r->pin = NULL;
                         if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
                                 install(ft, mm, r->addr, e, r->loading, r->page,
                                         (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0, false,
                                         false);
+                        /* put off again: the new retry keeps the slot */
+                        if (!retry_keep_pin(mm, r->addr, r->loading, pin))
+                                retry_unpin(pin);
                 }
                 ft->fault_t0 = 0;
                 retry_free(ft, r);
