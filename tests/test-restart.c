@@ -939,6 +939,36 @@ static void *ek_respawn_main(void *arg) {
         return NULL;
 }
 
+/* The watcher of a daemon armed to kill itself at an event: started
+ * before the event, it starts the next daemon unless `respawn` is false. */
+static pthread_t ek_watch(bool respawn) {
+        static int no_respawn;
+        pthread_t t;
+
+        atomic_store(&ek_ready, false);
+        atomic_store(&ek_done, false);
+        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, respawn ? NULL : &no_respawn));
+        return t;
+}
+
+/* The daemon must have died by its injected SIGKILL at `what`. */
+static void ek_assert_killed(const char *what) {
+        while (!atomic_load(&ek_ready))
+                usleep(1000);
+        int st = atomic_load(&ek_status);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL || !td_log_has(&d, "fault injection: killed")) {
+                td_log_dump(&d);
+                test_fail("the daemon did not die at %s: status %#x", what, st);
+        }
+}
+
+/* The daemon stopped, the watcher (and the daemon's parent-death signal
+ * that follows it) can go. */
+static void ek_unwatch(pthread_t t) {
+        atomic_store(&ek_done, true);
+        pthread_join(t, NULL);
+}
+
 /*
  * Every page evicted, then one address-space change whose event kills the
  * daemon (ZSWAPD_INJECT kill_event, common/inject.h) at the read that
@@ -954,7 +984,6 @@ static void event_kill_one(EkOp op, unsigned point) {
         static uint64_t hashes[EK_PAGES];
         const size_t len = EK_PAGES * ZSWAP_PAGE_SIZE, half = len / 2;
         char spec[64];
-        int st;
 
         fprintf(stderr, "-- %s, the daemon killed %s\n", names[op],
                 point == 1 ? "once it has read the event" : point == 2 ? "while it handles the event" :
@@ -969,10 +998,7 @@ static void event_kill_one(EkOp op, unsigned point) {
         ASSERT_TRUE(zswap_pageout(c, buf, len) > EK_PAGES / 2);
         if (restore)
                 ASSERT_OK(zswap_set_reconnect_timeout(c, 0));
-        pthread_t t;
-        atomic_store(&ek_ready, false);
-        atomic_store(&ek_done, false);
-        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, restore ? &t : NULL));
+        pthread_t t = ek_watch(!restore);
 
         atomic_store(&step, "event-kill: the address-space change");
         switch (op) {
@@ -997,13 +1023,7 @@ static void event_kill_one(EkOp op, unsigned point) {
                 break;
         }
         atomic_store(&step, "event-kill: waiting for the next daemon");
-        while (!atomic_load(&ek_ready))
-                usleep(1000);
-        st = atomic_load(&ek_status);
-        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL || !td_log_has(&d, "fault injection: killed")) {
-                td_log_dump(&d);
-                test_fail("the daemon did not die at the event: status %#x", st);
-        }
+        ek_assert_killed("the event");
 
         if (restore) {
                 /* the library put every page back and let the memory go */
@@ -1022,8 +1042,7 @@ static void event_kill_one(EkOp op, unsigned point) {
                         assert_verified(buf, half, hashes, "restored before the munmap's range");
                 }
                 zswap_disconnect(c);
-                atomic_store(&ek_done, true);
-                pthread_join(t, NULL);
+                ek_unwatch(t);
                 munmap(buf, len);
                 return;
         }
@@ -1056,8 +1075,7 @@ static void event_kill_one(EkOp op, unsigned point) {
                 ASSERT_EQ(zswap_unregister(c, fresh, half), 0);
         zswap_disconnect(c);
         td_stop(&d);
-        atomic_store(&ek_done, true);
-        pthread_join(t, NULL);
+        ek_unwatch(t);
         munmap(buf, len);
 }
 
@@ -1089,9 +1107,7 @@ static void case_fork_event_kill(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 67, hashes);
         ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
-        atomic_store(&ek_ready, false);
-        atomic_store(&ek_done, false);
-        ASSERT_OK(-pthread_create(&t, NULL, ek_respawn_main, NULL));
+        t = ek_watch(true);
 
         atomic_store(&step, "fork-event-kill: fork, the daemon dies reading its event");
         pid_t pid = fork();
@@ -1107,19 +1123,12 @@ static void case_fork_event_kill(void) {
         fprintf(stderr, "child %d: status %#x\n", (int)pid, st);
         if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
                 test_fail("a child whose uffd died with the daemon: status %#x, not killed by its library", st);
-        while (!atomic_load(&ek_ready))
-                usleep(1000);
-        st = atomic_load(&ek_status);
-        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL || !td_log_has(&d, "fault injection: killed")) {
-                td_log_dump(&d);
-                test_fail("the daemon did not die at the fork event: status %#x", st);
-        }
+        ek_assert_killed("the fork event");
         wait_served(c);
         assert_verified(buf, len, hashes, "in the parent, adopted after the fork");
         zswap_disconnect(c);
         td_stop(&d);
-        atomic_store(&ek_done, true);
-        pthread_join(t, NULL);
+        ek_unwatch(t);
 }
 
 static const char *const cases[] = { "idle",   "load",       "fallback", "fallback-now", "planned",
