@@ -30,6 +30,9 @@ typedef struct ZswapRestoreStats {
         uint64_t bad;      /* entries whose content failed the store's checks (a
                             * tampered store): left to the kernel, they read as zeros */
         uint64_t children; /* forked children (UFFD_EVENT_FORK) served on the way */
+        uint64_t tier;     /* entries whose data was on the daemon's second tier, which
+                            * only a daemon can read: poisoned (SIGBUS on access) where
+                            * the uffd allows it, rather than left to read as zeros */
 } ZswapRestoreStats;
 
 /*

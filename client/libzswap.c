@@ -1025,10 +1025,15 @@ static void restore_self(struct zswap_client *c) {
         c->recovery.restore.gone += st.gone;
         c->recovery.restore.bad += st.bad;
         c->recovery.restore.children += st.children;
+        c->recovery.restore.tier += st.tier;
         pthread_mutex_unlock(&c->lock);
         report(c, "restored %" PRIu64 " pages from the store (present %" PRIu64 ", gone %" PRIu64 ", bad %" PRIu64
                   ", children %" PRIu64 ")%s",
                st.restored, st.present, st.gone, st.bad, st.children, r < 0 ? ": the store is unreadable" : "");
+        if (st.tier)
+                report(c, "%" PRIu64 " pages were on zswapd's second tier, which only zswapd can read: they are "
+                          "lost and poisoned (SIGBUS on access); keep zswapd restarting (systemd Restart=) to keep them",
+                       st.tier);
 }
 
 /* Requests go to sock from now on; the agent serves it. */

@@ -162,6 +162,20 @@ static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const vo
                 R->st->gone++;
 }
 
+/* A page whose data only the daemon's second tier had: it is lost to
+ * this process. Poisoned, its next access is a SIGBUS (as for a swap page
+ * the kernel cannot read back) instead of a page of zeros. */
+static void target_poison(Restore *R, RestoreTarget *t, uint64_t addr) {
+        uint64_t dst;
+
+        if (t->depth == 0)
+                R->st->tier++;
+        if (!target_where(t, addr, &dst))
+                return;
+        struct uffdio_poison p = { .range = { .start = dst, .len = ZSWAP_PAGE_SIZE } };
+        (void)ioctl(t->uffd, UFFDIO_POISON, &p);
+}
+
 static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
         uint64_t o = pe_state(e) == PE_LOADING ? pe_loading_origin(e) : e;
         const void *src = R->t->page;
@@ -180,6 +194,10 @@ static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
         case PE_STORED:
         case PE_SAME: {
                 int r = store_entry_content(R->map, R->dctx, e, R->t->page);
+                if (r == -EREMOTE) {
+                        target_poison(R, R->t, addr);
+                        return;
+                }
                 if (r < 0)
                         R->st->bad += !child;
                 if (r <= 0)

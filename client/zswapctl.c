@@ -180,6 +180,14 @@ typedef struct Field {
         const char *text; /* K_TEXT */
 } Field;
 
+/* tier.h's states (the daemon's TIER_* order) */
+static const char *tier_state_text(int32_t state) {
+        static const char *const names[] = { "idle", "writing", "full", "error", "disconnected", "grace" };
+        if (state < 0)
+                return "none";
+        return (size_t)state < ELEMENTSOF(names) ? names[state] : "?";
+}
+
 static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         const struct zswap_stats *s = &st->stats;
         double window = (double)st->rate_window_ms / 1000.0;
@@ -225,6 +233,25 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("fault_threads", K_COUNT, st->fault_threads);
         ADD("workers", K_COUNT, st->workers);
         ADD("protocol_errors", K_COUNT, st->protocol_errors);
+        /* the second tier: "none" and zeros when there is none */
+        f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
+        f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };
+        ADD("tier_capacity_bytes", K_SIZE, st->tier_capacity);
+        ADD("tier_used_bytes", K_SIZE, st->tier_used_bytes);
+        ADD("tier_pages", K_COUNT, st->tier_pages);
+        ADD("tier_bytes", K_SIZE, st->tier_bytes);
+        ADD("tier_written", K_SIZE, st->tier_written);
+        ADD("tier_writes", K_COUNT, st->tier_writes);
+        ADD("tier_written_pages", K_COUNT, st->tier_written_pages);
+        ADD("tier_reads", K_COUNT, st->tier_reads);
+        ADD("tier_read_bytes", K_SIZE, st->tier_read_bytes);
+        ADD("tier_prefetched", K_COUNT, st->tier_prefetched);
+        ADD("tier_errors", K_COUNT, st->tier_read_errors + st->tier_write_errors);
+        ADD("tier_read_errors", K_COUNT, st->tier_read_errors);
+        ADD("tier_write_errors", K_COUNT, st->tier_write_errors);
+        ADD("tier_corrupt", K_COUNT, st->tier_corrupt);
+        ADD("tier_full_events", K_COUNT, st->tier_full_events);
+        ADD("tier_reconnects", K_COUNT, st->tier_reconnects);
 #undef ADD
 #undef ADD_REAL
         return n;
@@ -308,7 +335,7 @@ static int status_fetch(int fd, ZMsgStatusReply *st) {
 
 static int cmd_status(const Opts *o) {
         ZMsgStatusReply st;
-        Field f[64];
+        Field f[96];
 
         size_t n = status_fields(&(ZMsgStatusReply){ 0 }, f);
         if (o->columns) {
@@ -607,6 +634,30 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
                   s->pool_full_events },
                 { "zswapd_protocol_errors_total", "counter", "Malformed or unexpected messages received.",
                   st->protocol_errors },
+                { "zswapd_tier_capacity_bytes", "gauge", "Bytes of the second tier's backing store for pages (0: none).",
+                  st->tier_capacity },
+                { "zswapd_tier_used_bytes", "gauge", "Blocks of the second tier holding live pages, in bytes.",
+                  st->tier_used_bytes },
+                { "zswapd_tier_pages", "gauge", "Pages whose data is on the second tier.", st->tier_pages },
+                { "zswapd_tier_bytes", "gauge", "Compressed bytes of the pages on the second tier.", st->tier_bytes },
+                { "zswapd_tier_written_bytes_total", "counter", "Bytes written to the second tier.", st->tier_written },
+                { "zswapd_tier_written_pages_total", "counter", "Pages written to the second tier.",
+                  st->tier_written_pages },
+                { "zswapd_tier_reads_total", "counter", "Reads from the second tier (one per fault on it).",
+                  st->tier_reads },
+                { "zswapd_tier_read_bytes_total", "counter", "Bytes read from the second tier.", st->tier_read_bytes },
+                { "zswapd_tier_prefetched_total", "counter", "Pages installed from another page's read of the second tier.",
+                  st->tier_prefetched },
+                { "zswapd_tier_read_errors_total", "counter", "Reads of the second tier that failed (the fault waits and retries).",
+                  st->tier_read_errors },
+                { "zswapd_tier_write_errors_total", "counter", "Writes to the second tier that failed (the pages stayed in RAM).",
+                  st->tier_write_errors },
+                { "zswapd_tier_corrupt_total", "counter", "Pages whose second-tier data failed its checksum (lost, poisoned).",
+                  st->tier_corrupt },
+                { "zswapd_tier_full_events_total", "counter", "Times writeback stopped for want of free blocks.",
+                  st->tier_full_events },
+                { "zswapd_tier_reconnects_total", "counter", "Connections to the NBD server made again.",
+                  st->tier_reconnects },
         };
 
         prom_family("zswapd_info", "gauge", "The running daemon's compressor and level, and zswapctl's version.");

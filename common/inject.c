@@ -36,12 +36,14 @@ static Site sites[_INJ_MAX] = {
         [INJ_UFFD_UNREGISTER] = { "uffd_unregister", ENOMEM },
         [INJ_UFFD_WP] = { "uffd_wp", EAGAIN },
         [INJ_KILL_EVENT] = { "kill_event", EINTR },
+        [INJ_TIER_WRITE] = { "tier_write", EIO },
+        [INJ_TIER_READ] = { "tier_read", EIO },
 };
 
 static const struct { const char *name; int err; } errnos[] = {
         { "EAGAIN", EAGAIN }, { "EEXIST", EEXIST }, { "ENOENT", ENOENT }, { "ESRCH", ESRCH },
         { "ENOMEM", ENOMEM }, { "ENOSPC", ENOSPC }, { "EBUSY", EBUSY },   { "EINVAL", EINVAL },
-        { "EFAULT", EFAULT }, { "EPERM", EPERM },
+        { "EFAULT", EFAULT }, { "EPERM", EPERM },   { "EIO", EIO },
 };
 
 bool inject_armed;

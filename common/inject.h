@@ -32,6 +32,8 @@ typedef enum InjectSite {
         INJ_UFFD_UNREGISTER,/* UFFDIO_UNREGISTER */
         INJ_UFFD_WP,        /* UFFDIO_WRITEPROTECT (the liveness probe) */
         INJ_KILL_EVENT,     /* SIGKILL to the daemon while it handles a uffd event (fault.c) */
+        INJ_TIER_WRITE,     /* a write to the second tier's backing store (tier.c): -EIO */
+        INJ_TIER_READ,      /* a fault's read from the backing store: -EIO */
         _INJ_MAX,
 } InjectSite;
 

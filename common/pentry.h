@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Entry states (low 3 bits). */
@@ -25,6 +26,15 @@ enum {
 };
 static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
 #define PE_FLAG_INCOMPRESSIBLE ((uint64_t)1 << 3) /* on EMPTY: last eviction found it incompressible */
+/* On STORED: the second tier's writer (daemon/tier.c) copied the object and
+ * is writing it out. Nothing else changes: the page is served from the
+ * pool as ever, and whoever takes the entry drops the mark (LOADING never
+ * carries it), which is how the writer learns its copy is stale. */
+#define PE_WB ((uint64_t)1 << 7)
+/* On STORED (and on the LOADING and CLEAN made from it): the object is a
+ * 16-byte TierStub naming where the compressed page lies on the second
+ * tier; the entry's length is the stub's */
+#define PE_TIER ((uint64_t)1 << 21)
 
 #define PINDEX_MAX_ADDR ((uint64_t)1 << 48)
 
@@ -40,6 +50,7 @@ static inline uint32_t pe_fill(uint64_t e) { return (uint32_t)(e >> 32); }
 /* the staging slot of MOVING and STAGED entries */
 static inline uint32_t pe_slot(uint64_t e) { return (uint32_t)(e >> 32); }
 static inline uint32_t pe_clen(uint64_t e) { return (uint32_t)(e >> 8) & 0x1fff; }
+static inline bool pe_is_tier(uint64_t e) { return (e & PE_TIER) != 0; } /* of a STORED entry or its LOADING */
 /* LOADING keeps the payload of the entry it came from; bits 4-6 say which
  * state that was (STORED if none is set). */
 #define PE_LOADING_SAME ((uint64_t)1 << 4)
@@ -47,6 +58,7 @@ static inline uint32_t pe_clen(uint64_t e) { return (uint32_t)(e >> 8) & 0x1fff;
 #define PE_LOADING_STAGED ((uint64_t)1 << 6) /* with SLOT: it was STAGED */
 #define PE_LOADING_BITS (PE_LOADING_SAME | PE_LOADING_SLOT | PE_LOADING_STAGED | PE_FLAG_INCOMPRESSIBLE)
 static inline uint64_t pe_make_loading(uint64_t from) {
+        from &= ~PE_WB;
         switch (pe_state(from)) {
         case PE_SAME:
                 return pe_with_state(from, PE_LOADING) | PE_LOADING_SAME;

@@ -196,6 +196,14 @@ typedef struct ZMsgStatusReply {
         uint64_t lat_p50_ns, lat_p90_ns, lat_p99_ns, lat_p999_ns;
         uint64_t lat_max_ns;
         uint64_t lat_le[ZSWAP_LAT_LE_N];
+        /* the second tier (daemon/tier.h); tier_state -1: none configured */
+        int32_t tier_state;
+        uint32_t reserved3;
+        char tier_backing[128];            /* what it is, as the log says it */
+        uint64_t tier_capacity, tier_used_bytes, tier_pages, tier_bytes;
+        uint64_t tier_written, tier_writes, tier_written_pages;
+        uint64_t tier_reads, tier_read_bytes, tier_prefetched;
+        uint64_t tier_read_errors, tier_write_errors, tier_corrupt, tier_full_events, tier_reconnects;
 } ZMsgStatusReply;
 
 /*

@@ -281,6 +281,8 @@ int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page) {
         }
         if (pe_state(e) != PE_STORED)
                 return 0;
+        if (pe_is_tier(e))
+                return -EREMOTE; /* on the daemon's second tier: only a daemon can read it */
         const void *obj;
         uint8_t copy[(size_t)STORE_NR_CLASSES << STORE_UNIT_SHIFT];
         uint32_t clen = pe_clen(e);

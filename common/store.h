@@ -216,6 +216,7 @@ int store_walk(uint8_t *map, StoreEntryFn fn, void *ud);
 /* The content of entry e of a checked store into page (4 KiB): STORED
  * objects decompressed, SAME pages filled. 1 if e holds content, 0 if it
  * holds none (EMPTY, REMOVED, MOVING, STAGED: the page is elsewhere),
- * -EBADMSG if its object is out of bounds or does not decompress. LOADING
+ * -EBADMSG if its object is out of bounds or does not decompress,
+ * -EREMOTE if its data is on the daemon's second tier (PE_TIER). LOADING
  * and CLEAN count as the STORED/SAME entry they came from. */
 int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page);

@@ -64,3 +64,19 @@ struct pm_scan_arg {
 #define USERFAULTFD_IOC 0xAA
 #define USERFAULTFD_IOC_NEW _IO(USERFAULTFD_IOC, 0x00)
 #endif
+
+/* UFFDIO_POISON (Linux 6.6): the page reads as a hardware memory error
+ * (SIGBUS), what a page the second tier lost must become */
+#ifndef UFFD_FEATURE_POISON
+#define UFFD_FEATURE_POISON (1 << 14)
+#endif
+#ifndef UFFDIO_POISON
+struct uffdio_poison {
+        struct uffdio_range range;
+#define UFFDIO_POISON_MODE_DONTWAKE ((__u64)1 << 0)
+        __u64 mode;
+        __s64 updated;
+};
+#define _UFFDIO_POISON (0x08)
+#define UFFDIO_POISON _IOWR(UFFDIO, _UFFDIO_POISON, struct uffdio_poison)
+#endif

@@ -40,6 +40,7 @@
 #include "mmclient.h"
 #include "pool.h"
 #include "store.h"
+#include "tier.h"
 #include "uffd-compat.h"
 
 typedef struct AdoptCtx {
@@ -53,6 +54,7 @@ typedef struct AdoptCtx {
         uint8_t page[ZSWAP_PAGE_SIZE];
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
         uint64_t held, from_staging, dropped;
+        uint64_t tier, tier_lost; /* pages on the second tier; of them, with a stub this daemon cannot use */
         char *why;
         size_t why_len;
 } AdoptCtx;
@@ -107,6 +109,39 @@ static int keep_object(AdoptCtx *a, const void *src, uint32_t len, uint64_t *nv)
         return 0;
 }
 
+/*
+ * A page on the second tier: its stub is copied, and its blocks get the
+ * reference the dead daemon's count had (the free-space map is rebuilt
+ * from the stubs adopted). A stub this daemon cannot use (no [tier], a
+ * bad stub) is kept all the same: the page's first fault finds it lost
+ * and poisons it (SIGBUS) and says so, where dropping it would turn the
+ * page into zeros. 1 and *nv, 0 to drop, -errno.
+ */
+static int keep_tier(AdoptCtx *a, uint64_t addr, const void *obj, uint32_t len, uint64_t *nv) {
+        Tier *t = a->mm->m->tier;
+        TierStub s;
+        int r;
+
+        if (len != sizeof(s))
+                return bad(a, addr, "a second-tier entry without a stub");
+        memcpy(&s, obj, sizeof(s));
+        if (!t || tier_stub_check(t, &s) < 0)
+                a->tier_lost++;
+        else if (!tier_get(t, &s)) {
+                drop(a, addr, 0, "its second-tier blocks have too many holders");
+                return 0;
+        }
+        r = keep_object(a, &s, sizeof(s), nv);
+        if (r < 0) {
+                if (t && tier_stub_check(t, &s) == 0)
+                        tier_put(t, &s);
+                return r;
+        }
+        *nv |= PE_TIER;
+        a->tier++;
+        return 1;
+}
+
 /* The page an eviction left in staging slot `slot`, stored anew. */
 static int keep_staged(AdoptCtx *a, uint64_t addr, uint64_t v, uint64_t *nv) {
         uint32_t slot = pe_slot(v);
@@ -136,6 +171,19 @@ static int keep_staged(AdoptCtx *a, uint64_t addr, uint64_t v, uint64_t *nv) {
         }
         int n = codec_compress(a->cctx, a->page, a->cbuf, ZSWAP_PAGE_SIZE - 1);
         return n > 0 ? keep_object(a, a->cbuf, (uint32_t)n, nv) : keep_object(a, a->page, ZSWAP_PAGE_SIZE, nv);
+}
+
+/* Give back what a kept entry nv holds before it is counted or
+ * published: its object, and its blocks' reference if on the tier. */
+static void unkeep(MMClient *mm, uint64_t nv) {
+        if (pe_state(nv) != PE_STORED)
+                return;
+        if (pe_is_tier(nv) && mm->m->tier) {
+                TierStub s;
+                memcpy(&s, pool_map(mm->pool, pe_handle(nv)), sizeof(s));
+                tier_put(mm->m->tier, &s);
+        }
+        pool_release(mm->pool, pe_handle(nv));
 }
 
 static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
@@ -176,6 +224,11 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_STORED:
                 if (store_object(a->old, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
                         return bad(a, addr, "entry names no object");
+                if (pe_is_tier(v)) {
+                        if ((r = keep_tier(a, addr, obj, pe_clen(v), &nv)) <= 0)
+                                return r;
+                        break;
+                }
                 if ((r = keep_object(a, obj, pe_clen(v), &nv)) < 0)
                         return r;
                 break;
@@ -192,8 +245,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         _Atomic uint64_t *ne = pindex_entry(mm->index, addr, true);
         if (!ne) {
                 snprintf(a->why, a->why_len, "no room for the index");
-                if (pe_state(nv) == PE_STORED)
-                        pool_release(mm->pool, pe_handle(nv)); /* not counted yet */
+                unkeep(mm, nv);
                 return -ENOMEM;
         }
         if (atomic_load_explicit(ne, memory_order_relaxed) != 0) {
@@ -202,8 +254,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                  * address holds now */
                 drop(a, addr, nv, carried ? "a page the journal's mremap carried here replaces it" : "the journal's mremap carried a page here");
                 if (!carried) {
-                        if (pe_state(nv) == PE_STORED)
-                                pool_release(mm->pool, pe_handle(nv)); /* not counted yet */
+                        unkeep(mm, nv);
                         return 0;
                 }
                 unsigned st = pe_state(atomic_load_explicit(ne, memory_order_relaxed));
@@ -327,6 +378,14 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                 snprintf(why, len, "bad leaf directory");
         if (r == 0) {
                 *held = a->held;
+                if (a->tier_lost)
+                        log_error("pid %d: %llu adopted pages are on a second tier this daemon cannot read (%s): "
+                                  "they are lost, and poisoned (SIGBUS) when touched",
+                                  (int)mm->pid, (unsigned long long)a->tier_lost,
+                                  mm->m->tier ? "a stub that does not fit its [tier] backing" : "no [tier] backing configured");
+                if (a->tier)
+                        log_info("pid %d: %llu adopted pages are on the second tier", (int)mm->pid,
+                                 (unsigned long long)a->tier);
                 if (a->from_staging || a->dropped)
                         log_info("pid %d: adopted %llu pages (%llu from staging), %llu entries dropped", (int)mm->pid,
                                  (unsigned long long)a->held, (unsigned long long)a->from_staging,

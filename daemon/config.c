@@ -56,6 +56,10 @@ void config_default(Config *c) {
                         .sandbox = true,
                         .max_clients = 1024,
                 },
+                .tier = {
+                        .grace_ms = TIER_DEFAULT_GRACE_MS,
+                        .timeout_ms = TIER_DEFAULT_TIMEOUT_MS,
+                },
                 .users = {
                         .admin_group = "zswap",
                         .defaults.v = {
@@ -374,6 +378,43 @@ static int user_rule_assignment(UsersConf *u, const char *name, const char *key,
         return r;
 }
 
+/* [tier]: read at start; a reload that changes backing or size says it
+ * needs a restart, writeback_rate applies at once */
+static int tier_assignment(TierConf *t, const char *key, const char *value, char *err, size_t errlen) {
+        uint64_t v;
+
+        if (strcmp(key, "backing") == 0) {
+                if (strlen(value) >= sizeof(t->backing))
+                        return fail(-EINVAL, err, errlen, "backing: too long (at most %zu bytes)", sizeof(t->backing) - 1);
+                if (*value && *value != '/' && strncmp(value, "nbd://", 6) != 0 && strncmp(value, "nbd+unix://", 11) != 0)
+                        return fail(-EINVAL, err, errlen,
+                                    "backing: '%s' is not an absolute path, nbd://HOST[:PORT]/EXPORT or "
+                                    "nbd+unix:///EXPORT?socket=PATH", value);
+                strcpy(t->backing, value);
+                return 0;
+        }
+        if (strcmp(key, "size") == 0 || strcmp(key, "writeback_rate") == 0) {
+                if (conf_parse_size(value, 0, &v) < 0)
+                        return fail(-EINVAL, err, errlen, "%s: '%s' is not a size (bytes, or with K, M, G, T)", key, value);
+                if (strcmp(key, "size") == 0)
+                        t->size = v;
+                else
+                        t->rate = v;
+                return 0;
+        }
+        if (strcmp(key, "grace") == 0 || strcmp(key, "timeout") == 0) {
+                if (conf_parse_duration(value, &v) < 0 || (strcmp(key, "timeout") == 0 && (v < 10 || v > 600000)))
+                        return fail(-EINVAL, err, errlen, "%s: '%s' is not a duration%s (e.g. 500ms, 60s, 5m)", key,
+                                    value, strcmp(key, "timeout") == 0 ? " from 10ms to 10min" : "");
+                if (strcmp(key, "grace") == 0)
+                        t->grace_ms = v;
+                else
+                        t->timeout_ms = (uint32_t)v;
+                return 0;
+        }
+        return fail(-EINVAL, err, errlen, "unknown key '%s' in [tier] (backing, size, writeback_rate, grace, timeout)", key);
+}
+
 static int assignment(const char *section, const char *key, const char *value, unsigned line, void *userdata,
                       char *err, size_t errlen) {
         Config *c = userdata;
@@ -382,6 +423,8 @@ static int assignment(const char *section, const char *key, const char *value, u
 
         if (strcmp(section, "daemon") == 0)
                 return daemon_assignment(&c->daemon, key, value, err, errlen);
+        if (strcmp(section, "tier") == 0)
+                return tier_assignment(&c->tier, key, value, err, errlen);
         if (strcmp(section, "users") == 0)
                 return users_assignment(&c->users, key, value, err, errlen);
         if (strncmp(section, "user:", 5) == 0 && section[5])
@@ -395,7 +438,7 @@ static int assignment(const char *section, const char *key, const char *value, u
                 return r < 0 ? -EINVAL : 0;
         }
         return fail(-EINVAL, err, errlen,
-                    "unknown section [%s] (daemon, pool, reclaim, users, user:NAME)", section);
+                    "unknown section [%s] (daemon, pool, reclaim, tier, users, user:NAME)", section);
 }
 
 int config_load(Config *c, const char *path, char *err, size_t errlen) {

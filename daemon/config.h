@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "codec.h"
+#include "tier.h"
 #include "tunables.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/zswapd/zswapd.conf"
@@ -95,6 +96,7 @@ typedef struct UsersConf {
 
 typedef struct Config {
         DaemonConf daemon;
+        TierConf tier;          /* [tier]: the second tier; backing "" none (docs/tier.md) */
         UsersConf users;
         Tunables tun;
 } Config;

@@ -38,6 +38,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "inject.h"
 #include "codec.h"
@@ -46,6 +48,7 @@
 #include "log.h"
 #include "manager.h"
 #include "reclaim.h"
+#include "tier.h"
 #include "uffd-compat.h"
 #include "util.h"
 #include "trace.h"
@@ -79,6 +82,10 @@ struct FaultThread {
         int epfd;
         Inbox inbox;
         CodecDCtx *dctx;
+        TierReader *tier;   /* reads from the second tier, or NULL (tier.h) */
+        uint64_t tier_warned_ns; /* last "cannot read the second tier" line; this thread only */
+        uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not */
+        unsigned lost_logged, lost_unlogged;
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
@@ -263,7 +270,9 @@ static uint64_t make_clean(MMClient *mm, uint64_t origin) {
 static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t loading,
                     const void *page, uint64_t final, bool keep, bool refault) {
         uint64_t origin = pe_loading_origin(loading);
-        keep = keep && (pe_state(origin) == PE_STORED || pe_state(origin) == PE_SAME);
+        /* a page read from the second tier keeps nothing: its blocks are
+         * better free than holding a copy of a resident page */
+        keep = keep && (pe_state(origin) == PE_STORED || pe_state(origin) == PE_SAME) && !pe_is_tier(origin);
         int r = uffd_copy(mm->uffd, addr, page, keep ? UFFDIO_COPY_MODE_WP : 0);
         if (r == -EINVAL && keep) {
                 /* a range not registered for write protection (it cannot be,
@@ -306,7 +315,18 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                 uffd_wake(mm->uffd, addr);
 }
 
-/* Decode a STORED/SAME payload into dst. */
+/* The stub of a page on the second tier, checked. */
+static int tier_stub(MMClient *mm, uint64_t origin, TierStub *s) {
+        const void *p = pool_map(mm->pool, pe_handle(origin));
+        if (!p || pe_clen(origin) != sizeof(*s) || !mm->m->tier)
+                return -EBADMSG;
+        memcpy(s, p, sizeof(*s));
+        return tier_stub_check(mm->m->tier, s);
+}
+
+/* Decode a STORED/SAME payload into dst. A page on the second tier is read
+ * first: -EBADMSG if it is lost (corrupt), another -errno if the read
+ * failed and may work later. */
 static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) {
         if (pe_state(origin) == PE_SAME) {
                 page_fill(dst, pe_fill(origin));
@@ -316,6 +336,20 @@ static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) 
         uint32_t clen = pe_clen(origin);
         if (!src)
                 return -EBADMSG;
+        if (pe_is_tier(origin)) {
+                TierStub stub;
+                const uint8_t *obj;
+                int r = tier_stub(mm, origin, &stub);
+                if (r < 0)
+                        return r;
+                if (!ft->tier)
+                        return -ENODEV;
+                r = tier_read(ft->tier, &stub, &obj);
+                if (r < 0)
+                        return r;
+                src = obj;
+                clen = stub.len;
+        }
         if (clen == ZSWAP_PAGE_SIZE) {
                 memcpy(dst, src, ZSWAP_PAGE_SIZE); /* stored raw */
                 return 0;
@@ -398,8 +432,8 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
         for (; n < max; n++, a += ZSWAP_PAGE_SIZE) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, a, false);
                 uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
-                if (pe_state(v) != PE_STORED && pe_state(v) != PE_SAME)
-                        break;
+                if ((pe_state(v) != PE_STORED && pe_state(v) != PE_SAME) || pe_is_tier(v))
+                        break; /* the second tier's pages come with their own read (tier_around) */
                 uint64_t loading = pe_make_loading(v);
                 if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire, memory_order_acquire))
                         break;
@@ -555,6 +589,125 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
         mm->ra_next = a;
 }
 
+/* ---- the second tier ---- */
+
+static Retry **retry_find(MMClient *mm, uint64_t addr);
+
+/* A page the kernel will never see again: UFFDIO_POISON makes every
+ * access to it a SIGBUS, as the kernel does with a swapped-out page it
+ * cannot read back. A uffd set up without the feature (an earlier
+ * daemon's, adopted) cannot: the process gets SIGBUS now rather than wait
+ * forever for the page. */
+static void uffd_poison(MMClient *mm, uint64_t addr) {
+        struct uffdio_poison p = { .range = { .start = addr, .len = ZSWAP_PAGE_SIZE } };
+
+        if (ioctl(mm->uffd, UFFDIO_POISON, &p) == 0 || errno == EEXIST)
+                return;
+        log_error("pid %d: cannot poison the lost page (%m): the process is sent SIGBUS", (int)mm->pid);
+        if (mm->pidfd >= 0)
+                (void)syscall(SYS_pidfd_send_signal, mm->pidfd, SIGBUS, NULL, 0);
+        uffd_wake(mm->uffd, addr);
+}
+
+/*
+ * A page of the second tier that decode() could not bring back; this
+ * thread holds its entry (LOADING value loading, from v). Lost (its data
+ * fails the checksum, or its stub is bad): never installed, the page is
+ * poisoned and the entry dropped. Otherwise the backing store could not
+ * be read (an I/O error, the NBD server gone): the entry goes back as it
+ * was and the fault waits, served again from a retry every millisecond
+ * (the reader itself tries its backing store again at most every 10 ms,
+ * an NBD connection every second), for as long as it takes.
+ */
+static void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v,
+                        uint64_t loading, int r) {
+        uint64_t now = now_ns();
+
+        if (r == -EBADMSG) {
+                /* every loss is told, the first ones a minute page by page */
+                if (now - ft->lost_since_ns > 60ull * 1000000000) {
+                        if (ft->lost_unlogged)
+                                log_error("%u more pages lost on the second tier in the last minute (zswapctl status: "
+                                          "tier_corrupt)", ft->lost_unlogged);
+                        ft->lost_since_ns = now;
+                        ft->lost_logged = ft->lost_unlogged = 0;
+                }
+                if (ft->lost_logged++ < 8)
+                        log_error("pid %d: page at %#llx is lost: its data on the second tier fails its checksum; "
+                                  "it is poisoned (SIGBUS on access) rather than installed",
+                                  (int)mm->pid, (unsigned long long)addr);
+                else
+                        ft->lost_unlogged++;
+                mmclient_release_payload(mm, loading);
+                atomic_store_explicit(e, 0, memory_order_release);
+                uffd_poison(mm, addr);
+                return;
+        }
+        atomic_store_explicit(e, v, memory_order_release);
+        if (now - ft->tier_warned_ns > 10ull * 1000000000 || !ft->tier_warned_ns) {
+                log_error("pid %d: page at %#llx: the second tier cannot be read (%s): the fault waits and is "
+                          "retried (zswapctl status: tier_errors)",
+                          (int)mm->pid, (unsigned long long)addr, strerror(-r));
+                ft->tier_warned_ns = now;
+        }
+        if (!retry_find(mm, addr))
+                retry_add(ft, mm, addr, 0, NULL);
+}
+
+#define TIER_AROUND 16 /* pages looked at on each side of a fault from the second tier */
+
+/*
+ * The read that brought a page back from the second tier brought the
+ * objects packed next to it too, written out together because they were
+ * neighbours. Install those of the pages around it (without waking
+ * anyone) that are in the window and pass their checksum; the rest keep
+ * their entries.
+ */
+static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        unsigned got = 0;
+
+        for (int dir = 1; dir >= -1; dir -= 2) {
+                for (unsigned i = 1; i <= TIER_AROUND; i++) {
+                        uint64_t a = addr + (uint64_t)(int64_t)(dir * (int)i) * ZSWAP_PAGE_SIZE;
+                        if (a >= PINDEX_MAX_ADDR)
+                                break;
+                        _Atomic uint64_t *e = pindex_entry(mm->index, a, false);
+                        uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
+                        TierStub s;
+                        if (pe_state(v) != PE_STORED || !pe_is_tier(v) || tier_stub(mm, v, &s) < 0 ||
+                            !tier_window_object(ft->tier, &s))
+                                continue;
+                        uint64_t loading = pe_make_loading(v);
+                        if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
+                                                                     memory_order_acquire))
+                                continue;
+                        /* ours now: the stub cannot change under us */
+                        const uint8_t *obj = tier_stub(mm, v, &s) == 0 ? tier_window_object(ft->tier, &s) : NULL;
+                        int r = !obj ? -EBADMSG
+                                : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], obj, ZSWAP_PAGE_SIZE), 0)
+                                                           : codec_decompress(ft->dctx, obj, s.len, ft->ra_buf[0]);
+                        if (r == 0)
+                                r = uffd_copy(mm->uffd, a, ft->ra_buf[0], UFFDIO_COPY_MODE_DONTWAKE);
+                        if (r < 0) {
+                                /* present, changing (EAGAIN) or unreadable: it
+                                 * keeps what it held */
+                                atomic_store_explicit(e, v, memory_order_release);
+                                if (r == -EAGAIN)
+                                        goto out;
+                                continue;
+                        }
+                        mmclient_release_payload(mm, loading);
+                        atomic_store_explicit(e, 0, memory_order_release);
+                        reclaim_note_use(mm, a);
+                        got++;
+                }
+        }
+out:
+        atomic_fetch_add_explicit(&mm->st.prefetches, got, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->m->prefetches, got, memory_order_relaxed);
+        tier_note_prefetch(mm->m->tier, got);
+}
+
 /* Serve a fault at addr (or take a page back for a restore or an event:
  * around false, no fault-around, since only a real fault may look at the
  * uffd's next message). */
@@ -602,7 +755,12 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
                                                                      memory_order_acquire))
                                 continue;
-                        if (decode(ft, mm, v, ft->page) < 0) {
+                        int r = decode(ft, mm, v, ft->page);
+                        if (r < 0 && pe_is_tier(v)) {
+                                tier_failed(ft, mm, addr, e, v, loading, r);
+                                return;
+                        }
+                        if (r < 0) {
                                 /* never install garbage; leave the entry so the
                                  * fault stays pending and the error is visible */
                                 log_error("pid %d: page at %#llx fails to decompress", (int)mm->pid,
@@ -611,7 +769,9 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);
-                        if (around)
+                        if (pe_is_tier(v))
+                                tier_around(ft, mm, addr);
+                        else if (around)
                                 fault_around(ft, mm, addr);
                         return;
                 }
@@ -839,14 +999,15 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
 
 /* No memory to hold a page for the forked child (its index or a pool
  * object): give the child the page now, resident, from origin (a STORED or
- * SAME entry) or from len bytes at src. Out of memory then costs the child
- * memory, never content. The child's uffd is new and has no event pending. */
-static bool fork_install(RangeCtx *c, uint64_t addr, uint64_t origin, const void *src, uint32_t len) {
+ * SAME entry of `from`'s) or from len bytes at src. Out of memory then
+ * costs the child memory, never content. The child's uffd is new and has
+ * no event pending. */
+static bool fork_install(RangeCtx *c, uint64_t addr, MMClient *from, uint64_t origin, const void *src, uint32_t len) {
         FaultThread *ft = c->ft;
         int r;
 
         if (!src)
-                r = decode(ft, c->child, origin, ft->page); /* origin: a payload the child holds */
+                r = decode(ft, from, origin, ft->page);
         else if (len == ZSWAP_PAGE_SIZE)
                 r = (memcpy(ft->page, src, len), 0);
         else
@@ -864,6 +1025,8 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint64_t v = atomic_load_explicit(e, memory_order_acquire), nv = 0;
         const void *src = NULL;
         uint32_t len = 0;
+        uint64_t tier = 0;
+        TierStub stub;
 
         switch (pe_state(v)) {
         case PE_EMPTY:
@@ -880,8 +1043,30 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 atomic_fetch_add_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
                 break;
         case PE_STORED:
+                if (pe_is_tier(v)) {
+                        /* both hold the object on the second tier: one more
+                         * reference to its blocks, a stub of the child's own.
+                         * (Nothing but this thread changes the entry now:
+                         * the tier's writer leaves such entries alone.) */
+                        if (tier_stub(c->mm, v, &stub) < 0 || !tier_get(c->mm->m->tier, &stub)) {
+                                c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
+                                break;
+                        }
+                        src = &stub;
+                        len = sizeof(stub);
+                        tier = PE_TIER;
+                        break;
+                }
                 /* the child's store gets its own copy of the object: each
-                 * process keeps what it needs to outlive the daemon */
+                 * process keeps what it needs to outlive the daemon. The
+                 * tier's writer may be taking the object out meanwhile:
+                 * hold the entry while copying (a fault of the parent
+                 * waits for this thread anyway) */
+                if (!atomic_compare_exchange_strong_explicit(e, &v, pe_make_loading(v), memory_order_acquire,
+                                                             memory_order_acquire)) {
+                        /* the writer just gave it a stub: look again */
+                        return fork_cb(ud, addr, e);
+                }
                 src = pool_map(c->mm->pool, pe_handle(v));
                 len = pe_clen(v);
                 break;
@@ -905,29 +1090,30 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         }
         if (src) {
                 PoolHandle h;
-                if (pool_alloc(pool, len, &h) < 0) {
-                        c->errors += !fork_install(c, addr, 0, src, len);
+                int r = pool_alloc(pool, len, &h);
+                if (r == 0) {
+                        memcpy(pool_map(pool, h), src, len);
+                        nv = pe_make_stored(h, len) | tier;
+                        atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
+                        atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
+                } else if (tier) {
+                        tier_put(c->mm->m->tier, &stub);
+                        c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
+                } else
+                        c->errors += !fork_install(c, addr, NULL, 0, src, len);
+                if (pe_state(v) == PE_STORED && !tier)
+                        atomic_store_explicit(e, v, memory_order_release); /* copied: the parent's again */
+                if (r < 0)
                         return 0;
-                }
-                memcpy(pool_map(pool, h), src, len);
-                nv = pe_make_stored(h, len);
-                atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
         }
         if (nv) {
                 _Atomic uint64_t *ne = pindex_entry(c->child->index, addr, true);
                 if (!ne) {
                         unsigned st = pe_state(nv);
                         if (st == PE_STORED || st == PE_SAME)
-                                c->errors += !fork_install(c, addr, nv, NULL, 0);
-                        if (st == PE_STORED) {
-                                atomic_fetch_sub_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
-                                atomic_fetch_sub_explicit(&c->child->st.compressed_bytes, pe_clen(nv),
-                                                          memory_order_relaxed);
-                                pool_release(pool, pe_handle(nv));
-                        } else if (st == PE_SAME)
-                                atomic_fetch_sub_explicit(&c->child->st.same_pages, 1, memory_order_relaxed);
+                                c->errors += !fork_install(c, addr, c->child, nv, NULL, 0);
                         /* EMPTY: only the incompressible mark is forgotten */
+                        mmclient_release_payload(c->child, nv);
                         return 0;
                 }
                 atomic_store_explicit(ne, nv, memory_order_release);
@@ -1219,7 +1405,9 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 c->budget--;
                 serve(c->ft, c->mm, addr, false, false);
                 v = atomic_load_explicit(e, memory_order_acquire);
-                if (pe_state(v) == PE_LOADING)
+                /* LOADING: in a retry; on the second tier still: it could
+                 * not be read, and is tried again */
+                if (pe_state(v) == PE_LOADING || (pe_state(v) == PE_STORED && pe_is_tier(v)))
                         c->busy++;
                 break;
         case PE_LOADING:
@@ -1239,19 +1427,27 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 static bool work_restore(FaultThread *ft, Work *w) {
         RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = 256 };
 
-        /* w->v is the cursor: a and b stay what the manager asked for */
+        /* w->v is the cursor: a and b stay what the manager asked for;
+         * w->lane counts the pages of this pass, slice by slice, that are
+         * not back yet */
         if (w->v < w->a)
                 w->v = w->a;
         pthread_mutex_lock(&w->mm->serve_lock);
         int more = pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c);
         serve_unlock(ft, w->mm);
+        w->lane += (uint32_t)c.busy;
         if (more) {
                 w->v = c.next;
                 return false;
         }
         w->v = w->a;
-        if (c.busy && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) {
-                /* pages still held in retries: come back after they are in */
+        bool busy = w->lane > 0;
+        w->lane = 0;
+        if (busy && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) {
+                /* pages still held in retries, or on a second tier that
+                 * could not be read: a new pass after they are in (the
+                 * range is unregistered only once a whole pass found
+                 * nothing left, else those pages would read as zeros) */
                 return false;
         }
         return true;
@@ -1454,6 +1650,8 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
         r = codec_dctx_new(m->cfg.codec, &ft->dctx);
         if (r < 0)
                 goto fail;
+        if (m->tier && (r = tier_reader_new(m->tier, &ft->tier)) < 0)
+                goto fail;
         for (int i = 0; i < RETRY_RESERVE; i++) {
                 Retry *rr = calloc(1, sizeof(*rr));
                 if (!rr) {
@@ -1522,6 +1720,7 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 fault_thread_disown(ft, ft->owned[0]);
         free(ft->owned);
         codec_dctx_free(ft->dctx);
+        tier_reader_free(ft->tier);
         safe_close(ft->epfd);
         safe_close(ft->inbox.efd);
         free(ft);

@@ -323,6 +323,8 @@ static void tick(Manager *m) {
                 evict_tick(m, mm);
         }
         reclaim_tick(m);
+        if (m->tier)
+                tier_tick(m->tier, m->mms);
         notify_tick(m);
         users_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
@@ -444,7 +446,8 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                               UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-                                              UFFD_FEATURE_MOVE | (m->wp_async ? UFFD_FEATURE_WP_ASYNC : 0) };
+                                              UFFD_FEATURE_MOVE | (m->wp_async ? UFFD_FEATURE_WP_ASYNC : 0) |
+                                              (m->uffd_poison ? UFFD_FEATURE_POISON : 0) };
         unsigned nlanes;
         MMClient *mm;
         int r;
@@ -1294,8 +1297,10 @@ static void probe_features(Manager *m) {
         int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
         int fd = dev >= 0 ? ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC) : -1;
 
-        if (fd >= 0 && ioctl(fd, UFFDIO_API, &api) == 0)
+        if (fd >= 0 && ioctl(fd, UFFDIO_API, &api) == 0) {
                 m->wp_async = (api.features & UFFD_FEATURE_WP_ASYNC) != 0;
+                m->uffd_poison = (api.features & UFFD_FEATURE_POISON) != 0;
+        }
         safe_close(fd);
         safe_close(dev);
 
@@ -1349,12 +1354,22 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         r = setup_fds(m);
         if (r < 0)
                 goto fail;
+        if (m->conf.tier.backing[0]) {
+                /* before the sandbox: it opens the backing file or connects */
+                r = tier_open(m, &m->conf.tier, &m->tier, err, sizeof(err));
+                if (r < 0) {
+                        log_error("second tier: %s", err);
+                        goto fail;
+                }
+        }
         /* set up: from here on least privilege, inherited by every thread */
         if (cfg->lock_memory)
                 (void)sandbox_lock_memory(); /* logged; the daemon works unlocked */
         if (cfg->sandbox && (r = sandbox_enter(&(SandboxConfig){
                                      .socket_path = cfg->listen_fd < 0 ? cfg->socket_path : NULL,
-                                     .realtime = cfg->fault_rt_prio > 0 || cfg->worker_nice < 0 })) < 0)
+                                     .realtime = cfg->fault_rt_prio > 0 || cfg->worker_nice < 0,
+                                     .tier_uring = m->tier != NULL,
+                                     .tier_inet = strncmp(m->conf.tier.backing, "nbd://", 6) == 0 })) < 0)
                 goto fail;
         m->fts = calloc(cfg->fault_threads, sizeof(*m->fts));
         if (!m->fts) {
@@ -1392,8 +1407,11 @@ Manager *manager_free(Manager *m) {
                 usleep(1000);
                 run_inbox(m);
         }
-        /* workers first: their jobs hold client references */
+        /* workers and the tier's writer first: their jobs hold client
+         * references */
         m->evictor = evictor_free(m->evictor);
+        if (m->tier)
+                tier_stop(m->tier);
         run_inbox(m);
         while (m->mms)
                 mm_retire(m, m->mms);
@@ -1413,6 +1431,8 @@ Manager *manager_free(Manager *m) {
                 work_free(w);
                 w = n;
         }
+        /* every client is gone: nothing refers to a block any more */
+        m->tier = tier_free(m->tier);
         pool_shared_free(m->pools);
         if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
                 sandbox_unlink(m->cfg.socket_path);

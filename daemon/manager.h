@@ -14,6 +14,7 @@
 #include "mmclient.h"
 #include "pool.h"
 #include "report.h"
+#include "tier.h"
 #include "tunables.h"
 
 typedef struct Evictor Evictor;
@@ -85,6 +86,7 @@ struct Manager {
         FaultThread **fts;
         unsigned nfts;
         Evictor *evictor;
+        Tier *tier;           /* the second tier ([tier] backing), or NULL (tier.h) */
 
         /* manager thread only */
         Config conf;       /* zswapd.conf in force: [daemon] as read at start, [users] as of the last reload */
@@ -109,6 +111,7 @@ struct Manager {
         Tunables tun;
         bool wp_async;         /* the kernel offers UFFD_FEATURE_WP_ASYNC: writes are tracked */
         bool pagemap_scan;     /* PAGEMAP_SCAN works on pagemap */
+        bool uffd_poison;      /* UFFD_FEATURE_POISON: a lost page becomes a SIGBUS (tier.c) */
         _Atomic bool keep_clean;
         _Atomic uint32_t clean_max_permille; /* tun.clean_max, for the fault threads */
         _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */

@@ -33,6 +33,7 @@
 #include "log.h"
 #include "manager.h"
 #include "mmclient.h"
+#include "tier.h"
 #include "evict.h"
 #include "reclaim.h"
 #include "pool.h"
@@ -115,6 +116,12 @@ MMClient *mmclient_ref(MMClient *mm) {
 void mmclient_release_payload(MMClient *mm, uint64_t v) {
         switch (pe_state(v)) {
         case PE_STORED:
+                if (pe_is_tier(v) && mm->m && mm->m->tier) {
+                        /* the stub says which blocks lose a reference */
+                        TierStub s;
+                        memcpy(&s, pool_map(mm->pool, pe_handle(v)), sizeof(s));
+                        tier_put(mm->m->tier, &s);
+                }
                 pool_release(mm->pool, pe_handle(v));
                 atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(v), memory_order_relaxed);

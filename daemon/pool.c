@@ -379,12 +379,12 @@ static void class_drain(Pool *p, PoolClass *cls) {
 
 /* ---- chunks ---- */
 
-static int pool_charge(Pool *p, uint64_t bytes) {
+static int pool_charge(Pool *p, uint64_t bytes, bool over) {
         PoolShared *sh = p->sh;
         uint64_t cur = atomic_load_explicit(&sh->pool_bytes, memory_order_relaxed);
 
         do
-                if (sh->max_bytes > 0 && cur + bytes > sh->max_bytes)
+                if (sh->max_bytes > 0 && cur + bytes > sh->max_bytes && !over)
                         return -ENOSPC;
         /* relaxed: a counter; the CAS only makes the limit check exact */
         while (!atomic_compare_exchange_weak_explicit(&sh->pool_bytes, &cur, cur + bytes,
@@ -414,13 +414,13 @@ static void pool_put_ids(Pool *p, uint32_t head, uint32_t tail) {
 }
 
 /* Set up a new, empty chunk for the class. Called under the class mutex. */
-static int class_grow(Pool *p, PoolClass *cls) {
+static int class_grow(Pool *p, PoolClass *cls, bool over) {
         uint32_t id;
         uint8_t *slack;
         Chunk *ch;
         int r;
 
-        r = pool_charge(p, cls->chunk_size);
+        r = pool_charge(p, cls->chunk_size, over);
         if (r < 0)
                 return r;
         slack = INJECT_ALLOC(malloc(cls->nr_slots));
@@ -465,7 +465,7 @@ static uint32_t chunk_take_slot(Chunk *ch) {
                 }
 }
 
-static int class_alloc(Pool *p, PoolClass *cls, size_t len, PoolHandle *ret) {
+static int class_alloc(Pool *p, PoolClass *cls, size_t len, bool over, PoolHandle *ret) {
         uint32_t id, slot;
         Chunk *ch;
         int r = 0;
@@ -473,7 +473,7 @@ static int class_alloc(Pool *p, PoolClass *cls, size_t len, PoolHandle *ret) {
         pthread_mutex_lock(&cls->lock);
         class_drain(p, cls);
         if (!cls->partial.head && !cls->empty.head)
-                r = class_grow(p, cls);
+                r = class_grow(p, cls, over);
         if (r >= 0) {
                 id = cls->partial.head ?: cls->empty.head;
                 ch = &p->chunks[id];
@@ -486,7 +486,7 @@ static int class_alloc(Pool *p, PoolClass *cls, size_t len, PoolHandle *ret) {
         return r;
 }
 
-int pool_alloc(Pool *p, size_t len, PoolHandle *ret) {
+static int alloc(Pool *p, size_t len, bool over, PoolHandle *ret) {
         PoolClass *cls;
         int r;
 
@@ -495,18 +495,26 @@ int pool_alloc(Pool *p, size_t len, PoolHandle *ret) {
         if ((r = INJECT(INJ_POOL_ALLOC)))
                 return -r; /* as if full: what a pool at its bound answers */
         cls = &p->classes[(len - 1) >> UNIT_SHIFT];
-        r = class_alloc(p, cls, len, ret);
+        r = class_alloc(p, cls, len, over, ret);
         if (r < 0) {
                 /* out of bytes or chunk ids: other classes may sit on empty
                  * chunks or undrained releases; give those back, retry once */
                 pool_reclaim(p);
-                r = class_alloc(p, cls, len, ret);
+                r = class_alloc(p, cls, len, over, ret);
         }
         if (r < 0)
                 return r;
         stat_add(&p->sh->objects, 1);
         stat_add(&p->sh->object_bytes, len);
         return 0;
+}
+
+int pool_alloc(Pool *p, size_t len, PoolHandle *ret) {
+        return alloc(p, len, false, ret);
+}
+
+int pool_alloc_over(Pool *p, size_t len, PoolHandle *ret) {
+        return alloc(p, len, true, ret);
 }
 
 void *pool_map(Pool *p, PoolHandle h) {

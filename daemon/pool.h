@@ -53,6 +53,12 @@ Pool *pool_free(Pool *p);
  * per-size-class mutex; call it from worker threads, not the fault path. */
 int pool_alloc(Pool *p, size_t len, PoolHandle *ret);
 
+/* pool_alloc() that may take pool_bytes past max_bytes (one chunk per
+ * call at most): the second tier's stubs (tier.c), 16 bytes each, which
+ * replace objects a hundred times their size, must not fail because the
+ * pool is full: that is when they are needed. */
+int pool_alloc_over(Pool *p, size_t len, PoolHandle *ret);
+
 /* The object's bytes (pool_object_capacity() of them are writable). Pure
  * arithmetic: lock-free, O(1). Valid until the handle is released. */
 void *pool_map(Pool *p, PoolHandle h);

@@ -28,6 +28,7 @@
 #include "manager.h"
 #include "reclaim.h"
 #include "report.h"
+#include "tier.h"
 #include "util.h"
 
 /* A reply, unless the connection is already going (manager.c's rule). */
@@ -165,6 +166,32 @@ static void status_latency(Manager *m, ZMsgStatusReply *rep) {
         for (unsigned i = 0; i < ZSWAP_LAT_LE_N; i++)
                 rep->lat_le[i] = latency_count_le(&s, 1ull << (ZSWAP_LAT_LE_MIN_SHIFT + i));
 }
+static void status_tier(Manager *m, ZMsgStatusReply *rep) {
+        TierStats ts;
+
+        rep->tier_state = -1;
+        if (!m->tier)
+                return;
+        tier_get_stats(m->tier, &ts);
+        rep->tier_state = ts.state;
+        snprintf(rep->tier_backing, sizeof(rep->tier_backing), "%s", tier_describe(m->tier));
+        rep->tier_capacity = ts.capacity;
+        rep->tier_used_bytes = ts.used_blocks * TIER_BLOCK;
+        rep->tier_pages = ts.pages;
+        rep->tier_bytes = ts.bytes;
+        rep->tier_written = ts.written;
+        rep->tier_writes = ts.writes;
+        rep->tier_written_pages = ts.written_pages;
+        rep->tier_reads = ts.reads;
+        rep->tier_read_bytes = ts.read_bytes;
+        rep->tier_prefetched = ts.prefetched;
+        rep->tier_read_errors = ts.read_errors;
+        rep->tier_write_errors = ts.write_errors;
+        rep->tier_corrupt = ts.corrupt;
+        rep->tier_full_events = ts.full_events;
+        rep->tier_reconnects = ts.reconnects;
+}
+
 
 int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         ZMsgStatusReply rep = { .status = 0 };
@@ -178,6 +205,7 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.protocol_errors = atomic_load_explicit(&m->protocol_errors, memory_order_relaxed);
         status_rates(m, &rep);
         status_latency(m, &rep);
+        status_tier(m, &rep);
         zmsg_init(&rep.hdr, ZMSG_STATUS_REPLY, q->id, sizeof(rep));
         report_send(c, &rep, sizeof(rep));
         return 1;

@@ -86,6 +86,7 @@ static bool memory_locked;
 static bool filtered; /* the system call filter is in force */
 static int uffd_dev = -1;       /* /dev/userfaultfd, opened before the filter */
 static int sock_dir = -1;       /* the socket's directory (O_PATH) */
+static bool tier_uring, tier_inet; /* SandboxConfig's, for the filter */
 static char sock_name[108];     /* and its name in there */
 static char sock_path[108];
 static const char *names[NAMES_MAX]; /* syscall names, resolved before the filter */
@@ -331,7 +332,7 @@ static int ioctl_rules(scmp_filter_ctx f) {
         static const unsigned long reqs[] = {
                 UFFDIO_API, UFFDIO_REGISTER, UFFDIO_UNREGISTER, UFFDIO_WAKE, UFFDIO_COPY,
                 UFFDIO_ZEROPAGE, UFFDIO_WRITEPROTECT, UFFDIO_MOVE, USERFAULTFD_IOC_NEW,
-                PAGEMAP_SCAN, TCGETS, TIOCGWINSZ,
+                UFFDIO_POISON, PAGEMAP_SCAN, TCGETS, TIOCGWINSZ,
         };
         int r = 0;
         /* the kernel takes the request as an unsigned int: compare 32 bits */
@@ -362,6 +363,17 @@ static int arg_rules(scmp_filter_ctx f) {
         r = r ?: allow1(f, "clone", SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
         r = r ?: rule(f, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
         r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
+        /* the second tier (tier.c): its reads and writes go through
+         * io_uring, and an NBD export over TCP is reconnected to */
+        if (tier_uring) {
+                r = r ?: allow(f, "io_uring_setup");
+                r = r ?: allow(f, "io_uring_enter");
+                r = r ?: allow(f, "io_uring_register");
+        }
+        if (tier_inet) {
+                r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET));
+                r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+        }
         r = r ?: allow1(f, "tgkill", SCMP_A0(SCMP_CMP_EQ, (uint64_t)getpid()));
         r = r ?: allow1(f, "prlimit64", SCMP_A2(SCMP_CMP_EQ, 0)); /* getrlimit() */
         if (sock_dir >= 0)
@@ -390,7 +402,7 @@ static int filter_load(unsigned *nsyscalls) {
                 r = allow(f, plain[i]);
         r = r ?: arg_rules(f);
         r = r ?: seccomp_load(f);
-        *nsyscalls = ELEMENTSOF(plain) + 11 + (sock_dir >= 0); /* + those arg_rules() allows */
+        *nsyscalls = ELEMENTSOF(plain) + 11 + (sock_dir >= 0) + 3 * tier_uring; /* + those arg_rules() allows */
         seccomp_release(f);
         return r;
 }
@@ -450,6 +462,8 @@ int sandbox_enter(const SandboxConfig *cfg) {
 
         open_keepers(cfg);
         names_resolve();
+        tier_uring = cfg->tier_uring;
+        tier_inet = cfg->tier_inet;
         size_t n = caps_wanted(cfg, keep);
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
                 r = negative_errno();

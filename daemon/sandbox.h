@@ -21,6 +21,9 @@ typedef struct SandboxConfig {
         /* keep CAP_SYS_NICE: SCHED_FIFO fault threads or workers at a
          * negative nice value */
         bool realtime;
+        /* a second tier (tier.c): io_uring; over TCP (NBD): inet sockets */
+        bool tier_uring;
+        bool tier_inet;
 } SandboxConfig;
 
 /* mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT), with RLIMIT_MEMLOCK

@@ -17,6 +17,7 @@
 
 #include "corpus.h"
 #include "harness.h"
+#include "protocol.h"
 #include "util.h"
 
 static const char *daemon_path(void) {
@@ -157,6 +158,28 @@ struct zswap_client *td_connect(TestDaemon *d) {
 
 void td_stats(struct zswap_client *c, struct zswap_stats *s) {
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_GLOBAL, s));
+}
+
+static void ctl_roundtrip(int fd, void *msg, size_t len, void *reply, size_t cap, uint16_t want) {
+        ASSERT_OK(zmsg_send(fd, msg, len, NULL, 0));
+        ssize_t n = zmsg_recv(fd, reply, cap, NULL, NULL, NULL);
+        ASSERT_TRUE(n >= (ssize_t)sizeof(ZMsgHeader));
+        ASSERT_EQ(((ZMsgHeader *)reply)->type, want);
+}
+
+void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        ZMsgHello h = { .role = ZROLE_CONTROL };
+        ZMsgHeader q;
+        int fd = unix_connect(d->sock);
+
+        ASSERT_TRUE(fd >= 0);
+        zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
+        ctl_roundtrip(fd, &h, sizeof(h), buf, sizeof(buf), ZMSG_REPLY);
+        zmsg_init(&q, ZMSG_STATUS, 2, sizeof(q));
+        ctl_roundtrip(fd, &q, sizeof(q), buf, sizeof(buf), ZMSG_STATUS_REPLY);
+        memcpy(st, buf, sizeof(*st));
+        close(fd);
 }
 
 void *test_map(size_t len) {

@@ -72,6 +72,10 @@ uint64_t rss_anon_bytes(pid_t pid);
 uint64_t xorshift(uint64_t *s);
 /* Global stats through a fresh control-less client query. */
 void td_stats(struct zswap_client *c, struct zswap_stats *s);
+/* The daemon's STATUS (what zswapctl status shows), over a control
+ * connection of its own. */
+struct ZMsgStatusReply;
+void td_status(const TestDaemon *d, struct ZMsgStatusReply *st);
 
 /*
  * Start a daemon again on d's socket, with its arguments and log, after

@@ -16,6 +16,7 @@
 #include <zstd.h>
 
 #include "codec.h"
+#include "crc32c.h"
 #include "corpus.h"
 #include "macro.h"
 #include "test.h"
@@ -312,9 +313,42 @@ static void same_filled(void) {
         free(w);
 }
 
+/* CRC-32C (the second tier's checksum): the standard check value, and
+ * every length and alignment against the bitwise definition, in one call
+ * and split in two (the hardware and table paths both see unaligned heads
+ * and tails) */
+static uint32_t crc_bitwise(uint32_t crc, const uint8_t *p, size_t len) {
+        crc = ~crc;
+        while (len--) {
+                crc ^= *p++;
+                for (int k = 0; k < 8; k++)
+                        crc = crc & 1 ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+        }
+        return ~crc;
+}
+
+static void crc(void) {
+        uint8_t buf[600];
+        uint64_t s = 1;
+
+        ASSERT_EQ(crc32c(0, "123456789", 9), 0xe3069283u);
+        ASSERT_EQ(crc32c(0, "", 0), 0);
+        for (size_t i = 0; i < sizeof(buf); i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                buf[i] = (uint8_t)(s >> 56);
+        }
+        for (size_t off = 0; off < 9; off++)
+                for (size_t len = 0; off + len <= sizeof(buf); len += 1 + len / 8) {
+                        uint32_t want = crc_bitwise(0x1234u, buf + off, len);
+                        ASSERT_EQ(crc32c(0x1234u, buf + off, len), want);
+                        ASSERT_EQ(crc32c(crc32c(0x1234u, buf + off, len / 3), buf + off + len / 3, len - len / 3), want);
+                }
+}
+
 int main(void) {
         CodecKind k;
 
+        crc();
         ASSERT_OK(codec_from_string("lz4", &k));
         ASSERT_EQ(k, CODEC_LZ4);
         ASSERT_OK(codec_from_string("zstd", &k));

@@ -194,13 +194,15 @@ check_conf() {
                      }
                      /^static const char \*const daemon_keys\[/ { on = "daemon"; next }
                      /^static const char \*const user_keys\[/ { on = "users"; next }
-                     /^static int users_assignment\(/ { fn = 1 }
-                     /^}/ { fn = 0 }
+                     /^static int users_assignment\(/ { fn = "users" }
+                     /^static int tier_assignment\(/ { fn = "tier" }
+                     /^}/ { fn = "" }
                      /^};/ { on = "" }
                      on { strings(on) }
-                     fn && /strcmp\(key, "/ { sub(/.*strcmp\(key, /, ""); sub(/\).*/, ""); strings("users") }' "$f" >>"$keys"
+                     fn != "" && /strcmp\(key, "/ { sub(/.*strcmp\(key, /, ""); sub(/\).*/, ""); strings(fn) }' "$f" >>"$keys"
                 grep -q '^daemon ' "$keys" || fail "no [daemon] keys parsed from $f"
                 grep -q '^users ' "$keys" || fail "no [users] keys parsed from $f"
+                grep -q '^tier ' "$keys" || fail "no [tier] keys parsed from $f"
         fi
         sort -u -o "$keys" "$keys"
         # [reclaim] may also hold pool_max and pool_accept; the page lists them under [pool]

@@ -21,7 +21,7 @@
 #include "tunable-keys.h"
 
 static char *run(const char *cmd, int *status) {
-        static char out[8192];
+        static char out[65536];
         FILE *p = popen(cmd, "r");
         ASSERT_TRUE(p);
         size_t n = fread(out, 1, sizeof(out) - 1, p);

@@ -30,7 +30,7 @@
  *    valid, and then a pointer inside the pool area, at a slot boundary
  *    of that class, the object wholly inside its chunk (whose bytes are
  *    all read, as adopt_cb() copies them);
- *  - store_entry_content(): 0, 1 or -EBADMSG only, as the entry's state
+ *  - store_entry_content(): 0, 1, -EBADMSG or -EREMOTE (a second-tier stub) only, as the entry's state
  *    says; SAME pages filled; raw objects copied; a compressed object
  *    gives what codec_decompress() of it gives (lz4 or zstd, the store's
  *    codec), into a page between guard pages (the codecs are the system's
@@ -410,6 +410,8 @@ static int model_content(const Model *m, CodecDCtx *d, uint64_t e, uint8_t *want
         }
         if (pe_state(e) != PE_STORED)
                 return 0;
+        if (e & PE_TIER)
+                return -EREMOTE; /* the second tier's: only the daemon reads it */
         if (!model_object(m, pe_handle(e), pe_clen(e), &off, &cls))
                 return -EBADMSG;
         if (pe_clen(e) == ZSWAP_PAGE_SIZE) {
@@ -710,7 +712,7 @@ static void check_content(const Model *m, CodecDCtx *d, uint64_t e) {
         int w = model_content(m, d, e, want);
         int r = store_entry_content(map, d, e, page);
 
-        FUZZ_CHECK(r == 0 || r == 1 || r == -EBADMSG, "store_entry_content(%#llx) = %d", (unsigned long long)e, r);
+        FUZZ_CHECK(r == 0 || r == 1 || r == -EBADMSG || r == -EREMOTE, "store_entry_content(%#llx) = %d", (unsigned long long)e, r);
         FUZZ_CHECK(r == w, "store_entry_content(%#llx) = %d, the model says %d", (unsigned long long)e, r, w);
         if (r == 1)
                 FUZZ_CHECK(memcmp(page, want, ZSWAP_PAGE_SIZE) == 0, "store_entry_content(%#llx): another page",

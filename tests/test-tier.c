@@ -1,0 +1,534 @@
+/*
+ * test-tier: the second tier (daemon/tier.c) with a real daemon, a real
+ * backing file on this disk (or a real nbd-server on loopback) and a real
+ * client whose data is four times the pool's bound, so that most of it can
+ * only live on the tier. Every case checks every page's content.
+ *
+ *   file          writeback to a file, read back (random and sequential
+ *                 order), rewritten, paged out again, read back; a fork
+ *                 child reads the tier pages it shares with its parent
+ *   nbd           the same through nbd-server on loopback (TCP)
+ *   full          a backing file that fills: writeback stops, nothing lost
+ *   write-error   writes fail (injected EIO): the pages stay in RAM
+ *   read-error    reads fail (injected EIO): faults wait and retry
+ *   corrupt       blocks of the backing file overwritten behind the
+ *                 daemon's back: never installed; those pages SIGBUS, the
+ *                 others read back intact
+ *   restart       the daemon killed with pages on the tier: the next one
+ *                 adopts them (same backing file) and serves them
+ *   nbd-restart   nbd-server killed with pages on the tier, faults waiting
+ *                 on it; started again: reconnected, every page back
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+
+#include "harness.h"
+#include "protocol.h"
+#include "util.h"
+
+#define POOL_MAX (4u << 20)
+#define DATA (4 * POOL_MAX) /* four times the pool's bound */
+#define NPAGES ((unsigned)(DATA / ZSWAP_PAGE_SIZE))
+
+static char conf_path[128], backing[128], nbd_dir[128];
+static TestDaemon *cur; /* whose log a failure shows */
+static pid_t nbd_pid;
+static int nbd_port;
+
+static pid_t main_pid;
+static void nbd_kill_all(void);
+
+static void cleanup(void) {
+        if (getpid() != main_pid)
+                return; /* a child that failed: the files are the test's */
+        if (nbd_pid > 0)
+                nbd_kill_all();
+        if (conf_path[0])
+                unlink(conf_path);
+        if (backing[0])
+                unlink(backing);
+        if (nbd_dir[0]) {
+                char cmd[300];
+                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", nbd_dir);
+                (void)!system(cmd);
+        }
+}
+
+static void write_conf(const char *backing_spec, const char *extra) {
+        snprintf(conf_path, sizeof(conf_path), "/tmp/zswap-test-tier-%d.conf", (int)getpid());
+        FILE *f = fopen(conf_path, "w");
+        ASSERT_TRUE(f);
+        fprintf(f, "[tier]\nbacking = %s\n%s", backing_spec, extra ? extra : "");
+        fclose(f);
+}
+
+static void start_daemon(TestDaemon *d) {
+        char args[256];
+        snprintf(args, sizeof(args), "--config %s --pool-max %u%s", conf_path, POOL_MAX, getenv("TIER_VERBOSE") ? " -v" : "");
+        td_start_logged(d, args);
+        cur = d;
+}
+
+static ZMsgStatusReply status(TestDaemon *d) {
+        ZMsgStatusReply st;
+        td_status(d, &st);
+        return st;
+}
+
+/* Page the whole region out until the daemon holds most of it (the tier's
+ * writer makes room in the pool as eviction fills it) and the tier holds
+ * at least min_tier pages. */
+static void page_all_out(TestDaemon *d, struct zswap_client *c, uint8_t *buf, uint64_t min_tier) {
+        uint64_t deadline = now_ns() + 60ull * 1000000000;
+        ZMsgStatusReply st;
+
+        for (;;) {
+                ASSERT_OK(zswap_pageout(c, buf, DATA));
+                st = status(d);
+                uint64_t held = st.stats.stored_pages + st.stats.same_pages;
+                if (held >= NPAGES * 9 / 10 && st.tier_pages >= min_tier)
+                        return;
+                if (now_ns() > deadline) {
+                        td_log_dump(d);
+                        test_fail("after 60 s: %llu of %u pages held, %llu on the tier (pool %llu of %u bytes, "
+                                  "tier state %d, errors %llu/%llu)",
+                                  (unsigned long long)held, NPAGES, (unsigned long long)st.tier_pages,
+                                  (unsigned long long)st.stats.pool_bytes, POOL_MAX, st.tier_state,
+                                  (unsigned long long)st.tier_write_errors, (unsigned long long)st.tier_read_errors);
+                }
+                usleep(20000);
+        }
+}
+
+static void verify_random(uint8_t *buf, const uint64_t *hashes, uint64_t seed) {
+        static uint32_t order[NPAGES];
+        size_t bad = 0;
+
+        for (uint32_t i = 0; i < NPAGES; i++)
+                order[i] = i;
+        for (uint32_t i = NPAGES - 1; i > 0; i--) {
+                uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1));
+                uint32_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+        }
+        for (uint32_t i = 0; i < NPAGES; i++)
+                bad += page_hash(buf + (size_t)order[i] * ZSWAP_PAGE_SIZE) != hashes[order[i]];
+        if (bad && cur)
+                td_log_dump(cur);
+        if (bad)
+                test_fail("%zu of %u pages differ (random order)", bad, NPAGES);
+}
+
+static void verify_all(uint8_t *buf, const uint64_t *hashes, const char *when) {
+        size_t bad = verify_pages(buf, DATA, hashes);
+        if (bad && cur)
+                td_log_dump(cur);
+        if (bad)
+                test_fail("%s: %zu of %u pages differ", when, bad, NPAGES);
+}
+
+/* Write a random tenth of the pages, as a program at work does. */
+static void rewrite_some(uint8_t *buf, uint64_t *hashes, uint64_t *seed) {
+        for (unsigned i = 0; i < NPAGES / 10; i++) {
+                uint32_t p = (uint32_t)(xorshift(seed) % NPAGES);
+                uint8_t *pg = buf + (size_t)p * ZSWAP_PAGE_SIZE;
+                fill_pages(pg, ZSWAP_PAGE_SIZE, xorshift(seed));
+                hashes[p] = page_hash(pg);
+        }
+}
+
+/* The whole life of a client whose data is 4x the pool's bound. */
+static void workload(TestDaemon *d, bool with_fork) {
+        static uint64_t hashes[NPAGES];
+        struct zswap_client *c = td_connect(d);
+        uint8_t *buf = td_region(c, DATA, 0x71e2, hashes);
+        uint64_t seed = 0x5eed;
+
+        page_all_out(d, c, buf, NPAGES / 4);
+        ZMsgStatusReply st = status(d);
+        ASSERT_TRUE(st.tier_written_pages >= NPAGES / 4);
+        ASSERT_LE(st.stats.pool_bytes, POOL_MAX);
+        verify_random(buf, hashes, seed);
+        ZMsgStatusReply st2 = status(d);
+        ASSERT_TRUE(st2.tier_reads > st.tier_reads);
+        ASSERT_EQ(st2.tier_corrupt, 0);
+
+        for (int round = 0; round < 3; round++) {
+                rewrite_some(buf, hashes, &seed);
+                page_all_out(d, c, buf, NPAGES / 4);
+                if (with_fork && round == 1) {
+                        /* the child shares the parent's tier pages (one
+                         * more reference to their blocks) and reads them;
+                         * then the parent reads its own */
+                        pid_t pid = fork();
+                        ASSERT_TRUE(pid >= 0);
+                        if (pid == 0) {
+                                size_t bad = verify_pages(buf, DATA, hashes);
+                                if (bad)
+                                        fprintf(stderr, "fork child: %zu pages differ\n", bad);
+                                _exit(bad ? 1 : 0);
+                        }
+                        int ws;
+                        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+                        ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+                }
+                if (round % 2)
+                        verify_random(buf, hashes, seed + (uint64_t)round);
+                else
+                        verify_all(buf, hashes, "sequential read-back");
+        }
+        st = status(d);
+        ASSERT_EQ(st.tier_corrupt, 0);
+        /* unregister takes every page back, the tier's too */
+        page_all_out(d, c, buf, NPAGES / 4);
+        ASSERT_OK(zswap_unregister(c, buf, DATA));
+        verify_all(buf, hashes, "after unregister");
+        zswap_disconnect(c);
+        /* the client is gone: every block it held is free again */
+        for (int i = 0; i < 500 && (st = status(d)).tier_pages; i++)
+                usleep(10000);
+        ASSERT_EQ(st.tier_pages, 0);
+        ASSERT_EQ(st.tier_used_bytes, 0);
+        munmap(buf, DATA);
+}
+
+static void backing_file(const char *size) {
+        char spec[256];
+        snprintf(backing, sizeof(backing), "/var/tmp/zswap-test-tier-%d.img", (int)getpid());
+        unlink(backing);
+        snprintf(spec, sizeof(spec), "size = %s\n", size);
+        write_conf(backing, spec);
+}
+
+static void case_file(void) {
+        TestDaemon d;
+        backing_file("64M");
+        start_daemon(&d);
+        workload(&d, true);
+        ASSERT_TRUE(td_log_has(&d, "second tier: file"));
+        td_stop(&d);
+}
+
+/* A tier too small for what must go out: it fills, writeback stops, the
+ * pool stays at its bound, and every page is still there. */
+static void case_full(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+
+        backing_file("1M"); /* 255 blocks for objects */
+        start_daemon(&d);
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, DATA, 0xf011, hashes);
+        ZMsgStatusReply st;
+        for (int i = 0; i < 100; i++) {
+                ASSERT_OK(zswap_pageout(c, buf, DATA));
+                st = status(&d);
+                if (st.tier_full_events > 0 && st.tier_state == 2 /* full */)
+                        break;
+                usleep(20000);
+        }
+        ASSERT_TRUE(st.tier_full_events > 0);
+        ASSERT_TRUE(st.tier_used_bytes > 200 * 4096ull);
+        ASSERT_LE(st.stats.pool_bytes, POOL_MAX);
+        ASSERT_TRUE(td_log_has(&d, "is full: writeback stops"));
+        verify_random(buf, hashes, 7);
+        verify_all(buf, hashes, "tier full");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+/* Every eighth write batch fails: its pages stay in RAM, the writer backs
+ * off and tries again; nothing is lost. */
+static void case_write_error(void) {
+        TestDaemon d;
+        backing_file("64M");
+        setenv("ZSWAPD_INJECT", "tier_write=1/8", 1);
+        start_daemon(&d);
+        unsetenv("ZSWAPD_INJECT");
+        workload(&d, false);
+        ZMsgStatusReply st = status(&d);
+        ASSERT_TRUE(st.tier_write_errors > 0);
+        ASSERT_TRUE(td_log_has(&d, "writeback stops for"));
+        td_stop(&d);
+}
+
+/* Every tenth read fails: the fault waits, is retried and completes. */
+static void case_read_error(void) {
+        TestDaemon d;
+        backing_file("64M");
+        setenv("ZSWAPD_INJECT", "tier_read=1/10", 1);
+        start_daemon(&d);
+        unsetenv("ZSWAPD_INJECT");
+        workload(&d, false);
+        ZMsgStatusReply st = status(&d);
+        ASSERT_TRUE(st.tier_read_errors > 0);
+        ASSERT_TRUE(td_log_has(&d, "the fault waits and is retried"));
+        td_stop(&d);
+}
+
+static sigjmp_buf bus_jmp;
+static void on_sigbus(int sig) {
+        (void)sig;
+        siglongjmp(bus_jmp, 1);
+}
+
+/* Every page's data on the tier is overwritten on disk (the header is
+ * left alone): no page may come back with other content. Pages whose
+ * object fails its checksum are poisoned: reading them is a SIGBUS. The
+ * pages the pool still holds read back intact. Runs in a child process:
+ * poisoned pages stay poisoned. */
+static void case_corrupt(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+
+        backing_file("64M");
+        start_daemon(&d);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                struct zswap_client *c = td_connect(&d);
+                uint8_t *buf = td_region(c, DATA, 0xc0de, hashes);
+                page_all_out(&d, c, buf, NPAGES / 4);
+                ZMsgStatusReply st = status(&d);
+                int fd = open(backing, O_WRONLY);
+                ASSERT_TRUE(fd >= 0);
+                static uint8_t junk[1 << 16];
+                uint64_t s = 42;
+                for (size_t i = 0; i < sizeof(junk); i += 8)
+                        *(uint64_t *)(junk + i) = xorshift(&s);
+                for (uint64_t off = 4096; off < 64ull << 20; off += sizeof(junk))
+                        ASSERT_EQ(pwrite(fd, junk, sizeof(junk), (off_t)off), (ssize_t)sizeof(junk));
+                ASSERT_OK(fsync(fd));
+                close(fd);
+                signal(SIGBUS, on_sigbus);
+                volatile unsigned good = 0, bus = 0, wrong = 0;
+                for (volatile unsigned i = 0; i < NPAGES; i++) {
+                        uint8_t *pg = buf + (size_t)i * ZSWAP_PAGE_SIZE;
+                        if (sigsetjmp(bus_jmp, 1)) {
+                                bus++;
+                                continue;
+                        }
+                        if (page_hash(pg) == hashes[i])
+                                good++;
+                        else
+                                wrong++;
+                }
+                ZMsgStatusReply st2 = status(&d);
+                fprintf(stderr, "corrupt: %u intact, %u SIGBUS, %u wrong; %llu pages were on the tier, %llu corrupt\n",
+                        good, bus, wrong, (unsigned long long)st.tier_pages, (unsigned long long)st2.tier_corrupt);
+                if (wrong || bus == 0 || st2.tier_corrupt == 0 || good + bus != NPAGES)
+                        _exit(1);
+                /* a poisoned page stays poisoned, and says so again */
+                if (!sigsetjmp(bus_jmp, 1)) {
+                        for (unsigned i = 0; i < NPAGES; i++)
+                                (void)*(volatile uint8_t *)(buf + (size_t)i * ZSWAP_PAGE_SIZE);
+                        _exit(2); /* no SIGBUS any more */
+                }
+                _exit(0);
+        }
+        int ws;
+        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+                td_log_dump(&d);
+                test_fail("corrupt: child status %#x", ws);
+        }
+        ASSERT_TRUE(td_log_has(&d, "fails its checksum"));
+        td_stop(&d);
+}
+
+/* kill -9 with pages on the tier: the next daemon (same backing file)
+ * adopts the client's store, stubs and all, and serves every page. */
+static void case_restart(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+
+        backing_file("64M");
+        start_daemon(&d);
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, DATA, 0xad09, hashes);
+        page_all_out(&d, c, buf, NPAGES / 4);
+        ZMsgStatusReply before = status(&d);
+        td_kill(&d);
+        td_respawn(&d);
+        ZMsgStatusReply st;
+        for (int i = 0; i < 1000 && (st = status(&d)).tier_pages < before.tier_pages; i++)
+                usleep(10000);
+        ASSERT_EQ(st.tier_pages, before.tier_pages);
+        ASSERT_TRUE(td_log_has(&d, "(kept)"));
+        verify_random(buf, hashes, 3);
+        /* and the new daemon writes out again (above the old high-water
+         * mark while the grace lasts) */
+        uint64_t seed = 9;
+        rewrite_some(buf, hashes, &seed);
+        page_all_out(&d, c, buf, NPAGES / 4);
+        verify_all(buf, hashes, "after restart");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+/* ---- nbd-server on loopback ---- */
+
+static int free_port(void) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t l = sizeof(a);
+        ASSERT_TRUE(s >= 0);
+        ASSERT_OK(bind(s, (struct sockaddr *)&a, sizeof(a)));
+        ASSERT_OK(getsockname(s, (struct sockaddr *)&a, &l));
+        close(s);
+        return ntohs(a.sin_port);
+}
+
+/* nbd-server forks a process per connection (with -d it would serve one
+ * connection only, and the daemon opens several): the processes are
+ * found by their command line, which names our configuration file. */
+static void nbd_kill_all(void) {
+        char cmd[300];
+        /* "serve[r]": the pattern must not match the shell running it */
+        for (int i = 0; i < 100; i++) {
+                snprintf(cmd, sizeof(cmd), "pkill -KILL -f -- 'nbd-serve[r] -C %s/nbd.conf' 2>/dev/null", nbd_dir);
+                (void)!system(cmd);
+                snprintf(cmd, sizeof(cmd), "pgrep -f -- 'nbd-serve[r] -C %s/nbd.conf' >/dev/null", nbd_dir);
+                if (system(cmd) != 0)
+                        return;
+                usleep(10000);
+        }
+        test_fail("nbd-server does not go away");
+}
+
+static void nbd_start(void) {
+        char conf[300], cmd[400];
+        if (!nbd_dir[0]) {
+                snprintf(nbd_dir, sizeof(nbd_dir), "/var/tmp/zswap-test-nbd-%d", (int)getpid());
+                mkdir(nbd_dir, 0700);
+                snprintf(cmd, sizeof(cmd), "truncate -s 64M '%s/export.img'", nbd_dir);
+                ASSERT_EQ(system(cmd), 0);
+                nbd_port = free_port();
+                snprintf(conf, sizeof(conf), "%s/nbd.conf", nbd_dir);
+                FILE *f = fopen(conf, "w");
+                ASSERT_TRUE(f);
+                fprintf(f, "[generic]\nport = %d\nlistenaddr = 127.0.0.1\n\n[tier]\nexportname = %s/export.img\n",
+                        nbd_port, nbd_dir);
+                fclose(f);
+        }
+        snprintf(cmd, sizeof(cmd), "nbd-server -C %s/nbd.conf >/dev/null 2>&1", nbd_dir);
+        ASSERT_EQ(system(cmd), 0); /* it forks into the background */
+        nbd_pid = 1; /* running: cleanup() kills it */
+        for (int i = 0; i < 500; i++) {
+                int s = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)nbd_port),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+                int r = connect(s, (struct sockaddr *)&a, sizeof(a));
+                close(s);
+                if (r == 0)
+                        return;
+                usleep(10000);
+        }
+        test_fail("nbd-server does not listen on port %d", nbd_port);
+}
+
+static void nbd_stop(void) {
+        nbd_kill_all();
+        nbd_pid = 0;
+}
+
+static void nbd_setup(void) {
+        char spec[128];
+        if (system("command -v nbd-server >/dev/null 2>&1") != 0)
+                test_skip("nbd-server is not installed (scripts/setup-deps.sh installs it)");
+        nbd_start();
+        snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd_port);
+        write_conf(spec, "timeout = 2s\n");
+}
+
+static void case_nbd(void) {
+        TestDaemon d;
+        nbd_setup();
+        start_daemon(&d);
+        workload(&d, true);
+        ASSERT_TRUE(td_log_has(&d, "second tier: nbd"));
+        td_stop(&d);
+}
+
+typedef struct Reader {
+        uint8_t *buf;
+        const uint64_t *hashes;
+        _Atomic size_t bad;
+        _Atomic bool done;
+} Reader;
+
+static void *reader_main(void *arg) {
+        Reader *r = arg;
+        atomic_store(&r->bad, verify_pages(r->buf, DATA, r->hashes));
+        atomic_store(&r->done, true);
+        return NULL;
+}
+
+/* The server goes away with pages on it: faults on them wait (they do not
+ * read zeros, nor fail); writeback stops. The server comes back: the
+ * daemon reconnects, the waiting faults complete, every page is intact. */
+static void case_nbd_restart(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+
+        nbd_setup();
+        start_daemon(&d);
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, DATA, 0x4bd, hashes);
+        page_all_out(&d, c, buf, NPAGES / 4);
+        nbd_stop();
+        Reader r = { .buf = buf, .hashes = hashes };
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, reader_main, &r), 0);
+        /* the reader reaches a page on the tier and waits there */
+        ZMsgStatusReply st;
+        for (int i = 0; i < 1000 && (st = status(&d)).tier_read_errors == 0; i++)
+                usleep(10000);
+        ASSERT_TRUE(st.tier_read_errors > 0);
+        usleep(300000);
+        ASSERT_TRUE(!atomic_load(&r.done));
+        nbd_start();
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        ASSERT_EQ(atomic_load(&r.bad), 0);
+        st = status(&d);
+        ASSERT_TRUE(st.tier_reconnects > 0);
+        ASSERT_TRUE(td_log_has(&d, "the second tier cannot be read"));
+        /* writeback goes on through a new connection */
+        uint64_t seed = 1;
+        rewrite_some(buf, hashes, &seed);
+        page_all_out(&d, c, buf, NPAGES / 4);
+        verify_all(buf, hashes, "after the server came back");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+int main(int argc, char **argv) {
+        static const struct {
+                const char *name;
+                void (*fn)(void);
+        } cases[] = {
+                { "file", case_file },       { "full", case_full },       { "write-error", case_write_error },
+                { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "restart", case_restart },
+                { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
+        };
+
+        test_require_root();
+        main_pid = getpid();
+        atexit(cleanup);
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)
+                        continue;
+                fprintf(stderr, "== %s\n", cases[i].name);
+                cases[i].fn();
+        }
+        return 0;
+}
