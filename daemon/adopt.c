@@ -96,10 +96,15 @@ static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
 }
 
 /* Store len bytes (compressed, or the raw page when len is a page) as a new
- * object of the new store. */
+ * object of the new store. Past the pool's bound if need be: these pages
+ * were held under the same bound by the dead daemon (give or take its
+ * chunks' fill and the second tier's stubs), and refusing the store would
+ * leave its client to restore itself, which cannot read the second tier.
+ * The pool comes back under its bound as eviction stops and the tier's
+ * writer makes room. */
 static int keep_object(AdoptCtx *a, const void *src, uint32_t len, uint64_t *nv) {
         PoolHandle h;
-        int r = pool_alloc(a->mm->pool, len, &h);
+        int r = pool_alloc_over(a->mm->pool, len, &h);
         if (r < 0) {
                 snprintf(a->why, a->why_len, "no room in the pool: %s", strerror(-r));
                 return r;
