@@ -369,6 +369,10 @@ static int arg_rules(scmp_filter_ctx f) {
                 r = r ?: allow(f, "io_uring_setup");
                 r = r ?: allow(f, "io_uring_enter");
                 r = r ?: allow(f, "io_uring_register");
+                /* a page lost on the tier whose uffd cannot be poisoned:
+                 * SIGBUS to its client through the pidfd the daemon holds
+                 * (fault.c, uffd_poison) */
+                r = r ?: allow(f, "pidfd_send_signal");
         }
         if (tier_inet) {
                 r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET));
@@ -402,7 +406,7 @@ static int filter_load(unsigned *nsyscalls) {
                 r = allow(f, plain[i]);
         r = r ?: arg_rules(f);
         r = r ?: seccomp_load(f);
-        *nsyscalls = ELEMENTSOF(plain) + 11 + (sock_dir >= 0) + 3 * tier_uring; /* + those arg_rules() allows */
+        *nsyscalls = ELEMENTSOF(plain) + 11 + (sock_dir >= 0) + 4 * tier_uring; /* + those arg_rules() allows */
         seccomp_release(f);
         return r;
 }
