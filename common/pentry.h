@@ -28,8 +28,10 @@ static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
 #define PE_FLAG_INCOMPRESSIBLE ((uint64_t)1 << 3) /* on EMPTY: last eviction found it incompressible */
 /* On STORED: the second tier's writer (daemon/tier.c) copied the object and
  * is writing it out. Nothing else changes: the page is served from the
- * pool as ever, and whoever takes the entry drops the mark (LOADING never
- * carries it), which is how the writer learns its copy is stale. */
+ * pool as ever, and whoever takes the entry drops the mark (LOADING and
+ * CLEAN never carry it, and whoever puts a STORED value back or moves it
+ * to another address leaves it off), which is how the writer learns its
+ * copy is stale: only the writer ever stores a value with the mark. */
 #define PE_WB ((uint64_t)1 << 7)
 /* On STORED (and on the LOADING and CLEAN made from it): the object is a
  * 16-byte TierStub naming where the compressed page lies on the second
@@ -73,6 +75,7 @@ static inline uint64_t pe_make_loading(uint64_t from) {
 #define PE_CLEAN_SAME ((uint64_t)1 << 4)
 /* CLEAN from the STORED/SAME entry it was restored from, and back */
 static inline uint64_t pe_make_clean(uint64_t origin) {
+        origin &= ~PE_WB;
         return pe_with_state(origin, PE_CLEAN) | (pe_state(origin) == PE_SAME ? PE_CLEAN_SAME : 0);
 }
 static inline uint64_t pe_clean_origin(uint64_t e) {

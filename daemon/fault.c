@@ -438,7 +438,7 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
                 if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire, memory_order_acquire))
                         break;
                 if (decode(ft, mm, v, ft->ra_buf[n]) < 0) {
-                        atomic_store_explicit(e, v, memory_order_release);
+                        atomic_store_explicit(e, v & ~PE_WB, memory_order_release);
                         break;
                 }
                 pages[n] = (RaPage){ e, v, loading };
@@ -561,7 +561,7 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                         if (i >= copied) {
                                 /* present meanwhile, or the address space is changing
                                  * (EAGAIN: an event is queued): keep what we hold */
-                                atomic_store_explicit(pages[i].e, pages[i].v, memory_order_release);
+                                atomic_store_explicit(pages[i].e, pages[i].v & ~PE_WB, memory_order_release);
                                 continue;
                         }
                         if (keep)
@@ -601,8 +601,14 @@ static Retry **retry_find(MMClient *mm, uint64_t addr);
 static void uffd_poison(MMClient *mm, uint64_t addr) {
         struct uffdio_poison p = { .range = { .start = addr, .len = ZSWAP_PAGE_SIZE } };
 
-        if (ioctl(mm->uffd, UFFDIO_POISON, &p) == 0 || errno == EEXIST)
+        if (ioctl(mm->uffd, UFFDIO_POISON, &p) == 0)
                 return;
+        if (errno == EEXIST) {
+                /* present after all (installed by fault-around): the
+                 * waiter reads what is there */
+                uffd_wake(mm->uffd, addr);
+                return;
+        }
         log_error("pid %d: cannot poison the lost page (%m): the process is sent SIGBUS", (int)mm->pid);
         if (mm->pidfd >= 0)
                 (void)syscall(SYS_pidfd_send_signal, mm->pidfd, SIGBUS, NULL, 0);
@@ -765,7 +771,7 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                                  * fault stays pending and the error is visible */
                                 log_error("pid %d: page at %#llx fails to decompress", (int)mm->pid,
                                           (unsigned long long)addr);
-                                atomic_store_explicit(e, v, memory_order_release);
+                                atomic_store_explicit(e, v & ~PE_WB, memory_order_release);
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);
@@ -965,6 +971,12 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         }
         mmclient_entry_drop(c->mm, ne);
         uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
+        /* a page the tier's writer is copying comes here without its
+         * mark: the writer knows a page by its address and value, and
+         * another page of the same value (a reused pool handle) may have
+         * been marked at this address before (docs/tier.md) */
+        if (pe_state(v) == PE_STORED)
+                v &= ~PE_WB;
         atomic_store_explicit(ne, v, memory_order_release);
         if (pe_state(v) == PE_LOADING) {
                 Retry **p = retry_find(c->mm, addr);
@@ -1102,7 +1114,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 } else
                         c->errors += !fork_install(c, addr, NULL, 0, src, len);
                 if (pe_state(v) == PE_STORED && !tier)
-                        atomic_store_explicit(e, v, memory_order_release); /* copied: the parent's again */
+                        atomic_store_explicit(e, v & ~PE_WB, memory_order_release); /* copied: the parent's again */
                 if (r < 0)
                         return 0;
         }

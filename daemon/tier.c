@@ -105,6 +105,17 @@ typedef struct Job {
         uint64_t want;    /* object bytes to move out */
 } Job;
 
+/* An io_uring and the buffer registered with it (ring_run()). */
+typedef struct Ring {
+        struct io_uring ring;
+        bool ok;
+        bool fixed;        /* buf is registered: READ_FIXED / WRITE_FIXED */
+        void *buf;
+        size_t buflen;
+        unsigned entries;
+        uint64_t seq;
+} Ring;
+
 enum { BACKING_FILE, BACKING_NBD };
 
 struct Tier {
@@ -115,7 +126,7 @@ struct Tier {
         bool direct;         /* opened O_DIRECT */
         NbdAddr nbd;
         NbdConn *wconn;      /* the writer's connection */
-        bool nbd_flush;      /* flush before publishing: the export promises no consistency across connections */
+        bool nbd_flush;      /* FLUSH after each batch, before its pages are published (below) */
         char describe[640];
 
         uint64_t id;
@@ -125,14 +136,13 @@ struct Tier {
 
         /* writer thread only */
         uint64_t cursor, hwm;
-        struct io_uring ring;
-        bool ring_ok;
-        bool fixed;          /* wmem is registered with the ring: WRITE_FIXED */
+        Ring ring;           /* wmem registered */
         uint8_t *wmem;       /* NEXT extents and the header block */
         Extent ext[NEXT];
         unsigned next_ext;   /* extents in use this batch */
         uint64_t backoff_until_ns, backoff_ms;
         uint64_t full_until_ns; /* no free block was found: not before this */
+        uint64_t idle_until_ns; /* a pass found nothing to take: not before this */
         uint64_t next_reconnect_ns;
         double tokens;       /* bytes the rate allows now */
         uint64_t tokens_ns;
@@ -156,9 +166,7 @@ struct Tier {
 
 struct TierReader {
         Tier *t;
-        struct io_uring ring;
-        bool ring_ok;
-        bool fixed;          /* buf is registered: READ_FIXED */
+        Ring ring;           /* a file's: buf registered */
         uint8_t *buf;        /* READ_BUF, block aligned */
         uint64_t win_off;    /* what buf holds: [win_off, win_off + win_len) */
         uint32_t win_len;
@@ -192,30 +200,124 @@ static uint32_t obj_crc(const Tier *t, uint64_t off, const void *obj, uint32_t l
         return crc32c(obj_seed(t, off), obj, len);
 }
 
-/* ---- synchronous I/O of the writer (the header, at open: writer's ring) ---- */
+/* ---- io_uring rounds ---- */
 
-static int ring_rw(struct io_uring *ring, int fd, bool write, void *buf, uint32_t len, uint64_t off) {
-        struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-        struct io_uring_cqe *cqe;
-        int r;
+/*
+ * A ring and the buffer registered with it. Every use is a round: the
+ * caller prepares n operations tagged ring_tag(g, i), ring_run() submits
+ * them all and waits for every completion. A completion of an earlier
+ * round (there should be none) is recognised by its tag and passed over.
+ * A round whose operations cannot all be submitted is reaped of those
+ * that were, and the ring is made anew: an operation left in the queue
+ * would otherwise go out later, into a buffer that has moved on.
+ */
+static int ring_init(Ring *g, unsigned entries, void *buf, size_t buflen) {
+        int r = io_uring_queue_init(entries, &g->ring, 0);
+        if (r < 0)
+                return r;
+        g->ok = true;
+        g->entries = entries;
+        g->buf = buf;
+        g->buflen = buflen;
+        struct iovec iov = { buf, buflen };
+        /* a registered buffer saves pinning it on every request; without
+         * (RLIMIT_MEMLOCK) the plain requests do the same work */
+        g->fixed = buf && io_uring_register_buffers(&g->ring, &iov, 1) == 0;
+        return 0;
+}
 
-        if (!sqe)
-                return -EBUSY;
-        if (write)
+static void ring_exit(Ring *g) {
+        if (g->ok)
+                io_uring_queue_exit(&g->ring);
+        g->ok = false;
+}
+
+static uint64_t ring_tag(const Ring *g, unsigned i) {
+        return (g->seq & 0xffffffffffffull) << 16 | i;
+}
+
+/* An SQE of this round, tagged i. NULL: the queue is full (never, as used). */
+static struct io_uring_sqe *ring_sqe(Ring *g, unsigned i) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&g->ring);
+        if (sqe)
+                io_uring_sqe_set_data64(sqe, ring_tag(g, i));
+        return sqe;
+}
+
+static void ring_prep_rw(Ring *g, struct io_uring_sqe *sqe, int fd, bool write, void *buf, uint32_t len, uint64_t off) {
+        bool fixed = g->fixed && (uint8_t *)buf >= (uint8_t *)g->buf &&
+                     (uint8_t *)buf + len <= (uint8_t *)g->buf + g->buflen;
+        if (write && fixed)
+                io_uring_prep_write_fixed(sqe, fd, buf, len, off, 0);
+        else if (write)
                 io_uring_prep_write(sqe, fd, buf, len, off);
+        else if (fixed)
+                io_uring_prep_read_fixed(sqe, fd, buf, len, off, 0);
         else
                 io_uring_prep_read(sqe, fd, buf, len, off);
-        r = io_uring_submit_and_wait(ring, 1);
-        if (r < 0)
-                return r;
-        r = io_uring_wait_cqe(ring, &cqe);
-        if (r < 0)
-                return r;
-        r = cqe->res;
-        io_uring_cqe_seen(ring, cqe);
-        if (r >= 0 && (uint32_t)r != len)
+}
+
+/* Submit this round's n operations and wait for all; res[i] gets each
+ * one's result (-ECANCELED if it never ran). 0, or -errno of the ring. */
+static int ring_run(Ring *g, unsigned n, int *res) {
+        unsigned submitted = 0;
+        int err = 0;
+
+        for (unsigned i = 0; i < n; i++)
+                res[i] = -ECANCELED;
+        for (int tries = 0; submitted < n && tries < 1000; tries++) {
+                int e = io_uring_submit(&g->ring);
+                if (e > 0)
+                        submitted += (unsigned)e;
+                else if (e != 0 && e != -EINTR && e != -EAGAIN && e != -EBUSY) {
+                        err = e;
+                        break;
+                }
+        }
+        if (submitted < n && !err)
+                err = -EIO;
+        for (unsigned got = 0; got < submitted;) {
+                struct io_uring_cqe *cqe;
+                int e = io_uring_wait_cqe(&g->ring, &cqe);
+                if (e == -EINTR || e == -EAGAIN)
+                        continue;
+                if (e < 0)
+                        return e; /* cannot happen short of a broken ring: keep it, in flight as it is */
+                uint64_t u = io_uring_cqe_get_data64(cqe);
+                if (u >> 16 == (g->seq & 0xffffffffffffull) && (u & 0xffff) < n) {
+                        res[u & 0xffff] = cqe->res;
+                        got++;
+                }
+                io_uring_cqe_seen(&g->ring, cqe);
+        }
+        g->seq++;
+        if (submitted < n) {
+                log_error("second tier: io_uring took %u of %u requests (%s): the ring is made anew", submitted, n,
+                          strerror(-err));
+                ring_exit(g);
+                int e = ring_init(g, g->entries, g->buf, g->buflen);
+                if (e < 0)
+                        log_error("second tier: cannot make the ring anew: %s", strerror(-e));
+        }
+        return err;
+}
+
+/* One read or write, waited for (the writer's header; a file's reads). */
+static int ring_rw(Ring *g, int fd, bool write, void *buf, uint32_t len, uint64_t off) {
+        struct io_uring_sqe *sqe;
+        int res;
+
+        if (!g->ok)
                 return -EIO;
-        return r < 0 ? r : 0;
+        if (!(sqe = ring_sqe(g, 0)))
+                return -EBUSY;
+        ring_prep_rw(g, sqe, fd, write, buf, len, off);
+        int r = ring_run(g, 1, &res);
+        if (r < 0)
+                return r;
+        if (res >= 0 && (uint32_t)res != len)
+                return -EIO;
+        return res < 0 ? res : 0;
 }
 
 static int backing_write(Tier *t, void *buf, uint32_t len, uint64_t off) {
@@ -327,15 +429,31 @@ static int open_file(Tier *t, char *err, size_t errlen) {
         return 0;
 }
 
+/*
+ * Faults read on connections of their own while the writer writes on
+ * another. The NBD protocol promises what one connection sees of another's
+ * writes only to a server that advertises NBD_FLAG_CAN_MULTI_CONN, and
+ * then only once a FLUSH (of any connection) has been answered: so an
+ * export without the flag is refused, and every batch is flushed before
+ * its pages name it (when the server takes FLUSH at all; one that does not
+ * has no cache to flush). On a connection made again, the export must
+ * still be what it was.
+ */
 static int connect_nbd(Tier *t, NbdConn **ret, int timeout_ms, char *err, size_t errlen) {
         int r = nbd_connect(&t->nbd, timeout_ms, ret, err, errlen);
         if (r < 0)
                 return r;
-        if (nbd_read_only(*ret)) {
+        if (nbd_read_only(*ret))
+                r = fail(-EROFS, err, errlen, "the export is read-only");
+        else if (!nbd_multi_conn(*ret))
+                r = fail(-EPROTONOSUPPORT, err, errlen,
+                         "the export does not promise that its connections see each other's writes "
+                         "(NBD_FLAG_CAN_MULTI_CONN): the daemon reads and writes on several");
+        else if (t->nblocks && nbd_size(*ret) < t->nblocks * TIER_BLOCK)
+                r = fail(-EINVAL, err, errlen, "the export shrank to %" PRIu64 " bytes", nbd_size(*ret));
+        if (r < 0)
                 *ret = nbd_close(*ret);
-                return fail(-EROFS, err, errlen, "the export is read-only");
-        }
-        return 0;
+        return r;
 }
 
 static int open_nbd(Tier *t, char *err, size_t errlen) {
@@ -353,9 +471,9 @@ static int open_nbd(Tier *t, char *err, size_t errlen) {
                             t->conf.backing, t->conf.size, size);
         size = t->conf.size ? t->conf.size : size;
         t->nblocks = size / TIER_BLOCK;
-        t->nbd_flush = !nbd_multi_conn(t->wconn) && nbd_can_flush(t->wconn);
+        t->nbd_flush = nbd_can_flush(t->wconn);
         snprintf(t->describe, sizeof(t->describe), "nbd %s (%" PRIu64 " MiB%s)", t->conf.backing, size >> 20,
-                 t->nbd_flush ? ", flushed before use" : "");
+                 t->nbd_flush ? "" : ", no flush");
         return 0;
 }
 
@@ -399,19 +517,14 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         }
         for (unsigned i = 0; i < NEXT; i++)
                 t->ext[i].buf = t->wmem + (size_t)i * TIER_EXTENT;
-        r = io_uring_queue_init(2 * NEXT + 4, &t->ring, 0);
+        /* the writer's ring: a file's writes (the NBD connection has its own) */
+        r = ring_init(&t->ring, 2 * NEXT + 4, t->kind == BACKING_FILE ? t->wmem : NULL, NEXT * TIER_EXTENT + TIER_BLOCK);
         if (r < 0) {
                 r = fail(r, err, errlen, "io_uring: %s", strerror(-r));
                 goto fail;
         }
-        t->ring_ok = true;
-        if (t->kind == BACKING_FILE) {
-                struct iovec iov = { t->wmem, NEXT * TIER_EXTENT + TIER_BLOCK };
-                r = io_uring_register_buffers(&t->ring, &iov, 1);
-                t->fixed = r == 0;
-                if (r < 0)
-                        log_warn("second tier: io_uring buffers not registered (%s): plain writes", strerror(-r));
-        }
+        if (t->kind == BACKING_FILE && !t->ring.fixed)
+                log_warn("second tier: io_uring buffers not registered: plain writes");
         r = header_load(t);
         if (r < 0) {
                 r = fail(r, err, errlen, "backing %s: cannot read or write its header: %s", conf->backing,
@@ -464,8 +577,7 @@ Tier *tier_free(Tier *t) {
         if (!t)
                 return NULL;
         tier_stop(t);
-        if (t->ring_ok)
-                io_uring_queue_exit(&t->ring);
+        ring_exit(&t->ring);
         nbd_close(t->wconn);
         safe_close(t->fd);
         free(t->refs);
@@ -588,15 +700,12 @@ int tier_reader_new(Tier *t, TierReader **ret) {
                 return -ENOMEM;
         }
         if (t->kind == BACKING_FILE) {
-                e = io_uring_queue_init(4, &r->ring, 0);
+                e = ring_init(&r->ring, 4, r->buf, READ_BUF);
                 if (e < 0) {
                         free(r->buf);
                         free(r);
                         return e;
                 }
-                r->ring_ok = true;
-                struct iovec iov = { r->buf, READ_BUF };
-                r->fixed = io_uring_register_buffers(&r->ring, &iov, 1) == 0;
         } else
                 (void)reader_conn(r); /* now rather than on the first fault; else then */
         *ret = r;
@@ -606,8 +715,7 @@ int tier_reader_new(Tier *t, TierReader **ret) {
 TierReader *tier_reader_free(TierReader *r) {
         if (!r)
                 return NULL;
-        if (r->ring_ok)
-                io_uring_queue_exit(&r->ring);
+        ring_exit(&r->ring);
         nbd_close(r->conn);
         free(r->buf);
         free(r);
@@ -646,21 +754,23 @@ static int reader_io(TierReader *r, uint64_t off, uint32_t len) {
                 int e = reader_conn(r);
                 return e < 0 ? e : nbd_pread(r->conn, r->buf, len, off);
         }
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-        struct io_uring_cqe *cqe;
-        if (!sqe)
-                return -EBUSY;
-        if (r->fixed)
-                io_uring_prep_read_fixed(sqe, t->fd, r->buf, len, off, 0);
-        else
-                io_uring_prep_read(sqe, t->fd, r->buf, len, off);
-        int e = io_uring_submit_and_wait(&r->ring, 1);
-        if (e >= 0)
-                e = io_uring_wait_cqe(&r->ring, &cqe);
+        /* a device that hangs must not hold the fault thread (and every
+         * client on its CPU) for ever: the read is linked to a timeout,
+         * and a read that times out is an error like any other */
+        struct __kernel_timespec ts = { .tv_sec = t->conf.timeout_ms / 1000,
+                                        .tv_nsec = (long long)(t->conf.timeout_ms % 1000) * 1000000 };
+        struct io_uring_sqe *sqe = ring_sqe(&r->ring, 0), *tsqe;
+        int res[2];
+        if (!r->ring.ok || !sqe)
+                return -EIO;
+        ring_prep_rw(&r->ring, sqe, t->fd, false, r->buf, len, off);
+        sqe->flags |= IOSQE_IO_LINK;
+        tsqe = ring_sqe(&r->ring, 1);
+        io_uring_prep_link_timeout(tsqe, &ts, 0);
+        int e = ring_run(&r->ring, 2, res);
         if (e < 0)
                 return e;
-        e = cqe->res;
-        io_uring_cqe_seen(&r->ring, cqe);
+        e = res[0] == -ECANCELED ? -ETIMEDOUT : res[0];
         if (e >= 0 && (uint32_t)e != len)
                 return -EIO;
         return e < 0 ? e : 0;
@@ -912,32 +1022,16 @@ static int batch_flush(Tier *t) {
                 if (r == 0 && t->nbd_flush)
                         r = nbd_flush(t->wconn);
         } else if (r == 0) {
-                for (unsigned i = 0; i < n; i++) {
-                        struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
-                        if (t->fixed)
-                                io_uring_prep_write_fixed(sqe, t->fd, xs[i]->buf, ALIGN_TO(xs[i]->fill, TIER_BLOCK),
-                                                          xs[i]->block * TIER_BLOCK, 0);
-                        else
-                                io_uring_prep_write(sqe, t->fd, xs[i]->buf, ALIGN_TO(xs[i]->fill, TIER_BLOCK),
-                                                    xs[i]->block * TIER_BLOCK);
-                        sqe->user_data = i;
-                }
-                int e = io_uring_submit_and_wait(&t->ring, n);
-                r = e < 0 ? e : 0;
-                for (unsigned done = 0; e >= 0 && done < n; done++) {
-                        struct io_uring_cqe *cqe;
-                        e = io_uring_wait_cqe(&t->ring, &cqe);
-                        if (e < 0) {
-                                r = e;
-                                break;
-                        }
-                        unsigned i = (unsigned)cqe->user_data;
-                        if (r == 0 && cqe->res < 0)
-                                r = cqe->res;
-                        else if (r == 0 && (i >= n || (uint32_t)cqe->res != ALIGN_TO(xs[i]->fill, TIER_BLOCK)))
-                                r = -EIO; /* short write: the disk is full */
-                        io_uring_cqe_seen(&t->ring, cqe);
-                }
+                int res[NEXT];
+                for (unsigned i = 0; i < n; i++)
+                        ring_prep_rw(&t->ring, ring_sqe(&t->ring, i), t->fd, true, xs[i]->buf,
+                                     ALIGN_TO(xs[i]->fill, TIER_BLOCK), xs[i]->block * TIER_BLOCK);
+                r = ring_run(&t->ring, n, res);
+                for (unsigned i = 0; i < n && r == 0; i++)
+                        if (res[i] < 0)
+                                r = res[i];
+                        else if ((uint32_t)res[i] != ALIGN_TO(xs[i]->fill, TIER_BLOCK))
+                                r = -ENOSPC; /* a short write: the file system is full */
         }
         if (r < 0) {
                 for (unsigned i = 0; i < n; i++)
@@ -991,8 +1085,9 @@ static unsigned bucket(const Pass *p, uint32_t stamp) {
         return (unsigned)((uint64_t)stamp * HIST / ((uint64_t)p->now + 1));
 }
 
+/* An object worth a stub: one of 32 bytes or less would save nothing. */
 static bool takeable(uint64_t v) {
-        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_WB)) && pe_clen(v) > 0;
+        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_WB)) && pe_clen(v) > 2 * sizeof(TierStub);
 }
 
 static uint32_t stamp_of(MMClient *mm, uint64_t addr) {
@@ -1016,7 +1111,8 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         MMClient *mm = p->mm;
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
 
-        if (p->taken >= p->want || atomic_load_explicit(&t->stop, memory_order_relaxed))
+        if (p->taken >= p->want || atomic_load_explicit(&t->stop, memory_order_relaxed) ||
+            atomic_load_explicit(&mm->dead, memory_order_relaxed))
                 return 1;
         if (!takeable(v) || MIN(bucket(p, stamp_of(mm, addr)), HIST - 1) > p->cutoff)
                 return 0;
@@ -1074,7 +1170,7 @@ static void run_job(Tier *t, Job *j) {
 
         if (!p)
                 return;
-        if (now < t->backoff_until_ns)
+        if (now < t->backoff_until_ns || now < t->full_until_ns || now < t->idle_until_ns)
                 goto out;
         if (t->kind == BACKING_NBD && (!t->wconn || nbd_dead(t->wconn))) {
                 char why[256];
@@ -1121,6 +1217,8 @@ static void run_job(Tier *t, Job *j) {
          * show them before the next tick measures it */
         for (size_t i = 0; i < j->n; i++)
                 pool_reclaim(j->mms[i]->pool);
+        if (p->taken == 0)
+                t->idle_until_ns = now_ns() + 250000000ull; /* all that is old is out or marked */
         int s = atomic_load_explicit(&t->st.state, memory_order_relaxed);
         if (s == TIER_WRITING)
                 set_state(t, t->grace_until_ns ? TIER_GRACE : TIER_IDLE);
