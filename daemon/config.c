@@ -59,6 +59,7 @@ void config_default(Config *c) {
                 .tier = {
                         .grace_ms = TIER_DEFAULT_GRACE_MS,
                         .timeout_ms = TIER_DEFAULT_TIMEOUT_MS,
+                        .read_spin_us = TIER_DEFAULT_READ_SPIN_US,
                 },
                 .users = {
                         .admin_group = "zswap",
@@ -378,8 +379,8 @@ static int user_rule_assignment(UsersConf *u, const char *name, const char *key,
         return r;
 }
 
-/* [tier]: read at start; a reload that changes backing or size says it
- * needs a restart, writeback_rate applies at once */
+/* [tier]: read at start; a reload that changes any of it says it needs
+ * a restart */
 static int tier_assignment(TierConf *t, const char *key, const char *value, char *err, size_t errlen) {
         uint64_t v;
 
@@ -412,7 +413,14 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
                         t->timeout_ms = (uint32_t)v;
                 return 0;
         }
-        return fail(-EINVAL, err, errlen, "unknown key '%s' in [tier] (backing, size, writeback_rate, grace, timeout)", key);
+        if (strcmp(key, "read_spin_us") == 0) {
+                if (conf_parse_uint(value, &v) < 0 || v > 10000)
+                        return fail(-EINVAL, err, errlen, "read_spin_us: '%s' is not 0 to 10000 (microseconds)", value);
+                t->read_spin_us = (uint32_t)v;
+                return 0;
+        }
+        return fail(-EINVAL, err, errlen,
+                    "unknown key '%s' in [tier] (backing, size, writeback_rate, grace, timeout, read_spin_us)", key);
 }
 
 static int assignment(const char *section, const char *key, const char *value, unsigned line, void *userdata,

@@ -951,6 +951,9 @@ static void reload_config(Manager *m) {
                 return;
         }
         reload_daemon_keys(m, &m->conf.daemon, &c.daemon);
+        if (memcmp(&m->conf.tier, &c.tier, sizeof(c.tier)) != 0)
+                log_warn("SIGHUP: [tier] changed: it needs a restart (systemctl restart zswapd); the running "
+                         "second tier stays as it is");
         c.daemon = m->conf.daemon; /* [daemon] is read at start only */
         config_free(&m->conf);
         m->conf = c;

@@ -45,6 +45,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* io_uring fills buffers behind valgrind's back: say so after each read */
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#else
+#define VALGRIND_MAKE_MEM_DEFINED(addr, len) ((void)0)
+#endif
+
 #include "crc32c.h"
 #include "inject.h"
 #include "log.h"
@@ -129,7 +136,8 @@ struct Tier {
         bool nbd_flush;      /* FLUSH after each batch, before its pages are published (below) */
         char describe[640];
 
-        uint64_t id;
+        uint64_t id;         /* written before `ready` is raised, read after */
+        _Atomic bool ready;  /* the header was read: objects can be checked */
         uint64_t nblocks;    /* blocks of the backing store the tier uses, header included */
         _Atomic uint16_t *refs;
         uint64_t grace_until_ns, old_hwm;
@@ -144,6 +152,7 @@ struct Tier {
         uint64_t full_until_ns; /* no free block was found: not before this */
         uint64_t idle_until_ns; /* a pass found nothing to take: not before this */
         uint64_t next_reconnect_ns;
+        bool unreachable_logged;
         double tokens;       /* bytes the rate allows now */
         uint64_t tokens_ns;
         bool full_logged;
@@ -258,8 +267,10 @@ static void ring_prep_rw(Ring *g, struct io_uring_sqe *sqe, int fd, bool write, 
 }
 
 /* Submit this round's n operations and wait for all; res[i] gets each
- * one's result (-ECANCELED if it never ran). 0, or -errno of the ring. */
-static int ring_run(Ring *g, unsigned n, int *res) {
+ * one's result (-ECANCELED if it never ran). Polls the completion queue
+ * for spin_ns first (a fault's read: see tier.h, read_spin_us), then
+ * sleeps. 0, or -errno of the ring. */
+static int ring_run(Ring *g, unsigned n, int *res, uint64_t spin_ns) {
         unsigned submitted = 0;
         int err = 0;
 
@@ -276,9 +287,16 @@ static int ring_run(Ring *g, unsigned n, int *res) {
         }
         if (submitted < n && !err)
                 err = -EIO;
+        uint64_t spin_until = spin_ns ? now_ns() + spin_ns : 0;
         for (unsigned got = 0; got < submitted;) {
                 struct io_uring_cqe *cqe;
-                int e = io_uring_wait_cqe(&g->ring, &cqe);
+                int e;
+                if (spin_until && now_ns() < spin_until) {
+                        e = io_uring_peek_cqe(&g->ring, &cqe);
+                        if (e == -EAGAIN)
+                                continue;
+                } else
+                        e = io_uring_wait_cqe(&g->ring, &cqe);
                 if (e == -EINTR || e == -EAGAIN)
                         continue;
                 if (e < 0)
@@ -312,9 +330,11 @@ static int ring_rw(Ring *g, int fd, bool write, void *buf, uint32_t len, uint64_
         if (!(sqe = ring_sqe(g, 0)))
                 return -EBUSY;
         ring_prep_rw(g, sqe, fd, write, buf, len, off);
-        int r = ring_run(g, 1, &res);
+        int r = ring_run(g, 1, &res, 0);
         if (r < 0)
                 return r;
+        if (!write && res > 0)
+                VALGRIND_MAKE_MEM_DEFINED(buf, (size_t)res);
         if (res >= 0 && (uint32_t)res != len)
                 return -EIO;
         return res < 0 ? res : 0;
@@ -380,6 +400,22 @@ static int header_load(Tier *t) {
                         t->id = now_ns() ^ ((uint64_t)getpid() << 32);
         t->hwm = 1;
         return header_write(t);
+}
+
+/* The header read (or written): the tier's id, which every object's CRC
+ * needs, is known from here on, and the readers may read (acquire of
+ * `ready`). Writer thread, or tier_open() before it starts. */
+static int tier_ready(Tier *t) {
+        int r = header_load(t);
+        if (r < 0)
+                return r;
+        t->cursor = MAX(t->hwm, 1);
+        if (t->cursor >= t->nblocks)
+                t->cursor = 1;
+        set_state(t, t->grace_until_ns ? TIER_GRACE : TIER_IDLE);
+        atomic_store_explicit(&t->ready, true, memory_order_release);
+        log_info("second tier: %s, id %016" PRIx64 "%s", t->describe, t->id, t->old_hwm > 1 ? " (kept)" : " (new)");
+        return 0;
 }
 
 /* ---- open ---- */
@@ -463,8 +499,22 @@ static int open_nbd(Tier *t, char *err, size_t errlen) {
         if (r < 0)
                 return fail(r, err, errlen, "backing %s: %s", t->conf.backing, why);
         r = connect_nbd(t, &t->wconn, (int)t->conf.timeout_ms, why, sizeof(why));
+        if (r < 0 && t->conf.size && (r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET ||
+                                      r == -EHOSTUNREACH || r == -ENETUNREACH || r == -ENOENT || r == -EAGAIN)) {
+                /* a restart must not wait for the server: clients coming
+                 * back with pages on the tier are adopted now, and served
+                 * once it answers (their faults wait until then) */
+                log_warn("second tier: %s cannot be reached (%s): starting without it, connecting every second",
+                         t->conf.backing, why);
+                t->nblocks = t->conf.size / TIER_BLOCK;
+                t->nbd_flush = true;
+                snprintf(t->describe, sizeof(t->describe), "nbd %s (%" PRIu64 " MiB)", t->conf.backing,
+                         t->conf.size >> 20);
+                return 0;
+        }
         if (r < 0)
-                return fail(r, err, errlen, "backing %s: %s", t->conf.backing, why);
+                return fail(r, err, errlen, "backing %s: %s%s", t->conf.backing, why,
+                            t->conf.size ? "" : " (with [tier] size set, the daemon would start without it)");
         uint64_t size = nbd_size(t->wconn);
         if (t->conf.size && t->conf.size > size)
                 return fail(-EINVAL, err, errlen, "backing %s: size %" PRIu64 " is larger than the export (%" PRIu64 ")",
@@ -525,25 +575,23 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         }
         if (t->kind == BACKING_FILE && !t->ring.fixed)
                 log_warn("second tier: io_uring buffers not registered: plain writes");
-        r = header_load(t);
-        if (r < 0) {
-                r = fail(r, err, errlen, "backing %s: cannot read or write its header: %s", conf->backing,
-                         strerror(-r));
-                goto fail;
-        }
-        t->cursor = MAX(t->hwm, 1);
-        if (t->cursor >= t->nblocks)
-                t->cursor = 1;
         t->tokens_ns = now_ns();
         t->backoff_ms = BACKOFF_MIN_MS;
-        set_state(t, t->grace_until_ns ? TIER_GRACE : TIER_IDLE);
+        if (t->kind == BACKING_FILE || t->wconn) {
+                r = tier_ready(t);
+                if (r < 0) {
+                        r = fail(r, err, errlen, "backing %s: cannot read or write its header: %s", conf->backing,
+                                 strerror(-r));
+                        goto fail;
+                }
+        } else
+                set_state(t, TIER_DISCONNECTED);
         r = -pthread_create(&t->thread, NULL, writer_main, t);
         if (r < 0) {
                 r = fail(r, err, errlen, "cannot start the writer: %s", strerror(-r));
                 goto fail;
         }
         t->started = true;
-        log_info("second tier: %s, id %016" PRIx64 "%s", t->describe, t->id, t->old_hwm > 1 ? " (kept)" : " (new)");
         *ret = t;
         return 0;
 fail:
@@ -767,10 +815,12 @@ static int reader_io(TierReader *r, uint64_t off, uint32_t len) {
         sqe->flags |= IOSQE_IO_LINK;
         tsqe = ring_sqe(&r->ring, 1);
         io_uring_prep_link_timeout(tsqe, &ts, 0);
-        int e = ring_run(&r->ring, 2, res);
+        int e = ring_run(&r->ring, 2, res, t->conf.read_spin_us * 1000ull);
         if (e < 0)
                 return e;
         e = res[0] == -ECANCELED ? -ETIMEDOUT : res[0];
+        if (e > 0)
+                VALGRIND_MAKE_MEM_DEFINED(r->buf, (size_t)e);
         if (e >= 0 && (uint32_t)e != len)
                 return -EIO;
         return e < 0 ? e : 0;
@@ -795,6 +845,8 @@ int tier_read(TierReader *r, const TierStub *s, const uint8_t **obj) {
 
         if (tier_stub_check(t, s) < 0)
                 return -EBADMSG;
+        if (!atomic_load_explicit(&t->ready, memory_order_acquire))
+                return -ENOTCONN; /* the server has not answered since the start: wait */
         if (r->fail_until_ns && now_ns() < r->fail_until_ns)
                 return r->fail_err;
         r->fail_until_ns = 0;
@@ -1026,7 +1078,7 @@ static int batch_flush(Tier *t) {
                 for (unsigned i = 0; i < n; i++)
                         ring_prep_rw(&t->ring, ring_sqe(&t->ring, i), t->fd, true, xs[i]->buf,
                                      ALIGN_TO(xs[i]->fill, TIER_BLOCK), xs[i]->block * TIER_BLOCK);
-                r = ring_run(&t->ring, n, res);
+                r = ring_run(&t->ring, n, res, 0);
                 for (unsigned i = 0; i < n && r == 0; i++)
                         if (res[i] < 0)
                                 r = res[i];
@@ -1164,6 +1216,42 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
+/* The writer's NBD connection, made again at most every RECONNECT_MS; the
+ * header read once it first answers. true: connected and ready. */
+static bool writer_connected(Tier *t) {
+        char why[256];
+        uint64_t now = now_ns();
+
+        if (t->kind == BACKING_FILE || (t->wconn && !nbd_dead(t->wconn)))
+                return true;
+        t->wconn = nbd_close(t->wconn);
+        if (now < t->next_reconnect_ns)
+                return false;
+        t->next_reconnect_ns = now + RECONNECT_MS * 1000000ull;
+        if (connect_nbd(t, &t->wconn, (int)t->conf.timeout_ms, why, sizeof(why)) < 0) {
+                if (!t->unreachable_logged)
+                        log_warn("second tier: cannot reach %s: %s; writeback waits", t->conf.backing, why);
+                t->unreachable_logged = true;
+                set_state(t, TIER_DISCONNECTED);
+                return false;
+        }
+        t->unreachable_logged = false;
+        t->nbd_flush = nbd_can_flush(t->wconn);
+        if (!atomic_load_explicit(&t->ready, memory_order_relaxed)) {
+                int r = tier_ready(t);
+                if (r < 0) {
+                        log_error("second tier: %s: cannot read or write its header: %s", t->conf.backing, strerror(-r));
+                        t->wconn = nbd_close(t->wconn);
+                        return false;
+                }
+                return true;
+        }
+        stat_add(&t->st.reconnects, 1);
+        log_info("second tier: connected to %s again", t->conf.backing);
+        set_state(t, t->grace_until_ns ? TIER_GRACE : TIER_IDLE);
+        return true;
+}
+
 static void run_job(Tier *t, Job *j) {
         Pass *p = calloc(1, sizeof(*p));
         uint64_t now = now_ns();
@@ -1172,20 +1260,8 @@ static void run_job(Tier *t, Job *j) {
                 return;
         if (now < t->backoff_until_ns || now < t->full_until_ns || now < t->idle_until_ns)
                 goto out;
-        if (t->kind == BACKING_NBD && (!t->wconn || nbd_dead(t->wconn))) {
-                char why[256];
-                t->wconn = nbd_close(t->wconn);
-                if (now < t->next_reconnect_ns)
-                        goto out;
-                if (connect_nbd(t, &t->wconn, (int)t->conf.timeout_ms, why, sizeof(why)) < 0) {
-                        log_warn("second tier: cannot reach %s: %s; writeback waits", t->conf.backing, why);
-                        t->next_reconnect_ns = now + RECONNECT_MS * 1000000ull;
-                        set_state(t, TIER_DISCONNECTED);
-                        goto out;
-                }
-                stat_add(&t->st.reconnects, 1);
-                log_info("second tier: connected to %s again", t->conf.backing);
-        }
+        if (!writer_connected(t))
+                goto out;
         p->t = t;
         p->now = reclaim_stamp();
         p->want = j->want;
@@ -1232,6 +1308,21 @@ static void *writer_main(void *arg) {
         pthread_setname_np(pthread_self(), "zswapd-tier");
         pthread_mutex_lock(&t->lock);
         while (!atomic_load_explicit(&t->stop, memory_order_relaxed)) {
+                if (!t->job && !atomic_load_explicit(&t->ready, memory_order_relaxed)) {
+                        /* started without its server: connect (and read the
+                         * header, which faults wait for) without waiting for
+                         * writeback to be wanted */
+                        struct timespec ts;
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        ts.tv_sec += 1;
+                        pthread_mutex_unlock(&t->lock);
+                        writer_connected(t);
+                        pthread_mutex_lock(&t->lock);
+                        if (!t->job && !atomic_load_explicit(&t->ready, memory_order_relaxed) &&
+                            !atomic_load_explicit(&t->stop, memory_order_relaxed))
+                                pthread_cond_timedwait(&t->cond, &t->lock, &ts);
+                        continue;
+                }
                 if (!t->job) {
                         pthread_cond_wait(&t->cond, &t->lock);
                         continue;

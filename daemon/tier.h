@@ -62,9 +62,15 @@ typedef struct TierConf {
         uint64_t rate;      /* bytes written per second at most; 0: no limit */
         uint64_t grace_ms;  /* earlier daemons' blocks kept this long after start */
         uint32_t timeout_ms; /* an NBD request (and connect) this long at most */
+        /* a fault's read of a file polls for its completion this long
+         * before it sleeps: the wake-up from the disk's interrupt costs
+         * as much as the read (KERNEL.md), and the faulting thread waits
+         * either way */
+        uint32_t read_spin_us;
 } TierConf;
 #define TIER_DEFAULT_GRACE_MS (60 * 1000)
 #define TIER_DEFAULT_TIMEOUT_MS 5000
+#define TIER_DEFAULT_READ_SPIN_US 200
 
 enum {
         TIER_IDLE,         /* nothing to write */

@@ -18,6 +18,9 @@
  *                 adopts them (same backing file) and serves them
  *   nbd-restart   nbd-server killed with pages on the tier, faults waiting
  *                 on it; started again: reconnected, every page back
+ *   nbd-down-restart  the daemon killed and the server down: the next
+ *                 daemon starts without it, adopts, and serves every page
+ *                 once the server is back
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -454,7 +457,8 @@ static void nbd_setup(void) {
                 test_skip("nbd-server is not installed (scripts/setup-deps.sh installs it)");
         nbd_start();
         snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd_port);
-        write_conf(spec, "timeout = 2s\n");
+        /* with its size given, a daemon starts while the server is down */
+        write_conf(spec, "timeout = 2s\nsize = 64M\n");
 }
 
 static void case_nbd(void) {
@@ -518,6 +522,47 @@ static void case_nbd_restart(void) {
         td_stop(&d);
 }
 
+/* The daemon killed with pages on the server, and the server down too: the
+ * next daemon starts all the same (the size is in its configuration),
+ * adopts the client, whose faults on the tier wait; the server comes
+ * back, the daemon connects, reads the tier's header (the pages' CRCs
+ * need its id) and the faults complete with every page intact. */
+static void case_nbd_down_restart(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+
+        nbd_setup();
+        start_daemon(&d);
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, DATA, 0xd0a1, hashes);
+        page_all_out(&d, c, buf, NPAGES / 4);
+        ZMsgStatusReply before = status(&d);
+        td_kill(&d);
+        nbd_stop();
+        td_respawn(&d);
+        ZMsgStatusReply st;
+        for (int i = 0; i < 1000 && (st = status(&d)).tier_pages < before.tier_pages; i++)
+                usleep(10000);
+        ASSERT_EQ(st.tier_pages, before.tier_pages);
+        ASSERT_EQ(st.tier_state, 4 /* disconnected */);
+        ASSERT_TRUE(td_log_has(&d, "starting without it"));
+        Reader r = { .buf = buf, .hashes = hashes };
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, reader_main, &r), 0);
+        usleep(500000);
+        ASSERT_TRUE(!atomic_load(&r.done)); /* waiting on a page of the tier */
+        nbd_start();
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        ASSERT_EQ(atomic_load(&r.bad), 0);
+        ASSERT_TRUE(td_log_has(&d, "(kept)"));
+        uint64_t seed = 5;
+        rewrite_some(buf, hashes, &seed);
+        page_all_out(&d, c, buf, NPAGES / 4);
+        verify_all(buf, hashes, "after the server came back");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
 int main(int argc, char **argv) {
         static const struct {
                 const char *name;
@@ -526,6 +571,7 @@ int main(int argc, char **argv) {
                 { "file", case_file },       { "full", case_full },       { "write-error", case_write_error },
                 { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
+                { "nbd-down-restart", case_nbd_down_restart },
         };
 
         test_require_root();

@@ -5,9 +5,10 @@
  * and keeps them compressed in memory, and a page it refuses goes on to the
  * device. So the reference needs a real swap device behind it (a swapfile on
  * the local disk, at the highest priority so our pages go there) and zswap's
- * module parameters set for the run: the compressor, a pool limit high
- * enough for the whole data set, the shrinker off (it would write pool pages
- * on to the disk) and enabled. Those parameters belong to the machine, so
+ * module parameters set for the run: the compressor, the caller's pool limit
+ * (high enough for the whole data set, or a small one with writeback), the
+ * shrinker off (it would write pool pages on to the disk) unless the caller
+ * wants exactly that, and enabled. Those parameters belong to the machine, so
  * every value is read before it is changed and written back at teardown.
  *
  * A SIGKILL cannot be caught, so the values found are also written to a
@@ -48,7 +49,7 @@ struct KZswap {
         int page_cluster;        /* value before we wrote 0; -1: not changed */
         char saved[N_PARAMS][64]; /* each parameter as found */
         bool changed[N_PARAMS];   /* written (or tried): restore saved[] */
-        uint64_t rejected0, written_back0; /* debugfs counters at set-up */
+        uint64_t rejected0, written_back0, limit_hit0; /* debugfs counters at set-up */
         char describe[512];
 };
 
@@ -192,12 +193,12 @@ static int kzswap_swapon(KZswap *k) {
         return 0;
 }
 
-static int kzswap_params_set(KZswap *k, const char *compressor, unsigned max_pool_percent) {
+static int kzswap_params_set(KZswap *k, const KZswapSetup *s) {
         char pct[16];
-        const char *values[N_PARAMS] = { compressor, pct, "N", "Y" };
+        const char *values[N_PARAMS] = { s->compressor, pct, s->writeback ? "Y" : "N", "Y" };
         int r;
 
-        snprintf(pct, sizeof(pct), "%u", max_pool_percent);
+        snprintf(pct, sizeof(pct), "%u", s->max_pool_percent);
         for (size_t i = 0; i < N_PARAMS; i++) {
                 k->changed[i] = true;
                 r = param_write(k->sysfs, kzswap_params[i], values[i]);
@@ -221,19 +222,20 @@ static int kzswap_init(KZswap *k, const KZswapSetup *s) {
         if (r == 0)
                 r = kswap_page_cluster_off(k->procfs, &k->page_cluster);
         if (r == 0)
-                r = kzswap_params_set(k, s->compressor, s->max_pool_percent);
+                r = kzswap_params_set(k, s);
         if (r < 0)
                 return r;
         /* debugfs counters count since boot: keep where they stand now. */
         if (kzswap_stats(k, &st) == 0 && st.debugfs) {
                 k->rejected0 = st.rejected;
                 k->written_back0 = st.written_back;
+                k->limit_hit0 = st.pool_limit_hit;
         }
         snprintf(k->describe, sizeof(k->describe),
                  "%s, %" PRIu64 " MiB, swap priority %d, page-cluster %d -> 0; zswap compressor %s -> %s, "
-                 "max_pool_percent %s -> %u, shrinker_enabled %s -> N, enabled %s -> Y",
+                 "max_pool_percent %s -> %u, shrinker_enabled %s -> %s, enabled %s -> Y",
                  k->swapfile, s->size >> 20, KSWAP_PRIO, k->page_cluster, k->saved[0], s->compressor,
-                 k->saved[1], s->max_pool_percent, k->saved[2], k->saved[3]);
+                 k->saved[1], s->max_pool_percent, k->saved[2], s->writeback ? "Y" : "N", k->saved[3]);
         return 0;
 }
 
@@ -340,6 +342,7 @@ static int debugfs_read(const char *dir, KZswapStats *ret) {
         static const char *const rejects[] = { "reject_compress_poor", "reject_compress_fail", "reject_alloc_fail",
                                                "reject_kmemcache_fail", "reject_reclaim_fail" };
         static const char *const written[] = { "written_back_pages" };
+        static const char *const limit_hit[] = { "pool_limit_hit" };
         char path[256];
         int r;
 
@@ -353,6 +356,7 @@ static int debugfs_read(const char *dir, KZswapStats *ret) {
                 return r;
         ret->rejected = debugfs_sum(dir, rejects, ELEMENTSOF(rejects));
         ret->written_back = debugfs_sum(dir, written, ELEMENTSOF(written));
+        ret->pool_limit_hit = debugfs_sum(dir, limit_hit, ELEMENTSOF(limit_hit));
         ret->debugfs = true;
         return 0;
 }
@@ -395,7 +399,8 @@ static int meminfo_read(const char *procfs, KZswapStats *ret) {
         if (found != 3)
                 return -ENODATA;
         *ret = (KZswapStats) { .stored_pages = orig / ZSWAP_PAGE_SIZE, .pool_bytes = pool,
-                               .rejected = UINT64_MAX, .written_back = UINT64_MAX };
+                               .rejected = UINT64_MAX, .written_back = UINT64_MAX,
+                               .pool_limit_hit = UINT64_MAX };
         return 0;
 }
 
@@ -414,6 +419,8 @@ int kzswap_stats(const KZswap *k, KZswapStats *ret) {
                 st.rejected -= MIN(st.rejected, k->rejected0);
         if (st.written_back != UINT64_MAX)
                 st.written_back -= MIN(st.written_back, k->written_back0);
+        if (st.pool_limit_hit != UINT64_MAX)
+                st.pool_limit_hit -= MIN(st.pool_limit_hit, k->limit_hit0);
         *ret = st;
         return 0;
 }

@@ -5,8 +5,9 @@
  * kzswap_new() creates the swapfile, swaps on it at the highest priority,
  * turns swap readahead off (page-cluster 0: a fault reads one page, as a
  * zswapd fault does), and sets zswap's module parameters: the compressor,
- * max_pool_percent high enough for the whole data set, the shrinker off (so
- * no page is written on to the disk) and enabled. kzswap_teardown() puts
+ * max_pool_percent (the caller's: backend.c asks for one high enough for the
+ * whole data set), the shrinker off (so no page is written on to the disk)
+ * unless the caller asks for writeback, and enabled. kzswap_teardown() puts
  * every parameter back as it was found, swaps off and deletes the file.
  *
  * The caller holds the benchmarks' lock (backend.c) for the whole time.
@@ -30,7 +31,11 @@ typedef struct KZswapSetup {
         const char *state;      /* KZSWAP_STATE_FILE, or a fixture's */
         const char *compressor; /* one the kernel has, e.g. "lzo" */
         uint64_t size;          /* swapfile bytes */
-        unsigned max_pool_percent;
+        unsigned max_pool_percent; /* of total RAM; written as given */
+        /* false (the default): shrinker_enabled=N, pages stay in the pool.
+         * true: shrinker_enabled=Y, zswap writes pool pages on to the
+         * swapfile (bench-tier's reference for a second tier). */
+        bool writeback;
 } KZswapSetup;
 
 /*
@@ -72,11 +77,13 @@ typedef struct KZswapStats {
         uint64_t pool_bytes;    /* memory its pool takes */
         uint64_t rejected;      /* stores refused (they went on to the disk); UINT64_MAX: unknown */
         uint64_t written_back;  /* pages written on to the disk; UINT64_MAX: unknown */
+        uint64_t pool_limit_hit; /* stores refused because the pool was full; UINT64_MAX: unknown */
         bool debugfs;           /* false: from /proc/meminfo, machine-wide */
 } KZswapStats;
 
 /*
- * Read zswap's counters from debugfs (mounted on a private directory for
+ * Read zswap's counters (rejected, written_back and pool_limit_hit since
+ * set-up) from debugfs (mounted on a private directory for
  * the read if it is not mounted), else Zswap/Zswapped of /proc/meminfo.
  */
 int kzswap_stats(const KZswap *k, KZswapStats *ret);
