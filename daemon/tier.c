@@ -209,6 +209,27 @@ static uint32_t obj_crc(const Tier *t, uint64_t off, const void *obj, uint32_t l
         return crc32c(obj_seed(t, off), obj, len);
 }
 
+/* ---- making and unmaking rings ---- */
+
+/*
+ * Rings are made and unmade under one lock: liburing maps and unmaps a
+ * ring's queues with raw system calls that ThreadSanitizer does not see,
+ * so a ring made at the address of one another thread unmade looks like
+ * a race on the same memory. The lock orders each unmaking before the
+ * next making (an NBD connection has a ring of its own too). Rare: at
+ * start, and when a connection is made again.
+ */
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static NbdConn *conn_close(NbdConn *c) {
+        if (!c)
+                return NULL;
+        pthread_mutex_lock(&ring_lock);
+        nbd_close(c);
+        pthread_mutex_unlock(&ring_lock);
+        return NULL;
+}
+
 /* ---- io_uring rounds ---- */
 
 /*
@@ -221,7 +242,9 @@ static uint32_t obj_crc(const Tier *t, uint64_t off, const void *obj, uint32_t l
  * would otherwise go out later, into a buffer that has moved on.
  */
 static int ring_init(Ring *g, unsigned entries, void *buf, size_t buflen) {
+        pthread_mutex_lock(&ring_lock);
         int r = io_uring_queue_init(entries, &g->ring, 0);
+        pthread_mutex_unlock(&ring_lock);
         if (r < 0)
                 return r;
         g->ok = true;
@@ -236,8 +259,10 @@ static int ring_init(Ring *g, unsigned entries, void *buf, size_t buflen) {
 }
 
 static void ring_exit(Ring *g) {
+        pthread_mutex_lock(&ring_lock);
         if (g->ok)
                 io_uring_queue_exit(&g->ring);
+        pthread_mutex_unlock(&ring_lock);
         g->ok = false;
 }
 
@@ -476,7 +501,9 @@ static int open_file(Tier *t, char *err, size_t errlen) {
  * still be what it was.
  */
 static int connect_nbd(Tier *t, NbdConn **ret, int timeout_ms, char *err, size_t errlen) {
+        pthread_mutex_lock(&ring_lock); /* its ring: see ring_lock */
         int r = nbd_connect(&t->nbd, timeout_ms, ret, err, errlen);
+        pthread_mutex_unlock(&ring_lock);
         if (r < 0)
                 return r;
         if (nbd_read_only(*ret))
@@ -488,7 +515,7 @@ static int connect_nbd(Tier *t, NbdConn **ret, int timeout_ms, char *err, size_t
         else if (t->nblocks && nbd_size(*ret) < t->nblocks * TIER_BLOCK)
                 r = fail(-EINVAL, err, errlen, "the export shrank to %" PRIu64 " bytes", nbd_size(*ret));
         if (r < 0)
-                *ret = nbd_close(*ret);
+                *ret = conn_close(*ret);
         return r;
 }
 
@@ -626,7 +653,7 @@ Tier *tier_free(Tier *t) {
                 return NULL;
         tier_stop(t);
         ring_exit(&t->ring);
-        nbd_close(t->wconn);
+        conn_close(t->wconn);
         safe_close(t->fd);
         free(t->refs);
         free(t->wmem);
@@ -764,7 +791,7 @@ TierReader *tier_reader_free(TierReader *r) {
         if (!r)
                 return NULL;
         ring_exit(&r->ring);
-        nbd_close(r->conn);
+        conn_close(r->conn);
         free(r->buf);
         free(r);
         return NULL;
@@ -779,7 +806,7 @@ static int reader_conn(TierReader *r) {
 
         if (r->conn && !nbd_dead(r->conn))
                 return 0;
-        r->conn = nbd_close(r->conn);
+        r->conn = conn_close(r->conn);
         uint64_t now = now_ns();
         if (now < r->next_connect_ns)
                 return -ENOTCONN;
@@ -1224,7 +1251,7 @@ static bool writer_connected(Tier *t) {
 
         if (t->kind == BACKING_FILE || (t->wconn && !nbd_dead(t->wconn)))
                 return true;
-        t->wconn = nbd_close(t->wconn);
+        t->wconn = conn_close(t->wconn);
         if (now < t->next_reconnect_ns)
                 return false;
         t->next_reconnect_ns = now + RECONNECT_MS * 1000000ull;
@@ -1241,7 +1268,7 @@ static bool writer_connected(Tier *t) {
                 int r = tier_ready(t);
                 if (r < 0) {
                         log_error("second tier: %s: cannot read or write its header: %s", t->conf.backing, strerror(-r));
-                        t->wconn = nbd_close(t->wconn);
+                        t->wconn = conn_close(t->wconn);
                         return false;
                 }
                 return true;
