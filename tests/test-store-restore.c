@@ -12,13 +12,16 @@
  *      not filled again;
  *   2. a fork while we restore (UFFD_EVENT_FORK): the child gets its
  *      pages through the uffd the event carries (not under TSan, whose
- *      fork() holds its runtime's locks while the kernel waits for us).
+ *      fork() holds its runtime's locks while the kernel waits for us);
+ *   3. pages on the daemon's second tier: poisoned, counted, never zeros.
  * No daemon: the restore is what runs when there is none.
  */
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -207,6 +210,59 @@ static void test_restore(void) {
         fprintf(stderr, "restore: ok\n");
 }
 
+/* 3. pages whose data was on the daemon's second tier (a STORED|PE_TIER
+ * entry naming a 16-byte stub): no process but the daemon can read the
+ * tier, so the restore poisons them (SIGBUS on access) rather than leave
+ * them to read as zeros, and counts them; the others come back. */
+static sigjmp_buf bus_jmp;
+static void on_sigbus(int sig) {
+        (void)sig;
+        siglongjmp(bus_jmp, 1);
+}
+
+static void test_tier(void) {
+        Builder b;
+        int uffd = uffd_new(UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP |
+                            UFFD_FEATURE_POISON);
+        int sfd = build_store(&b, 8); /* 0..7 STORED */
+
+        for (unsigned i = 8; i < 12; i++) {
+                /* a stub as the daemon writes one: offset, CRC, length, magic */
+                uint8_t stub[16] = { 0 };
+                memcpy(stub, &(uint64_t){ 4096ull * (i + 1) }, 8);
+                memcpy(stub + 12, &(uint16_t){ 1800 }, 2);
+                memcpy(stub + 14, &(uint16_t){ 0x5a54 }, 2);
+                uint32_t id = b.next_id++;
+                atomic_store(&store_chunk_class(b.map)[id], 1); /* class 0: 16 bytes */
+                memcpy(store_pool(b.map) + ((uint64_t)id << STORE_SPAN_SHIFT), stub, sizeof(stub));
+                set_entry(&b, i, pe_make_stored(id << (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT), 16) | PE_TIER);
+        }
+        register_buf(uffd);
+
+        ZswapRestoreStats st = { 0 };
+        ZswapSpan span = { (uintptr_t)buf, (uintptr_t)buf + NPAGES * PG };
+        ASSERT_OK(zswap_store_restore(uffd, sfd, dctx, (uintptr_t)staging, NSLOTS * PG, &span, 1, &st));
+        close(uffd);
+        ASSERT_EQ(st.restored, 8);
+        ASSERT_EQ(st.tier, 4);
+        ASSERT_EQ(st.bad, 0);
+        for (unsigned i = 0; i < 8; i++)
+                ASSERT_EQ(memcmp(buf + i * PG, want[i], PG), 0);
+        struct sigaction sa = { .sa_handler = on_sigbus }, old;
+        sigaction(SIGBUS, &sa, &old);
+        for (volatile unsigned i = 8; i < 12; i++) {
+                if (sigsetjmp(bus_jmp, 1))
+                        continue; /* poisoned, as it must be */
+                (void)*(volatile uint8_t *)(buf + i * PG);
+                test_fail("page %u of the second tier reads (as zeros) instead of SIGBUS", i);
+        }
+        sigaction(SIGBUS, &old, NULL);
+        codec_cctx_free(b.cctx);
+        store_unmap(b.map);
+        close(sfd);
+        fprintf(stderr, "second tier's pages poisoned: ok\n");
+}
+
 static _Atomic pid_t child_pid;
 
 static void *fork_main(void *arg) {
@@ -261,6 +317,9 @@ int main(void) {
         ASSERT_OK(codec_dctx_new(CODEC_LZ4, &dctx[CODEC_LZ4]));
         map_buf();
         test_restore();
+        munmap(staging, NSLOTS * PG);
+        map_buf();
+        test_tier();
         munmap(staging, NSLOTS * PG);
         if (UNDER_TSAN) {
                 /* ThreadSanitizer's fork() takes its runtime's locks
