@@ -14,7 +14,8 @@
  *
  * What the old daemon was doing when it died decides what an entry means
  * (docs/page-lifecycle.md, "A daemon that dies"):
- *   STORED, SAME     kept (the object copied)
+ *   STORED, SAME     kept (the object copied; for a page on the second
+ *                    tier, its stub, and its blocks referenced again)
  *   EMPTY            kept if it carries the incompressible mark
  *   CLEAN, REMOVED   dropped: the page is resident, or was zapped
  *   LOADING          an install was under way: if the page is present it
