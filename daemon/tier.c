@@ -485,8 +485,8 @@ static int open_file(Tier *t, char *err, size_t errlen) {
         } else
                 return fail(-EINVAL, err, errlen, "backing %s: not a regular file or block device", path);
         t->nblocks = size / TIER_BLOCK;
-        snprintf(t->describe, sizeof(t->describe), "file %s (%" PRIu64 " MiB%s)", path, size >> 20,
-                 t->direct ? ", O_DIRECT" : "");
+        snprintf(t->describe, sizeof(t->describe), "%s %s (%" PRIu64 " MiB%s)", S_ISBLK(st.st_mode) ? "device" : "file",
+                 path, size >> 20, t->direct ? ", O_DIRECT" : "");
         return 0;
 }
 

@@ -7,6 +7,7 @@
  *   file          writeback to a file, read back (random and sequential
  *                 order), rewritten, paged out again, read back; a fork
  *                 child reads the tier pages it shares with its parent
+ *   blockdev      the same on a block device (a loop device)
  *   nbd           the same through nbd-server on loopback (TCP)
  *   full          a backing file that fills: writeback stops, nothing lost
  *   write-error   writes fail (injected EIO): the pages stay in RAM
@@ -221,6 +222,42 @@ static void case_file(void) {
         start_daemon(&d);
         workload(&d, true);
         ASSERT_TRUE(td_log_has(&d, "second tier: file"));
+        td_stop(&d);
+}
+
+/* A block device: a loop device over a file on this disk (the daemon
+ * reads its size with BLKGETSIZE64). Skipped where loop devices cannot
+ * be made. */
+static char loopdev[32];
+
+static void loop_detach(void) {
+        char cmd[64];
+        if (!loopdev[0] || getpid() != main_pid)
+                return;
+        snprintf(cmd, sizeof(cmd), "losetup -d %s", loopdev);
+        (void)!system(cmd);
+}
+
+static void case_blockdev(void) {
+        char cmd[300];
+        TestDaemon d;
+
+        snprintf(backing, sizeof(backing), "/var/tmp/zswap-test-tier-%d.img", (int)getpid());
+        snprintf(cmd, sizeof(cmd), "truncate -s 64M %s && losetup -f --show %s", backing, backing);
+        FILE *p = popen(cmd, "r");
+        if (!p || !fgets(loopdev, sizeof(loopdev), p) || strncmp(loopdev, "/dev/loop", 9) != 0) {
+                if (p)
+                        pclose(p);
+                loopdev[0] = 0;
+                test_skip("cannot set up a loop device (losetup)");
+        }
+        pclose(p);
+        loopdev[strcspn(loopdev, "\n")] = 0;
+        atexit(loop_detach);
+        write_conf(loopdev, NULL);
+        start_daemon(&d);
+        workload(&d, false);
+        ASSERT_TRUE(td_log_has(&d, "second tier: device /dev/loop"));
         td_stop(&d);
 }
 
@@ -568,7 +605,7 @@ int main(int argc, char **argv) {
                 const char *name;
                 void (*fn)(void);
         } cases[] = {
-                { "file", case_file },       { "full", case_full },       { "write-error", case_write_error },
+                { "file", case_file },       { "blockdev", case_blockdev }, { "full", case_full },       { "write-error", case_write_error },
                 { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
                 { "nbd-down-restart", case_nbd_down_restart },
