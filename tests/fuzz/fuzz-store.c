@@ -744,14 +744,15 @@ static int walk_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 /* What store_walk() must return, the entries it must show; and what the
  * restore must count (it skips a bad slot, does not look for zones named
  * twice, and takes CLEAN as resident). */
-static int model_walk(const Model *m, CodecDCtx *d, size_t nslots, uint64_t *entries, uint64_t *bad, uint64_t *gone) {
+static int model_walk(const Model *m, CodecDCtx *d, size_t nslots, uint64_t *entries, uint64_t *bad, uint64_t *gone,
+                      uint64_t *tier) {
         uint32_t nl = m->s.leaves;
         uint64_t *zones = malloc((m->dir.n + 1) * sizeof(*zones));
         size_t nz = 0;
         int ret = nl > STORE_LEAVES_MAX ? -EBADMSG : 0;
 
         FUZZ_CHECK(zones, "malloc");
-        *entries = *bad = *gone = 0;
+        *entries = *bad = *gone = *tier = 0;
         nl = MIN(nl, STORE_LEAVES_MAX);
         for (size_t i = 0; i < m->dir.n; i++) {
                 const Write *dw = &m->dir.w[i];
@@ -789,7 +790,9 @@ static int model_walk(const Model *m, CodecDCtx *d, size_t nslots, uint64_t *ent
                         case PE_STORED:
                         case PE_SAME: {
                                 int r = model_content(m, d, e, guard_page[1]);
-                                *bad += r < 0;
+                                /* a second-tier stub: poisoned, counted apart */
+                                *tier += r == -EREMOTE;
+                                *bad += r < 0 && r != -EREMOTE;
                                 *gone += r > 0;
                                 break;
                         }
@@ -806,8 +809,8 @@ static int model_walk(const Model *m, CodecDCtx *d, size_t nslots, uint64_t *ent
 
 static void check_walk(const Model *m) {
         CodecDCtx *d = dctx[m->s.codec & 1]; /* a bad codec: the walk is still safe */
-        uint64_t entries, bad, gone;
-        int want = model_walk(m, d, 0, &entries, &bad, &gone);
+        uint64_t entries, bad, gone, tier;
+        int want = model_walk(m, d, 0, &entries, &bad, &gone, &tier);
         Walk w = { .m = m, .d = d };
         int r = store_walk(map, walk_cb, &w);
 
@@ -821,24 +824,24 @@ static void check_restore(const Model *m) {
         const uint64_t staging = 0x600000000000ull;
         size_t nslots = m->h.nslots;
         ZswapRestoreStats st = { 0 };
-        uint64_t entries, bad, gone;
+        uint64_t entries, bad, gone, tier;
         bool ok = model_super_ok(&m->s);
 
         int r = zswap_store_restore(-1, store_fd, dctx, staging, nslots * ZSWAP_PAGE_SIZE, NULL, 0, &st);
         FUZZ_CHECK(r == (ok ? 0 : -EBADMSG), "zswap_store_restore = %d, the model says %s", r,
                    ok ? "valid" : "invalid");
         if (!ok) {
-                FUZZ_CHECK(!st.restored && !st.present && !st.gone && !st.bad && !st.children,
+                FUZZ_CHECK(!st.restored && !st.present && !st.gone && !st.bad && !st.children && !st.tier,
                            "zswap_store_restore of a refused store counted something");
                 return;
         }
-        model_walk(m, dctx[m->s.codec], nslots, &entries, &bad, &gone);
-        FUZZ_CHECK(!st.restored && !st.present && !st.children && st.bad == bad && st.gone == gone,
-                   "zswap_store_restore: restored %llu present %llu children %llu bad %llu gone %llu; the model says "
-                   "bad %llu gone %llu",
+        model_walk(m, dctx[m->s.codec], nslots, &entries, &bad, &gone, &tier);
+        FUZZ_CHECK(!st.restored && !st.present && !st.children && st.bad == bad && st.gone == gone && st.tier == tier,
+                   "zswap_store_restore: restored %llu present %llu children %llu bad %llu gone %llu tier %llu; the "
+                   "model says bad %llu gone %llu tier %llu",
                    (unsigned long long)st.restored, (unsigned long long)st.present, (unsigned long long)st.children,
-                   (unsigned long long)st.bad, (unsigned long long)st.gone, (unsigned long long)bad,
-                   (unsigned long long)gone);
+                   (unsigned long long)st.bad, (unsigned long long)st.gone, (unsigned long long)st.tier,
+                   (unsigned long long)bad, (unsigned long long)gone, (unsigned long long)tier);
 }
 
 /* Everything but the superblock back to a hole: what the input wrote and
