@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -177,4 +178,15 @@ uint64_t proc_mem_available(void) {
                         break;
         fclose(f);
         return (uint64_t)kb * 1024;
+}
+
+int errorf(int r, char *err, size_t len, const char *fmt, ...) {
+        va_list ap;
+
+        if (err && len) {
+                va_start(ap, fmt);
+                vsnprintf(err, len, fmt, ap);
+                va_end(ap);
+        }
+        return r;
 }

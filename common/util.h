@@ -4,8 +4,13 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* Write why into err (len bytes, may be 0) and return r: the error
+ * reporting of every parser and opener that says what went wrong. */
+int errorf(int r, char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t now_ns(void);

@@ -12,7 +12,6 @@
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "config.h"
 #include "macro.h"
 #include "protocol.h"
+#include "util.h"
 
 static const char *const daemon_keys[_DKEY_MAX] = {
         [DKEY_SOCKET] = "socket",         [DKEY_COMPRESSOR] = "compressor",
@@ -113,14 +113,6 @@ int config_copy(Config *dst, const Config *src) {
         return 0;
 }
 
-static _printf_(4, 5) int fail(int r, char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        return r;
-}
-
 static int find_key(const char *const *keys, size_t n, const char *key) {
         for (size_t i = 0; i < n; i++)
                 if (keys[i] && strcmp(keys[i], key) == 0)
@@ -140,7 +132,7 @@ static int parse_count(const char *key, const char *value, uint64_t lo, uint64_t
                        size_t errlen) {
         uint64_t v;
         if (conf_parse_uint(value, &v) < 0 || v < lo || v > hi)
-                return fail(-EINVAL, err, errlen, "%s: '%s' is not a whole number between %llu and %llu", key, value,
+                return errorf(-EINVAL, err, errlen, "%s: '%s' is not a whole number between %llu and %llu", key, value,
                             (unsigned long long)lo, (unsigned long long)hi);
         *ret = v;
         return 0;
@@ -155,13 +147,13 @@ static int daemon_assignment(DaemonConf *d, const char *key, const char *value, 
         switch (k) {
         case DKEY_SOCKET:
                 if (value[0] != '/' || strlen(value) >= sizeof(d->socket))
-                        return fail(-EINVAL, err, errlen, "socket: '%s' is not an absolute path of at most %zu bytes",
+                        return errorf(-EINVAL, err, errlen, "socket: '%s' is not an absolute path of at most %zu bytes",
                                     value, sizeof(d->socket) - 1);
                 strcpy(d->socket, value);
                 break;
         case DKEY_COMPRESSOR:
                 if (codec_from_string(value, &d->codec) < 0)
-                        return fail(-EINVAL, err, errlen, "compressor: unknown compressor '%s' (lz4, zstd)", value);
+                        return errorf(-EINVAL, err, errlen, "compressor: unknown compressor '%s' (lz4, zstd)", value);
                 break;
         case DKEY_LEVEL:
                 r = parse_count(key, value, 0, 22, &v, err, errlen);
@@ -183,7 +175,7 @@ static int daemon_assignment(DaemonConf *d, const char *key, const char *value, 
                 char *end;
                 long n = strtol(value, &end, 10);
                 if (!*value || *end || n < -20 || n > 19)
-                        return fail(-EINVAL, err, errlen, "worker_nice: '%s' is not a nice value between -20 and 19",
+                        return errorf(-EINVAL, err, errlen, "worker_nice: '%s' is not a nice value between -20 and 19",
                                     value);
                 d->worker_nice = (int)n;
                 break;
@@ -191,7 +183,7 @@ static int daemon_assignment(DaemonConf *d, const char *key, const char *value, 
         case DKEY_LOCK_MEMORY:
         case DKEY_SANDBOX:
                 if (conf_parse_bool(value, k == DKEY_SANDBOX ? &d->sandbox : &d->lock_memory) < 0)
-                        return fail(-EINVAL, err, errlen, "%s: '%s' is not yes or no", key, value);
+                        return errorf(-EINVAL, err, errlen, "%s: '%s' is not yes or no", key, value);
                 break;
         case DKEY_MAX_CLIENTS:
                 r = parse_count(key, value, 1, 65536, &v, err, errlen);
@@ -199,7 +191,7 @@ static int daemon_assignment(DaemonConf *d, const char *key, const char *value, 
                 break;
         default:
                 list_keys(daemon_keys, _DKEY_MAX, keys, sizeof(keys));
-                return fail(-EINVAL, err, errlen, "unknown key '%s' in [daemon] (%s)", key, keys);
+                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [daemon] (%s)", key, keys);
         }
         if (r == 0)
                 d->set |= 1u << k;
@@ -227,9 +219,9 @@ static int user_limit_assignment(UserLimits *l, uint32_t *set, const char *key, 
         case UKEY_LIMIT:
                 r = conf_parse_size(value, conf_ram_bytes(), &v);
                 if (r == -ERANGE)
-                        return fail(-EINVAL, err, errlen, "%s: '%s' is too large", key, value);
+                        return errorf(-EINVAL, err, errlen, "%s: '%s' is too large", key, value);
                 if (r < 0)
-                        return fail(-EINVAL, err, errlen, "%s: '%s' is not a size (64M, 1.5G, 10%%, none)", key,
+                        return errorf(-EINVAL, err, errlen, "%s: '%s' is not a size (64M, 1.5G, 10%%, none)", key,
                                     value);
                 break;
         default:
@@ -285,7 +277,7 @@ static int parse_allow(UsersConf *u, const char *value, char *err, size_t errlen
         int r;
 
         if (strlen(value) >= sizeof(buf))
-                return fail(-EINVAL, err, errlen, "allow: list too long");
+                return errorf(-EINVAL, err, errlen, "allow: list too long");
         strcpy(buf, value);
         free(u->allow_uids);
         free(u->allow_gids);
@@ -301,17 +293,17 @@ static int parse_allow(UsersConf *u, const char *value, char *err, size_t errlen
                 if (w[0] == '@') {
                         gid_t g;
                         if (resolve_group(w + 1, &g) < 0)
-                                return fail(-EINVAL, err, errlen, "allow: unknown group '%s'", w + 1);
+                                return errorf(-EINVAL, err, errlen, "allow: unknown group '%s'", w + 1);
                         r = push((void **)&u->allow_gids, &u->n_allow_gids, sizeof(g), &g);
                 } else {
                         uid_t uid;
                         if (resolve_user(w, &uid) < 0)
-                                return fail(-EINVAL, err, errlen, "allow: unknown user '%s' (a name, a uid, @group or *)",
+                                return errorf(-EINVAL, err, errlen, "allow: unknown user '%s' (a name, a uid, @group or *)",
                                             w);
                         r = push((void **)&u->allow_uids, &u->n_allow_uids, sizeof(uid), &uid);
                 }
                 if (r < 0)
-                        return fail(r, err, errlen, "out of memory");
+                        return errorf(r, err, errlen, "out of memory");
         }
         return 0;
 }
@@ -324,14 +316,14 @@ static int users_assignment(UsersConf *u, const char *key, const char *value, ch
                 return parse_allow(u, value, err, errlen);
         if (strcmp(key, "admin_group") == 0) {
                 if (strlen(value) >= sizeof(u->admin_group))
-                        return fail(-EINVAL, err, errlen, "admin_group: name too long");
+                        return errorf(-EINVAL, err, errlen, "admin_group: name too long");
                 if (strcmp(value, "none") == 0 || !*value) {
                         u->has_admin_gid = false;
                         strcpy(u->admin_group, "none");
                         return 0;
                 }
                 if (resolve_group(value, &u->admin_gid) < 0)
-                        return fail(-EINVAL, err, errlen, "admin_group: unknown group '%s'", value);
+                        return errorf(-EINVAL, err, errlen, "admin_group: unknown group '%s'", value);
                 u->has_admin_gid = true;
                 strcpy(u->admin_group, value);
                 return 0;
@@ -339,7 +331,7 @@ static int users_assignment(UsersConf *u, const char *key, const char *value, ch
         int r = user_limit_assignment(&u->defaults, &set, key, value, err, errlen);
         if (r == -ENOENT) {
                 list_keys(user_keys, _UKEY_MAX, keys, sizeof(keys));
-                return fail(-EINVAL, err, errlen, "unknown key '%s' in [users] (allow, admin_group, %s)", key, keys);
+                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [users] (allow, admin_group, %s)", key, keys);
         }
         return r;
 }
@@ -352,29 +344,29 @@ static int user_rule_assignment(UsersConf *u, const char *name, const char *key,
         int r;
 
         if (resolve_user(name, &uid) < 0)
-                return fail(-EINVAL, err, errlen, "[user:%s]: unknown user", name);
+                return errorf(-EINVAL, err, errlen, "[user:%s]: unknown user", name);
         if (uid == 0)
-                return fail(-EINVAL, err, errlen, "[user:%s]: root is never limited", name);
+                return errorf(-EINVAL, err, errlen, "[user:%s]: root is never limited", name);
         for (size_t i = 0; i < u->nrules; i++)
                 if (u->rules[i].uid == uid)
                         rule = &u->rules[i];
         if (!rule) {
                 UserRule nr = { .uid = uid, .allow = -1 };
                 if (push((void **)&u->rules, &u->nrules, sizeof(nr), &nr) < 0)
-                        return fail(-ENOMEM, err, errlen, "out of memory");
+                        return errorf(-ENOMEM, err, errlen, "out of memory");
                 rule = &u->rules[u->nrules - 1];
         }
         if (strcmp(key, "allow") == 0) {
                 bool b;
                 if (conf_parse_bool(value, &b) < 0)
-                        return fail(-EINVAL, err, errlen, "allow: '%s' is not yes or no", value);
+                        return errorf(-EINVAL, err, errlen, "allow: '%s' is not yes or no", value);
                 rule->allow = b;
                 return 0;
         }
         r = user_limit_assignment(&rule->lim, &rule->set, key, value, err, errlen);
         if (r == -ENOENT) {
                 list_keys(user_keys, _UKEY_MAX, keys, sizeof(keys));
-                return fail(-EINVAL, err, errlen, "unknown key '%s' in [user:%s] (allow, %s)", key, name, keys);
+                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [user:%s] (allow, %s)", key, name, keys);
         }
         return r;
 }
@@ -386,9 +378,9 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
 
         if (strcmp(key, "backing") == 0) {
                 if (strlen(value) >= sizeof(t->backing))
-                        return fail(-EINVAL, err, errlen, "backing: too long (at most %zu bytes)", sizeof(t->backing) - 1);
+                        return errorf(-EINVAL, err, errlen, "backing: too long (at most %zu bytes)", sizeof(t->backing) - 1);
                 if (*value && *value != '/' && strncmp(value, "nbd://", 6) != 0 && strncmp(value, "nbd+unix://", 11) != 0)
-                        return fail(-EINVAL, err, errlen,
+                        return errorf(-EINVAL, err, errlen,
                                     "backing: '%s' is not an absolute path, nbd://HOST[:PORT]/EXPORT or "
                                     "nbd+unix:///EXPORT?socket=PATH", value);
                 strcpy(t->backing, value);
@@ -396,7 +388,7 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
         }
         if (strcmp(key, "size") == 0 || strcmp(key, "writeback_rate") == 0) {
                 if (conf_parse_size(value, 0, &v) < 0)
-                        return fail(-EINVAL, err, errlen, "%s: '%s' is not a size (bytes, or with K, M, G, T)", key, value);
+                        return errorf(-EINVAL, err, errlen, "%s: '%s' is not a size (bytes, or with K, M, G, T)", key, value);
                 if (strcmp(key, "size") == 0)
                         t->size = v;
                 else
@@ -405,7 +397,7 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
         }
         if (strcmp(key, "grace") == 0 || strcmp(key, "timeout") == 0) {
                 if (conf_parse_duration(value, &v) < 0 || (strcmp(key, "timeout") == 0 && (v < 10 || v > 600000)))
-                        return fail(-EINVAL, err, errlen, "%s: '%s' is not a duration%s (e.g. 500ms, 60s, 5m)", key,
+                        return errorf(-EINVAL, err, errlen, "%s: '%s' is not a duration%s (e.g. 500ms, 60s, 5m)", key,
                                     value, strcmp(key, "timeout") == 0 ? " from 10ms to 10min" : "");
                 if (strcmp(key, "grace") == 0)
                         t->grace_ms = v;
@@ -415,11 +407,11 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
         }
         if (strcmp(key, "read_spin_us") == 0) {
                 if (conf_parse_uint(value, &v) < 0 || v > 10000)
-                        return fail(-EINVAL, err, errlen, "read_spin_us: '%s' is not 0 to 10000 (microseconds)", value);
+                        return errorf(-EINVAL, err, errlen, "read_spin_us: '%s' is not 0 to 10000 (microseconds)", value);
                 t->read_spin_us = (uint32_t)v;
                 return 0;
         }
-        return fail(-EINVAL, err, errlen,
+        return errorf(-EINVAL, err, errlen,
                     "unknown key '%s' in [tier] (backing, size, writeback_rate, grace, timeout, read_spin_us)", key);
 }
 
@@ -439,13 +431,13 @@ static int assignment(const char *section, const char *key, const char *value, u
                 return user_rule_assignment(&c->users, section + 5, key, value, err, errlen);
         if (strcmp(section, "reclaim") == 0 || strcmp(section, "pool") == 0) {
                 if (strcmp(section, "pool") == 0 && !pool_key)
-                        return fail(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept)", key);
+                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept)", key);
                 r = tunable_set(&c->tun, key, value, err, errlen);
                 if (r == -ENOENT)
-                        fail(r, err, errlen, "unknown key '%s' in [%s] (zswapctl get lists them)", key, section);
+                        errorf(r, err, errlen, "unknown key '%s' in [%s] (zswapctl get lists them)", key, section);
                 return r < 0 ? -EINVAL : 0;
         }
-        return fail(-EINVAL, err, errlen,
+        return errorf(-EINVAL, err, errlen,
                     "unknown section [%s] (daemon, pool, reclaim, tier, users, user:NAME)", section);
 }
 
@@ -454,7 +446,7 @@ int config_load(Config *c, const char *path, char *err, size_t errlen) {
         int r = config_copy(&copy, c);
 
         if (r < 0)
-                return fail(r, err, errlen, "%s: out of memory", path);
+                return errorf(r, err, errlen, "%s: out of memory", path);
         r = conf_parse(path, assignment, &copy, err, errlen);
         if (r < 0) {
                 config_free(&copy);

@@ -48,7 +48,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,17 +178,6 @@ struct NbdConn {
         NbdReply reply[NBD_WINDOW];
         bool replied[NBD_WINDOW];
 };
-
-static int _printf_(4, 5) fail(char *err, size_t errlen, int r, const char *fmt, ...) {
-        va_list ap;
-
-        if (err && errlen > 0) {
-                va_start(ap, fmt);
-                vsnprintf(err, errlen, fmt, ap);
-                va_end(ap);
-        }
-        return r;
-}
 
 /* Big-endian fields of the handshake, which has no fixed layout. */
 static uint64_t load_be(const uint8_t *p, unsigned bytes) {
@@ -752,14 +740,14 @@ static int resolve(const NbdAddr *a, uint64_t timeout_ns, struct addrinfo **ret,
         if (g == 0)
                 return 0;
         if (g != EAI_NONAME)
-                return fail(err, errlen, -EINVAL, "bad address '%s' port '%s': %s", a->host, a->port, gai_strerror(g));
+                return errorf(-EINVAL, err, errlen, "bad address '%s' port '%s': %s", a->host, a->port, gai_strerror(g));
         r = lookup_new(a, &l);
         if (r < 0)
-                return fail(err, errlen, r, "looking up '%s': %s", a->host, strerror(-r));
+                return errorf(r, err, errlen, "looking up '%s': %s", a->host, strerror(-r));
         r = pthread_create(&thread, NULL, lookup_thread, l);
         if (r != 0) {
                 lookup_free(l);
-                return fail(err, errlen, -r, "looking up '%s': %s", a->host, strerror(r));
+                return errorf(-r, err, errlen, "looking up '%s': %s", a->host, strerror(r));
         }
         pthread_mutex_lock(&l->lock);
         while (!l->done && pthread_cond_timedwait(&l->cond, &l->lock, &ts) != ETIMEDOUT)
@@ -769,7 +757,7 @@ static int resolve(const NbdAddr *a, uint64_t timeout_ns, struct addrinfo **ret,
                 l->abandoned = true;
                 pthread_mutex_unlock(&l->lock);
                 pthread_detach(thread);
-                return fail(err, errlen, -ETIMEDOUT, "looking up '%s' timed out", a->host);
+                return errorf(-ETIMEDOUT, err, errlen, "looking up '%s' timed out", a->host);
         }
         pthread_mutex_unlock(&l->lock);
         pthread_join(thread, NULL);
@@ -777,7 +765,7 @@ static int resolve(const NbdAddr *a, uint64_t timeout_ns, struct addrinfo **ret,
         *ret = l->result;
         lookup_free(l);
         if (g != 0)
-                return fail(err, errlen, -EHOSTUNREACH, "cannot resolve '%s': %s", a->host, gai_strerror(g));
+                return errorf(-EHOSTUNREACH, err, errlen, "cannot resolve '%s': %s", a->host, gai_strerror(g));
         return 0;
 }
 
@@ -815,7 +803,7 @@ static int conn_tcp(NbdConn *c, const NbdAddr *a, char *err, size_t errlen) {
         }
         freeaddrinfo(list);
         if (r < 0)
-                return fail(err, errlen, r, "%s port %s: %s", a->host, a->port, io_reason(r));
+                return errorf(r, err, errlen, "%s port %s: %s", a->host, a->port, io_reason(r));
         return 0;
 }
 
@@ -825,16 +813,16 @@ static int conn_unix(NbdConn *c, const NbdAddr *a, char *err, size_t errlen) {
         int r;
 
         if (n == 0 || n >= sizeof(sa->sun_path))
-                return fail(err, errlen, -EINVAL, "no Unix socket path, or too long a one");
+                return errorf(-EINVAL, err, errlen, "no Unix socket path, or too long a one");
         sa->sun_family = AF_UNIX;
         memcpy(sa->sun_path, a->path, n + 1);
         c->addrlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
         c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (c->fd < 0)
-                return fail(err, errlen, negative_errno(), "socket: %m");
+                return errorf(negative_errno(), err, errlen, "socket: %m");
         r = conn_connect(c, conn_deadline(c));
         if (r < 0)
-                return fail(err, errlen, r, "%s: %s", a->path, io_reason(r));
+                return errorf(r, err, errlen, "%s: %s", a->path, io_reason(r));
         return 0;
 }
 
@@ -912,7 +900,7 @@ static int opt_error(uint32_t type, const char *name, const uint8_t *msg, uint32
         for (uint32_t i = 0; i < len && n + 1 < sizeof(text); i++)
                 text[n++] = msg[i] >= 0x20 && msg[i] < 0x7f ? (char)msg[i] : '?';
         text[n] = 0;
-        return fail(err, errlen, r, "export '%s' %s (%#x)%s%s%s", name, what, type, n ? " (server: " : "", text,
+        return errorf(r, err, errlen, "export '%s' %s (%#x)%s%s%s", name, what, type, n ? " (server: " : "", text,
                     n ? ")" : "");
 }
 
@@ -930,14 +918,14 @@ static int opt_go(NbdConn *c, const char *name, char *err, size_t errlen) {
         store_be(d + 6 + n, NBD_INFO_EXPORT, 2);
         r = opt_send(c, NBD_OPT_GO, d, n + 8);
         if (r < 0)
-                return fail(err, errlen, r, "sending NBD_OPT_GO: %s", io_reason(r));
+                return errorf(r, err, errlen, "sending NBD_OPT_GO: %s", io_reason(r));
         for (unsigned i = 0; i < NBD_OPT_REPLIES_MAX; i++) {
                 r = opt_reply(c, NBD_OPT_GO, &type, data, sizeof(data), &len);
                 if (r < 0)
-                        return fail(err, errlen, r, "reply to NBD_OPT_GO: %s", io_reason(r));
+                        return errorf(r, err, errlen, "reply to NBD_OPT_GO: %s", io_reason(r));
                 if (type == NBD_REP_INFO) {
                         if (len < 2 || (load_be(data, 2) == NBD_INFO_EXPORT && len != 12))
-                                return fail(err, errlen, -EPROTO, "malformed NBD_REP_INFO (%u bytes)", len);
+                                return errorf(-EPROTO, err, errlen, "malformed NBD_REP_INFO (%u bytes)", len);
                         if (load_be(data, 2) == NBD_INFO_EXPORT) {
                                 c->size = load_be(data + 2, 8);
                                 c->flags = (uint16_t)load_be(data + 10, 2);
@@ -947,7 +935,7 @@ static int opt_go(NbdConn *c, const char *name, char *err, size_t errlen) {
                 }
                 if (type == NBD_REP_ACK) {
                         if (!have_export)
-                                return fail(err, errlen, -EPROTO, "NBD_OPT_GO acknowledged without NBD_INFO_EXPORT");
+                                return errorf(-EPROTO, err, errlen, "NBD_OPT_GO acknowledged without NBD_INFO_EXPORT");
                         return 0;
                 }
                 if (type == NBD_REP_ERR_UNSUP)
@@ -958,9 +946,9 @@ static int opt_go(NbdConn *c, const char *name, char *err, size_t errlen) {
                         (void)opt_send(c, NBD_OPT_ABORT, NULL, 0);
                         return r;
                 }
-                return fail(err, errlen, -EPROTO, "unexpected reply %#x to NBD_OPT_GO", type);
+                return errorf(-EPROTO, err, errlen, "unexpected reply %#x to NBD_OPT_GO", type);
         }
-        return fail(err, errlen, -EPROTO, "too many replies to NBD_OPT_GO");
+        return errorf(-EPROTO, err, errlen, "too many replies to NBD_OPT_GO");
 }
 
 /* The old way in: no error reply, a server without the export hangs up. */
@@ -972,9 +960,9 @@ static int opt_export_name(NbdConn *c, const char *name, bool no_zeroes, char *e
         if (r >= 0)
                 r = hs_recv(c, d, no_zeroes ? 10 : sizeof(d));
         if (r == -ECONNRESET)
-                return fail(err, errlen, -ENOENT, "server hung up on export '%s' (no such export?)", name);
+                return errorf(-ENOENT, err, errlen, "server hung up on export '%s' (no such export?)", name);
         if (r < 0)
-                return fail(err, errlen, r, "NBD_OPT_EXPORT_NAME: %s", io_reason(r));
+                return errorf(r, err, errlen, "NBD_OPT_EXPORT_NAME: %s", io_reason(r));
         c->size = load_be(d, 8);
         c->flags = (uint16_t)load_be(d + 8, 2);
         return 0;
@@ -988,13 +976,13 @@ static int handshake(NbdConn *c, const char *name, char *err, size_t errlen) {
 
         r = hs_recv(c, hello, sizeof(hello));
         if (r < 0)
-                return fail(err, errlen, r, "waiting for the server's greeting: %s", io_reason(r));
+                return errorf(r, err, errlen, "waiting for the server's greeting: %s", io_reason(r));
         if (load_be(hello, 8) != NBD_MAGIC)
-                return fail(err, errlen, -EPROTO, "not an NBD server (bad greeting)");
+                return errorf(-EPROTO, err, errlen, "not an NBD server (bad greeting)");
         if (load_be(hello + 8, 8) == NBD_CLISERV_MAGIC)
-                return fail(err, errlen, -EPROTO, "server speaks the oldstyle handshake (not supported)");
+                return errorf(-EPROTO, err, errlen, "server speaks the oldstyle handshake (not supported)");
         if (load_be(hello + 8, 8) != NBD_IHAVEOPT)
-                return fail(err, errlen, -EPROTO, "not an NBD server (bad handshake magic)");
+                return errorf(-EPROTO, err, errlen, "not an NBD server (bad handshake magic)");
         hflags = (uint16_t)load_be(hello + 16, 2);
         /* set only what the server offered: it must drop anything else */
         if (hflags & NBD_FLAG_FIXED_NEWSTYLE)
@@ -1004,7 +992,7 @@ static int handshake(NbdConn *c, const char *name, char *err, size_t errlen) {
         store_be(cflags, flags, 4);
         r = hs_send(c, cflags, sizeof(cflags));
         if (r < 0)
-                return fail(err, errlen, r, "sending client flags: %s", io_reason(r));
+                return errorf(r, err, errlen, "sending client flags: %s", io_reason(r));
         r = 1;
         if (hflags & NBD_FLAG_FIXED_NEWSTYLE)
                 r = opt_go(c, name, err, errlen);
@@ -1025,14 +1013,14 @@ int nbd_connect(const NbdAddr *a, int timeout_ms, NbdConn **ret, char *err, size
         if (err && errlen > 0)
                 err[0] = 0;
         if (!a || !ret || timeout_ms <= 0)
-                return fail(err, errlen, -EINVAL, "invalid arguments");
+                return errorf(-EINVAL, err, errlen, "invalid arguments");
         if (strnlen(a->export_name, sizeof(a->export_name)) == sizeof(a->export_name) ||
             strnlen(a->host, sizeof(a->host)) == sizeof(a->host) ||
             strnlen(a->port, sizeof(a->port)) == sizeof(a->port))
-                return fail(err, errlen, -EINVAL, "unterminated field in the address");
+                return errorf(-EINVAL, err, errlen, "unterminated field in the address");
         c = calloc(1, sizeof(*c));
         if (!c)
-                return fail(err, errlen, -ENOMEM, "out of memory");
+                return errorf(-ENOMEM, err, errlen, "out of memory");
         c->fd = -1;
         c->timeout_ns = (uint64_t)timeout_ms * 1000000ull;
         /* COOP_TASKRUN: completions are run when we enter the kernel
@@ -1042,7 +1030,7 @@ int nbd_connect(const NbdAddr *a, int timeout_ms, NbdConn **ret, char *err, size
                 r = io_uring_queue_init(NBD_RING_ENTRIES, &c->ring, 0);
         if (r < 0) {
                 free(c);
-                return fail(err, errlen, r, "io_uring: %s", strerror(-r));
+                return errorf(r, err, errlen, "io_uring: %s", strerror(-r));
         }
         c->ring_ok = true;
         r = a->host[0] ? conn_tcp(c, a, err, errlen) : conn_unix(c, a, err, errlen);
@@ -1097,14 +1085,14 @@ static int parse_port(const char *s, size_t n, NbdAddr *a, char *err, size_t err
         if (n == 0)
                 return 0; /* "host:" is the default port */
         if (n > 5)
-                return fail(err, errlen, -EINVAL, "bad port '%.*s'", (int)n, s);
+                return errorf(-EINVAL, err, errlen, "bad port '%.*s'", (int)n, s);
         for (size_t i = 0; i < n; i++) {
                 if (s[i] < '0' || s[i] > '9')
-                        return fail(err, errlen, -EINVAL, "bad port '%.*s'", (int)n, s);
+                        return errorf(-EINVAL, err, errlen, "bad port '%.*s'", (int)n, s);
                 v = v * 10 + (unsigned long)(s[i] - '0');
         }
         if (v == 0 || v > 65535)
-                return fail(err, errlen, -EINVAL, "port %lu out of range", v);
+                return errorf(-EINVAL, err, errlen, "port %lu out of range", v);
         snprintf(a->port, sizeof(a->port), "%lu", v);
         return 0;
 }
@@ -1114,25 +1102,24 @@ static int parse_authority(const char *s, size_t n, bool unix_socket, NbdAddr *a
 
         if (unix_socket) {
                 if (n > 0)
-                        return fail(err, errlen, -EINVAL,
-                                    "a Unix socket URI has no host: nbd+unix:///EXPORT?socket=PATH");
+                        return errorf(-EINVAL, err, errlen, "a Unix socket URI has no host: nbd+unix:///EXPORT?socket=PATH");
                 return 0;
         }
         if (n == 0)
-                return fail(err, errlen, -EINVAL, "no host in the URI");
+                return errorf(-EINVAL, err, errlen, "no host in the URI");
         if (memchr(s, '@', n))
-                return fail(err, errlen, -EINVAL, "user info in the URI is for TLS, which is not supported");
+                return errorf(-EINVAL, err, errlen, "user info in the URI is for TLS, which is not supported");
         if (s[0] == '[') {
                 host = s + 1;
                 host_end = memchr(host, ']', (size_t)(end - host));
                 if (!host_end)
-                        return fail(err, errlen, -EINVAL, "unterminated '[' in the host");
+                        return errorf(-EINVAL, err, errlen, "unterminated '[' in the host");
                 for (const char *p = host; p < host_end; p++)
                         if (hex_value(*p) < 0 && *p != ':' && *p != '.')
-                                return fail(err, errlen, -EINVAL, "bad IPv6 address '%.*s'",
+                                return errorf(-EINVAL, err, errlen, "bad IPv6 address '%.*s'",
                                             (int)(host_end - host), host);
                 if (host_end + 1 < end && host_end[1] != ':')
-                        return fail(err, errlen, -EINVAL, "junk after ']' in the host");
+                        return errorf(-EINVAL, err, errlen, "junk after ']' in the host");
                 if (host_end + 1 < end)
                         port = host_end + 2;
         } else {
@@ -1143,9 +1130,9 @@ static int parse_authority(const char *s, size_t n, bool unix_socket, NbdAddr *a
                         host_end = end;
         }
         if (host_end == host)
-                return fail(err, errlen, -EINVAL, "empty host in the URI");
+                return errorf(-EINVAL, err, errlen, "empty host in the URI");
         if (pct_decode(host, (size_t)(host_end - host), a->host, sizeof(a->host)) < 0)
-                return fail(err, errlen, -EINVAL, "bad or too long a host '%.*s'", (int)(host_end - host), host);
+                return errorf(-EINVAL, err, errlen, "bad or too long a host '%.*s'", (int)(host_end - host), host);
         return parse_port(port, (size_t)(end - port), a, err, errlen);
 }
 
@@ -1160,15 +1147,15 @@ static int parse_query(const char *q, bool unix_socket, NbdAddr *a, char *err, s
                 }
                 if (eq && eq - q == 6 && strncmp(q, "socket", 6) == 0) {
                         if (!unix_socket)
-                                return fail(err, errlen, -EINVAL, "socket= is for nbd+unix:// URIs");
+                                return errorf(-EINVAL, err, errlen, "socket= is for nbd+unix:// URIs");
                         if (a->path[0])
-                                return fail(err, errlen, -EINVAL, "more than one socket= in the URI");
+                                return errorf(-EINVAL, err, errlen, "more than one socket= in the URI");
                         if (pct_decode(eq + 1, n - (size_t)(eq + 1 - q), a->path, sizeof(a->path)) < 0 || !a->path[0])
-                                return fail(err, errlen, -EINVAL, "bad, empty, abstract or too long a socket path");
+                                return errorf(-EINVAL, err, errlen, "bad, empty, abstract or too long a socket path");
                 } else if (strncmp(q, "tls-", 4) == 0)
-                        return fail(err, errlen, -EINVAL, "TLS is not supported ('%.*s')", (int)n, q);
+                        return errorf(-EINVAL, err, errlen, "TLS is not supported ('%.*s')", (int)n, q);
                 else
-                        return fail(err, errlen, -EINVAL, "unknown URI parameter '%.*s'", (int)n, q);
+                        return errorf(-EINVAL, err, errlen, "unknown URI parameter '%.*s'", (int)n, q);
                 q += n;
         }
         return 0;
@@ -1183,7 +1170,7 @@ int nbd_parse(const char *uri, NbdAddr *ret, char *err, size_t errlen) {
         if (err && errlen > 0)
                 err[0] = 0;
         if (!uri || !ret)
-                return fail(err, errlen, -EINVAL, "no URI");
+                return errorf(-EINVAL, err, errlen, "no URI");
         if (strncmp(uri, "nbd://", 6) == 0) {
                 unix_socket = false;
                 p = uri + 6;
@@ -1191,12 +1178,11 @@ int nbd_parse(const char *uri, NbdAddr *ret, char *err, size_t errlen) {
                 unix_socket = true;
                 p = uri + 11;
         } else if (strncmp(uri, "nbds://", 7) == 0 || strncmp(uri, "nbds+unix://", 12) == 0)
-                return fail(err, errlen, -EINVAL, "TLS (nbds) is not supported");
+                return errorf(-EINVAL, err, errlen, "TLS (nbds) is not supported");
         else
-                return fail(err, errlen, -EINVAL,
-                            "not an NBD URI: nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH");
+                return errorf(-EINVAL, err, errlen, "not an NBD URI: nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH");
         if (strchr(p, '#'))
-                return fail(err, errlen, -EINVAL, "a fragment ('#') in the URI");
+                return errorf(-EINVAL, err, errlen, "a fragment ('#') in the URI");
         auth_end = p + strcspn(p, "/?");
         path = auth_end;
         path_end = path + strcspn(path, "?");
@@ -1207,12 +1193,12 @@ int nbd_parse(const char *uri, NbdAddr *ret, char *err, size_t errlen) {
         if (*path == '/')
                 path++;
         if (pct_decode(path, (size_t)(path_end - path), a.export_name, sizeof(a.export_name)) < 0)
-                return fail(err, errlen, -EINVAL, "bad or too long an export name");
+                return errorf(-EINVAL, err, errlen, "bad or too long an export name");
         r = parse_query(*path_end == '?' ? path_end + 1 : NULL, unix_socket, &a, err, errlen);
         if (r < 0)
                 return r;
         if (unix_socket && !a.path[0])
-                return fail(err, errlen, -EINVAL, "an nbd+unix:// URI needs ?socket=PATH");
+                return errorf(-EINVAL, err, errlen, "an nbd+unix:// URI needs ?socket=PATH");
         *ret = a;
         return 0;
 }

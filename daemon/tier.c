@@ -36,7 +36,6 @@
 #include <liburing.h>
 #include <linux/fs.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,15 +444,6 @@ static int tier_ready(Tier *t) {
 
 /* ---- open ---- */
 
-static int fail(int r, char *err, size_t len, const char *fmt, ...) _printf_(4, 5);
-static int fail(int r, char *err, size_t len, const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-        return r;
-}
-
 static int open_file(Tier *t, char *err, size_t errlen) {
         const char *path = t->conf.backing;
         struct stat st;
@@ -464,26 +454,26 @@ static int open_file(Tier *t, char *err, size_t errlen) {
         if (t->fd < 0 && errno == EINVAL) /* a file system without O_DIRECT (tmpfs) */
                 t->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (t->fd < 0)
-                return fail(negative_errno(), err, errlen, "backing %s: %m", path);
+                return errorf(negative_errno(), err, errlen, "backing %s: %m", path);
         if (!t->direct)
                 log_warn("second tier: %s does not take O_DIRECT: its data passes through the page cache", path);
         if (fstat(t->fd, &st) < 0)
-                return fail(negative_errno(), err, errlen, "backing %s: %m", path);
+                return errorf(negative_errno(), err, errlen, "backing %s: %m", path);
         if (S_ISBLK(st.st_mode)) {
                 if (ioctl(t->fd, BLKGETSIZE64, &size) < 0)
-                        return fail(negative_errno(), err, errlen, "backing %s: cannot read its size: %m", path);
+                        return errorf(negative_errno(), err, errlen, "backing %s: cannot read its size: %m", path);
                 if (t->conf.size && t->conf.size > size)
-                        return fail(-EINVAL, err, errlen, "backing %s: size %" PRIu64 " is larger than the device (%" PRIu64 ")",
+                        return errorf(-EINVAL, err, errlen, "backing %s: size %" PRIu64 " is larger than the device (%" PRIu64 ")",
                                     path, t->conf.size, size);
                 size = t->conf.size ? t->conf.size : size;
         } else if (S_ISREG(st.st_mode)) {
                 size = t->conf.size ? t->conf.size : (uint64_t)st.st_size;
                 if (size == 0)
-                        return fail(-EINVAL, err, errlen, "backing %s: empty file and no [tier] size", path);
+                        return errorf(-EINVAL, err, errlen, "backing %s: empty file and no [tier] size", path);
                 if ((uint64_t)st.st_size < size && ftruncate(t->fd, (off_t)size) < 0)
-                        return fail(negative_errno(), err, errlen, "backing %s: cannot size it: %m", path);
+                        return errorf(negative_errno(), err, errlen, "backing %s: cannot size it: %m", path);
         } else
-                return fail(-EINVAL, err, errlen, "backing %s: not a regular file or block device", path);
+                return errorf(-EINVAL, err, errlen, "backing %s: not a regular file or block device", path);
         t->nblocks = size / TIER_BLOCK;
         snprintf(t->describe, sizeof(t->describe), "%s %s (%" PRIu64 " MiB%s)", S_ISBLK(st.st_mode) ? "device" : "file",
                  path, size >> 20, t->direct ? ", O_DIRECT" : "");
@@ -507,13 +497,13 @@ static int connect_nbd(Tier *t, NbdConn **ret, int timeout_ms, char *err, size_t
         if (r < 0)
                 return r;
         if (nbd_read_only(*ret))
-                r = fail(-EROFS, err, errlen, "the export is read-only");
+                r = errorf(-EROFS, err, errlen, "the export is read-only");
         else if (!nbd_multi_conn(*ret))
-                r = fail(-EPROTONOSUPPORT, err, errlen,
+                r = errorf(-EPROTONOSUPPORT, err, errlen,
                          "the export does not promise that its connections see each other's writes "
                          "(NBD_FLAG_CAN_MULTI_CONN): the daemon reads and writes on several");
         else if (t->nblocks && nbd_size(*ret) < t->nblocks * TIER_BLOCK)
-                r = fail(-EINVAL, err, errlen, "the export shrank to %" PRIu64 " bytes", nbd_size(*ret));
+                r = errorf(-EINVAL, err, errlen, "the export shrank to %" PRIu64 " bytes", nbd_size(*ret));
         if (r < 0)
                 *ret = conn_close(*ret);
         return r;
@@ -524,7 +514,7 @@ static int open_nbd(Tier *t, char *err, size_t errlen) {
         int r = nbd_parse(t->conf.backing, &t->nbd, why, sizeof(why));
 
         if (r < 0)
-                return fail(r, err, errlen, "backing %s: %s", t->conf.backing, why);
+                return errorf(r, err, errlen, "backing %s: %s", t->conf.backing, why);
         r = connect_nbd(t, &t->wconn, (int)t->conf.timeout_ms, why, sizeof(why));
         if (r < 0 && t->conf.size && (r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET ||
                                       r == -EHOSTUNREACH || r == -ENETUNREACH || r == -ENOENT || r == -EAGAIN)) {
@@ -540,11 +530,11 @@ static int open_nbd(Tier *t, char *err, size_t errlen) {
                 return 0;
         }
         if (r < 0)
-                return fail(r, err, errlen, "backing %s: %s%s", t->conf.backing, why,
+                return errorf(r, err, errlen, "backing %s: %s%s", t->conf.backing, why,
                             t->conf.size ? "" : " (with [tier] size set, the daemon would start without it)");
         uint64_t size = nbd_size(t->wconn);
         if (t->conf.size && t->conf.size > size)
-                return fail(-EINVAL, err, errlen, "backing %s: size %" PRIu64 " is larger than the export (%" PRIu64 ")",
+                return errorf(-EINVAL, err, errlen, "backing %s: size %" PRIu64 " is larger than the export (%" PRIu64 ")",
                             t->conf.backing, t->conf.size, size);
         size = t->conf.size ? t->conf.size : size;
         t->nblocks = size / TIER_BLOCK;
@@ -561,7 +551,7 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         int r;
 
         if (!t)
-                return fail(-ENOMEM, err, errlen, "out of memory");
+                return errorf(-ENOMEM, err, errlen, "out of memory");
         t->m = m;
         t->conf = *conf;
         if (!t->conf.timeout_ms)
@@ -576,7 +566,7 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         if (r < 0)
                 goto fail;
         if (t->nblocks < 2 + EXTENT_BLOCKS) {
-                r = fail(-EINVAL, err, errlen, "backing %s: too small (at least %u KiB)", conf->backing,
+                r = errorf(-EINVAL, err, errlen, "backing %s: too small (at least %u KiB)", conf->backing,
                          (2 + EXTENT_BLOCKS) * TIER_BLOCK / 1024);
                 goto fail;
         }
@@ -588,7 +578,7 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         if (posix_memalign((void **)&t->wmem, TIER_BLOCK, NEXT * TIER_EXTENT + TIER_BLOCK) != 0)
                 t->wmem = NULL;
         if (!t->refs || !t->wmem) {
-                r = fail(-ENOMEM, err, errlen, "out of memory for the free-space map of %" PRIu64 " blocks",
+                r = errorf(-ENOMEM, err, errlen, "out of memory for the free-space map of %" PRIu64 " blocks",
                          t->nblocks);
                 goto fail;
         }
@@ -597,7 +587,7 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         /* the writer's ring: a file's writes (the NBD connection has its own) */
         r = ring_init(&t->ring, 2 * NEXT + 4, t->kind == BACKING_FILE ? t->wmem : NULL, NEXT * TIER_EXTENT + TIER_BLOCK);
         if (r < 0) {
-                r = fail(r, err, errlen, "io_uring: %s", strerror(-r));
+                r = errorf(r, err, errlen, "io_uring: %s", strerror(-r));
                 goto fail;
         }
         if (t->kind == BACKING_FILE && !t->ring.fixed)
@@ -607,7 +597,7 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         if (t->kind == BACKING_FILE || t->wconn) {
                 r = tier_ready(t);
                 if (r < 0) {
-                        r = fail(r, err, errlen, "backing %s: cannot read or write its header: %s", conf->backing,
+                        r = errorf(r, err, errlen, "backing %s: cannot read or write its header: %s", conf->backing,
                                  strerror(-r));
                         goto fail;
                 }
@@ -615,7 +605,7 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
                 set_state(t, TIER_DISCONNECTED);
         r = -pthread_create(&t->thread, NULL, writer_main, t);
         if (r < 0) {
-                r = fail(r, err, errlen, "cannot start the writer: %s", strerror(-r));
+                r = errorf(r, err, errlen, "cannot start the writer: %s", strerror(-r));
                 goto fail;
         }
         t->started = true;

@@ -20,7 +20,6 @@
  * No state, no locks: the caller owns the Tunables (the manager thread).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,6 +27,7 @@
 #include "macro.h"
 #include "tunable-keys.h"
 #include "tunables.h"
+#include "util.h"
 
 typedef enum KeyType {
         KEY_SIZE = 1, /* uint64_t bytes; a size or a percentage of RAM */
@@ -184,17 +184,6 @@ static void key_store(const Key *k, Tunables *t, Value v) {
                 memcpy(p, &v.u, sizeof(v.u));
 }
 
-static _printf_(4, 5) int set_error(int r, char *err, size_t errlen, const char *fmt, ...) {
-        va_list ap;
-
-        if (err && errlen) {
-                va_start(ap, fmt);
-                vsnprintf(err, errlen, fmt, ap);
-                va_end(ap);
-        }
-        return r;
-}
-
 int tunable_set(Tunables *t, const char *key, const char *value, char *err, size_t errlen) {
         int i = key_find(key), r;
         char lo[32], hi[32];
@@ -202,19 +191,19 @@ int tunable_set(Tunables *t, const char *key, const char *value, char *err, size
         Value v;
 
         if (i < 0)
-                return set_error(-ENOENT, err, errlen, "unknown key '%s' (zswapctl get lists them)", key);
+                return errorf(-ENOENT, err, errlen, "unknown key '%s' (zswapctl get lists them)", key);
         k = &keys[i];
         r = key_parse(k, value, &v);
         if (r == -ERANGE && strchr(value, '%'))
-                return set_error(-EINVAL, err, errlen, "%s: %s is more than all of RAM (100%%)", key, value);
+                return errorf(-EINVAL, err, errlen, "%s: %s is more than all of RAM (100%%)", key, value);
         if (r == -ERANGE)
-                return set_error(-EINVAL, err, errlen, "%s: '%s' is too large", key, value);
+                return errorf(-EINVAL, err, errlen, "%s: '%s' is too large", key, value);
         if (r < 0)
-                return set_error(-EINVAL, err, errlen, "%s: '%s' is not %s", key, value, types[k->type].form);
+                return errorf(-EINVAL, err, errlen, "%s: '%s' is not %s", key, value, types[k->type].form);
         if (!key_in_range(k, v)) {
                 key_format(k, key_bound(k, k->min), lo, sizeof(lo));
                 key_format(k, key_bound(k, k->max), hi, sizeof(hi));
-                return set_error(-EINVAL, err, errlen, "%s: %s is not %s%s between %s and %s", key, value,
+                return errorf(-EINVAL, err, errlen, "%s: %s is not %s%s between %s and %s", key, value,
                                  k->zero_ok ? "0 or " : "", types[k->type].noun, lo, hi);
         }
         key_store(k, t, v);
@@ -237,12 +226,12 @@ static int load_assignment(const char *section, const char *key, const char *val
         int r;
 
         if (strcmp(section, "pool") == 0 && !pool_key)
-                return set_error(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept)", key);
+                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept)", key);
         if (strcmp(section, "reclaim") != 0 && strcmp(section, "pool") != 0)
                 return 0; /* another part of the daemon's */
         r = tunable_set(userdata, key, value, err, errlen);
         if (r == -ENOENT)
-                set_error(r, err, errlen, "unknown key '%s' in [%s]", key, section);
+                errorf(r, err, errlen, "unknown key '%s' in [%s]", key, section);
         return r < 0 ? -EINVAL : 0;
 }
 
