@@ -115,6 +115,21 @@ static void page_all_out(TestDaemon *d, struct zswap_client *c, uint8_t *buf, ui
         }
 }
 
+/* The status once the tier's writer has written nothing for 200 ms: a
+ * daemon killed now leaves what it says on the tier (give or take a
+ * pass that starts in between). */
+static ZMsgStatusReply tier_settled(TestDaemon *d) {
+        ZMsgStatusReply st = status(d), prev;
+        for (int i = 0; i < 100; i++) {
+                prev = st;
+                usleep(200000);
+                st = status(d);
+                if (st.tier_written == prev.tier_written)
+                        break;
+        }
+        return st;
+}
+
 static void verify_random(uint8_t *buf, const uint64_t *hashes, uint64_t seed) {
         static uint32_t order[NPAGES];
         size_t bad = 0;
@@ -403,13 +418,15 @@ static void case_restart(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xad09, hashes);
         page_all_out(&d, c, buf, NPAGES / 4);
-        ZMsgStatusReply before = status(&d);
+        ZMsgStatusReply before = tier_settled(&d);
         td_kill(&d);
         td_respawn(&d);
         ZMsgStatusReply st;
         for (int i = 0; i < 1000 && (st = status(&d)).tier_pages < before.tier_pages; i++)
                 usleep(10000);
-        ASSERT_EQ(st.tier_pages, before.tier_pages);
+        /* a batch the writer had in flight at the kill may have been
+         * published after `before` was read: never fewer */
+        ASSERT_TRUE(st.tier_pages >= before.tier_pages);
         ASSERT_TRUE(td_log_has(&d, "(kept)"));
         verify_random(buf, hashes, 3);
         /* and the new daemon writes out again (above the old high-water
@@ -573,14 +590,16 @@ static void case_nbd_down_restart(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xd0a1, hashes);
         page_all_out(&d, c, buf, NPAGES / 4);
-        ZMsgStatusReply before = status(&d);
+        ZMsgStatusReply before = tier_settled(&d);
         td_kill(&d);
         nbd_stop();
         td_respawn(&d);
         ZMsgStatusReply st;
         for (int i = 0; i < 1000 && (st = status(&d)).tier_pages < before.tier_pages; i++)
                 usleep(10000);
-        ASSERT_EQ(st.tier_pages, before.tier_pages);
+        /* a batch the writer had in flight at the kill may have been
+         * published after `before` was read: never fewer */
+        ASSERT_TRUE(st.tier_pages >= before.tier_pages);
         ASSERT_EQ(st.tier_state, 4 /* disconnected */);
         ASSERT_TRUE(td_log_has(&d, "starting without it"));
         Reader r = { .buf = buf, .hashes = hashes };
