@@ -168,6 +168,36 @@ static void rewrite_some(uint8_t *buf, uint64_t *hashes, uint64_t *seed) {
         }
 }
 
+/* The end of a case after a disruption: the daemon writes out again
+ * (after a restart, above the old high-water mark while the grace lasts),
+ * every page reads back, the client goes, the daemon stops cleanly. */
+static void write_again_and_end(TestDaemon *d, struct zswap_client *c, uint8_t *buf, uint64_t *hashes,
+                                uint64_t seed, const char *when) {
+        rewrite_some(buf, hashes, &seed);
+        page_all_out(d, c, buf, NPAGES / 4);
+        verify_all(buf, hashes, when);
+        zswap_disconnect(c);
+        td_stop(d);
+}
+
+/* kill -9 with pages on the tier (once the writer has settled), between()
+ * if any, then the next daemon: returns its status once it has adopted
+ * them all. A batch the writer had in flight at the kill may have been
+ * published after the count was read: never fewer. */
+static ZMsgStatusReply tier_settled(TestDaemon *d);
+static ZMsgStatusReply kill_and_adopt(TestDaemon *d, void (*between)(void)) {
+        ZMsgStatusReply before = tier_settled(d), st;
+
+        td_kill(d);
+        if (between)
+                between();
+        td_respawn(d);
+        for (int i = 0; i < 1000 && (st = status(d)).tier_pages < before.tier_pages; i++)
+                usleep(10000);
+        ASSERT_TRUE(st.tier_pages >= before.tier_pages);
+        return st;
+}
+
 /* The whole life of a client whose data is 4x the pool's bound. */
 static void workload(TestDaemon *d, bool with_fork) {
         static uint64_t hashes[NPAGES];
@@ -418,25 +448,10 @@ static void case_restart(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xad09, hashes);
         page_all_out(&d, c, buf, NPAGES / 4);
-        ZMsgStatusReply before = tier_settled(&d);
-        td_kill(&d);
-        td_respawn(&d);
-        ZMsgStatusReply st;
-        for (int i = 0; i < 1000 && (st = status(&d)).tier_pages < before.tier_pages; i++)
-                usleep(10000);
-        /* a batch the writer had in flight at the kill may have been
-         * published after `before` was read: never fewer */
-        ASSERT_TRUE(st.tier_pages >= before.tier_pages);
+        kill_and_adopt(&d, NULL);
         ASSERT_TRUE(td_log_has(&d, "(kept)"));
         verify_random(buf, hashes, 3);
-        /* and the new daemon writes out again (above the old high-water
-         * mark while the grace lasts) */
-        uint64_t seed = 9;
-        rewrite_some(buf, hashes, &seed);
-        page_all_out(&d, c, buf, NPAGES / 4);
-        verify_all(buf, hashes, "after restart");
-        zswap_disconnect(c);
-        td_stop(&d);
+        write_again_and_end(&d, c, buf, hashes, 9, "after restart");
 }
 
 /* ---- nbd-server on loopback ---- */
@@ -568,12 +583,7 @@ static void case_nbd_restart(void) {
         ASSERT_TRUE(st.tier_reconnects > 0);
         ASSERT_TRUE(td_log_has(&d, "the second tier cannot be read"));
         /* writeback goes on through a new connection */
-        uint64_t seed = 1;
-        rewrite_some(buf, hashes, &seed);
-        page_all_out(&d, c, buf, NPAGES / 4);
-        verify_all(buf, hashes, "after the server came back");
-        zswap_disconnect(c);
-        td_stop(&d);
+        write_again_and_end(&d, c, buf, hashes, 1, "after the server came back");
 }
 
 /* The daemon killed with pages on the server, and the server down too: the
@@ -590,16 +600,7 @@ static void case_nbd_down_restart(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xd0a1, hashes);
         page_all_out(&d, c, buf, NPAGES / 4);
-        ZMsgStatusReply before = tier_settled(&d);
-        td_kill(&d);
-        nbd_stop();
-        td_respawn(&d);
-        ZMsgStatusReply st;
-        for (int i = 0; i < 1000 && (st = status(&d)).tier_pages < before.tier_pages; i++)
-                usleep(10000);
-        /* a batch the writer had in flight at the kill may have been
-         * published after `before` was read: never fewer */
-        ASSERT_TRUE(st.tier_pages >= before.tier_pages);
+        ZMsgStatusReply st = kill_and_adopt(&d, nbd_stop);
         ASSERT_EQ(st.tier_state, 4 /* disconnected */);
         ASSERT_TRUE(td_log_has(&d, "starting without it"));
         Reader r = { .buf = buf, .hashes = hashes };
@@ -611,12 +612,7 @@ static void case_nbd_down_restart(void) {
         ASSERT_EQ(pthread_join(t, NULL), 0);
         ASSERT_EQ(atomic_load(&r.bad), 0);
         ASSERT_TRUE(td_log_has(&d, "(kept)"));
-        uint64_t seed = 5;
-        rewrite_some(buf, hashes, &seed);
-        page_all_out(&d, c, buf, NPAGES / 4);
-        verify_all(buf, hashes, "after the server came back");
-        zswap_disconnect(c);
-        td_stop(&d);
+        write_again_and_end(&d, c, buf, hashes, 5, "after the server came back");
 }
 
 int main(int argc, char **argv) {
