@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -334,33 +335,34 @@ static void case_full(void) {
         td_stop(&d);
 }
 
-/* Every eighth write batch fails: its pages stay in RAM, the writer backs
- * off and tries again; nothing is lost. */
-static void case_write_error(void) {
+/* The workload with an injection site armed in the daemon
+ * (ZSWAPD_INJECT): the failures happen (the counter at errors_off in the
+ * status counts them), the daemon says so (needle in its log), and the
+ * workload still checks every page. */
+static void injected(const char *spec, size_t errors_off, const char *needle) {
         TestDaemon d;
         backing_file("64M");
-        setenv("ZSWAPD_INJECT", "tier_write=1/8", 1);
+        setenv("ZSWAPD_INJECT", spec, 1);
         start_daemon(&d);
         unsetenv("ZSWAPD_INJECT");
         workload(&d, false);
         ZMsgStatusReply st = status(&d);
-        ASSERT_TRUE(st.tier_write_errors > 0);
-        ASSERT_TRUE(td_log_has(&d, "writeback stops for"));
+        uint64_t errors;
+        memcpy(&errors, (const uint8_t *)&st + errors_off, sizeof(errors));
+        ASSERT_TRUE(errors > 0);
+        ASSERT_TRUE(td_log_has(&d, needle));
         td_stop(&d);
+}
+
+/* Every eighth write batch fails: its pages stay in RAM, the writer backs
+ * off and tries again; nothing is lost. */
+static void case_write_error(void) {
+        injected("tier_write=1/8", offsetof(ZMsgStatusReply, tier_write_errors), "writeback stops for");
 }
 
 /* Every tenth read fails: the fault waits, is retried and completes. */
 static void case_read_error(void) {
-        TestDaemon d;
-        backing_file("64M");
-        setenv("ZSWAPD_INJECT", "tier_read=1/10", 1);
-        start_daemon(&d);
-        unsetenv("ZSWAPD_INJECT");
-        workload(&d, false);
-        ZMsgStatusReply st = status(&d);
-        ASSERT_TRUE(st.tier_read_errors > 0);
-        ASSERT_TRUE(td_log_has(&d, "the fault waits and is retried"));
-        td_stop(&d);
+        injected("tier_read=1/10", offsetof(ZMsgStatusReply, tier_read_errors), "the fault waits and is retried");
 }
 
 static sigjmp_buf bus_jmp;
