@@ -97,6 +97,12 @@ static double ms_since(uint64_t t0) {
         return (double)(now_ns() - t0) / 1e6;
 }
 
+/* How late past its timeout an operation may end and still count as
+ * bounded by it: a test checks that a timeout fires, not how fast (that
+ * is for a benchmark). Generous, because CI runs this under TSan and
+ * valgrind next to other tests on two cores. */
+#define LATE_MS 5000.0
+
 /* ---- cleanup that survives abort() ---- */
 
 static const char *const dir_files[] = { "fake.sock", "nbd.sock", "nbd.conf", "nbd.pid", "disk.img", "nbd.log" };
@@ -424,7 +430,7 @@ static void test_fake_timeouts(Fake *f) {
         t0 = now_ns();
         ASSERT_ERROR(nbd_pread(c, buf, PAGE, 0), ETIMEDOUT);
         ms = ms_since(t0);
-        if (ms < 250 || ms > 800)
+        if (ms < 250 || ms > 300 + LATE_MS)
                 test_fail("a read of a silent server took %.0f ms for a 300 ms timeout", ms);
         ASSERT_TRUE(nbd_dead(c));
         ASSERT_ERROR(nbd_pread(c, buf, PAGE, 0), ENOTCONN);
@@ -439,7 +445,7 @@ static void test_fake_timeouts(Fake *f) {
         ASSERT_ERROR(nbd_connect(&a, 300, &c, err, sizeof(err)), ETIMEDOUT);
         ms = ms_since(t0);
         ASSERT_TRUE(c == NULL);
-        if (ms < 250 || ms > 800 || !strstr(err, "timed out"))
+        if (ms < 250 || ms > 300 + LATE_MS || !strstr(err, "timed out"))
                 test_fail("connecting to a mute server: %.0f ms, '%s'", ms, err);
         printf("fake: timeouts ok (%s)\n", err);
 }
@@ -843,7 +849,7 @@ static void test_connect_errors(const Server *s) {
         /* a name that cannot resolve: an answer, or the timeout (no DNS) */
         t0 = now_ns();
         r = connect_uri("nbd://no-such-host.invalid/disk", 500, &c, err, sizeof(err));
-        if ((r != -EHOSTUNREACH && r != -ETIMEDOUT) || ms_since(t0) > 900)
+        if ((r != -EHOSTUNREACH && r != -ETIMEDOUT) || ms_since(t0) > 500 + LATE_MS)
                 test_fail("unresolvable host: %d after %.0f ms: '%s'", r, ms_since(t0), err);
         printf("server: unresolvable host: %s\n", err);
 
@@ -855,7 +861,7 @@ static void test_connect_errors(const Server *s) {
         for (int i = 0, greeting = 0, connect = 0; i < 20; i++) {
                 t0 = now_ns();
                 r = connect_uri(uri, 20, &c, err, sizeof(err));
-                if (r != -ETIMEDOUT || ms_since(t0) > 200)
+                if (r != -ETIMEDOUT || ms_since(t0) > 20 + LATE_MS)
                         test_fail("connect to a stopped server: %d after %.0f ms: '%s'", r, ms_since(t0), err);
                 greeting += strstr(err, "greeting") != NULL;
                 connect += strstr(err, "greeting") == NULL;
@@ -911,7 +917,7 @@ static void test_server_death(Server *s, NbdConn *c, NbdConn *c2) {
         ASSERT_TRUE(nbd_dead(slow));
         server_signal(s, SIGCONT);
         nbd_close(slow);
-        if (ms < 250 || ms > 800)
+        if (ms < 250 || ms > 300 + LATE_MS)
                 test_fail("a read of a stopped server took %.0f ms for a 300 ms timeout", ms);
         printf("server: stopped: -ETIMEDOUT after %.0f ms (timeout 300 ms)\n", ms);
 
@@ -919,7 +925,8 @@ static void test_server_death(Server *s, NbdConn *c, NbdConn *c2) {
         t0 = now_ns();
         r = nbd_pread(c, buf, PAGE, 0);
         ms = ms_since(t0);
-        if (r >= 0 || ms > 2500)
+        /* the peer's reset, not the connection's 2 s timeout */
+        if (r >= 0 || r == -ETIMEDOUT || ms > 2000 + LATE_MS)
                 test_fail("read after the server died: %d (%s) after %.0f ms", r, strerror(-r), ms);
         ASSERT_TRUE(nbd_dead(c));
         printf("server: killed: nbd_pread %s after %.1f ms\n", strerror(-r), ms);
