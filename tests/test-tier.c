@@ -193,7 +193,7 @@ static ZMsgStatusReply kill_and_adopt(TestDaemon *d, void (*between)(void)) {
         if (between)
                 between();
         td_respawn(d);
-        for (int i = 0; i < 1000 && (st = status(d)).tier_pages < before.tier_pages; i++)
+        for (int i = 0; i < 6000 && (st = status(d)).tier_pages < before.tier_pages; i++)
                 usleep(10000);
         ASSERT_TRUE(st.tier_pages >= before.tier_pages);
         return st;
@@ -247,7 +247,7 @@ static void workload(TestDaemon *d, bool with_fork) {
         verify_all(buf, hashes, "after unregister");
         zswap_disconnect(c);
         /* the client is gone: every block it held is free again */
-        for (int i = 0; i < 500 && (st = status(d)).tier_pages; i++)
+        for (int i = 0; i < 3000 && (st = status(d)).tier_pages; i++)
                 usleep(10000);
         ASSERT_EQ(st.tier_pages, 0);
         ASSERT_EQ(st.tier_used_bytes, 0);
@@ -317,8 +317,8 @@ static void case_full(void) {
         start_daemon(&d);
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xf011, hashes);
-        ZMsgStatusReply st;
-        for (int i = 0; i < 100; i++) {
+        ZMsgStatusReply st = { 0 };
+        for (uint64_t deadline = now_ns() + 60ull * 1000000000; now_ns() < deadline;) {
                 ASSERT_OK(zswap_pageout(c, buf, DATA));
                 st = status(&d);
                 if (st.tier_full_events > 0 && st.tier_state == 2 /* full */)
@@ -573,7 +573,7 @@ static void case_nbd_restart(void) {
         ASSERT_EQ(pthread_create(&t, NULL, reader_main, &r), 0);
         /* the reader reaches a page on the tier and waits there */
         ZMsgStatusReply st;
-        for (int i = 0; i < 1000 && (st = status(&d)).tier_read_errors == 0; i++)
+        for (int i = 0; i < 6000 && (st = status(&d)).tier_read_errors == 0; i++)
                 usleep(10000);
         ASSERT_TRUE(st.tier_read_errors > 0);
         usleep(300000);
