@@ -427,7 +427,7 @@ static int clients_fetch(int fd, Client **ret) {
 
 enum {
         COL_PID, COL_UID, COL_USER, COL_COMMAND, COL_REGISTERED, COL_RESIDENT, COL_EVICTED, COL_POOL, COL_RATIO,
-        COL_FAULTS, COL_REFAULTS, COL_LIMIT, COL_STAGED, COL_INCOMPRESSIBLE, COL_ID, _COL_MAX
+        COL_FAULTS, COL_REFAULTS, COL_LIMIT, COL_STAGED, COL_INCOMPRESSIBLE, COL_ID, COL_TIER, _COL_MAX
 };
 
 static const struct {
@@ -441,7 +441,7 @@ static const struct {
         [COL_RATIO] = { "RATIO", K_REAL },         [COL_FAULTS] = { "FAULTS", K_COUNT },
         [COL_REFAULTS] = { "REFAULTS", K_COUNT },  [COL_LIMIT] = { "LIMIT", K_SIZE },
         [COL_STAGED] = { "STAGED", K_COUNT },      [COL_INCOMPRESSIBLE] = { "INCOMPRESSIBLE", K_COUNT },
-        [COL_ID] = { "ID", K_COUNT },
+        [COL_ID] = { "ID", K_COUNT },             [COL_TIER] = { "TIER", K_SIZE },
 };
 
 #define DEFAULT_COLUMNS "PID,USER,COMMAND,REGISTERED,RESIDENT,EVICTED,POOL,RATIO,REFAULTS,LIMIT"
@@ -450,6 +450,9 @@ static const struct {
 static Field client_field(const Client *c, int col) {
         const ZClientRecord *r = &c->r;
         uint64_t held = (r->stored_pages + r->same_pages) * ZSWAP_PAGE_SIZE;
+        /* what the pages take compressed: in the pool, and on the second
+         * tier for those whose pool object is only a 16-byte stub */
+        uint64_t compressed = r->compressed_bytes - MIN(r->compressed_bytes, r->tier_pages * 16) + r->tier_bytes;
         Field f = { .kind = columns[col].kind };
 
         switch (col) {
@@ -462,8 +465,8 @@ static Field client_field(const Client *c, int col) {
         case COL_EVICTED: f.v = held; break;
         case COL_POOL: f.v = r->compressed_bytes; break;
         case COL_RATIO:
-                f.d = r->compressed_bytes ? (double)held / (double)r->compressed_bytes : 0;
-                f.unknown = !r->compressed_bytes;
+                f.d = compressed ? (double)held / (double)compressed : 0;
+                f.unknown = !compressed;
                 break;
         case COL_FAULTS: f.v = r->faults; break;
         case COL_REFAULTS: f.v = r->refaults; break;
@@ -471,6 +474,7 @@ static Field client_field(const Client *c, int col) {
         case COL_STAGED: f.v = r->staged_pages; break;
         case COL_INCOMPRESSIBLE: f.v = r->incompressible_pages; break;
         case COL_ID: f.v = r->id; break;
+        case COL_TIER: f.v = r->tier_pages * ZSWAP_PAGE_SIZE; break;
         }
         return f;
 }
@@ -699,6 +703,8 @@ static void metrics_clients(const Client *v, size_t n) {
                 { "zswapd_client_evicted_bytes", "gauge", "Original size of the client's pages the daemon holds.",
                   COL_EVICTED },
                 { "zswapd_client_pool_bytes", "gauge", "Compressed size of the client's pages.", COL_POOL },
+                { "zswapd_client_tier_bytes", "gauge", "Original size of the client's pages on the second tier.",
+                  COL_TIER },
                 { "zswapd_client_limit_bytes", "gauge", "The client's resident limit (0: none).", COL_LIMIT },
                 { "zswapd_client_faults_total", "counter", "Faults served to the client.", COL_FAULTS },
                 { "zswapd_client_refaults_total", "counter", "Faults that brought back a page the daemon held.",

@@ -213,7 +213,7 @@ typedef struct ZMsgStatusReply {
  * comes or goes between two pages is listed or not, never twice. Root (and
  * the admin group) see every client, other users only their own.
  */
-#define ZSWAP_CLIENTS_PER_MSG 16
+#define ZSWAP_CLIENTS_PER_MSG 15
 #define ZSWAP_COMM_MAX 16
 typedef struct ZMsgClientsReq {
         ZMsgHeader hdr;
@@ -235,6 +235,8 @@ typedef struct ZClientRecord {
         uint64_t faults;
         uint64_t refaults;
         uint64_t limit_bytes;          /* resident limit in force, 0: none */
+        uint64_t tier_pages;           /* of stored_pages, those on the second tier */
+        uint64_t tier_bytes;           /* their compressed bytes there (compressed_bytes has their stubs) */
 } ZClientRecord;
 
 typedef struct ZMsgClientsReply {

@@ -1106,6 +1106,8 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (r == 0) {
                         memcpy(pool_map(pool, h), src, len);
                         nv = pe_make_stored(h, len) | tier;
+                        if (tier)
+                                mmclient_count_tier(c->child, stub.len, 1);
                         atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
                         atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
                 } else if (tier) {

@@ -116,11 +116,13 @@ MMClient *mmclient_ref(MMClient *mm) {
 void mmclient_release_payload(MMClient *mm, uint64_t v) {
         switch (pe_state(v)) {
         case PE_STORED:
-                if (pe_is_tier(v) && mm->m && mm->m->tier) {
+                if (pe_is_tier(v)) {
                         /* the stub says which blocks lose a reference */
                         TierStub s;
                         memcpy(&s, pool_map(mm->pool, pe_handle(v)), sizeof(s));
-                        tier_put(mm->m->tier, &s);
+                        if (mm->m && mm->m->tier)
+                                tier_put(mm->m->tier, &s);
+                        mmclient_count_tier(mm, s.len, -1);
                 }
                 pool_release(mm->pool, pe_handle(v));
                 atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);

@@ -61,6 +61,10 @@ typedef struct MMClientStats {
         _Atomic uint64_t compressed_bytes, evictions, faults, faults_zero, prefetches;
         _Atomic uint64_t refaults, clean_pages, clean_bytes, clean_reevictions, reclaim_evictions;
         _Atomic uint64_t thrash_backoffs;
+        /* of stored_pages, those whose object is on the second tier, and
+         * those objects' compressed bytes there (compressed_bytes counts
+         * their stubs in the pool) */
+        _Atomic uint64_t tier_pages, tier_bytes;
         _Atomic uint64_t resident_pages, limit_bytes; /* written by reclaim each tick */
         _Atomic uint64_t registered; /* registered_bytes, readable without regions_lock */
 } MMClientStats;
@@ -213,6 +217,18 @@ bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
 bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp);
 /* Is addr inside a registered region? Caller holds regions_lock. */
 bool mmclient_region_has_locked(MMClient *mm, uint64_t addr);
+
+/* A page of mm's whose compressed object (len bytes) went to the second
+ * tier (dir 1), or left it (-1): the per-client tier counters. */
+static inline void mmclient_count_tier(MMClient *mm, uint32_t len, int dir) {
+        if (dir > 0) {
+                atomic_fetch_add_explicit(&mm->st.tier_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.tier_bytes, len, memory_order_relaxed);
+        } else {
+                atomic_fetch_sub_explicit(&mm->st.tier_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.tier_bytes, len, memory_order_relaxed);
+        }
+}
 
 /* Release what entry value v holds (pool object, counters); for LOADING,
  * what the state it came from held. */

@@ -255,6 +255,8 @@ static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
                 .faults = s.faults,
                 .refaults = s.refaults,
                 .limit_bytes = s.limit_bytes,
+                .tier_pages = atomic_load_explicit(&mm->st.tier_pages, memory_order_relaxed),
+                .tier_bytes = atomic_load_explicit(&mm->st.tier_bytes, memory_order_relaxed),
         };
         read_comm(mm->pid, rec->comm, sizeof(rec->comm));
 }

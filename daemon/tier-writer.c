@@ -197,6 +197,7 @@ static void extent_publish(Tier *t, Extent *x) {
                 pool_release(mm->pool, pe_handle(o->v));
                 atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(o->v) - sizeof(TierStub),
                                           memory_order_relaxed);
+                mmclient_count_tier(mm, o->len, 1);
                 stat_add(&t->st.pages, 1);
                 stat_add(&t->st.bytes, o->len);
                 stat_add(&t->st.written_pages, 1);

@@ -182,6 +182,34 @@ void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
         close(fd);
 }
 
+void td_clients_tier(const TestDaemon *d, uint64_t *pages, uint64_t *bytes) {
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        ZMsgHello h = { .role = ZROLE_CONTROL };
+        ZMsgClientsReq q = { .after = 0 };
+        const ZMsgClientsReply *rep = (const ZMsgClientsReply *)buf;
+        int fd = unix_connect(d->sock);
+
+        ASSERT_TRUE(fd >= 0);
+        *pages = *bytes = 0;
+        zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
+        ctl_roundtrip(fd, &h, sizeof(h), buf, sizeof(buf), ZMSG_REPLY);
+        for (uint32_t id = 2;; id++) {
+                zmsg_init(&q.hdr, ZMSG_CLIENTS, id, sizeof(q));
+                ctl_roundtrip(fd, &q, sizeof(q), buf, sizeof(buf), ZMSG_CLIENTS_REPLY);
+                ASSERT_EQ(rep->status, 0);
+                ASSERT_LE(rep->count, ZSWAP_CLIENTS_PER_MSG);
+                for (uint32_t i = 0; i < rep->count; i++) {
+                        *pages += rep->rec[i].tier_pages;
+                        *bytes += rep->rec[i].tier_bytes;
+                        ASSERT_LE(rep->rec[i].tier_pages, rep->rec[i].stored_pages);
+                }
+                if (!rep->more || !rep->count)
+                        break;
+                q.after = rep->rec[rep->count - 1].id;
+        }
+        close(fd);
+}
+
 void *test_map(size_t len) {
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         ASSERT_TRUE(p != MAP_FAILED);

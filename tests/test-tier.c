@@ -131,6 +131,25 @@ static ZMsgStatusReply tier_settled(TestDaemon *d) {
         return st;
 }
 
+/* The clients' own tier counters (zswapctl clients) add up to the
+ * tier's: read between two statuses that agree, with the writer settled
+ * (the test's own client is not faulting meanwhile). */
+static void clients_add_up(TestDaemon *d) {
+        ZMsgStatusReply a = tier_settled(d), b;
+        uint64_t pages = 0, bytes = 0;
+
+        for (int i = 0; i < 100; i++, a = b) {
+                td_clients_tier(d, &pages, &bytes);
+                b = status(d);
+                if (a.tier_pages == b.tier_pages && a.tier_bytes == b.tier_bytes && a.tier_written == b.tier_written)
+                        break;
+        }
+        if (pages != b.tier_pages || bytes != b.tier_bytes)
+                test_fail("clients count %llu pages (%llu bytes) on the tier, the tier %llu (%llu)",
+                          (unsigned long long)pages, (unsigned long long)bytes, (unsigned long long)b.tier_pages,
+                          (unsigned long long)b.tier_bytes);
+}
+
 static void verify_random(uint8_t *buf, const uint64_t *hashes, uint64_t seed) {
         static uint32_t order[NPAGES];
         size_t bad = 0;
@@ -185,7 +204,6 @@ static void write_again_and_end(TestDaemon *d, struct zswap_client *c, uint8_t *
  * if any, then the next daemon: returns its status once it has adopted
  * them all. A batch the writer had in flight at the kill may have been
  * published after the count was read: never fewer. */
-static ZMsgStatusReply tier_settled(TestDaemon *d);
 static ZMsgStatusReply kill_and_adopt(TestDaemon *d, void (*between)(void)) {
         ZMsgStatusReply before = tier_settled(d), st;
 
@@ -210,6 +228,7 @@ static void workload(TestDaemon *d, bool with_fork) {
         ZMsgStatusReply st = status(d);
         ASSERT_TRUE(st.tier_written_pages >= NPAGES / 4);
         ASSERT_LE(st.stats.pool_bytes, POOL_MAX + POOL_SLACK);
+        clients_add_up(d);
         verify_random(buf, hashes, seed);
         ZMsgStatusReply st2 = status(d);
         ASSERT_TRUE(st2.tier_reads > st.tier_reads);
@@ -225,6 +244,7 @@ static void workload(TestDaemon *d, bool with_fork) {
                         pid_t pid = fork();
                         ASSERT_TRUE(pid >= 0);
                         if (pid == 0) {
+                                clients_add_up(d); /* the child's stubs: counted in both */
                                 size_t bad = verify_pages(buf, DATA, hashes);
                                 if (bad)
                                         fprintf(stderr, "fork child: %zu pages differ\n", bad);
@@ -251,6 +271,7 @@ static void workload(TestDaemon *d, bool with_fork) {
                 usleep(10000);
         ASSERT_EQ(st.tier_pages, 0);
         ASSERT_EQ(st.tier_used_bytes, 0);
+        clients_add_up(d);
         munmap(buf, DATA);
 }
 
@@ -452,6 +473,7 @@ static void case_restart(void) {
         page_all_out(&d, c, buf, NPAGES / 4);
         kill_and_adopt(&d, NULL);
         ASSERT_TRUE(td_log_has(&d, "(kept)"));
+        clients_add_up(&d); /* adoption counts them again */
         verify_random(buf, hashes, 3);
         write_again_and_end(&d, c, buf, hashes, 9, "after restart");
 }

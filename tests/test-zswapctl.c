@@ -302,6 +302,14 @@ static void clients(const char *pre, struct zswap_client *c, size_t len) {
         out = run(cmd, &st);
         ASSERT_EQ(st, 0);
         ASSERT_STREQ(out, want);
+        /* no [tier]: none of its pages there (test-tier checks the counts) */
+        snprintf(cmd, sizeof(cmd), "%s clients --no-headings --bytes -o pid,tier", pre);
+        out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        snprintf(line, sizeof(line), "%s", out);
+        ASSERT_EQ(split(line, w, 24), 2);
+        ASSERT_EQ(strtoull(w[0], NULL, 10), (unsigned long long)getpid());
+        ASSERT_STREQ(w[1], "0");
         snprintf(cmd, sizeof(cmd), "%s clients -o pid,bogus 2>&1", pre);
         expect(cmd, 2, "unknown column 'bogus'");
         snprintf(cmd, sizeof(cmd), "%s clients extra 2>&1", pre);
