@@ -639,6 +639,18 @@ static void case_nbd_down_restart(void) {
         write_again_and_end(&d, c, buf, hashes, 5, "after the server came back");
 }
 
+/* A page the daemon could not give back is poisoned: its read is a
+ * SIGBUS. Outside the corrupt case (which catches its own) that is a lost
+ * page: say which, and show the daemon's log (not async-signal-safe, but
+ * the test is over). */
+static void on_lost_page(int sig, siginfo_t *si, void *uc) {
+        (void)uc;
+        fprintf(stderr, "signal %d reading %p: a page was lost (poisoned)\n", sig, si->si_addr);
+        if (cur)
+                td_log_dump(cur);
+        _exit(1);
+}
+
 int main(int argc, char **argv) {
         static const struct {
                 const char *name;
@@ -652,6 +664,8 @@ int main(int argc, char **argv) {
 
         test_require_root();
         main_pid = getpid();
+        struct sigaction sa = { .sa_sigaction = on_lost_page, .sa_flags = SA_SIGINFO };
+        sigaction(SIGBUS, &sa, NULL);
         atexit(cleanup);
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)
