@@ -107,18 +107,8 @@ int sandbox_lock_memory(void) {
         }
         /* the raw call: the sanitizer runtimes intercept mlockall() and
          * ignore it (locking their shadow without ONFAULT would populate
-         * terabytes); with ONFAULT their builds can lock like ours.
-         * Except ThreadSanitizer's shadow, mapped at start: TSan forgets
-         * what it knew of unmapped memory by MADV_DONTNEED on its shadow,
-         * which locked memory refuses, and the stale history then shows as
-         * races on whatever is mapped there next (an io_uring's queues,
-         * which liburing maps behind TSan's back, over a client's old sync
-         * page). A TSan build locks only what is mapped from here on. */
-        int how = MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT;
-#if defined(__SANITIZE_THREAD__)
-        how &= ~MCL_CURRENT;
-#endif
-        if (syscall(SYS_mlockall, how) < 0) {
+         * terabytes); with ONFAULT their builds can lock like ours */
+        if (syscall(SYS_mlockall, MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) < 0) {
                 int r = negative_errno();
                 log_warn("cannot lock the daemon's memory (mlockall): %s; its pages may be swapped", strerror(-r));
                 return r;
