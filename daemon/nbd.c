@@ -64,6 +64,7 @@
 
 #include "macro.h"
 #include "nbd.h"
+#include "uring.h"
 #include "util.h"
 
 /* handshake */
@@ -1025,9 +1026,9 @@ int nbd_connect(const NbdAddr *a, int timeout_ms, NbdConn **ret, char *err, size
         c->timeout_ns = (uint64_t)timeout_ms * 1000000ull;
         /* COOP_TASKRUN: completions are run when we enter the kernel
          * anyway, no need to interrupt the thread for them */
-        r = io_uring_queue_init(NBD_RING_ENTRIES, &c->ring, IORING_SETUP_COOP_TASKRUN);
+        r = uring_init(NBD_RING_ENTRIES, &c->ring, IORING_SETUP_COOP_TASKRUN);
         if (r == -EINVAL)
-                r = io_uring_queue_init(NBD_RING_ENTRIES, &c->ring, 0);
+                r = uring_init(NBD_RING_ENTRIES, &c->ring, 0);
         if (r < 0) {
                 free(c);
                 return errorf(r, err, errlen, "io_uring: %s", strerror(-r));

@@ -42,6 +42,7 @@
 #include "nbd.h"
 #include "tier.h"
 #include "tier-internal.h"
+#include "uring.h"
 #include "util.h"
 
 #define TIER_MAGIC "ZSWTIER1"
@@ -114,7 +115,7 @@ NbdConn *tier_conn_close(NbdConn *c) {
  */
 static int ring_init(Ring *g, unsigned entries, void *buf, size_t buflen) {
         pthread_mutex_lock(&ring_lock);
-        int r = io_uring_queue_init(entries, &g->ring, 0);
+        int r = uring_init(entries, &g->ring, 0);
         pthread_mutex_unlock(&ring_lock);
         if (r < 0)
                 return r;
