@@ -990,7 +990,8 @@ static void help(void) {
                "  FAULTS REFAULTS        faults served, of them pages brought back after eviction\n"
                "  LIMIT                  resident limit (- for none)\n"
                "  STAGED INCOMPRESSIBLE  pages awaiting compression, pages kept as incompressible\n"
-               "  ID                     the daemon's id of the client (a process may have several)\n\n"
+               "  ID                     the daemon's id of the client (a process may have several)\n"
+               "  TIER                   of what the daemon holds, what is on the second tier\n\n"
                "Admin commands (another user's process, daemon-wide settings) need root or\n"
                "group zswap. Exit status: 0 done, 1 refused or failed, 2 usage.\n\n"
                "See zswapctl(8).\n",
