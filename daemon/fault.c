@@ -817,6 +817,7 @@ typedef struct RangeCtx {
         MMClient *mm;
         MMClient *child;
         int64_t delta;
+        uint64_t kill_at; /* remap: the fault injection's kill at the first entry from here (kill_event) */
         int errors;
         int inflight;    /* fork: of errors, pages caught in an eviction or install */
         int install_err; /* fork: the first error installing a page in the child */
@@ -970,14 +971,41 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 }
         }
         mmclient_entry_drop(c->mm, ne);
-        uint64_t v = atomic_exchange_explicit(e, 0, memory_order_acq_rel);
-        /* a page the tier's writer is copying comes here without its
-         * mark: the writer knows a page by its address and value, and
-         * another page of the same value (a reused pool handle) may have
-         * been marked at this address before (docs/tier.md) */
-        if (pe_state(v) == PE_STORED)
-                v &= ~PE_WB;
-        atomic_store_explicit(ne, v, memory_order_release);
+        /*
+         * The entry is written at its new place before it leaves the old
+         * one: a daemon killed in between leaves it at both, and the next
+         * one keeps the one the journal's mremap carries, this one
+         * (adopt.c). Taken from the old place first, a kill in between
+         * left the page at neither, and it read as zeros (test-soak). A
+         * CAS that fails (a worker, the manager or reclaim changed the
+         * entry meanwhile) writes the new place again. An entry the next
+         * daemon drops anyway (CLEAN: resident; REMOVED; EMPTY) leaves the
+         * old place first, so that reclaim never finds a kept copy twice.
+         */
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire), nv;
+        for (;;) {
+                /* a page the tier's writer is copying comes here without
+                 * its mark: the writer knows a page by its address and
+                 * value, and another page of the same value (a reused pool
+                 * handle) may have been marked at this address before
+                 * (docs/tier.md) */
+                nv = pe_state(v) == PE_STORED ? v & ~PE_WB : v;
+                if (pe_state(v) == PE_CLEAN || pe_state(v) == PE_REMOVED || pe_state(v) == PE_EMPTY) {
+                        if (!atomic_compare_exchange_weak_explicit(e, &v, 0, memory_order_acq_rel,
+                                                                   memory_order_acquire))
+                                continue;
+                        atomic_store_explicit(ne, nv, memory_order_release);
+                        break;
+                }
+                atomic_store_explicit(ne, nv, memory_order_release);
+                if (c->kill_at && addr >= c->kill_at) {
+                        c->kill_at = 0;
+                        kill_point("with an mremap's entry at its old place and its new one");
+                }
+                if (atomic_compare_exchange_weak_explicit(e, &v, 0, memory_order_acq_rel, memory_order_acquire))
+                        break;
+        }
+        v = nv;
         if (pe_state(v) == PE_LOADING) {
                 Retry **p = retry_find(c->mm, addr);
                 if (p)
@@ -1002,7 +1030,11 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
                           (unsigned long long)to);
                 return;
         }
+        if (inject_armed)
+                c.kill_at = from + len / 2;
         pindex_walk(mm->index, from, from + len, remap_cb, &c);
+        if (c.kill_at) /* no entry held content from the middle on: the injection's count stays the same */
+                kill_point("with an mremap's entries moved, none past the middle of its range");
         kill_point("with an mremap's entries moved, its ranges not yet");
         if (c.errors)
                 log_error("pid %d: out of memory moving %d entries on mremap", (int)mm->pid, c.errors);
@@ -1220,7 +1252,10 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
                         ft->stash_t0 = 0;
                         now = 0;
                         handle_msg(ft, mm, &msg);
-                        journal_done(mm); /* an event stays in the journal while stashed */
+                        /* an event stays in the journal while stashed,
+                         * also one fault-around just stashed */
+                        if (!mm->has_stash)
+                                journal_done(mm);
                         ft->fault_t0 = 0;
                         continue;
                 }
@@ -1240,7 +1275,10 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
                 ft->fault_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? (now ? now : now_ns()) : 0;
                 now = 0;
                 handle_msg(ft, mm, &msg);
-                journal_done(mm);
+                /* a fault's fault-around may have read an event (mm->stash):
+                 * it stays in the journal until it is handled */
+                if (!mm->has_stash)
+                        journal_done(mm);
                 ft->fault_t0 = 0; /* a zero fill or an EEXIST: not timed */
         }
 }

@@ -38,12 +38,17 @@
  *                 (not under TSan)
  *   event-kill    the daemon killed (ZSWAPD_INJECT kill_event) once it has
  *                 read an mremap, MADV_DONTNEED or munmap event of an
- *                 evicted range, and while it handles one: the next daemon
- *                 applies it from the store's journal; the moved pages read
- *                 back at their new place, the dropped ones as zeros, a new
- *                 mapping where the unmapped one was as zeros; and with no
- *                 daemon coming back, the same from the library's own
- *                 restore
+ *                 evicted range, and while it handles one (an mremap: with
+ *                 the entry in the middle of the range at its old place and
+ *                 its new one): the next daemon applies it from the store's
+ *                 journal; the moved pages read back at their new place,
+ *                 the dropped ones as zeros, a new mapping where the
+ *                 unmapped one was as zeros; and with no daemon coming
+ *                 back, the same from the library's own restore
+ *   remap-kill    two mremaps in a row, the daemon killed at each of their
+ *                 kill points in turn, with the pages stored, partly read
+ *                 back, or being evicted: every page reads back at the
+ *                 final place
  *   fork-event-kill  the daemon killed once it has read a fork event: the
  *                 child's memory is unregistered with the uffd it held, and
  *                 the child must die by SIGKILL (its library's verdict), not
@@ -1024,6 +1029,10 @@ static void event_kill_one(EkOp op, unsigned point) {
         }
         atomic_store(&step, "event-kill: waiting for the next daemon");
         ek_assert_killed("the event");
+        if (op == EK_REMAP && point == 2 && !td_log_has(&d, "entry at its old place and its new one")) {
+                td_log_dump(&d);
+                test_fail("the daemon was not killed in the middle of moving the mremap's entries");
+        }
 
         if (restore) {
                 /* the library put every page back and let the memory go */
@@ -1079,6 +1088,77 @@ static void event_kill_one(EkOp op, unsigned point) {
         munmap(buf, len);
 }
 
+/*
+ * Two mremaps in a row (as test-soak does), the daemon killed at the
+ * `hit`th kill_event point of the pair: 1 the first REMAP read, 2 the
+ * entry in the middle of its range written at its new place and not yet
+ * gone from the old one, 3 every entry moved and the ranges not yet, 4
+ * the UNMAP of its source read, 5 that range cut and its entries not yet
+ * dropped, 6..10 the same for the second mremap. The
+ * pages in the states a busy client leaves: `mix` 0 every page evicted
+ * and stored; 1 a part read back sequentially first (fault-around, kept
+ * copies); 2 a pageout just before the moves (pages in staging or being
+ * compressed). Every page must read back at the final place. (test-soak
+ * under TSan lost a page when the daemon was killed between taking an
+ * entry from its old place and writing it at the new one.)
+ */
+static void remap_kill_one(unsigned hit, unsigned mix) {
+        static uint64_t hashes[EK_PAGES];
+        const size_t len = EK_PAGES * ZSWAP_PAGE_SIZE;
+        char spec[64];
+
+        fprintf(stderr, "-- two mremaps, the daemon killed at kill point %u, pages mix %u\n", hit, mix);
+        atomic_store(&step, "remap-kill: starting a daemon that dies at an event");
+        snprintf(spec, sizeof(spec), "kill_event=1/%u", hit);
+        ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 120 + hit * 3 + mix, hashes);
+        if (mix != 2)
+                ASSERT_TRUE(zswap_pageout(c, buf, len) > EK_PAGES / 2);
+        if (mix == 1) {
+                volatile uint8_t sink = 0;
+                for (size_t p = EK_PAGES / 4; p < EK_PAGES / 2; p++)
+                        sink ^= buf[p * ZSWAP_PAGE_SIZE];
+                (void)sink;
+        }
+        pthread_t t = ek_watch(true);
+        if (mix == 2)
+                (void)zswap_pageout(c, buf, len);
+
+        atomic_store(&step, "remap-kill: the moves");
+        for (int i = 0; i < 2; i++) {
+                const size_t extra = 2 << 20, skip = (size_t)(17 + 29 * i) * ZSWAP_PAGE_SIZE;
+                uint8_t *res = test_map(len + extra), *target = res + skip;
+                uint8_t *moved = mremap(buf, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+                ASSERT_TRUE(moved == target);
+                ASSERT_OK(munmap(res, skip));
+                ASSERT_OK(munmap(target + len, extra - skip));
+                buf = moved;
+        }
+        atomic_store(&step, "remap-kill: waiting for the next daemon");
+        ek_assert_killed("the moves");
+        /* (a pageout just before may have left the range's second half
+         * resident: the kill then comes after the walk) */
+        if (hit % 5 == 2 && mix != 2 && !td_log_has(&d, "entry at its old place and its new one")) {
+                td_log_dump(&d);
+                test_fail("the daemon was not killed in the middle of moving an mremap's entries");
+        }
+        wait_served(c);
+        assert_verified(buf, len, hashes, "after two mremaps and a daemon killed among them");
+        zswap_disconnect(c);
+        td_stop(&d);
+        ek_unwatch(t);
+        munmap(buf, len);
+}
+
+static void case_remap_kill(void) {
+        for (unsigned mix = 0; mix < 3; mix++)
+                for (unsigned hit = 1; hit <= 10; hit++)
+                        remap_kill_one(hit, mix);
+}
+
 static void case_event_kill(void) {
         for (EkOp op = 0; op < _EK_MAX; op++)
                 for (unsigned point = 1; point <= 3; point++)
@@ -1132,7 +1212,8 @@ static void case_fork_event_kill(void) {
 }
 
 static const char *const cases[] = { "idle",   "load",       "fallback", "fallback-now", "planned",
-                                     "tamper", "disconnect", "fork-kill", "event-kill", "fork-event-kill" };
+                                     "tamper", "disconnect", "fork-kill", "event-kill", "fork-event-kill",
+                                     "remap-kill" };
 
 static void run_case(const char *name) {
         watchdog_start(120);
@@ -1156,6 +1237,8 @@ static void run_case(const char *name) {
                 case_event_kill();
         else if (strcmp(name, "fork-event-kill") == 0)
                 case_fork_event_kill();
+        else if (strcmp(name, "remap-kill") == 0)
+                case_remap_kill();
         else
                 test_fail("no case %s", name);
         atomic_store(&watchdog_off, true);
