@@ -43,6 +43,15 @@ static _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 64], out[64 << 10];
 static int daemon_fds(void) {
         char path[64];
         int last = -1;
+        ZMsgStatusReply st;
+
+        /* no client left (the start-up probe's teardown takes a while
+         * under valgrind), then a count that holds for 100 ms */
+        for (int i = 0; i < 3000; i++, usleep(10000)) {
+                td_status(&d, &st);
+                if (st.stats.clients == 0)
+                        break;
+        }
         snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
         for (int i = 0, same = 0; i < 500 && same < 10; i++, usleep(10000)) {
                 DIR *dir = opendir(path);
@@ -582,6 +591,7 @@ int main(void) {
         signal(SIGPIPE, SIG_IGN);
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         int fds_at_start = daemon_fds(); /* once the start-up probe client is gone */
+        ASSERT_TRUE(fds_at_start > 0);
 
         legit = td_connect(&d);
         uint8_t *buf = test_map(LEN), *staging = test_map(2 * LANE_BYTES), *mem = test_map(AGENT_PAGES * P);
