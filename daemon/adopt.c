@@ -185,8 +185,7 @@ static void unkeep(MMClient *mm, uint64_t nv) {
         if (pe_state(nv) != PE_STORED)
                 return;
         if (pe_is_tier(nv) && mm->m->tier) {
-                TierStub s;
-                memcpy(&s, pool_map(mm->pool, pe_handle(nv)), sizeof(s));
+                TierStub s = mmclient_tier_stub(mm, nv);
                 tier_put(mm->m->tier, &s);
         }
         pool_release(mm->pool, pe_handle(nv));
@@ -272,11 +271,8 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         /* relaxed: the client is not served yet; fault_watch() publishes */
         atomic_store_explicit(ne, nv, memory_order_relaxed);
         if (pe_state(nv) == PE_STORED) {
-                if (pe_is_tier(nv)) {
-                        TierStub s;
-                        memcpy(&s, pool_map(mm->pool, pe_handle(nv)), sizeof(s));
-                        mmclient_count_tier(mm, s.len, 1);
-                }
+                if (pe_is_tier(nv))
+                        mmclient_count_tier(mm, mmclient_tier_stub(mm, nv).len, 1);
                 atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->st.compressed_bytes, pe_clen(nv), memory_order_relaxed);
                 a->held++;

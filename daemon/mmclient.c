@@ -118,8 +118,7 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
         case PE_STORED:
                 if (pe_is_tier(v)) {
                         /* the stub says which blocks lose a reference */
-                        TierStub s;
-                        memcpy(&s, pool_map(mm->pool, pe_handle(v)), sizeof(s));
+                        TierStub s = mmclient_tier_stub(mm, v);
                         if (mm->m && mm->m->tier)
                                 tier_put(mm->m->tier, &s);
                         mmclient_count_tier(mm, s.len, -1);

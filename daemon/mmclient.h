@@ -10,12 +10,14 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "pindex.h"
 #include "pool.h"
 #include "uffd-compat.h"
 #include "protocol.h"
+#include "tier.h"
 #include "zsync.h"
 
 typedef struct Manager Manager;
@@ -217,6 +219,14 @@ bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
 bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp);
 /* Is addr inside a registered region? Caller holds regions_lock. */
 bool mmclient_region_has_locked(MMClient *mm, uint64_t addr);
+
+/* The stub an entry value on the second tier (STORED|PE_TIER) names, as
+ * mm's pool holds it: not checked (tier_stub_check() does that). */
+static inline TierStub mmclient_tier_stub(MMClient *mm, uint64_t v) {
+        TierStub s;
+        memcpy(&s, pool_map(mm->pool, pe_handle(v)), sizeof(s));
+        return s;
+}
 
 /* A page of mm's whose compressed object (len bytes) went to the second
  * tier (dir 1), or left it (-1): the per-client tier counters. */
