@@ -167,15 +167,23 @@ static void ctl_roundtrip(int fd, void *msg, size_t len, void *reply, size_t cap
         ASSERT_EQ(((ZMsgHeader *)reply)->type, want);
 }
 
-void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
+/* A control connection (what zswapctl opens), greeted with id 1. */
+static int ctl_open(const TestDaemon *d) {
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
         ZMsgHello h = { .role = ZROLE_CONTROL };
-        ZMsgHeader q;
         int fd = unix_connect(d->sock);
 
         ASSERT_TRUE(fd >= 0);
         zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
         ctl_roundtrip(fd, &h, sizeof(h), buf, sizeof(buf), ZMSG_REPLY);
+        return fd;
+}
+
+void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        ZMsgHeader q;
+        int fd = ctl_open(d);
+
         zmsg_init(&q, ZMSG_STATUS, 2, sizeof(q));
         ctl_roundtrip(fd, &q, sizeof(q), buf, sizeof(buf), ZMSG_STATUS_REPLY);
         memcpy(st, buf, sizeof(*st));
@@ -184,15 +192,11 @@ void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
 
 void td_clients_tier(const TestDaemon *d, uint64_t *pages, uint64_t *bytes) {
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
-        ZMsgHello h = { .role = ZROLE_CONTROL };
         ZMsgClientsReq q = { .after = 0 };
         const ZMsgClientsReply *rep = (const ZMsgClientsReply *)buf;
-        int fd = unix_connect(d->sock);
+        int fd = ctl_open(d);
 
-        ASSERT_TRUE(fd >= 0);
         *pages = *bytes = 0;
-        zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
-        ctl_roundtrip(fd, &h, sizeof(h), buf, sizeof(buf), ZMSG_REPLY);
         for (uint32_t id = 2;; id++) {
                 zmsg_init(&q.hdr, ZMSG_CLIENTS, id, sizeof(q));
                 ctl_roundtrip(fd, &q, sizeof(q), buf, sizeof(buf), ZMSG_CLIENTS_REPLY);
