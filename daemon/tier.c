@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <liburing.h>
 #include <linux/fs.h>
 #include <pthread.h>
@@ -317,21 +318,104 @@ int tier_ready(Tier *t) {
 
 /* ---- open ---- */
 
+/*
+ * The daemon opens its backing as root, and then writes into it. A path
+ * someone else can influence must not make it write anywhere else: a
+ * symlink planted at the path, a hard link to another file, a file another
+ * user made there and can read. So:
+ *  - the last component is opened with O_NOFOLLOW, and created only with
+ *    O_EXCL (never into a file someone made there meanwhile); a symlink is
+ *    followed only where only root could have made it (owned by root, in a
+ *    directory only root may write);
+ *  - a regular file must be the daemon's own (owner, one link, no group or
+ *    other permission bits: it holds other users' memory);
+ *  - whatever the path led to, file or device, is written only if its first
+ *    block is a tier header or all zeros: never a file system, a swap area
+ *    or a file with data, whatever a mistake or an attacker pointed at.
+ */
+static int open_backing(const char *path, int flags) {
+        int fd = open(path, flags);
+        if (fd >= 0 || errno != ENOENT)
+                return fd;
+        /* O_EXCL refuses any symlink: only where none is to be followed */
+        return open(path, flags | O_CREAT | (flags & O_NOFOLLOW ? O_EXCL : 0), 0600);
+}
+
+/* A symlink only root could have planted: root's, in a directory of root's
+ * that nobody else may write to. */
+static bool symlink_trusted(const char *path) {
+        struct stat link, dir;
+        char parent[PATH_MAX];
+        const char *slash = strrchr(path, '/');
+
+        if (!slash)
+                snprintf(parent, sizeof(parent), ".");
+        else
+                snprintf(parent, sizeof(parent), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+        return lstat(path, &link) == 0 && S_ISLNK(link.st_mode) && link.st_uid == 0 && stat(parent, &dir) == 0 &&
+               dir.st_uid == 0 && !(dir.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+static int backing_check(Tier *t, const struct stat *st, char *err, size_t errlen) {
+        const char *path = t->conf.backing;
+
+        if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode))
+                return errorf(-EINVAL, err, errlen, "backing %s: not a regular file or block device", path);
+        if (S_ISREG(st->st_mode) &&
+            (st->st_uid != geteuid() || st->st_nlink != 1 || (st->st_mode & (S_IRWXG | S_IRWXO))))
+                return errorf(-EPERM, err, errlen,
+                              "backing %s: must be a file of the daemon's user (uid %u) with one link and no group "
+                              "or other permissions (it has uid %u, %u links, mode %04o): it would hold other "
+                              "users' memory",
+                              path, (unsigned)geteuid(), (unsigned)st->st_uid, (unsigned)st->st_nlink,
+                              (unsigned)(st->st_mode & 07777));
+        if (S_ISREG(st->st_mode) && st->st_size == 0)
+                return 0;
+        uint8_t *b = aligned_alloc(TIER_BLOCK, TIER_BLOCK);
+        if (!b)
+                return errorf(-ENOMEM, err, errlen, "backing %s: %m", path);
+        ssize_t n = pread(t->fd, b, TIER_BLOCK, 0);
+        int r = n < 0 ? negative_errno() : 0;
+        bool ours = n >= 8 && memcmp(b, TIER_MAGIC, 8) == 0;
+        bool blank = n >= 0;
+        for (ssize_t i = 0; blank && i < n; i++)
+                blank = b[i] == 0;
+        free(b);
+        if (r < 0)
+                return errorf(r, err, errlen, "backing %s: cannot read its first block: %m", path);
+        if (!ours && !blank)
+                return errorf(-EEXIST, err, errlen,
+                              "backing %s: holds data that is not a zswapd tier (its first block is neither a tier "
+                              "header nor zeros): refusing to overwrite it; clear it (e.g. wipefs, or dd zeros over "
+                              "its first 4 KiB) if it really is meant for the tier",
+                              path);
+        return 0;
+}
+
 static int open_file(Tier *t, char *err, size_t errlen) {
         const char *path = t->conf.backing;
         struct stat st;
         uint64_t size;
+        int nofollow = symlink_trusted(path) ? 0 : O_NOFOLLOW;
 
-        t->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+        t->fd = open_backing(path, O_RDWR | O_CLOEXEC | O_DIRECT | nofollow);
         t->direct = t->fd >= 0;
         if (t->fd < 0 && errno == EINVAL) /* a file system without O_DIRECT (tmpfs) */
-                t->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+                t->fd = open_backing(path, O_RDWR | O_CLOEXEC | nofollow);
+        if (t->fd < 0 && errno == ELOOP)
+                return errorf(-ELOOP, err, errlen,
+                              "backing %s: is a symlink that root did not make in a directory only root may write "
+                              "to: refused (name the file itself)",
+                              path);
         if (t->fd < 0)
                 return errorf(negative_errno(), err, errlen, "backing %s: %m", path);
         if (!t->direct)
                 log_warn("second tier: %s does not take O_DIRECT: its data passes through the page cache", path);
         if (fstat(t->fd, &st) < 0)
                 return errorf(negative_errno(), err, errlen, "backing %s: %m", path);
+        int r = backing_check(t, &st, err, errlen);
+        if (r < 0)
+                return r;
         if (S_ISBLK(st.st_mode)) {
                 if (ioctl(t->fd, BLKGETSIZE64, &size) < 0)
                         return errorf(negative_errno(), err, errlen, "backing %s: cannot read its size: %m", path);

@@ -20,7 +20,7 @@
 #include "protocol.h"
 #include "util.h"
 
-static const char *daemon_path(void) {
+const char *td_daemon_path(void) {
         static char path[PATH_MAX];
         const char *env = getenv("ZSWAPD");
         if (env)
@@ -41,7 +41,7 @@ static void td_spawn(TestDaemon *d) {
         if (d->pid == 0) {
                 /* never outlive the test */
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
-                snprintf(cmd, sizeof(cmd), "exec %s --socket %s %s%s%s", daemon_path(), d->sock, d->args,
+                snprintf(cmd, sizeof(cmd), "exec %s --socket %s %s%s%s", td_daemon_path(), d->sock, d->args,
                          d->log[0] ? " 2>>" : "", d->log);
                 execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
                 _exit(127);
@@ -334,7 +334,7 @@ void td_respawn(TestDaemon *d) {
         snprintf(cmd, sizeof(cmd),
                  "p=; command -v setpriv >/dev/null && p='setpriv --pdeathsig KILL --'; "
                  "exec $p %s --socket %s %s%s%s",
-                 daemon_path(), d->sock, d->args, d->log[0] ? " 2>>" : "", d->log);
+                 td_daemon_path(), d->sock, d->args, d->log[0] ? " 2>>" : "", d->log);
         ASSERT_OK(-posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ));
         d->pid = pid;
         for (int i = 0; i < 500; i++) {

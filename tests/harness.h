@@ -39,6 +39,8 @@ typedef struct TestDaemon {
 /* Start $ZSWAPD (or ../daemon/zswapd next to the test) with a temporary
  * socket and extra arguments; returns once it accepts connections. Skips
  * the test (77) if not root. */
+/* The zswapd binary the tests run: $ZSWAPD, or the build tree's. */
+const char *td_daemon_path(void);
 void td_start(TestDaemon *d, const char *extra_args);
 /* td_start() with the daemon's log (stderr) appended to a fresh temporary
  * file, d->log, for tests that check what it says. */

@@ -639,6 +639,147 @@ static void case_nbd_down_restart(void) {
         write_again_and_end(&d, c, buf, hashes, 5, "after the server came back");
 }
 
+/* ---- a backing path someone else can influence ---- */
+
+#define U_PLANTER 60011 /* a local user with write access to the backing's directory */
+
+static char unsafe_dir[128];
+
+static void unsafe_cleanup(void) {
+        char cmd[200];
+        if (unsafe_dir[0] && getpid() == main_pid) {
+                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", unsafe_dir);
+                (void)!system(cmd);
+        }
+}
+
+static void write_file(const char *path, const char *text, mode_t mode) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+        ASSERT_OK(fchmod(fd, mode));
+        close(fd);
+}
+
+static void assert_file(const char *path, const char *text) {
+        char buf[256] = { 0 };
+        struct stat st;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_OK(fstat(fd, &st));
+        ASSERT_EQ(read(fd, buf, sizeof(buf) - 1), (ssize_t)strlen(text));
+        close(fd);
+        if (strcmp(buf, text) != 0 || st.st_size != (off_t)strlen(text))
+                test_fail("%s was written by the daemon: %lld bytes now", path, (long long)st.st_size);
+}
+
+/* A daemon with its tier at `path` must refuse to start, saying `why`. If
+ * it starts anyway it is given time to write its tier header, then
+ * stopped: the caller's checks of the files then show what it wrote. */
+static void expect_refused(const char *path, const char *why) {
+        char log[192], sock[160], cmd[1024];
+        snprintf(log, sizeof(log), "%s/daemon.log", unsafe_dir);
+        snprintf(sock, sizeof(sock), "%s/zswapd.sock", unsafe_dir);
+        write_conf(path, "size = 16M\n");
+        snprintf(cmd, sizeof(cmd), "exec %s --socket %s --config %s >%s 2>&1", td_daemon_path(), sock, conf_path, log);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+                _exit(127);
+        }
+        int st = 0;
+        pid_t w = 0;
+        for (int i = 0; i < 3000 && (w = waitpid(pid, &st, WNOHANG)) == 0; i++)
+                usleep(10000);
+        if (w == 0) { /* it started: the header is written at once */
+                sleep(1);
+                kill(pid, SIGTERM);
+                waitpid(pid, &st, 0);
+                fprintf(stderr, "the daemon started on %s\n", path);
+        } else {
+                ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+        }
+        char text[8192] = { 0 };
+        int fd = open(log, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ASSERT_TRUE(read(fd, text, sizeof(text) - 1) >= 0);
+        close(fd);
+        if (!strstr(text, why))
+                test_fail("the daemon did not refuse %s with '%s'; its log:\n%s", path, why, text);
+}
+
+/* As U_PLANTER: a symlink, or a file of its own, at `link`. */
+static void plant(const char *link, const char *target) {
+        pid_t pid = fork();
+        int st;
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (setgid(U_PLANTER) < 0 || setuid(U_PLANTER) < 0)
+                        _exit(90);
+                int r = target ? symlink(target, link) : open(link, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                _exit(r < 0 ? 91 : 0);
+        }
+        ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The backing path lies in a directory others may write to (sticky and
+ * world-writable, as /tmp), or names a file that is not the daemon's
+ * own: root must never follow a planted symlink or hard link into
+ * another file, write into a file another user can read, nor overwrite
+ * data that is not a tier. Each refusal names its reason; every file
+ * keeps its bytes. */
+static void case_unsafe_backing(void) {
+        char victim[192], path[192], link2[192];
+
+        snprintf(unsafe_dir, sizeof(unsafe_dir), "/var/tmp/zswap-test-unsafe-%d", (int)getpid());
+        ASSERT_OK(mkdir(unsafe_dir, 0755));
+        atexit(unsafe_cleanup);
+        ASSERT_OK(chmod(unsafe_dir, 01777));
+        snprintf(victim, sizeof(victim), "%s/root-secret", unsafe_dir);
+        write_file(victim, "root's own file\n", 0600);
+        snprintf(path, sizeof(path), "%s/tier.img", unsafe_dir);
+
+        /* a symlink a user planted at the path, to root's file */
+        plant(path, victim);
+        expect_refused(path, "is a symlink that root did not make");
+        assert_file(victim, "root's own file\n");
+        ASSERT_OK(unlink(path));
+
+        /* a second name of root's file (a hard link) */
+        ASSERT_OK(link(victim, path));
+        expect_refused(path, "with one link");
+        assert_file(victim, "root's own file\n");
+        ASSERT_OK(unlink(path));
+
+        /* a file the user made there first, to read the tier from */
+        plant(path, NULL);
+        expect_refused(path, "must be a file of the daemon's user");
+        ASSERT_OK(unlink(path));
+
+        /* root's own file, 0600, holding data: a mistake, not a tier */
+        write_file(path, "not a tier\n", 0600);
+        expect_refused(path, "holds data that is not a zswapd tier");
+        assert_file(path, "not a tier\n");
+        ASSERT_OK(unlink(path));
+
+        /* a symlink root made in a directory only root may write: followed
+         * (a tier named through /dev/disk/by-id works the same way) */
+        snprintf(link2, sizeof(link2), "%s/safe", unsafe_dir);
+        ASSERT_OK(mkdir(link2, 0755));
+        snprintf(link2, sizeof(link2), "%s/safe/tier.img", unsafe_dir);
+        ASSERT_OK(symlink(path, link2));
+        TestDaemon d;
+        write_conf(link2, "size = 16M\n");
+        start_daemon(&d);
+        ASSERT_TRUE(td_log_has(&d, "second tier: file"));
+        td_stop(&d);
+        struct stat sb;
+        ASSERT_OK(stat(path, &sb));
+        ASSERT_EQ(sb.st_size, 16 << 20);
+}
+
 /* A page the daemon could not give back is poisoned: its read is a
  * SIGBUS. Outside the corrupt case (which catches its own) that is a lost
  * page: say which, and show the daemon's log (not async-signal-safe, but
@@ -659,7 +800,7 @@ int main(int argc, char **argv) {
                 { "file", case_file },       { "blockdev", case_blockdev }, { "full", case_full },       { "write-error", case_write_error },
                 { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
-                { "nbd-down-restart", case_nbd_down_restart },
+                { "nbd-down-restart", case_nbd_down_restart }, { "unsafe-backing", case_unsafe_backing },
         };
 
         test_require_root();
