@@ -158,17 +158,16 @@ static void take_fds(struct msghdr *mh, int *fds, size_t *nfds, pid_t *sender_pi
                 *nfds = got;
 }
 
-ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid) {
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 8) + CMSG_SPACE(sizeof(struct ucred))];
-        } control;
+/* One recvmsg() into the control buffer given; keep: a truncated message's
+ * fds are returned too, for the caller to close. */
+static ssize_t recv_one(int fd, void *buf, size_t cap, void *control, size_t controllen, int *fds, size_t *nfds,
+                        pid_t *sender_pid, bool keep) {
         struct iovec iov = { .iov_base = buf, .iov_len = cap };
         struct msghdr mh = {
                 .msg_iov = &iov,
                 .msg_iovlen = 1,
-                .msg_control = control.buf,
-                .msg_controllen = sizeof(control.buf),
+                .msg_control = control,
+                .msg_controllen = controllen,
         };
         ssize_t n;
 
@@ -185,11 +184,27 @@ ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *
 
         take_fds(&mh, fds, nfds, sender_pid);
         if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-                for (size_t i = 0; nfds && i < *nfds; i++)
+                for (size_t i = 0; !keep && nfds && i < *nfds; i++)
                         safe_close(fds[i]);
-                if (nfds)
+                if (nfds && !keep)
                         *nfds = 0;
                 return -EMSGSIZE;
         }
         return n;
+}
+
+ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * 8) + CMSG_SPACE(sizeof(struct ucred))];
+        } control;
+        return recv_one(fd, buf, cap, control.buf, sizeof(control.buf), fds, nfds, sender_pid, false);
+}
+
+ssize_t zmsg_recv_all(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * ZMSG_FDS_MAX) + CMSG_SPACE(sizeof(struct ucred))];
+        } control;
+        return recv_one(fd, buf, cap, control.buf, sizeof(control.buf), fds, nfds, sender_pid, true);
 }

@@ -305,3 +305,14 @@ int zmsg_send(int fd, const void *msg, size_t len, const int *fds, size_t nfds);
  * a truncated message (fds closed), or -errno.
  */
 ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid);
+
+/* The most fds one message can carry (the kernel's SCM_MAX_FD). */
+#define ZMSG_FDS_MAX 253
+/*
+ * As zmsg_recv(), for a receiver that must decide how each fd is closed
+ * (the daemon: the last close of a client's file may wait, closer.c): fds
+ * has room for ZMSG_FDS_MAX, so the kernel never drops one of them in
+ * this thread, and no fd is closed here. A truncated message (-EMSGSIZE)
+ * returns its fds too.
+ */
+ssize_t zmsg_recv_all(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid);

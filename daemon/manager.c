@@ -31,6 +31,7 @@
 #include <sys/random.h>
 
 #include "adopt.h"
+#include "closer.h"
 #include "inject.h"
 #include "evict.h"
 #include "fault.h"
@@ -1108,14 +1109,23 @@ static void conn_readable(Manager *m, Conn *c) {
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX + 8];
 
         for (int budget = 64; budget > 0 && !c->dying; budget--) {
-                int fds[4];
+                int fds[ZMSG_FDS_MAX];
                 size_t nfds = ELEMENTSOF(fds);
                 pid_t sender = 0;
                 memset(buf, 0, sizeof(ZMsgHeader));
-                ssize_t n = zmsg_recv(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
+                ssize_t n = zmsg_recv_all(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
+                /* a file whose close may wait never reaches a handler:
+                 * the closer thread closes it (closer.c) */
+                for (size_t i = 0; i < nfds; i++)
+                        if (!fd_close_is_safe(fds[i]))
+                                fds[i] = closer_drop(m->closer, fds[i], c->uid);
                 if (n == -EAGAIN)
                         return;
-                if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+                if (closer_pending(m->closer, c->uid) >= CLOSER_USER_MAX)
+                        conn_kill(c, "too many descriptors sent whose close waits");
+                if (n == 0 || (n < 0 && n != -EMSGSIZE) || c->dying) {
+                        for (size_t i = 0; i < nfds; i++)
+                                safe_close(fds[i]);
                         c->dying = true;
                         return;
                 }
@@ -1171,6 +1181,13 @@ static void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
+                if (closer_pending(m->closer, cred.uid) >= CLOSER_USER_MAX) {
+                        log_warn("pid %d (uid %u): refused: its user sent descriptors whose close still waits",
+                                 (int)cred.pid, cred.uid);
+                        free(c);
+                        safe_close(fd);
+                        continue;
+                }
                 if (m->nconns >= m->cfg.max_clients || !users_may_connect(m, cred.uid)) {
                         log_warn("pid %d (uid %u): too many connections (%s), refused", (int)cred.pid, cred.uid,
                                  m->nconns >= m->cfg.max_clients ? "max_clients" : "its user's max_connections");
@@ -1216,7 +1233,7 @@ static void conn_free(Manager *m, Conn *c) {
                 mm_detach(m, c->mm, c);
         }
         epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-        safe_close(c->fd);
+        c->fd = closer_close_conn(m->closer, c->fd, c->uid);
         free(c->groups);
         free(c);
 }
@@ -1374,6 +1391,9 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                                      .tier_uring = m->tier != NULL,
                                      .tier_inet = strncmp(m->conf.tier.backing, "nbd://", 6) == 0 })) < 0)
                 goto fail;
+        r = closer_new(&m->closer);
+        if (r < 0)
+                goto fail;
         m->fts = calloc(cfg->fault_threads, sizeof(*m->fts));
         if (!m->fts) {
                 r = -ENOMEM;
@@ -1434,6 +1454,7 @@ Manager *manager_free(Manager *m) {
                 work_free(w);
                 w = n;
         }
+        m->closer = closer_free(m->closer);
         /* every client is gone: nothing refers to a block any more */
         m->tier = tier_free(m->tier);
         pool_shared_free(m->pools);

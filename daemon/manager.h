@@ -18,6 +18,7 @@
 #include "tunables.h"
 
 typedef struct Evictor Evictor;
+typedef struct Closer Closer;
 
 typedef struct ManagerConfig {
         const char *socket_path;
@@ -73,6 +74,7 @@ struct Manager {
         int epfd;
         int listen_fd;
         Inbox inbox;       /* work from workers and fault threads */
+        Closer *closer;    /* closes what clients sent off this thread (closer.c) */
         int timer_fd;      /* periodic maintenance */
         int signal_fd;
         bool exiting;

@@ -211,8 +211,9 @@ static void malformed(void) {
         mv->nruns = mv->npages = mv->runs[0].npages = 1;
         req(fd, NULL, 0, -EPROTO);
 
-        /* descriptors on a request that takes none, and more of them than
-         * the daemon's control buffer holds: answered, and all closed */
+        /* descriptors on a request that takes none, four and then twenty
+         * (the daemon takes up to the kernel's 253 in one message, so the
+         * kernel drops none in its thread): answered, and all closed */
         int p[2], copies[20];
         char control[CMSG_SPACE(sizeof(copies))] = {};
         ASSERT_OK(pipe2(p, O_CLOEXEC | O_NONBLOCK));
@@ -228,7 +229,7 @@ static void malformed(void) {
         memcpy(CMSG_DATA(CMSG_FIRSTHDR(&mh)), copies, sizeof(copies));
         ((ZMsgHeader *)out)->id = ++ids;
         ASSERT_TRUE(sendmsg(fd, &mh, 0) > 0);
-        reply(fd, ids, -EPROTO);
+        ASSERT_TRUE(recv_msg(fd, NULL) == sizeof(ZMsgStatsReply) && ((ZMsgStatsReply *)in)->status == 0);
         close(p[0]);
         assert_no_reader(p[1]);
 

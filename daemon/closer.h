@@ -1,0 +1,36 @@
+/*
+ * closer.h: descriptors from clients, closed where a close that waits
+ * cannot hold up the daemon.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct Closer Closer;
+
+/* Descriptors one user may have waiting to be closed; past it the user's
+ * connections are dropped and new ones refused until the count falls. */
+#define CLOSER_USER_MAX 16u
+
+int closer_new(Closer **ret);
+Closer *closer_free(Closer *cl);
+
+/* Whether closing fd can never wait: its file is of a kind whose last
+ * close does no I/O and takes no lock another process can hold (a
+ * userfaultfd or other anonymous inode, a pidfd, a memfd or tmpfs file, a
+ * pipe). */
+bool fd_close_is_safe(int fd);
+
+/* Close fd here if fd_close_is_safe(), else hand it to the closer thread,
+ * counted against uid until it is closed. Returns -1. Manager thread. */
+int closer_drop(Closer *cl, int fd, uid_t uid);
+
+/* Descriptors of uid still waiting to be closed. Any thread. */
+unsigned closer_pending(Closer *cl, uid_t uid);
+
+/* Shut a connection's socket for reading, take every descriptor still
+ * queued on it (each through closer_drop()), then close it: the kernel
+ * would otherwise drop the queued ones' last references in this thread.
+ * Returns -1. */
+int closer_close_conn(Closer *cl, int fd, uid_t uid);
