@@ -60,6 +60,33 @@ struct pm_scan_arg {
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 #endif
 
+/* PROCMAP_QUERY on /proc/PID/maps (Linux 6.11), <linux/fs.h> of 6.11: the
+ * mapping at an address without reading every line before it */
+#ifndef PROCMAP_QUERY
+struct procmap_query {
+        __u64 size;
+        __u64 query_flags;
+        __u64 query_addr;
+        __u64 vma_start;
+        __u64 vma_end;
+        __u64 vma_flags;
+        __u64 vma_page_size;
+        __u64 vma_offset;
+        __u64 inode;
+        __u32 dev_major;
+        __u32 dev_minor;
+        __u32 vma_name_size;
+        __u32 build_id_size;
+        __u64 vma_name_addr;
+        __u64 build_id_addr;
+};
+#define PROCMAP_QUERY_VMA_READABLE 0x01
+#define PROCMAP_QUERY_VMA_WRITABLE 0x02
+#define PROCMAP_QUERY_VMA_EXECUTABLE 0x04
+#define PROCMAP_QUERY_VMA_SHARED 0x08
+#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
+#endif
+
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC 0xAA
 #define USERFAULTFD_IOC_NEW _IO(USERFAULTFD_IOC, 0x00)

@@ -332,7 +332,7 @@ static int ioctl_rules(scmp_filter_ctx f) {
         static const unsigned long reqs[] = {
                 UFFDIO_API, UFFDIO_REGISTER, UFFDIO_UNREGISTER, UFFDIO_WAKE, UFFDIO_COPY,
                 UFFDIO_ZEROPAGE, UFFDIO_WRITEPROTECT, UFFDIO_MOVE, USERFAULTFD_IOC_NEW,
-                UFFDIO_POISON, PAGEMAP_SCAN, TCGETS, TIOCGWINSZ,
+                UFFDIO_POISON, PAGEMAP_SCAN, PROCMAP_QUERY, TCGETS, TIOCGWINSZ,
         };
         int r = 0;
         /* the kernel takes the request as an unsigned int: compare 32 bits */

@@ -1,9 +1,9 @@
 /*
- * test-dos: a local user who is not even admitted as a client tries to
- * stop the daemon's manager thread, while an honest client pages 64 MiB
- * out and reads every page back.
+ * test-dos: a local user tries to stop or monopolise the daemon's manager
+ * thread, while an honest client pages 64 MiB out and reads every page
+ * back. One case per attack (argv[1]):
  *
- * The attack: files whose last close waits. A TCP socket with unsent
+ * linger: files whose last close waits. A TCP socket with unsent
  * data and SO_LINGER set (an hour) makes close() wait until its data is
  * gone or the hour has passed; the peer here never reads. The attacker
  * (uid U_ATTACKER, not in any allow list) sends such sockets to the
@@ -23,6 +23,14 @@
  * refused new connections while they wait, and admitted again once the
  * peer resets them. The times alone and under attack are printed (a
  * ratio, never asserted: CI machines are noisy).
+ *
+ * maps: a client with 60,000 mappings registers and unregisters a page
+ * above all of them, again and again. Checking that the range is private
+ * anonymous memory must not cost the manager in proportion to the
+ * mappings elsewhere in the process: the daemon's reads (rchar in
+ * /proc/PID/io, the bytes its read() calls returned) per REGISTER must
+ * stay under 64 KiB, where reading /proc/PID/maps from its first line
+ * read megabytes each time. The honest client's work runs meanwhile.
  */
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -221,11 +229,7 @@ static bool attacker_served(void) {
         return WEXITSTATUS(st) == 0;
 }
 
-int main(void) {
-        test_require_root();
-        signal(SIGPIPE, SIG_IGN);
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
-
+static void case_linger(void) {
         /* a listener with a tiny receive buffer that never reads */
         listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int small = 4096;
@@ -277,6 +281,108 @@ int main(void) {
         waitpid(att, NULL, 0);
         fprintf(stderr, "honest 64 MiB pageout and read-back: alone %.2f s, under attack %.2f s (%.2fx)\n", alone,
                 attacked, attacked / alone);
+}
+
+/* ---- maps ---- */
+
+#define MAPPINGS 60000
+#define REGISTERS 200
+
+/* The bytes the daemon's read() calls have returned so far. */
+static uint64_t daemon_rchar(void) {
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/%d/io", (int)d.pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(fd >= 0);
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        ASSERT_TRUE(n > 0);
+        buf[n] = 0;
+        unsigned long long v = 0;
+        ASSERT_TRUE(sscanf(buf, "rchar: %llu", &v) == 1);
+        return v;
+}
+
+/* A client with MAPPINGS mappings below one page it registers over and
+ * over; *done counts the REGISTERs, *stop ends the loop. */
+static int many_mappings(volatile uint64_t *done, volatile int *stop) {
+        uint8_t *top = test_map(ZSWAP_PAGE_SIZE); /* the highest: mmap goes down */
+        for (int i = 0; i < MAPPINGS; i++) {
+                /* alternate protections so that none merge */
+                void *p = mmap(NULL, ZSWAP_PAGE_SIZE, i & 1 ? PROT_READ : PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED) {
+                        fprintf(stderr, "mapping %d: %s\n", i, strerror(errno));
+                        return 20;
+                }
+        }
+        struct zswap_client *c = td_connect(&d);
+        top[0] = 1;
+        while (!*stop) {
+                int r = zswap_register(c, top, ZSWAP_PAGE_SIZE);
+                if (r < 0) {
+                        fprintf(stderr, "register: %s\n", strerror(-r));
+                        return 21;
+                }
+                ASSERT_OK(zswap_unregister(c, top, ZSWAP_PAGE_SIZE));
+                (*done)++;
+        }
+        if (top[0] != 1)
+                return 22;
+        zswap_disconnect(c);
+        return 0;
+}
+
+static void case_maps(void) {
+        volatile uint64_t *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(shared != MAP_FAILED);
+        volatile uint64_t *done = &shared[0];
+        volatile int *stop = (volatile int *)&shared[1];
+
+        double alone = run_honest("alone");
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                _exit(many_mappings(done, stop));
+        }
+        /* the first few REGISTERs, then count the daemon's reads over many */
+        for (uint64_t t0 = now_ns(); *done < 3; usleep(1000))
+                if (now_ns() - t0 > 120 * 1000000000ull || waitpid(pid, NULL, WNOHANG) == pid)
+                        test_fail("the client with %d mappings made %llu REGISTERs", MAPPINGS,
+                                  (unsigned long long)*done);
+        uint64_t r0 = daemon_rchar(), n0 = *done;
+        double attacked = run_honest("under attack");
+        for (uint64_t t0 = now_ns(); *done < n0 + REGISTERS; usleep(1000))
+                if (now_ns() - t0 > 300 * 1000000000ull)
+                        test_fail("%llu of %d REGISTERs in 300 s", (unsigned long long)(*done - n0), REGISTERS);
+        uint64_t r1 = daemon_rchar(), n1 = *done;
+        *stop = 1;
+        int st;
+        ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        uint64_t per = (r1 - r0) / (n1 - n0);
+        fprintf(stderr, "%llu REGISTERs with %d mappings: the daemon read %llu bytes each\n",
+                (unsigned long long)(n1 - n0), MAPPINGS, (unsigned long long)per);
+        fprintf(stderr, "honest 64 MiB pageout and read-back: alone %.2f s, under attack %.2f s (%.2fx)\n", alone,
+                attacked, attacked / alone);
+        if (per >= 64 * 1024)
+                test_fail("the daemon read %llu bytes per REGISTER: its work grows with the client's mappings",
+                          (unsigned long long)per);
+}
+
+int main(int argc, char **argv) {
+        test_require_root();
+        signal(SIGPIPE, SIG_IGN);
+        if (argc != 2)
+                test_fail("usage: test-dos linger|maps");
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        if (strcmp(argv[1], "linger") == 0)
+                case_linger();
+        else if (strcmp(argv[1], "maps") == 0)
+                case_maps();
+        else
+                test_fail("no case %s", argv[1]);
         td_stop(&d);
         return 0;
 }
