@@ -85,7 +85,9 @@ static int raw_connect(void) {
         return fd;
 }
 
-static void send_with(int sock, uint16_t type, const int *fds, size_t nfds) {
+/* Whether the daemon took the message (it may have dropped the
+ * connection already: the attack goes on regardless). */
+static bool send_with(int sock, uint16_t type, const int *fds, size_t nfds) {
         _Alignas(8) uint8_t out[ZSWAP_MSG_MAX];
         memset(out, 0, sizeof(out));
         zmsg_init((ZMsgHeader *)out, type, 1, zmsg_expected_size(type));
@@ -106,32 +108,30 @@ static void send_with(int sock, uint16_t type, const int *fds, size_t nfds) {
                 cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
                 memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
         }
-        ASSERT_TRUE(sendmsg(sock, &mh, MSG_NOSIGNAL) > 0);
+        return sendmsg(sock, &mh, MSG_NOSIGNAL) > 0;
 }
 
-/* The attack, as U_ATTACKER; the attacker's copies closed. */
+/* The attack, as U_ATTACKER; the attacker's copies closed. The three
+ * connections are made first: the daemon refuses new ones of this user
+ * once the second message is in. */
 static int attack(void) {
         int fds[20];
+        int s = raw_connect(), s2 = raw_connect(), s3 = raw_connect();
+        ASSERT_TRUE(s >= 0 && s2 >= 0 && s3 >= 0);
 
         /* one with a message the daemon refuses (HELLO carries none) */
-        int s = raw_connect();
-        ASSERT_TRUE(s >= 0);
         fds[0] = lingering_socket();
-        send_with(s, ZMSG_HELLO, fds, 1);
+        (void)send_with(s, ZMSG_HELLO, fds, 1);
         close(fds[0]);
 
         /* twenty in one message */
-        int s2 = raw_connect();
-        ASSERT_TRUE(s2 >= 0);
         for (int i = 0; i < 20; i++)
                 fds[i] = lingering_socket();
-        send_with(s2, ZMSG_STATUS, fds, 20);
+        (void)send_with(s2, ZMSG_STATUS, fds, 20);
         for (int i = 0; i < 20; i++)
                 close(fds[i]);
 
         /* one queued behind enough garbage to have the connection dropped */
-        int s3 = raw_connect();
-        ASSERT_TRUE(s3 >= 0);
         int flags = fcntl(s3, F_GETFL);
         ASSERT_OK(fcntl(s3, F_SETFL, flags | O_NONBLOCK));
         for (int i = 0; i < 80; i++) {
@@ -140,7 +140,7 @@ static int attack(void) {
                         break;
         }
         fds[0] = lingering_socket();
-        send_with(s3, ZMSG_STATUS, fds, 1);
+        (void)send_with(s3, ZMSG_STATUS, fds, 1);
         close(fds[0]);
         /* the connections stay open: the daemon decides when they close */
         pause();
