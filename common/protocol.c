@@ -105,16 +105,17 @@ int zmsg_validate(const void *buf, size_t len) {
 int zmsg_send(int fd, const void *msg, size_t len, const int *fds, size_t nfds) {
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 4)];
-        } control = {};
+                char buf[CMSG_SPACE(sizeof(int) * ZMSG_FDS_MAX)];
+        } control;
         struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
         struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
-        if (nfds > 4)
+        if (nfds > ZMSG_FDS_MAX)
                 return -EINVAL;
         if (nfds > 0) {
                 mh.msg_control = control.buf;
                 mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+                memset(control.buf, 0, mh.msg_controllen); /* padding too: no stack bytes leave */
                 struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
                 cm->cmsg_level = SOL_SOCKET;
                 cm->cmsg_type = SCM_RIGHTS;

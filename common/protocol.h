@@ -291,8 +291,11 @@ static inline size_t zmsg_move_size(uint32_t nruns) {
         return offsetof(ZMsgMove, runs) + (size_t)nruns * sizeof(ZMoveRun);
 }
 
+/* The most fds one message can carry (the kernel's SCM_MAX_FD). */
+#define ZMSG_FDS_MAX 253
+
 /*
- * Send one message with up to 4 fds. Non-blocking sockets return -EAGAIN
+ * Send one message with up to ZMSG_FDS_MAX fds. Non-blocking sockets return -EAGAIN
  * when the peer's queue is full. Returns 0 or -errno.
  */
 int zmsg_send(int fd, const void *msg, size_t len, const int *fds, size_t nfds);
@@ -306,8 +309,6 @@ int zmsg_send(int fd, const void *msg, size_t len, const int *fds, size_t nfds);
  */
 ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid);
 
-/* The most fds one message can carry (the kernel's SCM_MAX_FD). */
-#define ZMSG_FDS_MAX 253
 /*
  * As zmsg_recv(), for a receiver that must decide how each fd is closed
  * (the daemon: the last close of a client's file may wait, closer.c): fds

@@ -92,23 +92,7 @@ static bool send_with(int sock, uint16_t type, const int *fds, size_t nfds) {
         memset(out, 0, sizeof(out));
         zmsg_init((ZMsgHeader *)out, type, 1, zmsg_expected_size(type));
         ((ZMsgHello *)out)->role = ZROLE_CONTROL;
-        /* up to ZMSG_FDS_MAX fds: zmsg_send() takes 4, so build it here */
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 32)];
-        } control;
-        struct iovec iov = { .iov_base = out, .iov_len = ((ZMsgHeader *)out)->size };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        if (nfds) {
-                mh.msg_control = control.buf;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-                memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-        }
-        return sendmsg(sock, &mh, MSG_NOSIGNAL) > 0;
+        return zmsg_send(sock, out, ((ZMsgHeader *)out)->size, fds, nfds) == 0;
 }
 
 /* The attack, as U_ATTACKER; the attacker's copies closed. The three

@@ -213,24 +213,6 @@ static void make_pipes(int (*p)[2], size_t n) {
                 ASSERT_OK(pipe2(p[i], O_CLOEXEC | O_NONBLOCK));
 }
 
-/* sendmsg with any number of fds (zmsg_send stops at 4) */
-static void send_raw(int fd, const void *buf, size_t len, const int *fds, size_t nfds) {
-        char control[CMSG_SPACE(sizeof(int) * 64)] = {};
-        struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-        ASSERT_TRUE(nfds <= 64);
-        if (nfds) {
-                mh.msg_control = control;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-                struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-                memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-        }
-        ASSERT_EQ(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
-}
-
 static void test_framing(void) {
         _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 64];
         int sp[2], pipes[20][2], fds[8];
@@ -278,7 +260,7 @@ static void test_framing(void) {
         /* four fds, room for two: the other two are closed */
         int four[4] = { pipes[0][0], pipes[1][0], pipes[2][0], pipes[3][0] };
         ASSERT_OK(zmsg_send(sp[0], &rg, sizeof(rg), four, 4));
-        ASSERT_ERROR(zmsg_send(sp[0], &rg, sizeof(rg), four, 5), EINVAL);
+        ASSERT_ERROR(zmsg_send(sp[0], &rg, sizeof(rg), four, ZMSG_FDS_MAX + 1), EINVAL);
         for (int i = 0; i < 4; i++)
                 pipes[i][0] = safe_close(pipes[i][0]); /* only the copies in flight are left */
         nfds = 2;
@@ -303,7 +285,7 @@ static void test_framing(void) {
                 int rd[20];
                 for (size_t i = 0; i < n; i++)
                         rd[i] = pipes[i][0];
-                send_raw(sp[0], &rg, sizeof(rg), rd, n);
+                ASSERT_OK(zmsg_send(sp[0], &rg, sizeof(rg), rd, n));
                 for (size_t i = 0; i < n; i++)
                         pipes[i][0] = safe_close(pipes[i][0]);
                 nfds = ELEMENTSOF(fds);
@@ -339,6 +321,29 @@ static void test_framing(void) {
         ASSERT_OK(zmsg_send(sp[0], &rg, sizeof(rg), NULL, 0));
         ASSERT_EQ(zmsg_recv(sp[1], in, sizeof(in), NULL, NULL, NULL), sizeof(rg));
         ASSERT_EQ(memcmp(in, &rg, sizeof(rg)), 0);
+
+        /* zmsg_recv_all(): every fd of a message, twenty here, and those of
+         * a truncated one too; it closes none (the daemon decides how) */
+        for (size_t trunc = 0; trunc <= 1; trunc++) {
+                int rd[20], all[ZMSG_FDS_MAX];
+                make_pipes(pipes, 20);
+                for (size_t i = 0; i < 20; i++)
+                        rd[i] = pipes[i][0];
+                ASSERT_OK(zmsg_send(sp[0], trunc ? (const void *)msg : &rg, trunc ? 100 : sizeof(rg), rd, 20));
+                for (size_t i = 0; i < 20; i++)
+                        pipes[i][0] = safe_close(pipes[i][0]);
+                nfds = ELEMENTSOF(all);
+                ssize_t r = zmsg_recv_all(sp[1], in, trunc ? 50 : sizeof(in), all, &nfds, NULL);
+                ASSERT_EQ(r, trunc ? -EMSGSIZE : (ssize_t)sizeof(rg));
+                ASSERT_EQ(nfds, 20);
+                for (size_t i = 0; i < 20; i++) {
+                        ASSERT_TRUE(pipe_has_reader(pipes[i][1]));
+                        close(all[i]);
+                        ASSERT_TRUE(!pipe_has_reader(pipes[i][1]));
+                        close(pipes[i][1]);
+                }
+                ASSERT_EQ(count_fds(), base);
+        }
 
         /* the sender's pid, ours and a child's */
         int one = 1;
