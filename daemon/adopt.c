@@ -318,12 +318,17 @@ static int cmp_range(const void *x, const void *y) {
 
 /* The range table as it is after ev: what lay in [ev->start, ev->end) is
  * cut out (munmap, mremap; an MADV_DONTNEED changes nothing) and, for an
- * mremap, put back where it went. Applying it to a
- * table the dead daemon had changed already (it moves the ranges after the
- * entries) changes nothing. t has room for 2 * STORE_RANGES_MAX + 1 pieces;
- * returns the new count or -EBADMSG if the result does not fit a store. */
-static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
+ * mremap, put back where it went. Applying it to a table the dead daemon
+ * had changed already (it moves the ranges after the entries) changes
+ * nothing. Each of the n ranges the event cuts leaves its head in place
+ * and adds its tail and, for an mremap, the part moved: up to 3n pieces
+ * before they are merged. t holds cap pieces, and no piece is written past
+ * them whatever n and ev are (-EBADMSG instead). Returns the new count, or
+ * -EBADMSG if the result does not fit a store. */
+static int journal_ranges(StoreRange *t, int n, int cap, const StoreEvent *ev) {
         int m = n;
+        if (n > cap)
+                return -EBADMSG;
         if (!ev->unmapped)
                 return n; /* MADV_DONTNEED: the range stays registered */
         for (int i = 0; i < n; i++) {
@@ -331,6 +336,8 @@ static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
                 uint64_t s = MAX(r.start, ev->start), e = MIN(r.end, ev->end);
                 if (s >= e)
                         continue;
+                if (cap - m < (ev->to != STORE_EVENT_GONE ? 2 : 1))
+                        return -EBADMSG;
                 t[i] = (StoreRange){ r.start, s }; /* may be empty: dropped below */
                 t[m++] = (StoreRange){ e, r.end };
                 if (ev->to != STORE_EVENT_GONE)
@@ -349,9 +356,12 @@ static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
         return k <= STORE_RANGES_MAX ? k : -EBADMSG;
 }
 
+/* Room for what the journal's event may split (journal_ranges()): each
+ * range a head, a tail and a moved part. */
+#define ADOPT_RANGES_ROOM (3 * STORE_RANGES_MAX)
+
 int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, char *why, size_t len) {
-        /* room for what the journal's event may split (journal_ranges()) */
-        StoreRange *t = malloc((2 * STORE_RANGES_MAX + 1) * sizeof(*t));
+        StoreRange *t = malloc(ADOPT_RANGES_ROOM * sizeof(*t));
         if (!t)
                 return -ENOMEM;
         int n = store_ranges(old, t, STORE_RANGES_MAX);
@@ -360,7 +370,7 @@ int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, c
                 snprintf(why, len, "bad event in the journal");
         else if (n < 0)
                 snprintf(why, len, "bad range table");
-        if (n >= 0 && j > 0 && (n = journal_ranges(t, n, ev)) < 0)
+        if (n >= 0 && j > 0 && (n = journal_ranges(t, n, ADOPT_RANGES_ROOM, ev)) < 0)
                 snprintf(why, len, "too many ranges after the journal's event");
         if (n < 0 || j < 0) {
                 free(t);
