@@ -52,6 +52,7 @@
 #include "uffd-compat.h"
 #include "util.h"
 #include "trace.h"
+#include "users.h"
 
 #define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
 
@@ -821,6 +822,7 @@ typedef struct RangeCtx {
         int errors;
         int inflight;    /* fork: of errors, pages caught in an eviction or install */
         int install_err; /* fork: the first error installing a page in the child */
+        int resident;    /* fork: pages installed in the child for want of quota or pool room */
 } RangeCtx;
 
 /*
@@ -1133,8 +1135,17 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 break;
         }
         if (src) {
+                /* the copy is paid from the parent's share of its user's
+                 * max_pool (the child is the same user's) and must fit
+                 * under the pool bound; one that does not is installed in
+                 * the child now, resident, as when the pool is out of
+                 * memory: a fork costs the child memory, never content,
+                 * and never the pool room of other users */
                 PoolHandle h;
-                int r = pool_alloc(pool, len, &h);
+                bool paid = users_quota_take(c->mm, len);
+                int r = !paid ? -EDQUOT : reclaim_pool_room(c->mm->m, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
+                if (r < 0 && paid)
+                        users_quota_give(c->mm, len);
                 if (r == 0) {
                         memcpy(pool_map(pool, h), src, len);
                         nv = pe_make_stored(h, len) | tier;
@@ -1142,11 +1153,14 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                                 mmclient_count_tier(c->child, stub.len, 1);
                         atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
                         atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
+                        /* relaxed: a counter the manager sums (users.c) */
+                        atomic_fetch_add_explicit(&c->mm->fork_bytes, len, memory_order_relaxed);
                 } else if (tier) {
                         tier_put(c->mm->m->tier, &stub);
                         c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
                 } else
                         c->errors += !fork_install(c, addr, NULL, 0, src, len);
+                c->resident += r == -EDQUOT || r == -ENOSPC;
                 if (pe_state(v) == PE_STORED && !tier)
                         atomic_store_explicit(e, v & ~PE_WB, memory_order_release); /* copied: the parent's again */
                 if (r < 0)
@@ -1191,6 +1205,9 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         }
         mmclient_regions_copy(child, mm);
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
+        if (c.resident)
+                log_info("pid %d: %d pages installed in a forked child, resident: no room for their copies "
+                         "under its user's max_pool or the pool bound", (int)mm->pid, c.resident);
         if (c.errors)
                 log_error("pid %d: %d pages could not be copied to a forked child (%d caught in flight; "
                           "installing: %s)", (int)mm->pid, c.errors, c.inflight,
@@ -1210,6 +1227,9 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                 if (mm->m->fts[i] != ft)
                         fault_post_mm(mm->m->fts[i], FW_ADOPT, child);
         manager_adopt_orphan(mm->m, child); /* hands over our reference */
+        /* the child's copies are counted as an orphan's now (users.c);
+         * relaxed: a counter, and only this thread builds children of mm */
+        atomic_store_explicit(&mm->fork_bytes, 0, memory_order_relaxed);
 }
 
 static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg) {

@@ -47,6 +47,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
                 return -ENOMEM;
         atomic_init(&mm->refs, 1);
         atomic_init(&mm->quota_left, INT64_MAX);
+        atomic_init(&mm->fork_bytes, 0);
         mm->m = m;
         mm->uffd = uffd;
         mm->pidfd = -1;

@@ -162,6 +162,10 @@ typedef struct MMClient {
          * max_pool (users.c sets it each tick, workers take from it per
          * page); INT64_MAX: no quota */
         _Atomic int64_t quota_left;
+        /* pool bytes copied for a child this client's fork event is
+         * building, which is in no list yet (fault.c event_fork(), the
+         * fault thread's); counted for its user as if held (users.c) */
+        _Atomic uint64_t fork_bytes;
 
         /* manager thread only */
         Conn *conn;

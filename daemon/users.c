@@ -18,8 +18,12 @@
  *    is the pages a worker had debited but not yet counted when the tick
  *    handed the share out anew (a page per worker); with k clients, k - 1
  *    times what was left at the tick besides. The same share pays for
- *    an adopted store's objects (adopt.c, from users_pool_left(); what
- *    does not fit is installed in the client).
+ *    what is not an eviction: a fork's copies of its parent's objects
+ *    (fault.c, from the parent's share; what does not fit is installed in
+ *    the child, resident) and an adopted store's objects (adopt.c, from
+ *    users_pool_left(); what does not fit is installed in the client).
+ *    A forked child that has not attached yet (an orphan) counts for its
+ *    user as much as an attached client.
  *  - max_requests: the user's connections are taken out of epoll until
  *    the bucket has a token again: slower, never dropped or refused.
  */
@@ -149,9 +153,13 @@ uint64_t users_default_limit(Manager *m, uid_t uid) {
 
 static void users_pool_add(Manager *m, MMClient *mm) {
         UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
-        /* relaxed: a counter, read as of now */
+        /* relaxed: counters, read as of now. fork_bytes: a child being
+         * built by a fork event is in no list yet, and its copies are
+         * paid from this share; counted twice a moment once it is an
+         * orphan, which errs on the safe side */
         if (u)
-                u->pool_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed);
+                u->pool_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed) +
+                                 atomic_load_explicit(&mm->fork_bytes, memory_order_relaxed);
 }
 
 static void users_pool(Manager *m) {
@@ -159,7 +167,13 @@ static void users_pool(Manager *m) {
                 u->pool_bytes = 0;
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 users_pool_add(m, mm);
-
+        /* forked children not attached yet hold their copies too: a
+         * process that forks and whose children never attach must not
+         * get its user's pool past max_pool */
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                users_pool_add(m, mm);
+        pthread_mutex_unlock(&m->orphans_lock);
         for (UserState *u = m->users; u; u = u->next) {
                 uint64_t max = u->lim.v[UKEY_MAX_POOL];
                 /* hysteresis as at the daemon's bound: resume 10 % under it */
