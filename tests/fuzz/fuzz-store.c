@@ -331,7 +331,7 @@ static void build(Model *m, const uint8_t *data, size_t size) {
                         } else {
                                 unsigned copy = what & FS_FILL_COPY;
                                 StoreRange *t = (StoreRange *)(map + STORE_RANGES_OFF) + (size_t)copy * STORE_RANGES_MAX;
-                                count = count % (STORE_RANGES_MAX + 1);
+                                count = count % (STORE_RANGES_MAX + 2); /* one past the table: refused */
                                 if (what & FS_FILL_COUNT) {
                                         /* the superblock's count too: a full table in one record */
                                         atomic_store_explicit(&s->nranges[copy], (uint32_t)count, memory_order_relaxed);

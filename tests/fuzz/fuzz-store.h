@@ -64,7 +64,7 @@ enum {
                         * remap.from, remap.to, remap.len) */
         FS_OP_FILL, /* many writes in one record, so that an input reaches every count limit:
                      * u8 what (FS_FILL_*), u16 count, u32 first, u64 base, u32 stride, u32 len.
-                     * Ranges (count mod STORE_RANGES_MAX + 1): range i, at index (first + i) mod
+                     * Ranges (count mod STORE_RANGES_MAX + 2): range i, at index (first + i) mod
                      * STORE_RANGES_MAX of copy what & 1, is len pages at page base + i * stride
                      * (wrapping as uint64_t); with FS_FILL_COUNT the superblock's nranges of that
                      * copy is set to the count. Entries (count mod FS_FILL_ENTRIES_MAX + 1):

@@ -366,6 +366,10 @@ static int store_seeds(const char *dir, const Corpus *c) {
                 rec_fill(&s, FS_FILL_COUNT, STORE_RANGES_MAX, 0, base, 3, 2);
                 rec_journal(&s, UFFD_EVENT_REMAP, (base + 1) * P, 0x400000000000ull, (3ull * STORE_RANGES_MAX - 1) * P);
                 r |= write_seed(dir, "limit-ranges-remap-head", s.b, s.n, NULL, 0);
+                /* a count one past what a table holds: refused */
+                seed_init(&s, &h);
+                rec_fill(&s, FS_FILL_COUNT, STORE_RANGES_MAX + 1, 0, base, 2, 1);
+                r |= write_seed(dir, "limit-ranges-past", s.b, s.n, NULL, 0);
 
                 h = (FuzzStoreHdr){ .daemon_id = 0x4545, .leaves = 8, .nranges = { 1, 0 } };
                 seed_init(&s, &h);
