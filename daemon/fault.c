@@ -823,6 +823,7 @@ typedef struct RangeCtx {
         int inflight;    /* fork: of errors, pages caught in an eviction or install */
         int install_err; /* fork: the first error installing a page in the child */
         int resident;    /* fork: pages installed in the child for want of quota or pool room */
+        int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */
 } RangeCtx;
 
 /*
@@ -1138,14 +1139,28 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 /* the copy is paid from the parent's share of its user's
                  * max_pool (the child is the same user's) and must fit
                  * under the pool bound; one that does not is installed in
-                 * the child now, resident, as when the pool is out of
-                 * memory: a fork costs the child memory, never content,
-                 * and never the pool room of other users */
+                 * the child now, resident: a fork costs the child memory,
+                 * never content, and never the pool room of other users.
+                 * A child that is changing its address space already (an
+                 * event of its uffd not read yet: EAGAIN) cannot take the
+                 * page now; then the copy is kept after all, under the
+                 * allocator's cap, and counted for its user, whose own
+                 * evictions wait until it is back under max_pool */
                 PoolHandle h;
-                bool paid = users_quota_take(c->mm, len);
+                bool paid = users_quota_take(c->mm, len), resident = false;
                 int r = !paid ? -EDQUOT : reclaim_pool_room(c->mm->m, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
                 if (r < 0 && paid)
                         users_quota_give(c->mm, len);
+                if (r == -EDQUOT || (r == -ENOSPC && paid)) {
+                        int err = c->install_err;
+                        resident = tier ? fork_install(c, addr, c->mm, v, NULL, 0) : fork_install(c, addr, NULL, 0, src, len);
+                        c->install_err = err; /* not an error yet */
+                        if (resident && tier)
+                                tier_put(c->mm->m->tier, &stub);
+                        c->resident += resident;
+                        r = resident ? -EDQUOT : pool_alloc(pool, len, &h);
+                        c->over += r == 0;
+                }
                 if (r == 0) {
                         memcpy(pool_map(pool, h), src, len);
                         nv = pe_make_stored(h, len) | tier;
@@ -1155,12 +1170,13 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
                         /* relaxed: a counter the manager sums (users.c) */
                         atomic_fetch_add_explicit(&c->mm->fork_bytes, len, memory_order_relaxed);
+                } else if (resident) {
+                        /* installed above */
                 } else if (tier) {
                         tier_put(c->mm->m->tier, &stub);
                         c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
                 } else
                         c->errors += !fork_install(c, addr, NULL, 0, src, len);
-                c->resident += r == -EDQUOT || r == -ENOSPC;
                 if (pe_state(v) == PE_STORED && !tier)
                         atomic_store_explicit(e, v & ~PE_WB, memory_order_release); /* copied: the parent's again */
                 if (r < 0)
@@ -1208,6 +1224,10 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         if (c.resident)
                 log_info("pid %d: %d pages installed in a forked child, resident: no room for their copies "
                          "under its user's max_pool or the pool bound", (int)mm->pid, c.resident);
+        if (c.over)
+                log_warn("pid %d: %d pages copied to a forked child past its user's max_pool or the pool bound: "
+                         "the child was changing its address space and could not take them resident",
+                         (int)mm->pid, c.over);
         if (c.errors)
                 log_error("pid %d: %d pages could not be copied to a forked child (%d caught in flight; "
                           "installing: %s)", (int)mm->pid, c.errors, c.inflight,
@@ -1220,6 +1240,10 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * then it is matched by its token and its user alone */
         child->parent_pidfd = mm->pidfd >= 0 ? fcntl(mm->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
         child->uid = mm->uid; /* written once at attach, before the uffd was watched */
+        /* what is left of its user's share until the manager counts it
+         * (users.c): it may fork before it attaches. relaxed: a budget */
+        atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),
+                              memory_order_relaxed);
         child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;
         fault_thread_own(ft, child);

@@ -162,6 +162,14 @@ static void users_pool_add(Manager *m, MMClient *mm) {
                                  atomic_load_explicit(&mm->fork_bytes, memory_order_relaxed);
 }
 
+static void users_share(Manager *m, MMClient *mm) {
+        UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
+        uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
+        int64_t left = !max ? INT64_MAX : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
+        /* relaxed: a budget the workers and fault threads take from */
+        atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
+}
+
 static void users_pool(Manager *m) {
         for (UserState *u = m->users; u; u = u->next)
                 u->pool_bytes = 0;
@@ -185,13 +193,14 @@ static void users_pool(Manager *m) {
         }
         /* each client may take what its user has left: with one client
          * that is exact; with k, the overshoot is at most k - 1 times what
-         * was left at this tick */
-        for (MMClient *mm = m->mms; mm; mm = mm->next) {
-                UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
-                uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
-                int64_t left = !max ? INT64_MAX : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
-                atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
-        }
+         * was left at this tick. An orphan too: it may fork before it
+         * attaches, and its children's copies are paid from its share */
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                users_share(m, mm);
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                users_share(m, mm);
+        pthread_mutex_unlock(&m->orphans_lock);
 }
 
 int64_t users_pool_left(Manager *m, uid_t uid) {
@@ -237,6 +246,11 @@ void users_tick(Manager *m) {
                         used = c->uid == u->uid;
                 for (MMClient *mm = m->mms; mm && !used; mm = mm->next)
                         used = mm->uid == u->uid;
+                /* a forked child not attached yet holds pool bytes too */
+                pthread_mutex_lock(&m->orphans_lock);
+                for (MMClient *mm = m->orphans; mm && !used; mm = mm->next)
+                        used = mm->uid == u->uid;
+                pthread_mutex_unlock(&m->orphans_lock);
                 if (used) {
                         p = &u->next;
                         continue;

@@ -26,6 +26,9 @@
  *    gives its own copies: once all have attached, the pool holds at most
  *    max_pool (plus 16 pages) for the user, and every child and the parent
  *    read every page back intact.
+ *  - fork, orphans: the same with a child that never attaches (forked
+ *    without libzswap's handlers) and forks four children of its own:
+ *    their copies are paid from the same share.
  */
 #include <fcntl.h>
 #include <grp.h>
@@ -34,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -454,33 +458,116 @@ static int fork_parent(void *arg) {
         return 0;
 }
 
-static void fork_quota(void) {
+/* fork() without libzswap's atfork handlers: the child never attaches
+ * (the daemon keeps it as an orphan) and must do nothing that needs a
+ * lock another thread of ours may have held (no malloc, no stdio) */
+static pid_t raw_fork(void) {
+        return (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+}
+
+/* In an orphan: read a page (its fault is served once the daemon has
+ * built us: a fork before that would leave the daemon no way to install
+ * the pages it has no room for), fork four grandchildren, each of which
+ * reads a page likewise, says so on up, waits on down and reads every
+ * page; wait for them. */
+static int orphan_main(uint8_t *buf, const uint64_t *hashes, int up, int down) {
+        pid_t kids[FORK_CHILDREN];
+        volatile uint8_t first = buf[0];
+        char x;
+
+        (void)first;
+        for (int i = 0; i < FORK_CHILDREN; i++) {
+                kids[i] = raw_fork();
+                if (kids[i] < 0)
+                        return 70;
+                if (kids[i] == 0) {
+                        volatile uint8_t mine = buf[0];
+                        (void)mine;
+                        if (write(up, "a", 1) != 1 || read(down, &x, 1) != 1)
+                                _exit(71);
+                        _exit(verify_pages(buf, FORK_BYTES, hashes) != 0 ? 72 : 0);
+                }
+        }
+        for (int i = 0; i < FORK_CHILDREN; i++) {
+                int st;
+                if (waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                        return 73;
+        }
+        return verify_pages(buf, FORK_BYTES, hashes) != 0 ? 74 : 0;
+}
+
+/* A client whose child never attaches and forks grandchildren: their
+ * copies are paid from the orphan's share of the user's max_pool. */
+static int orphan_parent(void *arg) {
+        ForkCase *fc = arg;
+        uint64_t *hashes = calloc(FORK_BYTES / P, sizeof(uint64_t));
+        struct zswap_client *c;
+        int up[2], down[2];
+        char x;
+
+        close(fc->ready[0]);
+        close(fc->go[1]);
+        if (!hashes || zswap_connect(d.sock, &c) < 0 || pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)
+                return 80;
+        uint8_t *buf = td_region(c, FORK_BYTES, 23, hashes);
+        if (zswap_pageout(c, buf, FORK_BYTES) <= 0)
+                return 81;
+        pid_t orphan = raw_fork();
+        if (orphan < 0)
+                return 82;
+        if (orphan == 0) {
+                close(up[0]);
+                close(down[1]);
+                _exit(orphan_main(buf, hashes, up[1], down[0]));
+        }
+        close(up[1]);
+        close(down[0]);
+        for (int i = 0; i < FORK_CHILDREN; i++)
+                if (read(up[0], &x, 1) != 1)
+                        return 83;
+        if (write(fc->ready[1], "r", 1) != 1 || read(fc->go[0], &x, 1) != 1)
+                return 84;
+        for (int i = 0; i < FORK_CHILDREN; i++)
+                if (write(down[1], "g", 1) != 1)
+                        return 85;
+        int st;
+        if (waitpid(orphan, &st, 0) != orphan || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                fprintf(stderr, "orphan: status %#x\n", st);
+                return 86;
+        }
+        if (verify_pages(buf, FORK_BYTES, hashes) != 0)
+                return 87;
+        zswap_disconnect(c);
+        free(hashes);
+        return 0;
+}
+
+static void fork_quota(int (*parent)(void *), const char *what) {
         ForkCase fc;
         ZMsgStatusReply st;
         char x;
 
         ASSERT_OK(pipe2(fc.ready, O_CLOEXEC));
         ASSERT_OK(pipe2(fc.go, O_CLOEXEC));
-        pid_t pid = as_user_start(U_FORK, fork_parent, &fc);
+        pid_t pid = as_user_start(U_FORK, parent, &fc);
         close(fc.ready[1]);
         close(fc.go[0]);
         if (read(fc.ready[0], &x, 1) != 1)
-                test_fail("fork: the parent exited with %d before its children attached", as_user_wait(pid));
+                test_fail("%s: the parent exited with %d before its children were made", what, as_user_wait(pid));
         td_status(&d, &st);
-        fprintf(stderr, "fork, max_pool 1M: %llu compressed bytes in %llu pages for the parent and %d children\n",
-                (unsigned long long)st.stats.compressed_bytes, (unsigned long long)st.stats.stored_pages,
-                FORK_CHILDREN);
+        fprintf(stderr, "%s, max_pool 1M: %llu compressed bytes in %llu pages\n", what,
+                (unsigned long long)st.stats.compressed_bytes, (unsigned long long)st.stats.stored_pages);
         if (st.stats.compressed_bytes > MAX_POOL + SLACK)
-                test_fail("fork: %llu compressed bytes held for a user with max_pool %llu",
+                test_fail("%s: %llu compressed bytes held for a user with max_pool %llu", what,
                           (unsigned long long)st.stats.compressed_bytes, (unsigned long long)MAX_POOL);
         ASSERT_EQ(write(fc.go[1], "g", 1), 1);
         ASSERT_EQ(as_user_wait(pid), 0);
         close(fc.ready[0]);
         close(fc.go[1]);
-        wait_no_clients("fork");
+        wait_no_clients(what);
 }
 
-/* argv[1], if given, runs one case: pool, bound, ranges or fork */
+/* argv[1], if given, runs one case: pool, bound, ranges, fork or orphans */
 static bool want_case(int argc, char **argv, const char *name) {
         return argc < 2 || strcmp(argv[1], name) == 0;
 }
@@ -523,9 +610,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fork: skipped under ThreadSanitizer\n");
 #else
         if (want_case(argc, argv, "fork")) {
-                fork_quota();
+                fork_quota(fork_parent, "fork: the parent and 4 children");
                 ASSERT_TRUE(td_log_has(&d, "installed in a forked child, resident"));
         }
+        if (want_case(argc, argv, "orphans"))
+                fork_quota(orphan_parent, "fork: the parent, a child that never attaches and its 4 children");
 #endif
         td_stop(&d);
         unlink(conf_path);
