@@ -12,6 +12,22 @@
  * over in place, keeps the rule that only the daemon writes a live store
  * and costs one memcpy per compressed byte, once per restart.
  *
+ * Every quota holds as if the pages had come by REGISTER and eviction
+ * (docs/security.md): the ranges are admitted as REGISTER admits them
+ * (private anonymous writable memory, outside the staging area, within
+ * the user's max_regions and max_registered: adopt_admit()), and each
+ * object copied is paid from the user's max_pool and must fit under the
+ * pool bound (pool_max and the allocator's cap). Each entry gets a copy
+ * of its own, counted on its own, so entries that name one object cost
+ * what they would have cost evicted one by one. A page whose object does
+ * not fit is installed in the client (UFFDIO_COPY), resident, as a page
+ * eviction found no room for stays resident: no page of an honest client
+ * is lost, and a store forged to hold more than its user may keep costs
+ * that user's own memory. A page that cannot be installed either (an
+ * event pending on the uffd: -EAGAIN) refuses the store, which its client
+ * then restores itself. Second-tier stubs (16 bytes for a page on the
+ * tier) are kept past the bounds: they are what makes room.
+ *
  * What the old daemon was doing when it died decides what an entry means
  * (docs/page-lifecycle.md, "A daemon that dies"):
  *   STORED, SAME     kept (the object copied; for a page on the second
@@ -41,8 +57,10 @@
 #include "mmclient.h"
 #include "pool.h"
 #include "store.h"
+#include "reclaim.h"
 #include "tier.h"
 #include "uffd-compat.h"
+#include "users.h"
 
 typedef struct AdoptCtx {
         MMClient *mm;
@@ -52,9 +70,11 @@ typedef struct AdoptCtx {
         size_t nranges;
         uint32_t nslots;
         CodecCCtx *cctx;
+        CodecDCtx *dctx;
         uint8_t page[ZSWAP_PAGE_SIZE];
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
         uint64_t held, from_staging, dropped;
+        uint64_t installed; /* pages put back in the client for want of quota or pool room */
         uint64_t tier, tier_lost; /* pages on the second tier; of them, with a stub this daemon cannot use */
         char *why;
         size_t why_len;
@@ -96,22 +116,65 @@ static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
         return -EBADMSG;
 }
 
+/* The page whose object is len bytes at src (compressed, or raw when len
+ * is a page), installed at addr in the client: no entry is kept for it.
+ * 0; -EBADMSG if the object does not decompress; -EDQUOT if the page can
+ * be neither kept nor installed (the store is refused). */
+static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
+        const void *page = src;
+        if (len != ZSWAP_PAGE_SIZE) {
+                if (codec_decompress(a->dctx, src, len, a->page) < 0)
+                        return bad(a, addr, "an object that does not decompress");
+                page = a->page;
+        }
+        struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE,
+                                 .mode = UFFDIO_COPY_MODE_DONTWAKE }; /* woken with its range (manager.c) */
+        if (ioctl(a->mm->uffd, UFFDIO_COPY, &c) == 0 || errno == EEXIST) {
+                /* EEXIST: the page is there, as a page that never left */
+                a->installed++;
+                return 0;
+        }
+        snprintf(a->why, a->why_len, "over its user's max_pool or the pool bound, and the page at %#llx cannot be "
+                 "installed: %s", (unsigned long long)addr, strerror(errno));
+        return -EDQUOT;
+}
+
 /* Store len bytes (compressed, or the raw page when len is a page) as a new
- * object of the new store. Past the pool's bound if need be: these pages
- * were held under the same bound by the dead daemon (give or take its
- * chunks' fill and the second tier's stubs), and refusing the store would
- * leave its client to restore itself, which cannot read the second tier.
- * The pool comes back under its bound as eviction stops and the tier's
- * writer makes room. */
-static int keep_object(AdoptCtx *a, const void *src, uint32_t len, uint64_t *nv) {
+ * object of the new store, paid from the user's max_pool and under the
+ * pool bound; a page that does not fit is installed in the client
+ * instead (0 and *nv 0). */
+static int keep_object(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len, uint64_t *nv) {
+        MMClient *mm = a->mm;
         PoolHandle h;
-        int r = pool_alloc_over(a->mm->pool, len, &h);
+        bool paid = users_quota_take(mm, len);
+        int r = !paid ? -EDQUOT : reclaim_pool_room(mm->m, len) ? pool_alloc(mm->pool, len, &h) : -ENOSPC;
+        if (r < 0 && paid)
+                users_quota_give(mm, len);
+        if (r == -EDQUOT || r == -ENOSPC) {
+                *nv = 0;
+                return install(a, addr, src, len);
+        }
         if (r < 0) {
                 snprintf(a->why, a->why_len, "no room in the pool: %s", strerror(-r));
                 return r;
         }
-        memcpy(pool_map(a->mm->pool, h), src, len);
+        memcpy(pool_map(mm->pool, h), src, len);
         *nv = pe_make_stored(h, len);
+        return 0;
+}
+
+/* A second tier's stub: past the pool's bound if need be (16 bytes that
+ * stand for a page on the tier; refusing the store would leave its client
+ * to restore itself, which cannot read the tier). */
+static int keep_stub(AdoptCtx *a, const TierStub *s, uint64_t *nv) {
+        PoolHandle h;
+        int r = pool_alloc_over(a->mm->pool, sizeof(*s), &h);
+        if (r < 0) {
+                snprintf(a->why, a->why_len, "no room in the pool: %s", strerror(-r));
+                return r;
+        }
+        memcpy(pool_map(a->mm->pool, h), s, sizeof(*s));
+        *nv = pe_make_stored(h, sizeof(*s));
         return 0;
 }
 
@@ -137,7 +200,7 @@ static int keep_tier(AdoptCtx *a, uint64_t addr, const void *obj, uint32_t len, 
                 drop(a, addr, 0, "its second-tier blocks have too many holders");
                 return 0;
         }
-        r = keep_object(a, &s, sizeof(s), nv);
+        r = keep_stub(a, &s, nv);
         if (r < 0) {
                 if (t && tier_stub_check(t, &s) == 0)
                         tier_put(t, &s);
@@ -176,7 +239,8 @@ static int keep_staged(AdoptCtx *a, uint64_t addr, uint64_t v, uint64_t *nv) {
                 return 0;
         }
         int n = codec_compress(a->cctx, a->page, a->cbuf, ZSWAP_PAGE_SIZE - 1);
-        return n > 0 ? keep_object(a, a->cbuf, (uint32_t)n, nv) : keep_object(a, a->page, ZSWAP_PAGE_SIZE, nv);
+        return n > 0 ? keep_object(a, addr, a->cbuf, (uint32_t)n, nv)
+                     : keep_object(a, addr, a->page, ZSWAP_PAGE_SIZE, nv);
 }
 
 /* Give back what a kept entry nv holds before it is counted or
@@ -189,6 +253,12 @@ static void unkeep(MMClient *mm, uint64_t nv) {
                 tier_put(mm->m->tier, &s);
         }
         pool_release(mm->pool, pe_handle(nv));
+}
+
+/* Is addr, not carried there, where the journal's mremap put pages? */
+static bool landed(const AdoptCtx *a, uint64_t addr) {
+        const StoreEvent *ev = a->ev;
+        return ev && ev->to != STORE_EVENT_GONE && addr >= ev->to && addr - ev->to < ev->end - ev->start;
 }
 
 static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
@@ -234,7 +304,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                                 return r;
                         break;
                 }
-                if ((r = keep_object(a, obj, pe_clen(v), &nv)) < 0)
+                if ((r = keep_object(a, addr, obj, pe_clen(v), &nv)) < 0)
                         return r;
                 break;
         case PE_MOVING:
@@ -245,8 +315,32 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         default:
                 return 0; /* CLEAN, REMOVED: resident or zapped */
         }
+        if (nv == 0 && carried) {
+                /* installed (or nothing to keep): an entry kept before for
+                 * what the address held is stale */
+                _Atomic uint64_t *old = pindex_entry(mm->index, addr, false);
+                if (old && atomic_load_explicit(old, memory_order_relaxed) != 0) {
+                        unsigned st = pe_state(atomic_load_explicit(old, memory_order_relaxed));
+                        a->held -= st == PE_STORED || st == PE_SAME;
+                        mmclient_entry_drop(mm, old);
+                }
+        }
         if (nv == 0)
                 return 0;
+        if (!carried && landed(a, addr)) {
+                /* where the journal's mremap put pages, the page is there
+                 * already (the one it carried, installed): this entry is
+                 * for what the address held before */
+                if ((r = present(mm, addr, &here)) < 0) {
+                        unkeep(mm, nv);
+                        return r;
+                }
+                if (here) {
+                        drop(a, addr, nv, "the journal's mremap carried a page here");
+                        unkeep(mm, nv);
+                        return 0;
+                }
+        }
         _Atomic uint64_t *ne = pindex_entry(mm->index, addr, true);
         if (!ne) {
                 snprintf(a->why, a->why_len, "no room for the index");
@@ -318,12 +412,17 @@ static int cmp_range(const void *x, const void *y) {
 
 /* The range table as it is after ev: what lay in [ev->start, ev->end) is
  * cut out (munmap, mremap; an MADV_DONTNEED changes nothing) and, for an
- * mremap, put back where it went. Applying it to a
- * table the dead daemon had changed already (it moves the ranges after the
- * entries) changes nothing. t has room for 2 * STORE_RANGES_MAX + 1 pieces;
- * returns the new count or -EBADMSG if the result does not fit a store. */
-static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
+ * mremap, put back where it went. Applying it to a table the dead daemon
+ * had changed already (it moves the ranges after the entries) changes
+ * nothing. Each of the n ranges the event cuts leaves its head in place
+ * and adds its tail and, for an mremap, the part moved: up to 3n pieces
+ * before they are merged. t holds cap pieces, and no piece is written past
+ * them whatever n and ev are (-EBADMSG instead). Returns the new count, or
+ * -EBADMSG if the result does not fit a store. */
+static int journal_ranges(StoreRange *t, int n, int cap, const StoreEvent *ev) {
         int m = n;
+        if (n > cap)
+                return -EBADMSG;
         if (!ev->unmapped)
                 return n; /* MADV_DONTNEED: the range stays registered */
         for (int i = 0; i < n; i++) {
@@ -331,6 +430,8 @@ static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
                 uint64_t s = MAX(r.start, ev->start), e = MIN(r.end, ev->end);
                 if (s >= e)
                         continue;
+                if (cap - m < (ev->to != STORE_EVENT_GONE ? 2 : 1))
+                        return -EBADMSG;
                 t[i] = (StoreRange){ r.start, s }; /* may be empty: dropped below */
                 t[m++] = (StoreRange){ e, r.end };
                 if (ev->to != STORE_EVENT_GONE)
@@ -349,9 +450,12 @@ static int journal_ranges(StoreRange *t, int n, const StoreEvent *ev) {
         return k <= STORE_RANGES_MAX ? k : -EBADMSG;
 }
 
+/* Room for what the journal's event may split (journal_ranges()): each
+ * range a head, a tail and a moved part. */
+#define ADOPT_RANGES_ROOM (3 * STORE_RANGES_MAX)
+
 int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, char *why, size_t len) {
-        /* room for what the journal's event may split (journal_ranges()) */
-        StoreRange *t = malloc((2 * STORE_RANGES_MAX + 1) * sizeof(*t));
+        StoreRange *t = malloc(ADOPT_RANGES_ROOM * sizeof(*t));
         if (!t)
                 return -ENOMEM;
         int n = store_ranges(old, t, STORE_RANGES_MAX);
@@ -360,7 +464,7 @@ int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, c
                 snprintf(why, len, "bad event in the journal");
         else if (n < 0)
                 snprintf(why, len, "bad range table");
-        if (n >= 0 && j > 0 && (n = journal_ranges(t, n, ev)) < 0)
+        if (n >= 0 && j > 0 && (n = journal_ranges(t, n, ADOPT_RANGES_ROOM, ev)) < 0)
                 snprintf(why, len, "too many ranges after the journal's event");
         if (n < 0 || j < 0) {
                 free(t);
@@ -369,6 +473,31 @@ int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, c
         *has_ev = j > 0;
         *ret = t;
         return n;
+}
+
+int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char *why, size_t len) {
+        uint64_t bytes = 0, sa = mm->staging_addr, se = sa + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE;
+        int r;
+
+        for (int i = 0; i < n; i++) {
+                if (ranges[i].start < se && ranges[i].end > sa) {
+                        snprintf(why, len, "a range over its staging area");
+                        return -EINVAL;
+                }
+                bytes += ranges[i].end - ranges[i].start;
+        }
+        if ((r = mmclient_check_anon_ranges(mm, ranges, (size_t)n)) < 0) {
+                snprintf(why, len, "a range that is not private anonymous writable memory");
+                return r == -EINVAL ? r : -ESRCH;
+        }
+        if ((r = users_check_adopt(m, mm, (uint64_t)n, bytes)) < 0) {
+                snprintf(why, len, "%d ranges of %llu bytes: over its user's max_regions or max_registered", n,
+                         (unsigned long long)bytes);
+                return r;
+        }
+        /* relaxed: mm is not served yet; users_link() sets it anew */
+        atomic_store_explicit(&mm->quota_left, users_pool_left(m, mm->uid), memory_order_relaxed);
+        return 0;
 }
 
 int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
@@ -381,6 +510,8 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
         *a = (AdoptCtx){ .mm = mm, .old = old, .ev = ev, .ranges = ranges, .nranges = nranges,
                          .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len };
         r = codec_cctx_new(mm->m->cfg.codec, mm->m->cfg.level, &a->cctx);
+        if (r == 0)
+                r = codec_dctx_new(mm->m->cfg.codec, &a->dctx);
         if (r == 0)
                 r = store_walk(old, adopt_cb, a);
         if (r == -EBADMSG && !why[0])
@@ -395,12 +526,17 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                 if (a->tier)
                         log_info("pid %d: %llu adopted pages are on the second tier", (int)mm->pid,
                                  (unsigned long long)a->tier);
+                if (a->installed)
+                        log_info("pid %d: %llu adopted pages installed in the client, resident: no room for them "
+                                 "under its user's max_pool or the pool bound", (int)mm->pid,
+                                 (unsigned long long)a->installed);
                 if (a->from_staging || a->dropped)
                         log_info("pid %d: adopted %llu pages (%llu from staging), %llu entries dropped", (int)mm->pid,
                                  (unsigned long long)a->held, (unsigned long long)a->from_staging,
                                  (unsigned long long)a->dropped);
         }
         codec_cctx_free(a->cctx);
+        codec_dctx_free(a->dctx);
         free(a);
         return r;
 }

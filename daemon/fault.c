@@ -52,6 +52,7 @@
 #include "uffd-compat.h"
 #include "util.h"
 #include "trace.h"
+#include "users.h"
 
 #define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
 
@@ -821,6 +822,8 @@ typedef struct RangeCtx {
         int errors;
         int inflight;    /* fork: of errors, pages caught in an eviction or install */
         int install_err; /* fork: the first error installing a page in the child */
+        int resident;    /* fork: pages installed in the child for want of quota or pool room */
+        int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */
 } RangeCtx;
 
 /*
@@ -1133,8 +1136,31 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 break;
         }
         if (src) {
+                /* the copy is paid from the parent's share of its user's
+                 * max_pool (the child is the same user's) and must fit
+                 * under the pool bound; one that does not is installed in
+                 * the child now, resident: a fork costs the child memory,
+                 * never content, and never the pool room of other users.
+                 * A child that is changing its address space already (an
+                 * event of its uffd not read yet: EAGAIN) cannot take the
+                 * page now; then the copy is kept after all, under the
+                 * allocator's cap, and counted for its user, whose own
+                 * evictions wait until it is back under max_pool */
                 PoolHandle h;
-                int r = pool_alloc(pool, len, &h);
+                bool paid = users_quota_take(c->mm, len), resident = false;
+                int r = !paid ? -EDQUOT : reclaim_pool_room(c->mm->m, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
+                if (r < 0 && paid)
+                        users_quota_give(c->mm, len);
+                if (r == -EDQUOT || (r == -ENOSPC && paid)) {
+                        int err = c->install_err;
+                        resident = tier ? fork_install(c, addr, c->mm, v, NULL, 0) : fork_install(c, addr, NULL, 0, src, len);
+                        c->install_err = err; /* not an error yet */
+                        if (resident && tier)
+                                tier_put(c->mm->m->tier, &stub);
+                        c->resident += resident;
+                        r = resident ? -EDQUOT : pool_alloc(pool, len, &h);
+                        c->over += r == 0;
+                }
                 if (r == 0) {
                         memcpy(pool_map(pool, h), src, len);
                         nv = pe_make_stored(h, len) | tier;
@@ -1142,6 +1168,10 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                                 mmclient_count_tier(c->child, stub.len, 1);
                         atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
                         atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
+                        /* relaxed: a counter the manager sums (users.c) */
+                        atomic_fetch_add_explicit(&c->mm->fork_bytes, len, memory_order_relaxed);
+                } else if (resident) {
+                        /* installed above */
                 } else if (tier) {
                         tier_put(c->mm->m->tier, &stub);
                         c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
@@ -1191,6 +1221,13 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         }
         mmclient_regions_copy(child, mm);
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
+        if (c.resident)
+                log_info("pid %d: %d pages installed in a forked child, resident: no room for their copies "
+                         "under its user's max_pool or the pool bound", (int)mm->pid, c.resident);
+        if (c.over)
+                log_warn("pid %d: %d pages copied to a forked child past its user's max_pool or the pool bound: "
+                         "the child was changing its address space and could not take them resident",
+                         (int)mm->pid, c.over);
         if (c.errors)
                 log_error("pid %d: %d pages could not be copied to a forked child (%d caught in flight; "
                           "installing: %s)", (int)mm->pid, c.errors, c.inflight,
@@ -1203,6 +1240,10 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * then it is matched by its token and its user alone */
         child->parent_pidfd = mm->pidfd >= 0 ? fcntl(mm->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
         child->uid = mm->uid; /* written once at attach, before the uffd was watched */
+        /* what is left of its user's share until the manager counts it
+         * (users.c): it may fork before it attaches. relaxed: a budget */
+        atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),
+                              memory_order_relaxed);
         child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
         child->ft = ft;
         fault_thread_own(ft, child);
@@ -1210,6 +1251,9 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                 if (mm->m->fts[i] != ft)
                         fault_post_mm(mm->m->fts[i], FW_ADOPT, child);
         manager_adopt_orphan(mm->m, child); /* hands over our reference */
+        /* the child's copies are counted as an orphan's now (users.c);
+         * relaxed: a counter, and only this thread builds children of mm */
+        atomic_store_explicit(&mm->fork_bytes, 0, memory_order_relaxed);
 }
 
 static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg) {

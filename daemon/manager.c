@@ -562,9 +562,12 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                          (int)c->pid, (unsigned long long)ev.start, (unsigned long long)ev.end,
                          (unsigned long long)ev.to);
         n = adopt_live_ranges(mm, ranges, n);
+        /* as REGISTER admits ranges, and its quotas (adopt.c) */
+        int admit = adopt_admit(m, mm, ranges, n, why, sizeof(why));
+        r = admit;
         for (int i = 0; r == 0 && i < n; i++)
                 r = mmclient_region_add(mm, ranges[i].start, ranges[i].end);
-        if (r < 0)
+        if (r < 0 && admit == 0)
                 snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
         if (r == 0)
                 r = adopt_entries(mm, old, ranges, (size_t)n, has_ev ? &ev : NULL, &held, why, sizeof(why));
@@ -572,7 +575,7 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         if (r < 0) {
                 log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
-                return r == -ENOMEM ? r : -EBADMSG;
+                return r == -ENOMEM || r == -EDQUOT || r == -EINVAL ? r : -EBADMSG;
         }
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;

@@ -48,6 +48,7 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
                 return -ENOMEM;
         atomic_init(&mm->refs, 1);
         atomic_init(&mm->quota_left, INT64_MAX);
+        atomic_init(&mm->fork_bytes, 0);
         mm->m = m;
         mm->uffd = uffd;
         mm->pidfd = -1;
@@ -588,6 +589,39 @@ int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end) {
         }
         fclose(f);
         return covered >= end ? 0 : -EINVAL;
+}
+
+int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n) {
+        char path[64], line[4096];
+        size_t i = 0;
+        FILE *f;
+
+        if (n == 0)
+                return 0;
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)mm->pid);
+        f = fopen(path, "re");
+        if (!f)
+                return negative_errno();
+        /* both sorted: one pass over maps; covered is where the current
+         * range is known good up to */
+        uint64_t covered = r[0].start;
+        while (i < n && fgets(line, sizeof(line), f)) {
+                uint64_t s = 0, e = 0;
+                bool ok = maps_line_ok(line, &s, &e);
+                while (i < n && e > covered) {
+                        if (s > covered || !ok)
+                                goto out;
+                        if (e < r[i].end) {
+                                covered = e;
+                                break;
+                        }
+                        if (++i < n)
+                                covered = r[i].start;
+                }
+        }
+out:
+        fclose(f);
+        return i == n ? 0 : -EINVAL;
 }
 
 bool uffd_mm_alive(int uffd) {

@@ -15,6 +15,7 @@
 
 #include "pindex.h"
 #include "pool.h"
+#include "store.h"
 #include "uffd-compat.h"
 #include "protocol.h"
 #include "tier.h"
@@ -161,6 +162,10 @@ typedef struct MMClient {
          * max_pool (users.c sets it each tick, workers take from it per
          * page); INT64_MAX: no quota */
         _Atomic int64_t quota_left;
+        /* pool bytes copied for a child this client's fork event is
+         * building, which is in no list yet (fault.c event_fork(), the
+         * fault thread's); counted for its user as if held (users.c) */
+        _Atomic uint64_t fork_bytes;
 
         /* manager thread only */
         Conn *conn;
@@ -275,6 +280,8 @@ int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len);
 /* Is [start, end) covered by private, anonymous, writable mappings of the
  * client (/proc/PID/maps)? 0, -EINVAL, or -errno reading maps. */
 int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end);
+/* The same for n sorted, disjoint ranges, maps read once. */
+int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n);
 
 /* Does the address space behind uffd still exist? (A non-destructive
  * UFFDIO_WRITEPROTECT probe: -ESRCH once the mm is gone.) */

@@ -252,6 +252,18 @@ bool reclaim_pool_accepts(Manager *m) {
         return !full;
 }
 
+bool reclaim_pool_room(Manager *m, uint64_t len) {
+        /* relaxed: a bound set by the manager, read as a hint; the pool's
+         * own counter is the one that matters, and a chunk made by the
+         * allocation that passes this check is the overshoot */
+        uint64_t bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
+        if (bound == 0)
+                return true;
+        PoolStats ps;
+        pool_shared_stats(m->pools, &ps);
+        return ps.pool_bytes + len <= bound;
+}
+
 static int drop_clean_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         MMClient *mm = ud;
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);

@@ -62,6 +62,11 @@ int reclaim_status(Manager *m, char *buf, size_t len);
 /* Is eviction allowed to add to the pool now (pool bound hysteresis)?
  * Any thread. */
 bool reclaim_pool_accepts(Manager *m);
+/* Does an object of len bytes fit under the pool bound (pool_max) as the
+ * pool is now? No hysteresis: for copies that are not evictions (a fork's
+ * copy, an adopted store's objects), which go resident instead when it
+ * does not. Any thread. */
+bool reclaim_pool_room(Manager *m, uint64_t len);
 
 /* The resident limit in force for mm: its own, else its user's ([users]
  * limit), else the daemon's; 0: none. Manager thread. */

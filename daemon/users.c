@@ -9,14 +9,21 @@
  *
  * What each limit does when it is reached:
  *  - max_connections: the connection is refused at accept, logged.
- *  - max_regions, max_registered: REGISTER fails with EDQUOT, logged.
+ *  - max_regions, max_registered: REGISTER fails with EDQUOT, logged; so
+ *    does ADOPT, for the ranges of the store it hands back, all at once.
  *  - max_pool: the user's pages stay resident; workers hand them back as
  *    they do at the daemon's pool bound, with no page lost. Each client
  *    gets what its user has left at every tick and the workers take from
- *    it page by page. With one client the overshoot is the pages a worker
- *    had debited but not yet counted when the tick handed the share out
- *    anew (a page per worker); with k clients, k - 1 times what was left
- *    at the tick besides.
+ *    it page by page (users_quota_take()). With one client the overshoot
+ *    is the pages a worker had debited but not yet counted when the tick
+ *    handed the share out anew (a page per worker); with k clients, k - 1
+ *    times what was left at the tick besides. The same share pays for
+ *    what is not an eviction: a fork's copies of its parent's objects
+ *    (fault.c, from the parent's share; what does not fit is installed in
+ *    the child, resident) and an adopted store's objects (adopt.c, from
+ *    users_pool_left(); what does not fit is installed in the client).
+ *    A forked child that has not attached yet (an orphan) counts for its
+ *    user as much as an attached client.
  *  - max_requests: the user's connections are taken out of epoll until
  *    the bucket has a token again: slower, never dropped or refused.
  */
@@ -84,8 +91,11 @@ bool users_take_request(Manager *m, Conn *c) {
         return false;
 }
 
-int users_check_register(Manager *m, MMClient *mm, uint64_t len) {
-        uint64_t regions = 1, bytes = len;
+/* Would regions more regions of bytes more put mm's user over a limit? The
+ * user's clients in the manager's list are counted (mm among them once it
+ * is linked). */
+static int users_check(Manager *m, MMClient *mm, uint64_t regions, uint64_t bytes, const char *what) {
+        uint64_t len = bytes;
         UserState *u;
 
         if (mm->uid == 0 || !(u = users_get(m, mm->uid)))
@@ -106,10 +116,33 @@ int users_check_register(Manager *m, MMClient *mm, uint64_t len) {
         else
                 return 0;
         if (u->refused++ % 1000 == 0) /* one line per thousand refusals */
-                log_warn("uid %u (pid %d): registering %llu bytes would exceed its %s (%llu): refused", mm->uid,
-                         (int)mm->pid, (unsigned long long)len, config_user_key(over),
+                log_warn("uid %u (pid %d): %s %llu bytes would exceed its %s (%llu): refused", mm->uid,
+                         (int)mm->pid, what, (unsigned long long)len, config_user_key(over),
                          (unsigned long long)u->lim.v[over]);
         return -EDQUOT;
+}
+
+int users_check_register(Manager *m, MMClient *mm, uint64_t len) {
+        return users_check(m, mm, 1, len, "registering");
+}
+
+int users_check_adopt(Manager *m, MMClient *mm, uint64_t regions, uint64_t bytes) {
+        return users_check(m, mm, regions, bytes, "adopting a store of");
+}
+
+bool users_quota_take(MMClient *mm, int64_t n) {
+        /* relaxed: a budget, not a synchronisation; the CAS-free debit may
+         * let concurrent takers go below zero by what they took at once,
+         * each of whom then gives it back */
+        if (atomic_fetch_sub_explicit(&mm->quota_left, n, memory_order_relaxed) >= n)
+                return true;
+        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
+        return false;
+}
+
+void users_quota_give(MMClient *mm, int64_t n) {
+        /* relaxed: as users_quota_take() */
+        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
 }
 
 uint64_t users_default_limit(Manager *m, uid_t uid) {
@@ -118,14 +151,37 @@ uint64_t users_default_limit(Manager *m, uid_t uid) {
         return lim.v[UKEY_LIMIT];
 }
 
+static void users_pool_add(Manager *m, MMClient *mm) {
+        UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
+        /* relaxed: counters, read as of now. fork_bytes: a child being
+         * built by a fork event is in no list yet, and its copies are
+         * paid from this share; counted twice a moment once it is an
+         * orphan, which errs on the safe side */
+        if (u)
+                u->pool_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed) +
+                                 atomic_load_explicit(&mm->fork_bytes, memory_order_relaxed);
+}
+
+static void users_share(Manager *m, MMClient *mm) {
+        UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
+        uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
+        int64_t left = !max ? INT64_MAX : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
+        /* relaxed: a budget the workers and fault threads take from */
+        atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
+}
+
 static void users_pool(Manager *m) {
         for (UserState *u = m->users; u; u = u->next)
                 u->pool_bytes = 0;
-        for (MMClient *mm = m->mms; mm; mm = mm->next) {
-                UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
-                if (u)
-                        u->pool_bytes += atomic_load_explicit(&mm->st.compressed_bytes, memory_order_relaxed);
-        }
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                users_pool_add(m, mm);
+        /* forked children not attached yet hold their copies too: a
+         * process that forks and whose children never attach must not
+         * get its user's pool past max_pool */
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                users_pool_add(m, mm);
+        pthread_mutex_unlock(&m->orphans_lock);
         for (UserState *u = m->users; u; u = u->next) {
                 uint64_t max = u->lim.v[UKEY_MAX_POOL];
                 /* hysteresis as at the daemon's bound: resume 10 % under it */
@@ -137,13 +193,24 @@ static void users_pool(Manager *m) {
         }
         /* each client may take what its user has left: with one client
          * that is exact; with k, the overshoot is at most k - 1 times what
-         * was left at this tick */
-        for (MMClient *mm = m->mms; mm; mm = mm->next) {
-                UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
-                uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
-                int64_t left = !max ? INT64_MAX : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
-                atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
-        }
+         * was left at this tick. An orphan too: it may fork before it
+         * attaches, and its children's copies are paid from its share */
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                users_share(m, mm);
+        pthread_mutex_lock(&m->orphans_lock);
+        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+                users_share(m, mm);
+        pthread_mutex_unlock(&m->orphans_lock);
+}
+
+int64_t users_pool_left(Manager *m, uid_t uid) {
+        UserState *u = uid ? users_get(m, uid) : NULL;
+        uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
+
+        if (!max)
+                return INT64_MAX;
+        users_pool(m);
+        return u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
 }
 
 void users_link(Manager *m, MMClient *mm) {
@@ -179,6 +246,11 @@ void users_tick(Manager *m) {
                         used = c->uid == u->uid;
                 for (MMClient *mm = m->mms; mm && !used; mm = mm->next)
                         used = mm->uid == u->uid;
+                /* a forked child not attached yet holds pool bytes too */
+                pthread_mutex_lock(&m->orphans_lock);
+                for (MMClient *mm = m->orphans; mm && !used; mm = mm->next)
+                        used = mm->uid == u->uid;
+                pthread_mutex_unlock(&m->orphans_lock);
                 if (used) {
                         p = &u->next;
                         continue;

@@ -70,6 +70,7 @@
 
 #define ZONE_SIZE ((uint64_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE)
 #define MAX_INPUT (64u << 10)
+#define FILL_BUDGET (4u * STORE_RANGES_MAX) /* writes the FS_OP_FILL records of one input may make */
 #define FAKE_DAEMON_ID 0x5a5a5a5a12345678ull
 
 /* ---- the store, made once ---- */
@@ -199,7 +200,7 @@ static void add(Writes *ws, uint64_t key, uint64_t value) {
 
 static void build(Model *m, const uint8_t *data, size_t size) {
         const uint8_t *p = data + MIN(size, (size_t)FUZZ_STORE_HDR_SIZE), *end = data + size;
-        size_t maxrec = size / 2 + 1;
+        size_t maxrec = size / 2 + 1 + FILL_BUDGET, fill_left = FILL_BUDGET;
         StoreSuper *s = &m->s;
 
         memcpy(&m->h, data, MIN(size, (size_t)FUZZ_STORE_HDR_SIZE));
@@ -228,7 +229,9 @@ static void build(Model *m, const uint8_t *data, size_t size) {
         FUZZ_CHECK(m->ranges.w && m->rvals && m->dir.w && m->entries.w && m->classes.w && m->pool.w, "calloc");
 
         while (p < end) {
-                unsigned op = *p >= FS_OP_JOURNAL_BYTE ? FS_OP_JOURNAL : *p % FS_OP_JOURNAL;
+                unsigned op = *p >= FS_OP_JOURNAL_BYTE ? FS_OP_JOURNAL
+                              : *p >= FS_OP_FILL_BYTE  ? FS_OP_FILL
+                                                       : *p % FS_OP_JOURNAL;
                 p++;
                 size_t left = (size_t)(end - p);
 
@@ -307,6 +310,44 @@ static void build(Model *m, const uint8_t *data, size_t size) {
                         memcpy(map + STORE_JOURNAL_OFF, &msg, sizeof(msg));
                         m->jevent = msg.event;
                         memcpy(m->jarg, arg, sizeof(arg));
+                        break;
+                }
+                case FS_OP_FILL: {
+                        if (left < 23)
+                                return;
+                        unsigned what = (unsigned)get(&p, 1);
+                        size_t count = (size_t)get(&p, 2);
+                        uint32_t first = (uint32_t)get(&p, 4);
+                        uint64_t base = get(&p, 8), stride = get(&p, 4), len = get(&p, 4);
+                        if (what & FS_FILL_ENTRIES) {
+                                count = MIN(count % (FS_FILL_ENTRIES_MAX + 1), fill_left);
+                                for (size_t i = 0; i < count; i++) {
+                                        uint32_t k = first + (uint32_t)i, leaf = (k >> 9) % STORE_LEAVES_MAX;
+                                        uint64_t v = base + i * stride;
+                                        atomic_store_explicit(&store_leaf(map, leaf)[k & 511], v,
+                                                              memory_order_relaxed);
+                                        add(&m->entries, (uint64_t)leaf << 9 | (k & 511), v);
+                                }
+                        } else {
+                                unsigned copy = what & FS_FILL_COPY;
+                                StoreRange *t = (StoreRange *)(map + STORE_RANGES_OFF) + (size_t)copy * STORE_RANGES_MAX;
+                                count = count % (STORE_RANGES_MAX + 2); /* one past the table: refused */
+                                if (what & FS_FILL_COUNT) {
+                                        /* the superblock's count too: a full table in one record */
+                                        atomic_store_explicit(&s->nranges[copy], (uint32_t)count, memory_order_relaxed);
+                                        memcpy(map, s, sizeof(*s));
+                                }
+                                count = MIN(count, fill_left);
+                                for (size_t i = 0; i < count; i++) {
+                                        unsigned idx = (first + (unsigned)i) % STORE_RANGES_MAX;
+                                        uint64_t a = (base + i * stride) * ZSWAP_PAGE_SIZE;
+                                        StoreRange r = { a, a + len * ZSWAP_PAGE_SIZE };
+                                        memcpy(t + idx, &r, sizeof(r));
+                                        m->rvals[m->ranges.n] = r;
+                                        add(&m->ranges, (uint64_t)copy << 32 | idx, m->ranges.n);
+                                }
+                        }
+                        fill_left -= count;
                         break;
                 }
                 case FS_OP_POOL: {
@@ -470,10 +511,19 @@ static int model_journal(const Model *m, StoreEvent *ev) {
         }
 }
 
+/* t sorted and disjoint (a table store_ranges() accepted, or one checked
+ * so): with STORE_RANGES_MAX ranges a linear search per probe costs more
+ * than the rest of the input */
 static bool in_table(const StoreRange *t, int n, uint64_t x) {
-        for (int i = 0; i < n; i++)
-                if (x >= t[i].start && x < t[i].end)
+        for (int lo = 0, hi = n; lo < hi;) {
+                int mid = lo + (hi - lo) / 2;
+                if (t[mid].end <= x)
+                        lo = mid + 1;
+                else if (t[mid].start > x)
+                        hi = mid;
+                else
                         return true;
+        }
         return false;
 }
 

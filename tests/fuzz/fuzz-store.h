@@ -5,8 +5,9 @@
  * An input is a header (FuzzStoreHdr, FUZZ_STORE_HDR_SIZE bytes, little
  * endian, no padding; a shorter input reads as if padded with zeros) and
  * then records, each an op byte (FS_OP_JOURNAL from FS_OP_JOURNAL_BYTE up,
- * below it taken modulo FS_OP_JOURNAL, so inputs written before the
- * journal existed mostly read as they did) and its fixed
+ * FS_OP_FILL from FS_OP_FILL_BYTE up to it, below it taken modulo
+ * FS_OP_JOURNAL, so inputs written before the journal existed mostly read
+ * as they did) and its fixed
  * payload; a truncated record ends the input. Every value is written into
  * the store as is, so a mutation reaches every check the readers make.
  *
@@ -61,6 +62,20 @@ enum {
         FS_OP_JOURNAL, /* the event journal (store.h), written as a struct uffd_msg: u8 event,
                         * u64 a, u64 b, u64 c at the message's arg (remove.start, remove.end;
                         * remap.from, remap.to, remap.len) */
+        FS_OP_FILL, /* many writes in one record, so that an input reaches every count limit:
+                     * u8 what (FS_FILL_*), u16 count, u32 first, u64 base, u32 stride, u32 len.
+                     * Ranges (count mod STORE_RANGES_MAX + 2): range i, at index (first + i) mod
+                     * STORE_RANGES_MAX of copy what & 1, is len pages at page base + i * stride
+                     * (wrapping as uint64_t); with FS_FILL_COUNT the superblock's nranges of that
+                     * copy is set to the count. Entries (count mod FS_FILL_ENTRIES_MAX + 1):
+                     * entry first + i (leaf << 9 | index, the leaf mod STORE_LEAVES_MAX) is
+                     * base + i * stride: stride 0 names one object from every entry. At most
+                     * 4 * STORE_RANGES_MAX writes in all per input; past that a count is cut. */
         _FS_OP_MAX,
 };
 #define FS_OP_JOURNAL_BYTE 0xf0
+#define FS_OP_FILL_BYTE 0xe0
+#define FS_FILL_COPY 1u      /* ranges: the table's copy 1 (else 0) */
+#define FS_FILL_ENTRIES 2u   /* leaf entries, not ranges */
+#define FS_FILL_COUNT 4u     /* ranges: and the superblock's count */
+#define FS_FILL_ENTRIES_MAX 8192

@@ -188,6 +188,18 @@ static void rec_journal(Seed *s, uint8_t event, uint64_t a, uint64_t b, uint64_t
         put_n(s, c, 8);
 }
 
+/* count ranges (or, with FS_FILL_ENTRIES in what, leaf entries) in one record */
+static void rec_fill(Seed *s, unsigned what, unsigned count, uint32_t first, uint64_t base, uint32_t stride,
+                     uint32_t len) {
+        put_n(s, FS_OP_FILL_BYTE, 1);
+        put_n(s, what, 1);
+        put_n(s, count, 2);
+        put_n(s, first, 4);
+        put_n(s, base, 8);
+        put_n(s, stride, 4);
+        put_n(s, len, 4);
+}
+
 static uint32_t new_chunk(Seed *s, unsigned k) {
         uint32_t id = s->next_chunk++;
         put_n(s, FS_OP_CLASS, 1);
@@ -333,6 +345,43 @@ static int store_seeds(const char *dir, const Corpus *c) {
                 rec_journal(&s, UFFD_EVENT_REMOVE, base, base + zone, 0);
                 snprintf(name, sizeof(name), "%s-journal-remove", codec_to_string((CodecKind)codec));
                 r |= write_seed(dir, name, s.b, s.n, NULL, 0);
+        }
+
+        /* at the limits: a full range table, and the journal's event over
+         * all of it (moved: 3 * STORE_RANGES_MAX pieces before they merge;
+         * moved but for one head: one range more than a store holds;
+         * unmapped: none left); 4096 entries naming one object */
+        {
+                const uint64_t P = ZSWAP_PAGE_SIZE, base = 0x100000, span = 2ull * STORE_RANGES_MAX;
+                h = (FuzzStoreHdr){ .daemon_id = 0x4444, .leaves = 16 };
+                seed_init(&s, &h);
+                rec_fill(&s, FS_FILL_COUNT, STORE_RANGES_MAX, 0, base, 2, 1);
+                size_t n0 = s.n;
+                rec_journal(&s, UFFD_EVENT_REMAP, base * P, 0x400000000000ull, span * P);
+                r |= write_seed(dir, "limit-ranges-remap", s.b, s.n, NULL, 0);
+                s.n = n0;
+                rec_journal(&s, UFFD_EVENT_UNMAP, base * P, (base + span) * P, 0);
+                r |= write_seed(dir, "limit-ranges-unmap", s.b, s.n, NULL, 0);
+                s.n = n0 - 24;
+                rec_fill(&s, FS_FILL_COUNT, STORE_RANGES_MAX, 0, base, 3, 2);
+                rec_journal(&s, UFFD_EVENT_REMAP, (base + 1) * P, 0x400000000000ull, (3ull * STORE_RANGES_MAX - 1) * P);
+                r |= write_seed(dir, "limit-ranges-remap-head", s.b, s.n, NULL, 0);
+                /* a count one past what a table holds: refused */
+                seed_init(&s, &h);
+                rec_fill(&s, FS_FILL_COUNT, STORE_RANGES_MAX + 1, 0, base, 2, 1);
+                r |= write_seed(dir, "limit-ranges-past", s.b, s.n, NULL, 0);
+
+                h = (FuzzStoreHdr){ .daemon_id = 0x4545, .leaves = 8, .nranges = { 1, 0 } };
+                seed_init(&s, &h);
+                rec_range(&s, 0, 0, 0x10000000ull, 0x10000000ull + 8 * 512 * P);
+                for (unsigned i = 0; i < 8; i++)
+                        rec_dir(&s, i, 0x10000000ull + i * 512 * P);
+                uint32_t id = new_chunk(&s, 1);
+                uint8_t same[32];
+                memset(same, 0x5a, sizeof(same));
+                uint64_t e = put_object(&s, id, 1, 0, same, sizeof(same));
+                rec_fill(&s, FS_FILL_ENTRIES, 8 * 512, 0, e, 0, 0);
+                r |= write_seed(dir, "limit-entries-one-object", s.b, s.n, NULL, 0);
         }
 
         /* a store whose daemon gave every page back */
