@@ -14,8 +14,10 @@
  *
  * Every quota holds as if the pages had come by REGISTER and eviction
  * (docs/security.md): the ranges are admitted as REGISTER admits them
- * (private anonymous writable memory, outside the staging area, within
- * the user's max_regions and max_registered: adopt_admit()), and each
+ * (nothing but private anonymous writable memory maps them, though a
+ * part may be unmapped while an munmap's event is pending; outside the
+ * staging area; within the user's max_regions and max_registered:
+ * adopt_admit()), and each
  * object copied is paid from the user's max_pool and must fit under the
  * pool bound (pool_max and the allocator's cap). Each entry gets a copy
  * of its own, counted on its own, so entries that name one object cost
@@ -24,9 +26,11 @@
  * eviction found no room for stays resident: no page of an honest client
  * is lost, and a store forged to hold more than its user may keep costs
  * that user's own memory. A page that cannot be installed either (an
- * event pending on the uffd: -EAGAIN) refuses the store, which its client
- * then restores itself. Second-tier stubs (16 bytes for a page on the
- * tier) are kept past the bounds: they are what makes room.
+ * event pending on the uffd: -EAGAIN) is kept after all, past the bounds
+ * as every page was before they held here (refusing the store would lose
+ * its second-tier pages), counted for its user, whose own evictions then
+ * wait, and logged. Second-tier stubs (16 bytes for a page on the tier)
+ * are kept past the bounds: they are what makes room.
  *
  * What the old daemon was doing when it died decides what an entry means
  * (docs/page-lifecycle.md, "A daemon that dies"):
@@ -75,6 +79,8 @@ typedef struct AdoptCtx {
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
         uint64_t held, from_staging, dropped;
         uint64_t installed; /* pages put back in the client for want of quota or pool room */
+        uint64_t over;      /* pages kept past them: the client could not take them (install_err) */
+        int install_err;
         uint64_t tier, tier_lost; /* pages on the second tier; of them, with a stub this daemon cannot use */
         char *why;
         size_t why_len;
@@ -118,8 +124,8 @@ static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
 
 /* The page whose object is len bytes at src (compressed, or raw when len
  * is a page), installed at addr in the client: no entry is kept for it.
- * 0; -EBADMSG if the object does not decompress; -EDQUOT if the page can
- * be neither kept nor installed (the store is refused). */
+ * 1; 0 if it cannot be installed now (an event pending on the uffd:
+ * EAGAIN); -EBADMSG if the object does not decompress. */
 static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
         const void *page = src;
         if (len != ZSWAP_PAGE_SIZE) {
@@ -132,11 +138,10 @@ static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
         if (ioctl(a->mm->uffd, UFFDIO_COPY, &c) == 0 || errno == EEXIST) {
                 /* EEXIST: the page is there, as a page that never left */
                 a->installed++;
-                return 0;
+                return 1;
         }
-        snprintf(a->why, a->why_len, "over its user's max_pool or the pool bound, and the page at %#llx cannot be "
-                 "installed: %s", (unsigned long long)addr, strerror(errno));
-        return -EDQUOT;
+        a->install_err = errno;
+        return 0;
 }
 
 /* Store len bytes (compressed, or the raw page when len is a page) as a new
@@ -152,7 +157,22 @@ static int keep_object(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len
                 users_quota_give(mm, len);
         if (r == -EDQUOT || r == -ENOSPC) {
                 *nv = 0;
-                return install(a, addr, src, len);
+                if ((r = install(a, addr, src, len)) != 0)
+                        return r < 0 ? r : 0;
+                /* the client is changing its address space (an event of
+                 * its uffd waits for us): keep the object after all, past
+                 * the bounds if need be, counted for its user, whose
+                 * evictions then wait until it is under max_pool again.
+                 * Refusing the store would leave its client to restore
+                 * itself, which cannot read the second tier: a page lost */
+                r = pool_alloc_over(mm->pool, len, &h);
+                if (r < 0) {
+                        snprintf(a->why, a->why_len, "no room in the pool for the page at %#llx, which cannot be "
+                                 "installed (%s): %s", (unsigned long long)addr, strerror(a->install_err),
+                                 strerror(-r));
+                        return r;
+                }
+                a->over++;
         }
         if (r < 0) {
                 snprintf(a->why, a->why_len, "no room in the pool: %s", strerror(-r));
@@ -526,6 +546,10 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                 if (a->tier)
                         log_info("pid %d: %llu adopted pages are on the second tier", (int)mm->pid,
                                  (unsigned long long)a->tier);
+                if (a->over)
+                        log_warn("pid %d: %llu adopted pages kept past its user's max_pool or the pool bound: "
+                                 "the client was changing its address space and could not take them resident (%s)",
+                                 (int)mm->pid, (unsigned long long)a->over, strerror(a->install_err));
                 if (a->installed)
                         log_info("pid %d: %llu adopted pages installed in the client, resident: no room for them "
                                  "under its user's max_pool or the pool bound", (int)mm->pid,

@@ -24,9 +24,10 @@ int adopt_check(Manager *m, uint8_t *old, char *why, size_t len);
 int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, char *why, size_t len);
 
 /* May mm (staging area, pid and uid set) take over these ranges (the
- * table adopt_live_ranges() left)? As REGISTER would admit them: private
- * anonymous writable memory, outside the staging area, within its user's
- * max_regions and max_registered. Then mm's share of its user's max_pool
+ * table adopt_live_ranges() left)? As REGISTER would admit them: mapped
+ * by nothing but private anonymous writable memory (a part not mapped at
+ * all passes: an munmap whose event is pending), outside the staging
+ * area, within its user's max_regions and max_registered. Then mm's share of its user's max_pool
  * is set, which adopt_entries() pays from. 0; -EINVAL, -EDQUOT (why[]
  * says what), -ESRCH. Manager thread. */
 int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char *why, size_t len);
@@ -36,7 +37,7 @@ int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char 
  * moved or dropped by ev (the journal's event, NULL if none). *held gets
  * the pages kept. A page that its user's max_pool or the pool bound has
  * no room for is installed in the client instead (resident). 0, -EBADMSG
- * (why[] says what), -EDQUOT (a page neither kept nor installed),
+ * (why[] says what),
  * -ENOSPC/-ENOMEM. */
 int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
                   uint64_t *held, char *why, size_t len);

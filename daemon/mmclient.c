@@ -594,6 +594,7 @@ int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end) {
 int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n) {
         char path[64], line[4096];
         size_t i = 0;
+        int ret = 0;
         FILE *f;
 
         if (n == 0)
@@ -602,26 +603,23 @@ int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n) {
         f = fopen(path, "re");
         if (!f)
                 return negative_errno();
-        /* both sorted: one pass over maps; covered is where the current
-         * range is known good up to */
-        uint64_t covered = r[0].start;
+        /* both sorted: one pass over maps, each mapping against the first
+         * range that does not end before it (if it overlaps none of that
+         * one, it overlaps none after) */
         while (i < n && fgets(line, sizeof(line), f)) {
                 uint64_t s = 0, e = 0;
                 bool ok = maps_line_ok(line, &s, &e);
-                while (i < n && e > covered) {
-                        if (s > covered || !ok)
-                                goto out;
-                        if (e < r[i].end) {
-                                covered = e;
-                                break;
-                        }
-                        if (++i < n)
-                                covered = r[i].start;
+                if (e == 0)
+                        continue; /* the rest of a long line */
+                while (i < n && r[i].end <= s)
+                        i++;
+                if (i < n && r[i].start < e && !ok) {
+                        ret = -EINVAL;
+                        break;
                 }
         }
-out:
         fclose(f);
-        return i == n ? 0 : -EINVAL;
+        return ret;
 }
 
 bool uffd_mm_alive(int uffd) {

@@ -280,7 +280,11 @@ int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len);
 /* Is [start, end) covered by private, anonymous, writable mappings of the
  * client (/proc/PID/maps)? 0, -EINVAL, or -errno reading maps. */
 int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end);
-/* The same for n sorted, disjoint ranges, maps read once. */
+/* Is no page of n sorted, disjoint ranges mapped by anything but private,
+ * anonymous, writable memory? Unlike mmclient_check_anon(), a part not
+ * mapped at all passes: a store's table may keep a range an munmap took
+ * until its event, pending on the uffd, is read (adopt.c). Maps read
+ * once. 0, -EINVAL, or -errno reading maps. */
 int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n);
 
 /* Does the address space behind uffd still exist? (A non-destructive
