@@ -55,6 +55,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <poll.h>
@@ -133,8 +134,12 @@ struct zswap_client {
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct zswap_client *clients;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-/* Incremented before each fork; the daemon reads it from our memory when the
- * kernel reports the fork, the child names it to claim its address space. */
+/* A fresh random value before each fork (fork_token_new()); the daemon reads
+ * it from our memory at FORK_PREPARE, the child names it to claim its
+ * address space. Once the parent has exited, the token is all that tells a
+ * child apart from another process of the same user (do_child_attach() in
+ * daemon/manager.c), so it must not be guessable: never a counter. Written
+ * under clients_lock by atfork_prepare() only. */
 static volatile uint64_t fork_token;
 
 /* ---- requests ---- */
@@ -1377,9 +1382,34 @@ _public_ void zswap_disconnect(struct zswap_client *c) {
 
 /* ---- fork ---- */
 
+/* 64 random bits, never 0 (the daemon's "no token") nor the last one.
+ * getrandom() blocks only until the kernel's generator is seeded at boot;
+ * should it fail anyway (a seccomp filter, say), the clock and pid are
+ * mixed in: unique, but guessable, which only matters once the parent is
+ * gone. */
+static uint64_t fork_token_new(uint64_t last) {
+        uint64_t t = 0;
+        ssize_t n;
+
+        do
+                n = getrandom(&t, sizeof(t), 0);
+        while (n < 0 && errno == EINTR);
+        if (n != (ssize_t)sizeof(t)) {
+                t = now_ns() ^ ((uint64_t)getpid() << 32) ^ last;
+                t = (t ^ (t >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finish */
+                t = (t ^ (t >> 27)) * 0x94d049bb133111ebull;
+                t ^= t >> 31;
+        }
+        return t == 0 || t == last ? ~last | 1 : t;
+}
+
+uint64_t zswap_fork_token_last(void) {
+        return fork_token;
+}
+
 static void atfork_prepare(void) {
         pthread_mutex_lock(&clients_lock);
-        fork_token++;
+        fork_token = fork_token_new(fork_token);
         for (struct zswap_client *c = clients; c; c = c->next_client) {
                 ZMsgHeader h;
                 /* While the agent looks for a new daemon, the fork waits for
