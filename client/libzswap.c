@@ -26,6 +26,11 @@
  * space is copied), and the child reconnects, takes over the uffd the
  * daemon received for it (UFFD_EVENT_FORK) and starts its own agent.
  *
+ * Who the daemon is: whoever listens on the socket's path. Every connect
+ * (the first, a fork child's, each attempt of a recovery) checks that the
+ * listener is root or the uid $ZSWAP_DAEMON_UID names before it sends a
+ * byte (sock_connect()), since what follows hands over our uffd and store.
+ *
  * Daemon loss (issue 7): the daemon hands every client a store (store.h),
  * a sealed memfd holding its compressed pages, entries and ranges, which we
  * keep. When the agent reads EOF, it reconnects to the same socket every
@@ -104,6 +109,7 @@ struct zswap_client {
         ZSync *sync;  /* shared with the daemon (zsync.h): moves and its uffd reads apart */
         int sync_fd;
         char path[108];
+        uid_t daemon_uid; /* $ZSWAP_DAEMON_UID, trusted besides root; (uid_t)-1: none */
         int report_fd; /* $ZSWAP_RECOVERY_FD: one line per recovery, -1: none */
         bool staging_stale; /* agent only: free staging before the next command */
         _Atomic unsigned reconnect_ms; /* how long to look for a new daemon */
@@ -551,9 +557,12 @@ static int agent_start(struct zswap_client *c) {
 
 /* ---- setup ---- */
 
-static int sock_connect(const char *path) {
+/* Every connection, the first, a fork child's and a recovery's: nothing is
+ * sent before the listener proved to be root or the uid we were told to
+ * trust (unix_peer_trusted(), common/util.c); -EPERM otherwise. */
+static int sock_connect(struct zswap_client *c) {
         struct timeval tv = { .tv_sec = 10 };
-        int fd = unix_connect(path);
+        int fd = unix_connect_daemon(c->path, c->daemon_uid);
 
         if (fd < 0)
                 return fd;
@@ -774,6 +783,7 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
                 return -ENOMEM;
         c->sock = c->uffd = c->sync_fd = c->store_fd = -1;
         c->report_fd = report_fd_from_env();
+        c->daemon_uid = daemon_uid_from_env(); /* read once: the agent reconnects with it */
         c->recovery.last_adopt_status = 1;
         atomic_init(&c->reconnect_ms, reconnect_ms_from_env());
         pthread_mutex_init(&c->send_lock, NULL);
@@ -798,7 +808,7 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
 static int connect_client(struct zswap_client *c) {
         int devfd = -1, r;
 
-        c->sock = sock_connect(c->path);
+        c->sock = sock_connect(c);
         if (c->sock < 0)
                 return c->sock;
         r = hello(c, ZROLE_CLIENT, &devfd);
@@ -890,7 +900,7 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd)
         struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
         ZMsgHello h = { .role = ZROLE_CLIENT };
         int fds[2];
-        int s = sock_connect(c->path);
+        int s = sock_connect(c);
 
         if (s < 0)
                 return s;
@@ -1107,7 +1117,7 @@ static bool recover_wait(struct zswap_client *c, uint64_t deadline, bool sleep) 
 static bool agent_recover(struct zswap_client *c) {
         uint64_t deadline = now_ns() + (uint64_t)atomic_load_explicit(&c->reconnect_ms, memory_order_relaxed) * 1000000;
         int ns = -1, devfd = -1, r = -ETIMEDOUT;
-        bool answered = false, sleep = false;
+        bool answered = false, sleep = false, untrusted = false;
         int64_t pages = 0;
 
         set_lost(c, true, false);
@@ -1116,8 +1126,15 @@ static bool agent_recover(struct zswap_client *c) {
                 atomic_store_explicit(&c->sync->reading, 0, memory_order_seq_cst);
         while (recover_wait(c, deadline, sleep)) {
                 sleep = true;
-                if (ns < 0 && dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &devfd) < 0)
-                        continue;
+                if (ns < 0) {
+                        r = dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &devfd);
+                        if (r == -EPERM && !untrusted)
+                                report(c, "the socket's listener is not root nor $ZSWAP_DAEMON_UID: nothing sent "
+                                          "to it, still looking for zswapd");
+                        untrusted |= r == -EPERM;
+                        if (r < 0)
+                                continue;
+                }
                 r = adopt(c, ns, &pages);
                 pthread_mutex_lock(&c->lock);
                 c->recovery.last_adopt_status = r;
@@ -1451,7 +1468,7 @@ static int child_reconnect(struct zswap_client *c) {
                          .staging_addr = (uintptr_t)c->staging };
         int devfd = -1, r;
 
-        c->sock = sock_connect(c->path);
+        c->sock = sock_connect(c);
         if (c->sock < 0)
                 return c->sock;
         r = hello(c, ZROLE_CHILD, &devfd);
