@@ -3,8 +3,11 @@
  *
  * A client is one connection to the daemon plus one userfaultfd created in
  * this process through the /dev/userfaultfd descriptor the daemon hands
- * over (so kernel-mode faults, e.g. read(2) into evicted memory, reach the
- * daemon; UFFD_USER_MODE_ONLY is never used). The daemon reads its faults
+ * over (to root, and to users its configuration names), or with
+ * userfaultfd(2) where the kernel allows it, so that kernel-mode faults,
+ * e.g. read(2) into evicted memory, reach the daemon; UFFD_USER_MODE_ONLY
+ * is never used (uffd_create()). The device is closed as soon as the uffd
+ * is made. The daemon reads its faults
  * and events. We keep our own reference for as long as the process lives,
  * so a dying daemon never makes the kernel unregister our memory and
  * zero-fill it. The agent thread issues UFFDIO_MOVE on the same uffd: a
@@ -571,6 +574,8 @@ static int sock_connect(struct zswap_client *c) {
         return fd;
 }
 
+/* HELLO; *devfd: the daemon's /dev/userfaultfd descriptor, or -1 when it
+ * hands none (userfaultfd_device, zswapd.conf(5); never to a fork child). */
 static int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         ZMsgHello h = { .role = role };
         int fds[2];
@@ -578,8 +583,29 @@ static int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         int r = request(c, &h, sizeof(h), NULL, 0, NULL, 0, fds, NULL);
         safe_close(fds[1]);
         *devfd = fds[0];
-        if (r == 0 && *devfd < 0)
-                r = -EPROTO;
+        return r;
+}
+
+/*
+ * A new uffd of this process. Through the daemon's /dev/userfaultfd
+ * descriptor if it handed one: that fd is closed here, at once and
+ * whatever happens, so that it is never kept past creating the uffd (it
+ * would let this process make kernel-mode uffds ever after). Without one,
+ * userfaultfd(2), which the kernel allows without UFFD_USER_MODE_ONLY only
+ * with vm.unprivileged_userfaultfd = 1 or CAP_SYS_PTRACE: -EPERM
+ * otherwise. USER_MODE_ONLY is never used: a system call that touched an
+ * evicted page (read(2) into it) would fail with EFAULT instead of waiting
+ * for the page.
+ */
+static int uffd_create(int *devfd) {
+        int fd, r;
+
+        if (*devfd >= 0)
+                fd = ioctl(*devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        else
+                fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+        r = fd < 0 ? negative_errno() : fd;
+        *devfd = safe_close(*devfd);
         return r;
 }
 
@@ -812,13 +838,14 @@ static int connect_client(struct zswap_client *c) {
         if (c->sock < 0)
                 return c->sock;
         r = hello(c, ZROLE_CLIENT, &devfd);
+        if (r < 0) {
+                safe_close(devfd);
+                return r;
+        }
+        r = uffd_create(&devfd);
         if (r < 0)
                 return r;
-        c->uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        r = c->uffd < 0 ? -errno : 0;
-        close(devfd);
-        if (r < 0)
-                return r;
+        c->uffd = r;
         r = agent_start(c);
         if (r < 0)
                 return r;
@@ -894,9 +921,11 @@ static bool conn_error(int r) {
                r == -ENOENT || r == -ECONNREFUSED;
 }
 
-/* Connect to the socket again and say HELLO: *sock, and /dev/userfaultfd
- * in *devfd. Replies are waited for wait_ms at most. */
-static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd) {
+/* Connect to the socket again and say HELLO: *sock, and in *spare a new
+ * uffd made at once (uffd_create(): the device is not kept), for
+ * attach_anew() should the daemon not adopt our store; a negative errno
+ * if none could be made. Replies are waited for wait_ms at most. */
+static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *spare) {
         struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
         ZMsgHello h = { .role = ZROLE_CLIENT };
         int fds[2];
@@ -908,14 +937,13 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd)
         zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
         int r = agent_call(c, s, &h, sizeof(h), NULL, 0, fds, NULL);
         safe_close(fds[1]);
-        if (r == 0 && fds[0] < 0)
-                r = -EPROTO;
         if (r < 0) {
+                safe_close(fds[0]);
                 safe_close(s);
                 return r;
         }
         *sock = s;
-        *devfd = fds[0];
+        *spare = uffd_create(&fds[0]);
         return 0;
 }
 
@@ -982,17 +1010,18 @@ static int reregister(struct zswap_client *c, int sock) {
         return 0;
 }
 
-/* Attach to the daemon on sock as a new client: a new uffd through devfd,
- * ATTACH (a new store), staging, every range again, the limit again. Our
- * old uffd is closed already. */
-static int attach_anew(struct zswap_client *c, int sock, int devfd) {
+/* Attach to the daemon on sock as a new client: spare as our new uffd
+ * (dial(); a negative errno if there is none), ATTACH (a new store),
+ * staging, every range again, the limit again. Our old uffd is closed
+ * already. */
+static int attach_anew(struct zswap_client *c, int sock, int spare) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
                          .fork_token_addr = (uintptr_t)&fork_token };
         int rfd[2], r;
 
-        c->uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        if (c->uffd < 0)
-                return negative_errno();
+        if (spare < 0)
+                return spare;
+        c->uffd = spare;
         int fds[2] = { c->uffd, c->sync_fd };
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 2 : 1, rfd, NULL);
@@ -1116,7 +1145,7 @@ static bool recover_wait(struct zswap_client *c, uint64_t deadline, bool sleep) 
  */
 static bool agent_recover(struct zswap_client *c) {
         uint64_t deadline = now_ns() + (uint64_t)atomic_load_explicit(&c->reconnect_ms, memory_order_relaxed) * 1000000;
-        int ns = -1, devfd = -1, r = -ETIMEDOUT;
+        int ns = -1, spare = -EBADF, r = -ETIMEDOUT;
         bool answered = false, sleep = false, untrusted = false;
         int64_t pages = 0;
 
@@ -1127,7 +1156,7 @@ static bool agent_recover(struct zswap_client *c) {
         while (recover_wait(c, deadline, sleep)) {
                 sleep = true;
                 if (ns < 0) {
-                        r = dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &devfd);
+                        r = dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &spare);
                         if (r == -EPERM && !untrusted)
                                 report(c, "the socket's listener is not root nor $ZSWAP_DAEMON_UID: nothing sent "
                                           "to it, still looking for zswapd");
@@ -1140,7 +1169,8 @@ static bool agent_recover(struct zswap_client *c) {
                 c->recovery.last_adopt_status = r;
                 pthread_mutex_unlock(&c->lock);
                 if (r == 0) {
-                        safe_close(devfd);
+                        if (spare >= 0)
+                                safe_close(spare);
                         pthread_mutex_lock(&c->lock);
                         c->recovery.adopted++;
                         pthread_mutex_unlock(&c->lock);
@@ -1152,7 +1182,9 @@ static bool agent_recover(struct zswap_client *c) {
                         continue;
                 if (conn_error(r) && r != -ENOENT) {
                         ns = safe_close(ns);
-                        devfd = safe_close(devfd);
+                        if (spare >= 0)
+                                safe_close(spare);
+                        spare = -EBADF;
                         continue;
                 }
                 answered = true; /* -ENOENT: released; -EBADMSG or other: restore */
@@ -1170,8 +1202,8 @@ static bool agent_recover(struct zswap_client *c) {
         answered = answered && !c->closing;
         pthread_mutex_unlock(&c->lock);
         if (answered) {
-                r = attach_anew(c, ns, devfd);
-                safe_close(devfd);
+                r = attach_anew(c, ns, spare);
+                spare = -EBADF; /* our uffd now, if there was one */
                 if (r == 0) {
                         pthread_mutex_lock(&c->lock);
                         c->recovery.reattached++;
@@ -1189,7 +1221,8 @@ static bool agent_recover(struct zswap_client *c) {
                 c->store_fd = safe_close(c->store_fd);
         }
         safe_close(ns);
-        safe_close(devfd);
+        if (spare >= 0)
+                safe_close(spare);
         set_lost(c, false, true);
         report(c, "detached: no daemon took the store over");
         return false;
@@ -1472,6 +1505,9 @@ static int child_reconnect(struct zswap_client *c) {
         if (c->sock < 0)
                 return c->sock;
         r = hello(c, ZROLE_CHILD, &devfd);
+        /* our uffd comes from the fork event: a device an older daemon
+         * hands a child too is never needed, closed at once */
+        safe_close(devfd);
         if (r < 0)
                 return r;
         /* a sync page of our own (zsync.h), given with the attach: the one
@@ -1495,7 +1531,6 @@ static int child_reconnect(struct zswap_client *c) {
                         break;
                 usleep(5000);
         }
-        safe_close(devfd);
         if (r == 0 && c->uffd < 0)
                 r = -EPROTO;
         if (r < 0)
