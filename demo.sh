@@ -7,10 +7,13 @@ cd "$(dirname "$0")"
 ./scripts/setup-deps.sh
 [ -d build ] || meson setup build
 ninja -C build
-sock=$(mktemp -u /tmp/zswapd-demo-XXXX.sock)
+# the socket in a directory of root's own (mode 0700), never straight
+# in world-writable /tmp, where anyone could listen in the daemon's place
+dir=$(mktemp -d /tmp/zswapd-demo-XXXX)
+sock=$dir/zswapd.sock
 ./build/daemon/zswapd --no-config --socket "$sock" &
 daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
+trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 ./build/client/zswap-demo --socket "$sock" --size "${DEMO_MB:-1024}"
 echo

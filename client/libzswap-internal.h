@@ -81,3 +81,8 @@ void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret);
  * -ENOTCONN meanwhile, but the client may come back (preload.c keeps
  * scanning). */
 bool zswap_client_recovering(struct zswap_client *c);
+
+/* The fork token of this process's last fork (0: none yet): a random
+ * 64-bit value per fork, which the daemon matches at CHILD_ATTACH. For
+ * tests. */
+uint64_t zswap_fork_token_last(void);

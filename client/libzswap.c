@@ -3,8 +3,11 @@
  *
  * A client is one connection to the daemon plus one userfaultfd created in
  * this process through the /dev/userfaultfd descriptor the daemon hands
- * over (so kernel-mode faults, e.g. read(2) into evicted memory, reach the
- * daemon; UFFD_USER_MODE_ONLY is never used). The daemon reads its faults
+ * over (to root, and to users its configuration names), or with
+ * userfaultfd(2) where the kernel allows it, so that kernel-mode faults,
+ * e.g. read(2) into evicted memory, reach the daemon; UFFD_USER_MODE_ONLY
+ * is never used (uffd_create()). The device is closed as soon as the uffd
+ * is made. The daemon reads its faults
  * and events. We keep our own reference for as long as the process lives,
  * so a dying daemon never makes the kernel unregister our memory and
  * zero-fill it. The agent thread issues UFFDIO_MOVE on the same uffd: a
@@ -25,6 +28,11 @@
  * page is half-way between the client and the daemon when the address
  * space is copied), and the child reconnects, takes over the uffd the
  * daemon received for it (UFFD_EVENT_FORK) and starts its own agent.
+ *
+ * Who the daemon is: whoever listens on the socket's path. Every connect
+ * (the first, a fork child's, each attempt of a recovery) checks that the
+ * listener is root or the uid $ZSWAP_DAEMON_UID names before it sends a
+ * byte (sock_connect()), since what follows hands over our uffd and store.
  *
  * Daemon loss (issue 7): the daemon hands every client a store (store.h),
  * a sealed memfd holding its compressed pages, entries and ranges, which we
@@ -55,6 +63,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <poll.h>
@@ -103,6 +112,7 @@ struct zswap_client {
         ZSync *sync;  /* shared with the daemon (zsync.h): moves and its uffd reads apart */
         int sync_fd;
         char path[108];
+        uid_t daemon_uid; /* $ZSWAP_DAEMON_UID, trusted besides root; (uid_t)-1: none */
         int report_fd; /* $ZSWAP_RECOVERY_FD: one line per recovery, -1: none */
         bool staging_stale; /* agent only: free staging before the next command */
         _Atomic unsigned reconnect_ms; /* how long to look for a new daemon */
@@ -133,8 +143,12 @@ struct zswap_client {
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct zswap_client *clients;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-/* Incremented before each fork; the daemon reads it from our memory when the
- * kernel reports the fork, the child names it to claim its address space. */
+/* A fresh random value before each fork (fork_token_new()); the daemon reads
+ * it from our memory at FORK_PREPARE, the child names it to claim its
+ * address space. Once the parent has exited, the token is all that tells a
+ * child apart from another process of the same user (do_child_attach() in
+ * daemon/manager.c), so it must not be guessable: never a counter. Written
+ * under clients_lock by atfork_prepare() only. */
 static volatile uint64_t fork_token;
 
 /* ---- requests ---- */
@@ -546,9 +560,12 @@ static int agent_start(struct zswap_client *c) {
 
 /* ---- setup ---- */
 
-static int sock_connect(const char *path) {
+/* Every connection, the first, a fork child's and a recovery's: nothing is
+ * sent before the listener proved to be root or the uid we were told to
+ * trust (unix_peer_trusted(), common/util.c); -EPERM otherwise. */
+static int sock_connect(struct zswap_client *c) {
         struct timeval tv = { .tv_sec = 10 };
-        int fd = unix_connect(path);
+        int fd = unix_connect_daemon(c->path, c->daemon_uid);
 
         if (fd < 0)
                 return fd;
@@ -557,6 +574,8 @@ static int sock_connect(const char *path) {
         return fd;
 }
 
+/* HELLO; *devfd: the daemon's /dev/userfaultfd descriptor, or -1 when it
+ * hands none (userfaultfd_device, zswapd.conf(5); never to a fork child). */
 static int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         ZMsgHello h = { .role = role };
         int fds[2];
@@ -564,8 +583,29 @@ static int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         int r = request(c, &h, sizeof(h), NULL, 0, NULL, 0, fds, NULL);
         safe_close(fds[1]);
         *devfd = fds[0];
-        if (r == 0 && *devfd < 0)
-                r = -EPROTO;
+        return r;
+}
+
+/*
+ * A new uffd of this process. Through the daemon's /dev/userfaultfd
+ * descriptor if it handed one: that fd is closed here, at once and
+ * whatever happens, so that it is never kept past creating the uffd (it
+ * would let this process make kernel-mode uffds ever after). Without one,
+ * userfaultfd(2), which the kernel allows without UFFD_USER_MODE_ONLY only
+ * with vm.unprivileged_userfaultfd = 1 or CAP_SYS_PTRACE: -EPERM
+ * otherwise. USER_MODE_ONLY is never used: a system call that touched an
+ * evicted page (read(2) into it) would fail with EFAULT instead of waiting
+ * for the page.
+ */
+static int uffd_create(int *devfd) {
+        int fd, r;
+
+        if (*devfd >= 0)
+                fd = ioctl(*devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        else
+                fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+        r = fd < 0 ? negative_errno() : fd;
+        *devfd = safe_close(*devfd);
         return r;
 }
 
@@ -769,6 +809,7 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
                 return -ENOMEM;
         c->sock = c->uffd = c->sync_fd = c->store_fd = -1;
         c->report_fd = report_fd_from_env();
+        c->daemon_uid = daemon_uid_from_env(); /* read once: the agent reconnects with it */
         c->recovery.last_adopt_status = 1;
         atomic_init(&c->reconnect_ms, reconnect_ms_from_env());
         pthread_mutex_init(&c->send_lock, NULL);
@@ -793,17 +834,18 @@ static int client_alloc(const char *path, struct zswap_client **ret) {
 static int connect_client(struct zswap_client *c) {
         int devfd = -1, r;
 
-        c->sock = sock_connect(c->path);
+        c->sock = sock_connect(c);
         if (c->sock < 0)
                 return c->sock;
         r = hello(c, ZROLE_CLIENT, &devfd);
+        if (r < 0) {
+                safe_close(devfd);
+                return r;
+        }
+        r = uffd_create(&devfd);
         if (r < 0)
                 return r;
-        c->uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        r = c->uffd < 0 ? -errno : 0;
-        close(devfd);
-        if (r < 0)
-                return r;
+        c->uffd = r;
         r = agent_start(c);
         if (r < 0)
                 return r;
@@ -879,13 +921,15 @@ static bool conn_error(int r) {
                r == -ENOENT || r == -ECONNREFUSED;
 }
 
-/* Connect to the socket again and say HELLO: *sock, and /dev/userfaultfd
- * in *devfd. Replies are waited for wait_ms at most. */
-static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd) {
+/* Connect to the socket again and say HELLO: *sock, and in *spare a new
+ * uffd made at once (uffd_create(): the device is not kept), for
+ * attach_anew() should the daemon not adopt our store; a negative errno
+ * if none could be made. Replies are waited for wait_ms at most. */
+static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *spare) {
         struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
         ZMsgHello h = { .role = ZROLE_CLIENT };
         int fds[2];
-        int s = sock_connect(c->path);
+        int s = sock_connect(c);
 
         if (s < 0)
                 return s;
@@ -893,14 +937,13 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *devfd)
         zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
         int r = agent_call(c, s, &h, sizeof(h), NULL, 0, fds, NULL);
         safe_close(fds[1]);
-        if (r == 0 && fds[0] < 0)
-                r = -EPROTO;
         if (r < 0) {
+                safe_close(fds[0]);
                 safe_close(s);
                 return r;
         }
         *sock = s;
-        *devfd = fds[0];
+        *spare = uffd_create(&fds[0]);
         return 0;
 }
 
@@ -967,17 +1010,18 @@ static int reregister(struct zswap_client *c, int sock) {
         return 0;
 }
 
-/* Attach to the daemon on sock as a new client: a new uffd through devfd,
- * ATTACH (a new store), staging, every range again, the limit again. Our
- * old uffd is closed already. */
-static int attach_anew(struct zswap_client *c, int sock, int devfd) {
+/* Attach to the daemon on sock as a new client: spare as our new uffd
+ * (dial(); a negative errno if there is none), ATTACH (a new store),
+ * staging, every range again, the limit again. Our old uffd is closed
+ * already. */
+static int attach_anew(struct zswap_client *c, int sock, int spare) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
                          .fork_token_addr = (uintptr_t)&fork_token };
         int rfd[2], r;
 
-        c->uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        if (c->uffd < 0)
-                return negative_errno();
+        if (spare < 0)
+                return spare;
+        c->uffd = spare;
         int fds[2] = { c->uffd, c->sync_fd };
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 2 : 1, rfd, NULL);
@@ -1101,8 +1145,8 @@ static bool recover_wait(struct zswap_client *c, uint64_t deadline, bool sleep) 
  */
 static bool agent_recover(struct zswap_client *c) {
         uint64_t deadline = now_ns() + (uint64_t)atomic_load_explicit(&c->reconnect_ms, memory_order_relaxed) * 1000000;
-        int ns = -1, devfd = -1, r = -ETIMEDOUT;
-        bool answered = false, sleep = false;
+        int ns = -1, spare = -EBADF, r = -ETIMEDOUT;
+        bool answered = false, sleep = false, untrusted = false;
         int64_t pages = 0;
 
         set_lost(c, true, false);
@@ -1111,14 +1155,22 @@ static bool agent_recover(struct zswap_client *c) {
                 atomic_store_explicit(&c->sync->reading, 0, memory_order_seq_cst);
         while (recover_wait(c, deadline, sleep)) {
                 sleep = true;
-                if (ns < 0 && dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &devfd) < 0)
-                        continue;
+                if (ns < 0) {
+                        r = dial(c, MAX((unsigned)ms_left(deadline), (unsigned)HANDSHAKE_REPLY_MIN_MS), &ns, &spare);
+                        if (r == -EPERM && !untrusted)
+                                report(c, "the socket's listener is not root nor $ZSWAP_DAEMON_UID: nothing sent "
+                                          "to it, still looking for zswapd");
+                        untrusted |= r == -EPERM;
+                        if (r < 0)
+                                continue;
+                }
                 r = adopt(c, ns, &pages);
                 pthread_mutex_lock(&c->lock);
                 c->recovery.last_adopt_status = r;
                 pthread_mutex_unlock(&c->lock);
                 if (r == 0) {
-                        safe_close(devfd);
+                        if (spare >= 0)
+                                safe_close(spare);
                         pthread_mutex_lock(&c->lock);
                         c->recovery.adopted++;
                         pthread_mutex_unlock(&c->lock);
@@ -1130,7 +1182,9 @@ static bool agent_recover(struct zswap_client *c) {
                         continue;
                 if (conn_error(r) && r != -ENOENT) {
                         ns = safe_close(ns);
-                        devfd = safe_close(devfd);
+                        if (spare >= 0)
+                                safe_close(spare);
+                        spare = -EBADF;
                         continue;
                 }
                 answered = true; /* -ENOENT: released; -EBADMSG or other: restore */
@@ -1148,8 +1202,8 @@ static bool agent_recover(struct zswap_client *c) {
         answered = answered && !c->closing;
         pthread_mutex_unlock(&c->lock);
         if (answered) {
-                r = attach_anew(c, ns, devfd);
-                safe_close(devfd);
+                r = attach_anew(c, ns, spare);
+                spare = -EBADF; /* our uffd now, if there was one */
                 if (r == 0) {
                         pthread_mutex_lock(&c->lock);
                         c->recovery.reattached++;
@@ -1167,7 +1221,8 @@ static bool agent_recover(struct zswap_client *c) {
                 c->store_fd = safe_close(c->store_fd);
         }
         safe_close(ns);
-        safe_close(devfd);
+        if (spare >= 0)
+                safe_close(spare);
         set_lost(c, false, true);
         report(c, "detached: no daemon took the store over");
         return false;
@@ -1377,9 +1432,34 @@ _public_ void zswap_disconnect(struct zswap_client *c) {
 
 /* ---- fork ---- */
 
+/* 64 random bits, never 0 (the daemon's "no token") nor the last one.
+ * getrandom() blocks only until the kernel's generator is seeded at boot;
+ * should it fail anyway (a seccomp filter, say), the clock and pid are
+ * mixed in: unique, but guessable, which only matters once the parent is
+ * gone. */
+static uint64_t fork_token_new(uint64_t last) {
+        uint64_t t = 0;
+        ssize_t n;
+
+        do
+                n = getrandom(&t, sizeof(t), 0);
+        while (n < 0 && errno == EINTR);
+        if (n != (ssize_t)sizeof(t)) {
+                t = now_ns() ^ ((uint64_t)getpid() << 32) ^ last;
+                t = (t ^ (t >> 30)) * 0xbf58476d1ce4e5b9ull; /* splitmix64's finish */
+                t = (t ^ (t >> 27)) * 0x94d049bb133111ebull;
+                t ^= t >> 31;
+        }
+        return t == 0 || t == last ? ~last | 1 : t;
+}
+
+uint64_t zswap_fork_token_last(void) {
+        return fork_token;
+}
+
 static void atfork_prepare(void) {
         pthread_mutex_lock(&clients_lock);
-        fork_token++;
+        fork_token = fork_token_new(fork_token);
         for (struct zswap_client *c = clients; c; c = c->next_client) {
                 ZMsgHeader h;
                 /* While the agent looks for a new daemon, the fork waits for
@@ -1421,10 +1501,13 @@ static int child_reconnect(struct zswap_client *c) {
                          .staging_addr = (uintptr_t)c->staging };
         int devfd = -1, r;
 
-        c->sock = sock_connect(c->path);
+        c->sock = sock_connect(c);
         if (c->sock < 0)
                 return c->sock;
         r = hello(c, ZROLE_CHILD, &devfd);
+        /* our uffd comes from the fork event: a device an older daemon
+         * hands a child too is never needed, closed at once */
+        safe_close(devfd);
         if (r < 0)
                 return r;
         /* a sync page of our own (zsync.h), given with the attach: the one
@@ -1448,7 +1531,6 @@ static int child_reconnect(struct zswap_client *c) {
                         break;
                 usleep(5000);
         }
-        safe_close(devfd);
         if (r == 0 && c->uffd < 0)
                 r = -EPROTO;
         if (r < 0)

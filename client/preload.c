@@ -69,7 +69,7 @@ static bool said_nospc;
 /* ---- messages: one line each, never more than once per cause ---- */
 
 static void say(const char *fmt, ...) {
-        char buf[256];
+        char buf[512];
         va_list ap;
         int n = snprintf(buf, sizeof(buf), "zswap: pid %d: ", (int)getpid());
 
@@ -467,7 +467,11 @@ __attribute__((constructor)) static void preload_init(void) {
         r = zswap_connect(NULL, &client);
         if (r < 0) {
                 const char *sock = getenv("ZSWAP_SOCKET");
-                say("not managing memory: %s (zswapd at %s)", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET);
+                say("not managing memory: %s (zswapd at %s)%s", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET,
+                    r == -EPERM ? ": the socket is not served by root (nor $ZSWAP_DAEMON_UID), or zswapd does not "
+                                  "admit this user or hands it no /dev/userfaultfd (allow, userfaultfd_device in "
+                                  "zswapd.conf(5)); its log says which"
+                                : "");
                 client = NULL;
                 goto out;
         }

@@ -112,6 +112,19 @@ static int ctl_connect(const char *path) {
         int fd = unix_connect(path);
         ZMsgHello h = { .role = ZROLE_CONTROL };
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        uid_t peer = 0;
+
+        /* nothing is sent to a listener that is not root nor the uid
+         * $ZSWAP_DAEMON_UID names: whoever could write the socket's
+         * directory could be listening there (common/util.c) */
+        if (fd >= 0 && unix_peer_trusted(fd, daemon_uid_from_env(), &peer) < 0) {
+                close(fd);
+                fprintf(stderr,
+                        "zswapctl: %s is served by uid %u, not by root: not trusted as zswapd, nothing sent "
+                        "(set ZSWAP_DAEMON_UID=%u if zswapd runs as that user)\n",
+                        path, (unsigned)peer, (unsigned)peer);
+                return -1;
+        }
 
         if (fd == -ENOENT || fd == -ECONNREFUSED) {
                 fprintf(stderr, "zswapd is not running: start it with systemctl start zswapd (no socket at %s)\n",

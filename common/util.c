@@ -2,9 +2,11 @@
  * util.c: helpers without state, callable from any thread.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -133,6 +135,56 @@ int unix_connect(const char *path) {
                 return negative_errno();
         if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
                 int r = negative_errno();
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+/*
+ * Who may be at the other end of a client's socket. The socket's path is
+ * only a name: whoever can write its directory can put a listener of their
+ * own there once the daemon is gone (a hand-over, a crash, a stale path),
+ * and a client hands its daemon its userfaultfd and its store, that is,
+ * the power to read and rewrite its memory. So before anything is sent the
+ * listener's credentials (SO_PEERCRED: the process that called listen(),
+ * or systemd's for a socket it activates) must be root's, or those of the
+ * one uid the user said to trust instead ($ZSWAP_DAEMON_UID: a daemon run
+ * by hand as a user of its own).
+ */
+uid_t daemon_uid_from_env(void) {
+        const char *v = getenv("ZSWAP_DAEMON_UID");
+        char *end;
+
+        if (!v || !*v || !isdigit((unsigned char)*v))
+                return (uid_t)-1;
+        errno = 0;
+        unsigned long long u = strtoull(v, &end, 10);
+        if (errno || *end || u >= (uid_t)-1)
+                return (uid_t)-1;
+        return (uid_t)u;
+}
+
+int unix_peer_trusted(int fd, uid_t trusted, uid_t *ret_uid) {
+        struct ucred cr;
+        socklen_t len = sizeof(cr);
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+                return negative_errno();
+        if (ret_uid)
+                *ret_uid = cr.uid;
+        if (len < sizeof(cr) || (cr.uid != 0 && (trusted == (uid_t)-1 || cr.uid != trusted)))
+                return -EPERM;
+        return 0;
+}
+
+int unix_connect_daemon(const char *path, uid_t trusted) {
+        int fd = unix_connect(path);
+
+        if (fd < 0)
+                return fd;
+        int r = unix_peer_trusted(fd, trusted, NULL);
+        if (r < 0) {
                 close(fd);
                 return r;
         }

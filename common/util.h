@@ -38,3 +38,13 @@ int parse_size(const char *s, uint64_t *ret);
 
 /* Connect a SOCK_SEQPACKET | SOCK_CLOEXEC Unix socket to path; fd or -errno. */
 int unix_connect(const char *path);
+/* The uid trusted to run the daemon besides root: $ZSWAP_DAEMON_UID (a
+ * decimal uid), or (uid_t)-1 when it is unset or not one. */
+uid_t daemon_uid_from_env(void);
+/* Whether the listener at the other end of the connected Unix socket fd
+ * is a daemon we trust (util.c): SO_PEERCRED's uid 0, or trusted unless
+ * that is (uid_t)-1. 0, -EPERM if not (its uid in *ret_uid), or -errno. */
+int unix_peer_trusted(int fd, uid_t trusted, uid_t *ret_uid);
+/* unix_connect(), then unix_peer_trusted(): the fd, or -errno; -EPERM for
+ * a peer that is not trusted, to which nothing was sent. */
+int unix_connect_daemon(const char *path, uid_t trusted);

@@ -314,6 +314,11 @@ static int users_assignment(UsersConf *u, const char *key, const char *value, ch
 
         if (strcmp(key, "allow") == 0)
                 return parse_allow(u, value, err, errlen);
+        if (strcmp(key, "userfaultfd_device") == 0) {
+                if (conf_parse_bool(value, &u->uffd_device) < 0)
+                        return errorf(-EINVAL, err, errlen, "userfaultfd_device: '%s' is not yes or no", value);
+                return 0;
+        }
         if (strcmp(key, "admin_group") == 0) {
                 if (strlen(value) >= sizeof(u->admin_group))
                         return errorf(-EINVAL, err, errlen, "admin_group: name too long");
@@ -331,7 +336,7 @@ static int users_assignment(UsersConf *u, const char *key, const char *value, ch
         int r = user_limit_assignment(&u->defaults, &set, key, value, err, errlen);
         if (r == -ENOENT) {
                 list_keys(user_keys, _UKEY_MAX, keys, sizeof(keys));
-                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [users] (allow, admin_group, %s)", key, keys);
+                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [users] (allow, admin_group, userfaultfd_device, %s)", key, keys);
         }
         return r;
 }
@@ -351,7 +356,7 @@ static int user_rule_assignment(UsersConf *u, const char *name, const char *key,
                 if (u->rules[i].uid == uid)
                         rule = &u->rules[i];
         if (!rule) {
-                UserRule nr = { .uid = uid, .allow = -1 };
+                UserRule nr = { .uid = uid, .allow = -1, .uffd_device = -1 };
                 if (push((void **)&u->rules, &u->nrules, sizeof(nr), &nr) < 0)
                         return errorf(-ENOMEM, err, errlen, "out of memory");
                 rule = &u->rules[u->nrules - 1];
@@ -363,10 +368,17 @@ static int user_rule_assignment(UsersConf *u, const char *name, const char *key,
                 rule->allow = b;
                 return 0;
         }
+        if (strcmp(key, "userfaultfd_device") == 0) {
+                bool b;
+                if (conf_parse_bool(value, &b) < 0)
+                        return errorf(-EINVAL, err, errlen, "userfaultfd_device: '%s' is not yes or no", value);
+                rule->uffd_device = b;
+                return 0;
+        }
         r = user_limit_assignment(&rule->lim, &rule->set, key, value, err, errlen);
         if (r == -ENOENT) {
                 list_keys(user_keys, _UKEY_MAX, keys, sizeof(keys));
-                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [user:%s] (allow, %s)", key, name, keys);
+                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [user:%s] (allow, userfaultfd_device, %s)", key, name, keys);
         }
         return r;
 }
@@ -500,6 +512,16 @@ void config_user_limits(const UsersConf *u, uid_t uid, UserLimits *ret) {
         for (int k = 0; rule && k < _UKEY_MAX; k++)
                 if (rule->set & (1u << k))
                         ret->v[k] = rule->lim.v[k];
+}
+
+bool config_user_uffd_device(const UsersConf *u, uid_t uid) {
+        const UserRule *rule = rule_of(u, uid);
+
+        if (uid == 0)
+                return true;
+        if (rule && rule->uffd_device >= 0)
+                return rule->uffd_device;
+        return u->uffd_device;
 }
 
 bool config_is_admin(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups) {

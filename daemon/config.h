@@ -76,6 +76,7 @@ typedef struct UserLimits {
 typedef struct UserRule {
         uid_t uid;
         int allow;              /* -1: as [users] allow says; 0 no; 1 yes */
+        int uffd_device;        /* userfaultfd_device; -1: as [users] says */
         UserLimits lim;
         uint32_t set;           /* bit UKEY_*: given in the section */
 } UserRule;
@@ -86,6 +87,7 @@ typedef struct UsersConf {
         size_t n_allow_uids;
         gid_t *allow_gids;      /* allow = @group */
         size_t n_allow_gids;
+        bool uffd_device;       /* userfaultfd_device: hand out /dev/userfaultfd (default no) */
         bool has_admin_gid;
         gid_t admin_gid;
         char admin_group[64];   /* as written, for messages */
@@ -126,5 +128,12 @@ const char *config_user_key(UserKey k);
  */
 bool config_user_allowed(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups);
 void config_user_limits(const UsersConf *u, uid_t uid, UserLimits *ret);
+/*
+ * Whether uid's clients get a descriptor of /dev/userfaultfd at HELLO
+ * (userfaultfd_device), with which they create uffds that handle
+ * kernel-mode faults whatever vm.unprivileged_userfaultfd says. Root
+ * always does.
+ */
+bool config_user_uffd_device(const UsersConf *u, uid_t uid);
 /* Whether one of groups is the admin group (root is always an admin). */
 bool config_is_admin(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups);

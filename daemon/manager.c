@@ -377,14 +377,27 @@ static int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
                 conn_reply(c, h->hdr.id, 0, 0);
                 return 1;
         }
-        /* the client creates its uffds through this fd, in its own address
-         * space, with kernel-mode faults handled (never USER_MODE_ONLY) */
-        int dev = open_uffd_dev();
-        if (dev < 0)
-                return dev;
+        /* A client creates its uffds through this fd, in its own address
+         * space, with kernel-mode faults handled (never USER_MODE_ONLY).
+         * With it, any process can make uffds that stall the kernel's own
+         * copies, which is what vm.unprivileged_userfaultfd = 0 denies, and
+         * it may keep the fd: so only users the configuration names get it
+         * (userfaultfd_device; root always). Without it, the library makes
+         * its uffd with userfaultfd(2), which the kernel allows only where
+         * the sysctl does. A fork child gets its uffd from the fork event
+         * and never needs the device. */
+        int dev = -1;
+        if (c->role == ZROLE_CLIENT && config_user_uffd_device(&m->conf.users, c->uid)) {
+                dev = open_uffd_dev();
+                if (dev < 0)
+                        return dev;
+        } else if (c->role == ZROLE_CLIENT)
+                log_info("pid %d (uid %u): no /dev/userfaultfd handed out (userfaultfd_device = no in zswapd.conf): "
+                         "it can be a client only if vm.unprivileged_userfaultfd = 1 lets it make its own userfaultfd",
+                         (int)c->pid, c->uid);
         ZMsgReply r = { .status = 0 };
         zmsg_init(&r.hdr, ZMSG_REPLY, h->hdr.id, sizeof(r));
-        reply_send(c, &r, sizeof(r), &dev, 1);
+        reply_send(c, &r, sizeof(r), &dev, dev >= 0 ? 1 : 0);
         safe_close(dev);
         return 1;
 }

@@ -75,8 +75,10 @@ static void test_sections(void) {
                      "admin_group = 900\n"
                      "max_pool = 64M\n"
                      "max_requests = 0\n"
+                     "userfaultfd_device = yes\n"
                      "[user:1002]\n"
                      "allow = no\n"
+                     "userfaultfd_device = no\n"
                      "[user:1003]\n"
                      "max_pool = 1G\n"
                      "limit = 512M\n",
@@ -103,6 +105,11 @@ static void test_sections(void) {
         ASSERT_TRUE(config_is_admin(&c.users, 1005, g_admin, 1));
         ASSERT_TRUE(!config_is_admin(&c.users, 1005, g_clients, 2));
         ASSERT_TRUE(config_is_admin(&c.users, 0, NULL, 0));
+        /* userfaultfd_device: [users]' yes, a rule's no over it, root always */
+        ASSERT_TRUE(config_user_uffd_device(&c.users, 1001));
+        ASSERT_TRUE(config_user_uffd_device(&c.users, 1003));
+        ASSERT_TRUE(!config_user_uffd_device(&c.users, 1002));
+        ASSERT_TRUE(config_user_uffd_device(&c.users, 0));
 
         config_user_limits(&c.users, 1001, &l);
         ASSERT_EQ(l.v[UKEY_MAX_POOL], 64u << 20);
@@ -125,6 +132,17 @@ static void test_sections(void) {
         if (load(&c, "[users]\nallow = root *\n", err, sizeof(err)) < 0)
                 test_fail("%s", err);
         ASSERT_TRUE(config_user_allowed(&c.users, 4242, NULL, 0));
+        /* the device is not handed out unless the file says so; root's always */
+        ASSERT_TRUE(!config_user_uffd_device(&c.users, 4242));
+        ASSERT_TRUE(config_user_uffd_device(&c.users, 0));
+        config_free(&c);
+
+        /* a rule's yes over [users]' default */
+        config_default(&c);
+        if (load(&c, "[users]\nallow = *\n[user:1000]\nuserfaultfd_device = on\n", err, sizeof(err)) < 0)
+                test_fail("%s", err);
+        ASSERT_TRUE(config_user_uffd_device(&c.users, 1000));
+        ASSERT_TRUE(!config_user_uffd_device(&c.users, 1001));
         config_free(&c);
 }
 
@@ -151,6 +169,8 @@ static void test_errors(void) {
                 { "[user:root]\nmax_pool = 1G\n", ":2:", "root is never limited" },
                 { "[user:no-such-user-zswap]\nmax_pool = 1G\n", ":2:", "unknown user" },
                 { "[user:1000]\nallow = perhaps\n", ":2:", "not yes or no" },
+                { "[users]\nuserfaultfd_device = always\n", ":2:", "userfaultfd_device: 'always' is not yes or no" },
+                { "[user:1000]\nuserfaultfd_device = 2\n", ":2:", "userfaultfd_device: '2' is not yes or no" },
                 { "[user:1000]\nadmin_group = x\n", ":2:", "unknown key 'admin_group' in [user:1000]" },
                 { "[pool]\nidle_age = 1s\n", ":2:", "unknown key 'idle_age' in [pool]" },
                 { "[reclaim]\nidle_age = forever\n", ":2:", "idle_age" },
@@ -198,7 +218,7 @@ static void test_shipped(void) {
         ASSERT_TRUE(memcmp(&c.users.defaults, &d.users.defaults, sizeof(d.users.defaults)) == 0);
         ASSERT_EQ(c.users.nrules, 0u);
 
-        const char *keys[_DKEY_MAX + _UKEY_MAX + 2];
+        const char *keys[_DKEY_MAX + _UKEY_MAX + 3];
         unsigned seen[ELEMENTSOF(keys)] = { 0 }, n = 0;
         for (DaemonKey k = 0; k < _DKEY_MAX; k++)
                 keys[n++] = config_daemon_key(k);
@@ -206,6 +226,7 @@ static void test_shipped(void) {
                 keys[n++] = config_user_key(k);
         keys[n++] = "allow";
         keys[n++] = "admin_group";
+        keys[n++] = "userfaultfd_device";
         FILE *f = fopen(file, "re");
         ASSERT_TRUE(f != NULL);
         bool in_users_rule = false;

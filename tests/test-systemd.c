@@ -539,8 +539,16 @@ static void test_unit_capabilities(void) {
         int nfd = notify_socket("caps", false, addr, sizeof(addr));
         snprintf(path, sizeof(path), "%s/caps.sock", tmpdir);
         int lfd = listen_seqpacket(path);
+        /* nobody gets /dev/userfaultfd: the sysctl may deny it a
+         * kernel-mode userfaultfd of its own (zswapd.conf(5)) */
+        char conf[128];
+        snprintf(conf, sizeof(conf), "%s/caps.conf", tmpdir);
+        FILE *cf = fopen(conf, "we");
+        ASSERT_TRUE(cf != NULL);
+        fputs("[users]\nuserfaultfd_device = yes\n", cf);
+        ASSERT_OK(fclose(cf));
         Spawn s = { .notify = addr, .listen_fd = lfd, .cap_bset = set, .err_fd = -1,
-                    .argv = { "--allow-users", "-w", "2", "-t", "2" } };
+                    .argv = { "--allow-users", "--config", conf, "-w", "2", "-t", "2" } };
         pid_t pid = spawn(&s);
         expect(nfd, pid, "READY=1", buf, sizeof(buf), NULL);
 
@@ -565,6 +573,7 @@ static void test_unit_capabilities(void) {
         ASSERT_EQ(wait_exit(pid), 0);
         close(lfd);
         unlink(path);
+        unlink(conf);
         close(nfd);
         fprintf(stderr, "caps: ok\n");
 }

@@ -53,6 +53,9 @@ static void write_conf(const char *extra) {
                 "allow = %d %d %d %d %d @%d\n"
                 "admin_group = %d\n"
                 "max_regions = 64\n"
+                /* kernel-mode uffds for its users, whatever the sysctl
+                 * says (test-uffd-device covers the default, no) */
+                "userfaultfd_device = yes\n"
                 "[user:%d]\n"
                 "max_connections = 2\n"
                 "max_registered = 1M\n"

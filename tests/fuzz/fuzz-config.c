@@ -7,7 +7,8 @@
  * config_load() returns 0 or a negative errno; on error err starts with
  * the path (it says where) and the Config compares equal to a copy taken
  * before; on success config_copy() gives an equal Config, and the rule
- * lookups (config_user_allowed, config_user_limits, config_is_admin) hold
+ * lookups (config_user_allowed, config_user_limits, config_is_admin,
+ * config_user_uffd_device) hold
  * root's guarantees for every uid the file names. ASan and LSan catch what
  * a parse leaks or overruns.
  *
@@ -31,6 +32,7 @@ static const char base_text[] = "[daemon]\n"
                                 "max_pool = 1G\n"
                                 "[user:1000]\n"
                                 "allow = yes\n"
+                                "userfaultfd_device = yes\n"
                                 "limit = 64M\n"
                                 "[reclaim]\n"
                                 "idle_age = 30s\n";
@@ -82,7 +84,8 @@ static bool daemon_same(const DaemonConf *a, const DaemonConf *b) {
 
 static bool rules_same(const UserRule *a, const UserRule *b, size_t n) {
         for (size_t i = 0; i < n; i++)
-                if (a[i].uid != b[i].uid || a[i].allow != b[i].allow || a[i].set != b[i].set ||
+                if (a[i].uid != b[i].uid || a[i].allow != b[i].allow || a[i].uffd_device != b[i].uffd_device ||
+                    a[i].set != b[i].set ||
                     memcmp(&a[i].lim, &b[i].lim, sizeof(a[i].lim)) != 0)
                         return false;
         return true;
@@ -93,7 +96,8 @@ static bool users_same(const UsersConf *a, const UsersConf *b) {
                (a->n_allow_uids == 0 || !memcmp(a->allow_uids, b->allow_uids, a->n_allow_uids * sizeof(uid_t))) &&
                a->n_allow_gids == b->n_allow_gids &&
                (a->n_allow_gids == 0 || !memcmp(a->allow_gids, b->allow_gids, a->n_allow_gids * sizeof(gid_t))) &&
-               a->has_admin_gid == b->has_admin_gid && a->admin_gid == b->admin_gid &&
+               a->uffd_device == b->uffd_device && a->has_admin_gid == b->has_admin_gid &&
+               a->admin_gid == b->admin_gid &&
                !memcmp(a->admin_group, b->admin_group, sizeof(a->admin_group)) &&
                !memcmp(&a->defaults, &b->defaults, sizeof(a->defaults)) && a->nrules == b->nrules &&
                rules_same(a->rules, b->rules, a->nrules);
@@ -110,10 +114,12 @@ static void check_uid(const Config *c, uid_t uid) {
         (void)config_user_allowed(&c->users, uid, groups, 3);
         (void)config_user_allowed(&c->users, uid, NULL, 0);
         (void)config_is_admin(&c->users, uid, groups, 3);
+        bool dev = config_user_uffd_device(&c->users, uid);
         config_user_limits(&c->users, uid, &l);
         if (uid == 0) {
                 FUZZ_CHECK(config_user_allowed(&c->users, 0, NULL, 0) && config_is_admin(&c->users, 0, NULL, 0),
                            "root refused");
+                FUZZ_CHECK(dev, "root refused /dev/userfaultfd");
                 FUZZ_CHECK(l.v[UKEY_MAX_CONNECTIONS] == UINT64_MAX && l.v[UKEY_MAX_REGIONS] == UINT64_MAX &&
                                    l.v[UKEY_LIMIT] == 0 && l.v[UKEY_MAX_POOL] == 0,
                            "root limited");
