@@ -77,6 +77,18 @@ typedef struct ZswapRecovery {
 /* A copy of c's recovery counters (taken under its lock). */
 void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret);
 
+/* True on a thread while it does the library's own work (the agent, for
+ * its life; preload.c's scanner, its fork handler and its connect): the
+ * shim's close() keeps the library's descriptors from the program, not
+ * from the library. initial-exec: read from a signal handler's close(). */
+extern __thread bool zswap_self __attribute__((tls_model("initial-exec")));
+
+/* The descriptors c lives on (its socket, uffd, store, sync page), at
+ * most cap of them into out; their count. Safe from any thread and from a
+ * signal handler: the fields are read without the lock, so a descriptor
+ * the agent replaces at that moment may be missed or named once more. */
+size_t zswap_client_fds(struct zswap_client *c, int *out, size_t cap);
+
 /* True while c's agent is reconnecting or restoring: calls fail with
  * -ENOTCONN meanwhile, but the client may come back (preload.c keeps
  * scanning). */

@@ -494,9 +494,13 @@ static bool agent_lost(struct zswap_client *c) {
         return recover && agent_recover(c);
 }
 
+__thread bool zswap_self __attribute__((tls_model("initial-exec")));
+
 static void *agent_main(void *arg) {
         struct zswap_client *c = arg;
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+
+        zswap_self = true;
 
         for (;;) {
                 int fds[2];
@@ -1359,6 +1363,16 @@ void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret) {
         pthread_mutex_lock(&c->lock);
         *ret = c->recovery;
         pthread_mutex_unlock(&c->lock);
+}
+
+size_t zswap_client_fds(struct zswap_client *c, int *out, size_t cap) {
+        const int fds[] = { c->sock, c->uffd, c->store_fd, c->sync_fd };
+        size_t n = 0;
+
+        for (size_t i = 0; i < ELEMENTSOF(fds) && n < cap; i++)
+                if (fds[i] >= 0)
+                        out[n++] = fds[i];
+        return n;
 }
 
 bool zswap_client_recovering(struct zswap_client *c) {

@@ -34,11 +34,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/close_range.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -123,6 +125,106 @@ _public_ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
         if (new_len > old_len)
                 poke();
         return (void *)r;
+}
+
+/*
+ * The descriptors the shim lives on (libzswap's socket, uffd, store and
+ * sync page, the scanner's eventfd) are kept from the program: a program
+ * that closes every descriptor it does not know (daemon-style
+ * close_range(3, ~0U), closefrom(), a close() loop) would close the
+ * process's own reference to its uffd, and once the daemon died every
+ * evicted page would read as zeros. close() of one of ours does nothing
+ * and says 0; close_range() and closefrom() close all around them;
+ * dup2()/dup3() over one of ours is refused with EBUSY, with one line.
+ */
+#define OWN_FDS 8
+
+static size_t own_fds(int *out) {
+        size_t n = client ? zswap_client_fds(client, out, OWN_FDS - 1) : 0;
+        if (poke_fd >= 0)
+                out[n++] = poke_fd;
+        return n;
+}
+
+static bool is_own(int fd) {
+        int own[OWN_FDS];
+        size_t n = own_fds(own);
+        for (size_t i = 0; i < n; i++)
+                if (own[i] == fd)
+                        return true;
+        return false;
+}
+
+static void say_kept(void) {
+        static atomic_bool said;
+        if (!atomic_exchange_explicit(&said, true, memory_order_relaxed))
+                say("the program closes every descriptor: the ones zswap lives on stay open");
+}
+
+_public_ int close(int fd) {
+        if (fd >= 0 && !zswap_self && is_own(fd)) {
+                say_kept();
+                return 0;
+        }
+        return (int)syscall(SYS_close, fd);
+}
+
+static int int_cmp(const void *a, const void *b) {
+        return *(const int *)a - *(const int *)b;
+}
+
+_public_ int close_range(unsigned first, unsigned last, int flags) {
+        int own[OWN_FDS];
+        size_t n = zswap_self ? 0 : own_fds(own);
+        unsigned lo = first;
+        int saved = errno;
+
+        if (flags & CLOSE_RANGE_CLOEXEC) /* ours are close-on-exec already */
+                return (int)syscall(SYS_close_range, first, last, flags);
+        qsort(own, n, sizeof(*own), int_cmp);
+        for (size_t i = 0; i < n; i++) {
+                unsigned o = (unsigned)own[i];
+                if (o < lo || o > last)
+                        continue;
+                say_kept();
+                if (o > lo && syscall(SYS_close_range, lo, o - 1, flags) < 0)
+                        return -1;
+                flags &= ~CLOSE_RANGE_UNSHARE; /* done by the first call */
+                lo = o + 1;
+                if (lo == 0) /* o was ~0U */
+                        return 0;
+        }
+        if (lo <= last && syscall(SYS_close_range, lo, last, flags) < 0)
+                return -1;
+        errno = saved;
+        return 0;
+}
+
+_public_ void closefrom(int lowfd) {
+        int saved = errno;
+        (void)close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0);
+        errno = saved;
+}
+
+static int refuse_dup(int newfd) {
+        static atomic_bool said;
+        if (!atomic_exchange_explicit(&said, true, memory_order_relaxed))
+                say("the program wants descriptor %d, which zswap lives on: dup2/dup3 over it refused (EBUSY)",
+                    newfd);
+        errno = EBUSY;
+        return -1;
+}
+
+_public_ int dup2(int oldfd, int newfd) {
+        if (oldfd != newfd && newfd >= 0 && !zswap_self && is_own(newfd))
+                return refuse_dup(newfd);
+        return (int)syscall(SYS_dup2, oldfd, newfd);
+}
+
+_public_ int dup3(int oldfd, int newfd, int flags) {
+        if (newfd >= 0 && !zswap_self && is_own(newfd))
+                return refuse_dup(newfd);
+        return (int)syscall(SYS_dup3, oldfd, newfd, flags);
 }
 
 /* ---- span sets (scanner thread) ---- */
@@ -390,6 +492,7 @@ static void apply_limit(void) {
 }
 
 static void *scanner_main(void *arg) {
+        zswap_self = true; /* the library's own work */
         pthread_attr_t a;
         void *stack;
         size_t size;
@@ -430,15 +533,22 @@ static int scanner_start(void) {
 
 /* The child of a fork: libzswap's own handler (registered first, so run
  * first) has attached the child's client; only our thread is missing. */
+/* Runs first in a fork child (registered before libzswap's handlers), so
+ * that libzswap's own child handler may close what the child inherited. */
+static void atfork_child_first(void) {
+        zswap_self = true;
+}
+
 static void atfork_child(void) {
-        if (!client)
-                return;
-        safe_close(poke_fd);
-        poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        limit_sent = 0;
-        apply_limit(); /* the child is a client of its own */
-        if (scanner_start() < 0)
-                say("cannot start the scanner in the child: new memory stays unmanaged");
+        if (client) {
+                safe_close(poke_fd);
+                poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+                limit_sent = 0;
+                apply_limit(); /* the child is a client of its own */
+                if (scanner_start() < 0)
+                        say("cannot start the scanner in the child: new memory stays unmanaged");
+        }
+        zswap_self = false; /* the program's thread again */
 }
 
 static bool is_daemon(void) {
@@ -464,7 +574,10 @@ __attribute__((constructor)) static void preload_init(void) {
                 say("ZSWAP_LIMIT=%s is not a size: no limit", v);
                 limit_bytes = 0;
         }
+        pthread_atfork(NULL, NULL, atfork_child_first);
+        zswap_self = true;
         r = zswap_connect(NULL, &client);
+        zswap_self = false;
         if (r < 0) {
                 const char *sock = getenv("ZSWAP_SOCKET");
                 say("not managing memory: %s (zswapd at %s)%s", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET,

@@ -1,0 +1,154 @@
+/*
+ * test-preload-fds: a program under zswap-run that closes every
+ * descriptor it did not open (close_range(3, ~0U), closefrom(3), a close()
+ * loop), or puts /dev/null over descriptors 3 to 63 with dup2, keeps its
+ * memory. The shim keeps the descriptors libzswap lives on (its socket,
+ * its uffd, its store, its sync page) from the program, so that:
+ *  - the process still holds its own reference to its uffd (a link to
+ *    anon_inode:[userfaultfd] in /proc/PID/fd): the kernel drops evicted
+ *    pages to zeros at the last close of the uffd, so without it a daemon
+ *    that dies takes every evicted page of the program with it;
+ *  - the daemon can still evict the program (its agent still talks to it),
+ *    and every byte reads back as written.
+ * Without that, the program closed both, and nothing could be evicted.
+ * dup2 over one of the shim's descriptors is refused with EBUSY and one
+ * line on stderr.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "util.h"
+
+#define LEN ((size_t)16 << 20)
+#define EVICT_MIN ((size_t)1 << 20)
+
+static char run_path[PATH_MAX], ctl_path[PATH_MAX], victim_path[PATH_MAX];
+
+/* `zswapctl pageout PID`: pages evicted, -1 if it failed */
+static long pageout(TestDaemon *d, pid_t pid) {
+        char cmd[PATH_MAX + sizeof(d->sock) + 64], out[256] = "";
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d 2>/dev/null", ctl_path, d->sock, (int)pid);
+        FILE *p = popen(cmd, "r");
+        ASSERT_TRUE(p);
+        size_t n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = 0;
+        long got = -1;
+        if (pclose(p) == 0 && sscanf(out, "process %*d: %ld pages evicted", &got) != 1)
+                got = -1;
+        return got;
+}
+
+/* Whether pid holds a userfaultfd among its descriptors. */
+static bool holds_uffd(pid_t pid) {
+        char dir[64], path[PATH_MAX], target[64];
+        snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+        DIR *d = opendir(dir);
+        bool found = false;
+        ASSERT_TRUE(d);
+        for (struct dirent *e; !found && (e = readdir(d));) {
+                snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                ssize_t n = readlink(path, target, sizeof(target) - 1);
+                if (n > 0) {
+                        target[n] = 0;
+                        found = strcmp(target, "anon_inode:[userfaultfd]") == 0;
+                }
+        }
+        closedir(d);
+        return found;
+}
+
+static void run(const char *mode) {
+        TestDaemon d;
+        int o[2], i[2], e[2];
+        char line[128], err[4096] = "";
+
+        fprintf(stderr, "== %s\n", mode);
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        ASSERT_OK(pipe2(o, O_CLOEXEC));
+        ASSERT_OK(pipe2(i, O_CLOEXEC));
+        ASSERT_OK(pipe2(e, O_CLOEXEC));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                dup2(i[0], 0);
+                dup2(o[1], 1);
+                dup2(e[1], 2);
+                execl(run_path, run_path, "--socket", d.sock, "--", victim_path, mode, (char *)NULL);
+                _exit(127);
+        }
+        close(i[0]);
+        close(o[1]);
+        close(e[1]);
+        FILE *out = fdopen(o[0], "r"), *in = fdopen(i[1], "w");
+        if (strcmp(mode, "dup2") == 0) {
+                int refused = -1;
+                ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "dup2 refused %d", &refused) == 1);
+                ASSERT_TRUE(refused > 0); /* the shim's own are among 3..63 */
+        }
+        int vpid = 0;
+        ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "ready %d", &vpid) == 1);
+        ASSERT_EQ(vpid, pid); /* zswap-run execs the program */
+
+        /* the shim's scanner registers the region; then pages go out (a
+         * shimmed program's pageouts evict few pages a call for now: its
+         * agent's moves are slow, so 1 MiB is enough to show the point) */
+        long total = 0;
+        for (uint64_t t0 = now_ns(); total < (long)(EVICT_MIN / ZSWAP_PAGE_SIZE); usleep(100000)) {
+                long n = pageout(&d, pid);
+                total += n > 0 ? n : 0;
+                if (now_ns() - t0 > 120 * 1000000000ull) {
+                        td_log_dump(&d);
+                        test_fail("%s: %ld pages evicted in 120 s: the program's agent is gone", mode, total);
+                }
+        }
+        if (!holds_uffd(pid)) {
+                td_log_dump(&d);
+                test_fail("%s: the process no longer holds its uffd", mode);
+        }
+        fprintf(in, "check\n");
+        fflush(in);
+        ASSERT_TRUE(fgets(line, sizeof(line), out));
+        fclose(in);
+        ssize_t n = read(e[0], err, sizeof(err) - 1);
+        err[n > 0 ? n : 0] = 0;
+        int st;
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        if (strcmp(line, "ok\n") != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                td_log_dump(&d);
+                test_fail("%s: the program read back: %s (status %#x), stderr: %s", mode, line, st, err);
+        }
+        fprintf(stderr, "%s: %ld pages evicted, its uffd held, all read back; stderr: %s", mode,
+                total, err);
+        if (strcmp(mode, "dup2") == 0) /* refused once, said once */
+                ASSERT_TRUE(strstr(err, "refused (EBUSY)") && strchr(err, '\n') == strrchr(err, '\n'));
+        fclose(out);
+        close(e[0]);
+        td_stop(&d);
+}
+
+int main(int argc, char **argv) {
+        const char *zswapd = getenv("ZSWAPD");
+        if (!zswapd)
+                test_skip("ZSWAPD not set");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        test_skip("sanitizer build: the LD_PRELOAD shim is tested in the plain build");
+#endif
+        test_require_root();
+        snprintf(run_path, sizeof(run_path), "%s", zswapd);
+        strcpy(strrchr(run_path, '/'), "/../client/zswap-run");
+        snprintf(ctl_path, sizeof(ctl_path), "%s", zswapd);
+        strcpy(strrchr(ctl_path, '/'), "/../client/zswapctl");
+        ssize_t n = readlink("/proc/self/exe", victim_path, sizeof(victim_path) - 32);
+        ASSERT_TRUE(n > 0);
+        victim_path[n] = 0;
+        strcpy(strrchr(victim_path, '/'), "/fds-victim");
+        signal(SIGPIPE, SIG_IGN);
+        for (int a = 1; a < argc; a++)
+                run(argv[a]);
+        return 0;
+}
