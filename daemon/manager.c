@@ -25,7 +25,10 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/un.h>
 
 #include <sys/random.h>
@@ -36,6 +39,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager.h"
+#include "pidfd-compat.h"
 #include "reclaim.h"
 #include "sandbox.h"
 #include "sd-daemon.h"
@@ -442,6 +446,26 @@ static int mm_serve(Manager *m, Conn *c, MMClient *mm) {
         return 0;
 }
 
+/*
+ * Bind mm to the process of connection c and prove its uffd is of that
+ * process's address space (mmclient_prove()): what the daemon reads of the
+ * client (staging, the fork token, pagemap) and what it serves through the
+ * uffd are then one address space, whatever the pid number names later. A
+ * uffd made in another process, or a process that exec'd since it sent
+ * the request (a setuid program now, say), is refused and logged.
+ */
+static int mm_bind_proven(Conn *c, MMClient *mm, uint64_t staging, uint64_t len) {
+        int r = mm->mem_fd >= 0 ? 0 : mmclient_bind(mm, c->pidfd, c->pid);
+        if (r == 0)
+                r = mmclient_prove(mm, staging, len);
+        if (r == -EPERM || r == -ESRCH)
+                log_warn("pid %d: refused: not its own address space (its userfaultfd is another process's, "
+                         "or the process that connected exited or exec'd)", (int)c->pid);
+        if (r < 0)
+                mmclient_unbind(mm);
+        return r == -ESRCH ? -EPERM : r;
+}
+
 static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
@@ -468,10 +492,15 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         if (ioctl(fds[0], UFFDIO_API, &api) < 0)
                 return -EINVAL;
         fd_set_nonblock(fds[0], true);
-        r = mmclient_new(m, fds[0], c->pid, &mm);
+        r = mmclient_new(m, fds[0], &mm);
         if (r < 0)
                 return r;
         fds[0] = -1; /* owned by mm now */
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
+        if (r < 0) {
+                mmclient_unref(mm);
+                return r;
+        }
         if (nfds == 2) {
                 r = mmclient_set_sync(mm, fds[1]);
                 fds[1] = -1; /* taken either way */
@@ -528,12 +557,23 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return n;
         }
         fd_set_nonblock(fds[0], true);
-        r = mmclient_new(m, fds[0], c->pid, &mm);
+        r = mmclient_new(m, fds[0], &mm);
         if (r < 0) {
                 store_unmap(old);
                 return r;
         }
         fds[0] = -1;
+        /* what is read of the client below goes through the mem fd bound
+         * here; the proof that the uffd is of the same address space comes
+         * once the slots are read (its page fills an empty slot, which an
+         * entry caught mid-eviction would take for its page), and before
+         * anything is served or handed back */
+        r = mmclient_bind(mm, c->pidfd, c->pid);
+        if (r < 0) {
+                store_unmap(old);
+                mmclient_unref(mm); /* the client keeps its own uffd and store */
+                return r == -ESRCH ? -EPERM : r;
+        }
         if (nfds == 3) {
                 r = mmclient_set_sync(mm, fds[2]);
                 fds[2] = -1;
@@ -572,6 +612,11 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
                 return r == -ENOMEM ? r : -EBADMSG;
+        }
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
+        if (r < 0) {
+                mmclient_unref(mm); /* nothing of what was read leaves */
+                return r;
         }
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
@@ -623,7 +668,10 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
         }
         if (!found)
                 return -ESRCH;
-        int r = mmclient_set_pid(found, c->pid);
+        /* the child's uffd came from its fork event: proven against the
+         * process that connected with one lane of the staging area it
+         * inherited (registered on that uffd already) */
+        int r = mm_bind_proven(c, found, ch->staging_addr, (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE);
         /* the token the child names must be what its memory says */
         if (r == 0)
                 r = mmclient_read(found, ch->fork_token_addr, &token, sizeof(token));
@@ -631,9 +679,7 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
                 r = -EPERM;
         if (r < 0) {
                 /* unbind again: the orphan keeps waiting for its real owner */
-                found->pidfd = safe_close(found->pidfd);
-                found->pagemap_fd = safe_close(found->pagemap_fd);
-                found->pid = 0;
+                mmclient_unbind(found);
                 manager_adopt_orphan(m, found);
                 return r;
         }
@@ -1148,6 +1194,42 @@ static int peer_groups(int fd, gid_t primary, Conn *c) {
         }
 }
 
+/*
+ * A pidfd of the peer process: the kernel's own, taken at connect()
+ * (SO_PEERPIDFD, Linux 6.5). Without it, pidfd_open() of the pid, kept
+ * only if that process started before we accepted (its start time, in
+ * clock ticks, at most the tick of accepted_ticks): a process started
+ * since cannot be the one that connected, so a reused pid is caught, up
+ * to a reuse within the same clock tick.
+ */
+static int peer_pidfd(int fd, pid_t pid, uint64_t accepted_ticks) {
+        socklen_t len = sizeof(int);
+        uint64_t start;
+        int pidfd = -1;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
+                return pidfd;
+        if (errno != ENOPROTOOPT && errno != EINVAL)
+                return negative_errno();
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0)
+                return negative_errno();
+        if (proc_start_ticks(pid, &start) < 0 || start > accepted_ticks) {
+                safe_close(pidfd);
+                return -ESRCH;
+        }
+        return pidfd;
+}
+
+/* CLOCK_BOOTTIME in clock ticks (the unit of /proc/PID/stat's start time), rounded up. */
+static uint64_t boot_ticks_now(void) {
+        struct timespec ts;
+        long hz = sysconf(_SC_CLK_TCK);
+
+        clock_gettime(CLOCK_BOOTTIME, &ts);
+        return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) * (uint64_t)hz / 1000000000ull + 1;
+}
+
 static void conn_accept(Manager *m) {
         for (;;) {
                 int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -1178,7 +1260,9 @@ static void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
-                if (peer_groups(fd, cred.gid, c) < 0) {
+                c->pidfd = peer_pidfd(fd, cred.pid, boot_ticks_now());
+                if (c->pidfd < 0 || peer_groups(fd, cred.gid, c) < 0) {
+                        safe_close(c->pidfd);
                         free(c->groups);
                         free(c);
                         safe_close(fd);
@@ -1193,6 +1277,8 @@ static void conn_accept(Manager *m) {
                 struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
                 if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
                         safe_close(fd);
+                        safe_close(c->pidfd);
+                        free(c->groups);
                         free(c);
                         continue;
                 }
@@ -1217,6 +1303,7 @@ static void conn_free(Manager *m, Conn *c) {
         }
         epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         safe_close(c->fd);
+        safe_close(c->pidfd);
         free(c->groups);
         free(c);
 }

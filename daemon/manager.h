@@ -53,6 +53,7 @@ struct Conn {
         int fd;
         int role;          /* ZRole, 0 before HELLO */
         pid_t pid;
+        int pidfd;         /* the peer process, taken at connect (SO_PEERPIDFD): identity is this, not pid */
         uid_t uid;
         gid_t gid;
         gid_t *groups;     /* primary and supplementary groups (SO_PEERGROUPS) */
