@@ -242,7 +242,12 @@ int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len) {
         if (r < 0)
                 return r;
         int seen = vma_exact(mm, addr, addr + ZSWAP_PAGE_SIZE);
-        r = uffd_register_page(mm, addr, UFFDIO_REGISTER_MODE_WP);
+        /* back to write-protect only: registering WP over a range that has
+         * it already changes nothing (the kernel skips it), so off first */
+        struct uffdio_range range = { .start = addr, .len = ZSWAP_PAGE_SIZE };
+        r = ioctl(mm->uffd, UFFDIO_UNREGISTER, &range) < 0 ? (errno == ESRCH ? -ESRCH : -EPERM) : 0;
+        if (r == 0)
+                r = uffd_register_page(mm, addr, UFFDIO_REGISTER_MODE_WP);
         if (seen < 0)
                 return seen;
         if (r < 0)
