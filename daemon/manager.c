@@ -16,6 +16,7 @@
  * uffd it hands over is the only way the daemon touches its memory.
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,9 +343,7 @@ static void tick(Manager *m) {
 
 /* ---- requests ---- */
 
-/* Root, or a member of [users] admin_group: may steer every client and
- * change daemon-wide settings. Decided now, from the groups the peer had
- * when it connected, so a reload that changes admin_group applies at once. */
+
 void manager_pool_reclaim(Manager *m) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mm->pool)
@@ -356,6 +355,10 @@ void manager_pool_reclaim(Manager *m) {
         pthread_mutex_unlock(&m->orphans_lock);
 }
 
+/* Root, or a member of [users] admin_group: may steer every client and
+ * change daemon-wide settings. Decided now, from the credentials the peer
+ * had when it connected, which creds_changed() checked still hold for this
+ * request; a reload that changes admin_group applies at once. */
 bool conn_admin(Manager *m, Conn *c) {
         return config_is_admin(&m->conf.users, c->uid, c->groups, c->ngroups);
 }
@@ -1121,7 +1124,94 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
         }
 }
 
-static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds, pid_t sender) {
+/* The requests whose answer depends on who asks: admin rights ([users]
+ * admin_group, root) or the user that owns a client. */
+static bool request_privileged(uint16_t type) {
+        return type == ZMSG_PAGEOUT_PID || type == ZMSG_SET_LIMIT || type == ZMSG_TUNABLE_SET ||
+               type == ZMSG_TUNABLE_GET || type == ZMSG_CLIENTS;
+}
+
+/* Parse the ids after key ("Uid:", "Gid:", "Groups:") in a /proc status
+ * line into ids[] (up to cap); their count, or -1 if line is not key's. */
+static int status_ids(const char *line, const char *key, unsigned long *ids, int cap) {
+        size_t kl = strlen(key);
+        int n = 0;
+
+        if (strncmp(line, key, kl) != 0)
+                return -1;
+        for (const char *p = line + kl; n < cap;) {
+                char *end;
+                while (*p == ' ' || *p == '\t')
+                        p++;
+                unsigned long v = strtoul(p, &end, 10);
+                if (end == p)
+                        break;
+                ids[n++] = v;
+                p = end;
+        }
+        return n;
+}
+
+/*
+ * Has the peer the credentials it connected with (SO_PEERCRED: effective
+ * uid and gid; SO_PEERGROUPS)? Read now from /proc/PID/status, which its
+ * pidfd, alive after the read, says is still that process's. True if so.
+ */
+static bool conn_creds_same(Conn *c) {
+        char path[64], line[4096];
+        unsigned long ids[64];
+        bool uid_ok = false, gid_ok = false, groups_ok = false;
+        struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)c->pid);
+        f = fopen(path, "re");
+        if (!f)
+                return false;
+        while (fgets(line, sizeof(line), f)) {
+                int n;
+                /* "Uid:" real, effective, saved, fs */
+                if ((n = status_ids(line, "Uid:", ids, 4)) >= 0)
+                        uid_ok = n == 4 && ids[1] == c->uid;
+                else if ((n = status_ids(line, "Gid:", ids, 4)) >= 0)
+                        gid_ok = n == 4 && ids[1] == c->gid;
+                else if ((n = status_ids(line, "Groups:", ids, ELEMENTSOF(ids))) >= 0) {
+                        /* both lists come from the same sorted group_info */
+                        groups_ok = (size_t)n + 1 == c->ngroups && n < (int)ELEMENTSOF(ids);
+                        for (int i = 0; groups_ok && i < n; i++)
+                                groups_ok = ids[i] == c->groups[i + 1];
+                }
+        }
+        fclose(f);
+        return uid_ok && gid_ok && groups_ok && c->pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+/*
+ * Credentials are checked per request, not only at connect. A message
+ * whose SCM_CREDENTIALS (real uid, gid) differ from the connection's first
+ * one's, or a privileged request from a process whose effective ids or
+ * groups are no longer those it connected with (a root process that
+ * dropped privileges, setuid() or seteuid()), is refused and the
+ * connection ended: admin rights and ownership are decided on the
+ * connect-time credentials, which must therefore still be true. NULL, or
+ * why not.
+ */
+static const char *creds_changed(Conn *c, const struct ucred *sender, uint16_t type) {
+        if (sender->pid != 0) {
+                if (!c->scm_known) {
+                        c->scm_known = true;
+                        c->scm_uid = sender->uid;
+                        c->scm_gid = sender->gid;
+                } else if (sender->uid != c->scm_uid || sender->gid != c->scm_gid)
+                        return "its uid or gid changed since its first message";
+        }
+        if (request_privileged(type) && !conn_creds_same(c))
+                return "its credentials changed since it connected";
+        return NULL;
+}
+
+static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds,
+                         const struct ucred *sender) {
         const ZMsgHeader *h = buf;
         /* a truncated packet (-EMSGSIZE) has a header only if it was long:
          * conn_readable() zeroes the header before each receive, so a short
@@ -1130,10 +1220,13 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
         uint32_t id = has_hdr ? h->id : 0;
         int r;
 
+        const char *changed = NULL;
         if (n < 0 || zmsg_validate(buf, (size_t)n) < 0)
                 r = -EPROTO;
-        else if (sender != 0 && sender != c->pid)
+        else if (sender->pid != 0 && sender->pid != c->pid)
                 r = -EPERM; /* another process writing to this client's socket */
+        else if ((changed = creds_changed(c, sender, h->type)))
+                r = -EPERM;
         else
                 r = dispatch(m, c, buf, fds, nfds);
 
@@ -1146,6 +1239,10 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
         }
         if (r <= 0)
                 conn_reply(c, id, r, 0);
+        if (changed) {
+                log_warn("client pid %d (uid %u): request refused: %s", (int)c->pid, c->uid, changed);
+                conn_kill(c, changed);
+        }
         for (size_t i = 0; i < nfds; i++)
                 safe_close(fds[i]);
 }
@@ -1156,7 +1253,7 @@ static void conn_readable(Manager *m, Conn *c) {
         for (int budget = 64; budget > 0 && !c->dying; budget--) {
                 int fds[4];
                 size_t nfds = ELEMENTSOF(fds);
-                pid_t sender = 0;
+                struct ucred sender;
                 memset(buf, 0, sizeof(ZMsgHeader));
                 ssize_t n = zmsg_recv(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
                 if (n == -EAGAIN)
@@ -1166,7 +1263,7 @@ static void conn_readable(Manager *m, Conn *c) {
                         return;
                 }
                 bool request = n >= (ssize_t)sizeof(ZMsgHeader) && ((ZMsgHeader *)buf)->type < ZMSG_REPLY;
-                conn_message(m, c, buf, n, fds, nfds, sender);
+                conn_message(m, c, buf, n, fds, nfds, &sender);
                 if (request && !c->dying && !users_take_request(m, c))
                         return; /* paused until users_tick() */
         }

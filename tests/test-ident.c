@@ -20,6 +20,12 @@
  *
  * The victim is tests/ident-victim.c, copied into a temporary directory
  * on the root file system, owned by a victim uid and made setuid.
+ *
+ * drop: credentials are checked per request. A process connects as root
+ * (a control connection, as zswapctl), then drops to an unprivileged uid
+ * (setuid(), and seteuid() alone) and asks for a daemon-wide setting
+ * (TUNABLE_SET idle_age) and another user's client's limit (SET_LIMIT):
+ * both refused, both read back unchanged.
  */
 #include <fcntl.h>
 #include <grp.h>
@@ -47,6 +53,7 @@
 
 #define U_VICTIM 60031
 #define U_ATTACKER 60032
+#define U_DROP 60033 /* what a root process drops to */
 #define LANE ((size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE) /* one staging lane */
 
 static TestDaemon d;
@@ -102,6 +109,8 @@ static int wait_for(int fd, uint32_t id, uint16_t until, uint32_t *got_id, int *
                         return ((const ZMsgReply *)in)->status;
                 if (h->type == ZMSG_STATS_REPLY && h->id == id)
                         return 0;
+                if (h->type == ZMSG_TUNABLE_REPLY && h->id == id)
+                        return ((const ZMsgTunable *)in)->status;
         }
 }
 
@@ -418,6 +427,114 @@ static void run_case(Case k) {
         }
 }
 
+/* ---- credentials per request ---- */
+
+/* A tunable as the daemon has it now: pid 0 daemon-wide, else that client's. */
+static void tunable_get(pid_t pid, const char *key, char *out, size_t len) {
+        ZMsgHello h = { .role = ZROLE_CONTROL };
+        ZMsgTunable q = { .pid = pid };
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        const ZMsgTunable *rep = (const ZMsgTunable *)buf;
+        int fd = raw_connect();
+
+        ASSERT_TRUE(fd >= 0);
+        uint32_t id = send_msg(fd, &h, ZMSG_HELLO, sizeof(h), NULL, 0);
+        ASSERT_EQ(wait_for(fd, id, 0, NULL, NULL), 0);
+        snprintf(q.key, sizeof(q.key), "%s", key);
+        send_msg(fd, &q, ZMSG_TUNABLE_GET, sizeof(q), NULL, 0);
+        ASSERT_TRUE(zmsg_recv(fd, buf, sizeof(buf), NULL, NULL, NULL) == (ssize_t)sizeof(*rep));
+        ASSERT_EQ(rep->hdr.type, ZMSG_TUNABLE_REPLY);
+        ASSERT_EQ(rep->status, 0);
+        size_t n = strnlen(rep->value, sizeof(rep->value));
+        ASSERT_TRUE(n < len);
+        memcpy(out, rep->value, n);
+        out[n] = 0;
+        close(fd);
+}
+
+/* Connect as root (a control connection, as zswapctl), then drop to U_DROP
+ * (setuid(), or seteuid() only), then ask: TUNABLE_SET idle_age (daemon
+ * wide) or SET_LIMIT on the client of pid. Exits 0 if refused (an error,
+ * or the connection ended), 1 if done. */
+static int dropped_request(bool eff_only, bool limit, pid_t pid) {
+        ZMsgHello h = { .role = ZROLE_CONTROL };
+        int fd = raw_connect();
+        if (fd < 0)
+                return 10;
+        uint32_t id = send_msg(fd, &h, ZMSG_HELLO, sizeof(h), NULL, 0);
+        if (wait_for(fd, id, 0, NULL, NULL) != 0)
+                return 11;
+        if (eff_only ? seteuid(U_DROP) < 0 : setuid(U_DROP) < 0)
+                return 12;
+        if (limit) {
+                ZMsgLimit q = { .pid = pid, .bytes = 1 << 20 };
+                id = send_msg(fd, &q, ZMSG_SET_LIMIT, sizeof(q), NULL, 0);
+        } else {
+                ZMsgTunable q = { .pid = 0 };
+                snprintf(q.key, sizeof(q.key), "idle_age");
+                snprintf(q.value, sizeof(q.value), "3h");
+                id = send_msg(fd, &q, ZMSG_TUNABLE_SET, sizeof(q), NULL, 0);
+        }
+        return wait_for(fd, id, 0, NULL, NULL) == 0;
+}
+
+static void run_drop(bool eff_only) {
+        char idle0[ZSWAP_TUNABLE_VALUE_MAX], limit0[ZSWAP_TUNABLE_VALUE_MAX];
+        char idle1[ZSWAP_TUNABLE_VALUE_MAX], limit1[ZSWAP_TUNABLE_VALUE_MAX];
+        int ready[2], hold[2], st;
+        char c;
+
+        fprintf(stderr, "==== root connects, then %s(%d)\n", eff_only ? "seteuid" : "setuid", U_DROP);
+        /* another user's client, with a limit of its own */
+        ASSERT_OK(pipe2(ready, O_CLOEXEC));
+        ASSERT_OK(pipe2(hold, O_CLOEXEC));
+        pid_t owner = fork_as(U_VICTIM);
+        if (owner == 0) {
+                struct zswap_client *zc;
+                uint64_t hashes[16];
+                close(hold[1]);
+                close(ready[0]);
+                if (zswap_connect(d.sock, &zc) < 0)
+                        _exit(20);
+                td_region(zc, 16 * ZSWAP_PAGE_SIZE, 3, hashes);
+                if (zswap_set_limit(zc, 8 << 20) < 0)
+                        _exit(21);
+                if (write(ready[1], "r", 1) != 1 || read(hold[0], &c, 1) < 0)
+                        _exit(22);
+                zswap_disconnect(zc);
+                _exit(0);
+        }
+        close(ready[1]);
+        close(hold[0]);
+        ASSERT_EQ(read(ready[0], &c, 1), 1);
+        tunable_get(0, "idle_age", idle0, sizeof(idle0));
+        tunable_get(owner, "limit", limit0, sizeof(limit0));
+        ASSERT_TRUE(strcmp(idle0, "3h") != 0 && strcmp(idle0, "10800s") != 0);
+
+        for (int limit = 0; limit < 2; limit++) {
+                pid_t p = fork();
+                ASSERT_TRUE(p >= 0);
+                if (p == 0)
+                        _exit(dropped_request(eff_only, limit, owner));
+                ASSERT_EQ(waitpid(p, &st, 0), p);
+                ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) <= 1);
+                fprintf(stderr, "%s as uid %d after connecting as root: %s\n", limit ? "SET_LIMIT" : "TUNABLE_SET",
+                        U_DROP, WEXITSTATUS(st) ? "done" : "refused");
+        }
+        tunable_get(0, "idle_age", idle1, sizeof(idle1));
+        tunable_get(owner, "limit", limit1, sizeof(limit1));
+        close(hold[1]);
+        ASSERT_EQ(waitpid(owner, &st, 0), owner);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        close(ready[0]);
+        if (strcmp(idle0, idle1) != 0)
+                test_fail("a process that dropped root changed the daemon-wide idle_age: %s -> %s", idle0, idle1);
+        if (strcmp(limit0, limit1) != 0)
+                test_fail("a process that dropped root changed uid %d's client limit: %s -> %s", U_VICTIM, limit0,
+                          limit1);
+        fprintf(stderr, "idle_age %s, the client's limit %s: unchanged\n", idle1, limit1);
+}
+
 int main(int argc, char **argv) {
         char args[PATH_MAX + 16];
         uint64_t rnd;
@@ -452,7 +569,7 @@ int main(int argc, char **argv) {
         snprintf(conf_path, sizeof(conf_path), "%s/zswapd.conf", dir);
         FILE *c = fopen(conf_path, "we");
         ASSERT_TRUE(c != NULL);
-        fprintf(c, "[users]\nallow = %d\n[user:%d]\nmax_requests = 1\n", U_ATTACKER, U_ATTACKER);
+        fprintf(c, "[users]\nallow = %d %d\n[user:%d]\nmax_requests = 1\n", U_ATTACKER, U_VICTIM, U_ATTACKER);
         ASSERT_OK(fclose(c));
         snprintf(args, sizeof(args), "--config %s", conf_path);
         td_start_logged(&d, args);
@@ -462,6 +579,10 @@ int main(int argc, char **argv) {
                 run_case(CASE_EXEC);
         if (argc < 2 || strcmp(argv[1], "reuse") == 0)
                 run_case(CASE_REUSE);
+        if (argc < 2 || strcmp(argv[1], "drop") == 0) {
+                run_drop(false);
+                run_drop(true);
+        }
 
         td_stop(&d);
         unlink(victim_bin);
