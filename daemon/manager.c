@@ -9,11 +9,16 @@
  * thread, except where a field says otherwise (mmclient.h).
  *
  * Every message from a client is validated (protocol.c) and answered;
- * malformed ones get -EPROTO and are counted. A client is identified by
- * SO_PEERCRED at connect and by SCM_CREDENTIALS on each message: a message
- * sent by another process (a forked child writing to an inherited socket)
- * is refused. A client can only name memory of its own address space: the
- * uffd it hands over is the only way the daemon touches its memory.
+ * malformed ones get -EPROTO and are counted. A client is the process that
+ * connected, not its pid number: a pidfd taken at connect (SO_PEERPIDFD),
+ * and from ATTACH on fds bound to its address space, with the proof that
+ * its uffd acts on that address space (mm_bind_proven()). Its credentials
+ * (SO_PEERCRED, SO_PEERGROUPS at connect) are checked on each request
+ * (creds_changed()): a message sent by another process (a forked child
+ * writing to an inherited socket) is refused; one from a process whose
+ * credentials changed is refused and the connection ended. A client can
+ * only name memory of its own address space: the uffd it hands over is the
+ * only way the daemon changes its memory, its mem fd the only way it reads it.
  */
 #include <fcntl.h>
 #include <poll.h>
