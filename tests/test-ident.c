@@ -18,6 +18,10 @@
  * asserts that B never reads the secret, and that the victim really ran
  * with the secret where A said (the attack was made).
  *
+ * own: A attaches with a uffd of its own (a real client) and registers X,
+ * then execs the setuid program: the daemon must drop that client rather
+ * than go on acting for the new image.
+ *
  * The victim is tests/ident-victim.c, copied into a temporary directory
  * on the root file system, owned by a victim uid and made setuid.
  *
@@ -60,7 +64,7 @@ static TestDaemon d;
 static char dir[64], victim_bin[PATH_MAX], secret_path[PATH_MAX], conf_path[PATH_MAX];
 static char secret[64];
 
-typedef enum { CASE_EXEC, CASE_REUSE } Case;
+typedef enum { CASE_EXEC, CASE_REUSE, CASE_OWN } Case;
 
 /* ---- the attacker's side (uid U_ATTACKER) ---- */
 
@@ -177,8 +181,19 @@ static int attacker_a(Case k, int go, int res, int ev, int out) {
         ZMsgStatsReq st = { .scope = ZSWAP_STATS_CLIENT };
         ZMsgAttach at = { .staging_addr = (uintptr_t)r, .staging_len = LANE };
         ZMsgRange rg = { .addr = (uintptr_t)x, .len = ZSWAP_PAGE_SIZE };
+        int dev = -1;
         uint32_t id = send_msg(s, &hello, ZMSG_HELLO, sizeof(hello), NULL, 0);
-        dprintf(ev, "hello %d\n", wait_for(s, id, 0, NULL, NULL));
+        dprintf(ev, "hello %d\n", wait_for(s, id, 0, NULL, &dev));
+        if (k == CASE_OWN) {
+                /* a uffd of A's own: the attach is A's, until it execs */
+                int own = dev >= 0 ? ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC) : -1;
+                if (own < 0)
+                        own = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
+                id = send_msg(s, &at, ZMSG_ATTACH, sizeof(at), &own, 1);
+                dprintf(ev, "attach with its own uffd: %d\n", wait_for(s, id, 0, NULL, NULL));
+                id = send_msg(s, &rg, ZMSG_REGISTER, sizeof(rg), NULL, 0);
+                dprintf(ev, "register %d\n", wait_for(s, id, 0, NULL, NULL));
+        }
         if (k == CASE_REUSE) {
                 /* two requests back to back: the second finds the bucket
                  * empty and the connection is read again only once it has
@@ -194,11 +209,13 @@ static int attacker_a(Case k, int go, int res, int ev, int out) {
                 dprintf(ev, "exit %p\n", (void *)r);
                 return 0;
         }
+        uint32_t lane = 0;
+        if (k == CASE_OWN)
+                goto exec;
         id = send_msg(s, &at, ZMSG_ATTACH, sizeof(at), &uffd, 1);
         dprintf(ev, "attach with B's uffd: %d\n", wait_for(s, id, 0, NULL, NULL));
         id = send_msg(s, &rg, ZMSG_REGISTER, sizeof(rg), NULL, 0);
         dprintf(ev, "register %d\n", wait_for(s, id, 0, NULL, NULL));
-        uint32_t lane = 0;
         id = send_msg(s, &rg, ZMSG_PAGEOUT, sizeof(rg), NULL, 0);
         int moved = wait_for(s, id, ZMSG_MOVE, &lane, NULL);
         dprintf(ev, "pageout: %s (%d)\n", moved == 1 ? "MOVE came" : "no MOVE", moved);
@@ -219,6 +236,7 @@ static int attacker_a(Case k, int go, int res, int ev, int out) {
         zmsg_init(&done.hdr, ZMSG_MOVE_DONE, lane, sizeof(done));
         if (zmsg_send(s, &done, sizeof(done), NULL, 0) < 0)
                 return 13;
+exec:;
         char addr[32], len[32];
         snprintf(addr, sizeof(addr), "%#llx", (unsigned long long)(uintptr_t)r);
         snprintf(len, sizeof(len), "%zu", 2 * LANE);
@@ -322,7 +340,7 @@ static void run_case(Case k) {
         pid_t b = 0, victim;
         uint64_t ev0 = evictions();
 
-        fprintf(stderr, "==== %s\n", k == CASE_EXEC ? "exec" : "pid reuse");
+        fprintf(stderr, "==== %s\n", k == CASE_EXEC ? "exec" : k == CASE_REUSE ? "pid reuse" : "exec after a real attach");
         ASSERT_OK(pipe2(go, O_CLOEXEC));
         ASSERT_OK(pipe2(res, O_CLOEXEC));
         ASSERT_OK(pipe2(ev, O_CLOEXEC));
@@ -367,9 +385,22 @@ static void run_case(Case k) {
          * queued ATTACH, after the victim took the pid */
         uint64_t t0 = (now_ns() / 1000000);
         bool refused = false;
+        if (k == CASE_OWN) {
+                /* the exec ends the client: the daemon never acts for the new image */
+                while (daemon_has_client(victim) && (now_ns() / 1000000) - t0 < 20000)
+                        usleep(50000);
+                if (daemon_has_client(victim)) {
+                        td_log_dump(&d);
+                        test_fail("the daemon still serves pid %d %llu ms after it exec'd a setuid program",
+                                  (int)victim, (unsigned long long)((now_ns() / 1000000) - t0));
+                }
+                fprintf(stderr, "client of pid %d dropped after its exec (%llu ms)\n", (int)victim,
+                        (unsigned long long)((now_ns() / 1000000) - t0));
+                refused = true;
+        }
         char attached[64];
         snprintf(attached, sizeof(attached), "client pid %d attached", (int)victim);
-        while ((now_ns() / 1000000) - t0 < 30000) {
+        while (k != CASE_OWN && (now_ns() / 1000000) - t0 < 30000) {
                 /* evicted, or put back (hand_back(): the page is read from
                  * the slot again, later, and installed in X) */
                 if (k == CASE_EXEC && (evictions() > ev0 || td_log_has(&d, "putting 1 pages back")))
@@ -388,7 +419,8 @@ static void run_case(Case k) {
                 test_fail("the daemon serves the victim (pid %d, uid %d) as the attacker's client", (int)victim,
                           U_VICTIM);
         }
-        fprintf(stderr, "after %llu ms: %llu evictions, attach %s\n", (unsigned long long)((now_ns() / 1000000) - t0),
+        if (k != CASE_OWN)
+                fprintf(stderr, "after %llu ms: %llu evictions, attach %s\n", (unsigned long long)((now_ns() / 1000000) - t0),
                 (unsigned long long)(evictions() - ev0), refused ? "refused" : "not refused");
         /* B faults X in */
         ASSERT_EQ(write(go[1], "g", 1), 1);
@@ -579,6 +611,8 @@ int main(int argc, char **argv) {
                 run_case(CASE_EXEC);
         if (argc < 2 || strcmp(argv[1], "reuse") == 0)
                 run_case(CASE_REUSE);
+        if (argc < 2 || strcmp(argv[1], "own") == 0)
+                run_case(CASE_OWN);
         if (argc < 2 || strcmp(argv[1], "drop") == 0) {
                 run_drop(false);
                 run_drop(true);
