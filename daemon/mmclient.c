@@ -8,6 +8,13 @@
  * daemon's uffd reference. The client process keeps its own uffd reference,
  * so the daemon closing its own never unregisters the client's memory.
  *
+ * The process: bound once (mmclient_bind(), at ATTACH, ADOPT or a fork
+ * child's CHILD_ATTACH) to a pidfd and to /proc/PID/mem, pagemap and maps
+ * fds, which the kernel ties to the address space of that moment, and
+ * proven to be the address space of the uffd (mmclient_prove()). Nothing
+ * here reads a client by pid number after that: a pid can be reused, a
+ * process can exec.
+ *
  * Regions (what the client registered, as moved by mremap and cut by
  * munmap) are protected by regions_lock. Only the manager thread and the
  * event handlers of the owning fault thread take it; the fault path
