@@ -348,7 +348,6 @@ static void tick(Manager *m) {
 
 /* ---- requests ---- */
 
-
 void manager_pool_reclaim(Manager *m) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mm->pool)
@@ -571,16 +570,16 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return r;
         }
         fds[0] = -1;
-        /* what is read of the client below goes through the mem fd bound
-         * here; the proof that the uffd is of the same address space comes
-         * once the slots are read (its page fills an empty slot, which an
-         * entry caught mid-eviction would take for its page), and before
-         * anything is served or handed back */
-        r = mmclient_bind(mm, c->pidfd, c->pid);
+        /* before anything of the store is taken: the adopted pages are
+         * served through this uffd and read (staging, the fork token)
+         * through the mem fd, which must be the one address space. The
+         * proof writes nothing, so the slots the store names are as the
+         * dead daemon left them. */
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
         if (r < 0) {
                 store_unmap(old);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
-                return r == -ESRCH ? -EPERM : r;
+                return r;
         }
         if (nfds == 3) {
                 r = mmclient_set_sync(mm, fds[2]);
@@ -620,11 +619,6 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
                 return r == -ENOMEM ? r : -EBADMSG;
-        }
-        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
-        if (r < 0) {
-                mmclient_unref(mm); /* nothing of what was read leaves */
-                return r;
         }
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
