@@ -152,7 +152,7 @@ void mmclient_unbind(MMClient *mm) {
  */
 static int maps_foreach(MMClient *mm, int (*cb)(void *ud, const char *line), void *ud) {
         _cleanup_free_ char *buf = NULL;
-        size_t cap = 64 << 10, have = 0;
+        size_t cap = 64 << 10, start = 0, have = 0; /* unread lines: buf[start, have) */
         bool eof = false;
 
         if (mm->maps_fd < 0)
@@ -163,29 +163,33 @@ static int maps_foreach(MMClient *mm, int (*cb)(void *ud, const char *line), voi
         if (lseek(mm->maps_fd, 0, SEEK_SET) < 0)
                 return negative_errno();
         for (;;) {
-                if (!eof && have < cap) {
-                        ssize_t n = read(mm->maps_fd, buf + have, cap - have);
-                        if (n < 0 && errno == EINTR)
+                char *nl = memchr(buf + start, '\n', have - start);
+                if (!nl && !eof) {
+                        /* no whole line left: keep the part, read more */
+                        memmove(buf, buf + start, have - start);
+                        have -= start;
+                        start = 0;
+                        if (have == cap) {
+                                nl = buf + cap - 1; /* a line longer than the buffer: cut */
+                        } else {
+                                ssize_t n = read(mm->maps_fd, buf + have, cap - have);
+                                if (n < 0 && errno == EINTR)
+                                        continue;
+                                if (n < 0)
+                                        return negative_errno();
+                                eof = n == 0;
+                                have += (size_t)n;
                                 continue;
-                        if (n < 0)
-                                return negative_errno();
-                        eof = n == 0;
-                        have += (size_t)n;
+                        }
                 }
-                if (have == 0)
+                if (start == have)
                         return 0;
-                buf[have] = 0;
-                char *nl = memchr(buf, '\n', have);
-                if (!nl && !eof && have < cap)
-                        continue;
-                size_t used = nl ? (size_t)(nl - buf) + 1 : have;
-                if (nl)
-                        *nl = 0;
-                int r = cb(ud, buf);
+                size_t end = nl ? (size_t)(nl - buf) : have;
+                buf[end] = 0;
+                int r = cb(ud, buf + start);
                 if (r != 0)
                         return r;
-                memmove(buf, buf + used, have - used);
-                have -= used;
+                start = nl ? end + 1 : have;
         }
 }
 
