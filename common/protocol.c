@@ -132,17 +132,14 @@ int zmsg_send(int fd, const void *msg, size_t len, const int *fds, size_t nfds) 
         }
 }
 
-static void take_fds(struct msghdr *mh, int *fds, size_t *nfds, pid_t *sender_pid) {
+static void take_fds(struct msghdr *mh, int *fds, size_t *nfds, struct ucred *sender) {
         size_t cap = nfds ? *nfds : 0, got = 0;
 
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
                 if (cm->cmsg_level != SOL_SOCKET)
                         continue;
-                if (cm->cmsg_type == SCM_CREDENTIALS && sender_pid && cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
-                        struct ucred uc;
-                        memcpy(&uc, CMSG_DATA(cm), sizeof(uc));
-                        *sender_pid = uc.pid;
-                }
+                if (cm->cmsg_type == SCM_CREDENTIALS && sender && cm->cmsg_len >= CMSG_LEN(sizeof(struct ucred)))
+                        memcpy(sender, CMSG_DATA(cm), sizeof(*sender));
                 if (cm->cmsg_type != SCM_RIGHTS)
                         continue;
                 size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -162,7 +159,7 @@ static void take_fds(struct msghdr *mh, int *fds, size_t *nfds, pid_t *sender_pi
 /* One recvmsg() into the control buffer given; keep: a truncated message's
  * fds are returned too, for the caller to close. */
 static ssize_t recv_one(int fd, void *buf, size_t cap, void *control, size_t controllen, int *fds, size_t *nfds,
-                        pid_t *sender_pid, bool keep) {
+                        struct ucred *sender, bool keep) {
         struct iovec iov = { .iov_base = buf, .iov_len = cap };
         struct msghdr mh = {
                 .msg_iov = &iov,
@@ -172,8 +169,8 @@ static ssize_t recv_one(int fd, void *buf, size_t cap, void *control, size_t con
         };
         ssize_t n;
 
-        if (sender_pid)
-                *sender_pid = 0;
+        if (sender)
+                *sender = (struct ucred){ .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
         do
                 n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
         while (n < 0 && errno == EINTR);
@@ -183,7 +180,7 @@ static ssize_t recv_one(int fd, void *buf, size_t cap, void *control, size_t con
                 return negative_errno();
         }
 
-        take_fds(&mh, fds, nfds, sender_pid);
+        take_fds(&mh, fds, nfds, sender);
         if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
                 for (size_t i = 0; !keep && nfds && i < *nfds; i++)
                         safe_close(fds[i]);
@@ -194,18 +191,18 @@ static ssize_t recv_one(int fd, void *buf, size_t cap, void *control, size_t con
         return n;
 }
 
-ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid) {
+ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, struct ucred *sender) {
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int) * 8) + CMSG_SPACE(sizeof(struct ucred))];
         } control;
-        return recv_one(fd, buf, cap, control.buf, sizeof(control.buf), fds, nfds, sender_pid, false);
+        return recv_one(fd, buf, cap, control.buf, sizeof(control.buf), fds, nfds, sender, false);
 }
 
-ssize_t zmsg_recv_all(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid) {
+ssize_t zmsg_recv_all(int fd, void *buf, size_t cap, int *fds, size_t *nfds, struct ucred *sender) {
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int) * ZMSG_FDS_MAX) + CMSG_SPACE(sizeof(struct ucred))];
         } control;
-        return recv_one(fd, buf, cap, control.buf, sizeof(control.buf), fds, nfds, sender_pid, true);
+        return recv_one(fd, buf, cap, control.buf, sizeof(control.buf), fds, nfds, sender, true);
 }

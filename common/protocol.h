@@ -303,11 +303,13 @@ int zmsg_send(int fd, const void *msg, size_t len, const int *fds, size_t nfds);
 /*
  * Receive one message into buf (cap >= ZSWAP_MSG_MAX). Received fds go to
  * fds[] (up to *nfds, which is updated); any beyond that are closed. If
- * sender_pid is not NULL and the socket has SO_PASSCRED, it gets the sender's
- * pid (0 if none came). Returns the message length, 0 on EOF, -EMSGSIZE for
- * a truncated message (fds closed), or -errno.
+ * sender is not NULL and the socket has SO_PASSCRED, it gets the message's
+ * SCM_CREDENTIALS: the sender's pid, real uid and real gid when it sent it
+ * (pid 0 and uid, gid -1 if none came). Returns the message length, 0 on
+ * EOF, -EMSGSIZE for a truncated message (fds closed), or -errno.
  */
-ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid);
+struct ucred;
+ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, struct ucred *sender);
 
 /*
  * As zmsg_recv(), for a receiver that must decide how each fd is closed
@@ -316,4 +318,4 @@ ssize_t zmsg_recv(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *
  * this thread, and no fd is closed here. A truncated message (-EMSGSIZE)
  * returns its fds too.
  */
-ssize_t zmsg_recv_all(int fd, void *buf, size_t cap, int *fds, size_t *nfds, pid_t *sender_pid);
+ssize_t zmsg_recv_all(int fd, void *buf, size_t cap, int *fds, size_t *nfds, struct ucred *sender);

@@ -56,6 +56,31 @@ int proc_ppid(pid_t pid, pid_t *ret) {
         return 0;
 }
 
+int proc_start_ticks(pid_t pid, uint64_t *ret) {
+        char path[64], buf[1024];
+        _cleanup_close_ int fd = -1;
+        unsigned long long start;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        n = read(fd, buf, sizeof(buf) - 1);
+        if (n <= 0)
+                return n < 0 ? negative_errno() : -EIO;
+        buf[n] = 0;
+        /* field 22, the 20th after comm: state ppid pgrp session tty_nr
+         * tpgid flags minflt cminflt majflt cmajflt utime stime cutime
+         * cstime priority nice num_threads itrealvalue starttime */
+        char *p = strrchr(buf, ')');
+        if (!p || sscanf(p + 1, " %*c" " %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                         &start) != 1)
+                return -EIO;
+        *ret = start;
+        return 0;
+}
+
 int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes) {
         char path[64], line[256];
         FILE *f;

@@ -20,6 +20,8 @@ int fd_is_userfaultfd(int fd);
 
 /* Parent pid of pid from /proc/PID/stat. */
 int proc_ppid(pid_t pid, pid_t *ret);
+/* When process pid started, in clock ticks since boot (/proc/PID/stat field 22). */
+int proc_start_ticks(pid_t pid, uint64_t *ret);
 
 /* Read a "Key:   N kB" line of /proc/PID/status in bytes; pid 0 = self. */
 int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes);

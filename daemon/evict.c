@@ -10,7 +10,7 @@
  *   move      (agent)   UFFDIO_MOVE page -> slot: atomic, the page leaves the
  *             client's page table in one step, so no write can be lost
  *   stage     (manager) MOVE_DONE: MOVING -> STAGED or back to EMPTY
- *   compress  (worker)  one process_vm_readv of the lane, then per page:
+ *   compress  (worker)  one read of the lane (/proc/PID/mem), then per page:
  *             STAGED -> SAME / STORED, or handed back to the fault thread
  *             to be reinstalled (incompressible, pool full)
  *   drain     (manager) wait until no fault thread is reading a slot

@@ -1204,7 +1204,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         int r;
 
         fd_set_nonblock(child_fd, true);
-        r = mmclient_new(mm->m, child_fd, 0, &child);
+        r = mmclient_new(mm->m, child_fd, &child);
         if (r < 0) {
                 log_error("pid %d: cannot track forked child: %s", (int)mm->pid, strerror(-r));
                 /* closing the only reference would unregister the child's

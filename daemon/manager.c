@@ -9,13 +9,19 @@
  * thread, except where a field says otherwise (mmclient.h).
  *
  * Every message from a client is validated (protocol.c) and answered;
- * malformed ones get -EPROTO and are counted. A client is identified by
- * SO_PEERCRED at connect and by SCM_CREDENTIALS on each message: a message
- * sent by another process (a forked child writing to an inherited socket)
- * is refused. A client can only name memory of its own address space: the
- * uffd it hands over is the only way the daemon touches its memory.
+ * malformed ones get -EPROTO and are counted. A client is the process that
+ * connected, not its pid number: a pidfd taken at connect (SO_PEERPIDFD),
+ * and from ATTACH on fds bound to its address space, with the proof that
+ * its uffd acts on that address space (mm_bind_proven()). Its credentials
+ * (SO_PEERCRED, SO_PEERGROUPS at connect) are checked on each request
+ * (creds_changed()): a message sent by another process (a forked child
+ * writing to an inherited socket) is refused; one from a process whose
+ * credentials changed is refused and the connection ended. A client can
+ * only name memory of its own address space: the uffd it hands over is the
+ * only way the daemon changes its memory, its mem fd the only way it reads it.
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +31,10 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/un.h>
 
 #include <sys/random.h>
@@ -37,6 +46,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager.h"
+#include "pidfd-compat.h"
 #include "reclaim.h"
 #include "sandbox.h"
 #include "sd-daemon.h"
@@ -339,9 +349,6 @@ static void tick(Manager *m) {
 
 /* ---- requests ---- */
 
-/* Root, or a member of [users] admin_group: may steer every client and
- * change daemon-wide settings. Decided now, from the groups the peer had
- * when it connected, so a reload that changes admin_group applies at once. */
 void manager_pool_reclaim(Manager *m) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mm->pool)
@@ -353,6 +360,10 @@ void manager_pool_reclaim(Manager *m) {
         pthread_mutex_unlock(&m->orphans_lock);
 }
 
+/* Root, or a member of [users] admin_group: may steer every client and
+ * change daemon-wide settings. Decided now, from the credentials the peer
+ * had when it connected, which creds_changed() checked still hold for this
+ * request; a reload that changes admin_group applies at once. */
 bool conn_admin(Manager *m, Conn *c) {
         return config_is_admin(&m->conf.users, c->uid, c->groups, c->ngroups);
 }
@@ -456,6 +467,26 @@ static int mm_serve(Manager *m, Conn *c, MMClient *mm) {
         return 0;
 }
 
+/*
+ * Bind mm to the process of connection c and prove its uffd is of that
+ * process's address space (mmclient_prove()): what the daemon reads of the
+ * client (staging, the fork token, pagemap) and what it serves through the
+ * uffd are then one address space, whatever the pid number names later. A
+ * uffd made in another process, or a process that exec'd since it sent
+ * the request (a setuid program now, say), is refused and logged.
+ */
+static int mm_bind_proven(Conn *c, MMClient *mm, uint64_t staging, uint64_t len) {
+        int r = mm->mem_fd >= 0 ? 0 : mmclient_bind(mm, c->pidfd, c->pid);
+        if (r == 0)
+                r = mmclient_prove(mm, staging, len);
+        if (r == -EPERM || r == -ESRCH)
+                log_warn("pid %d: refused: not its own address space (its userfaultfd is another process's, "
+                         "or the process that connected exited or exec'd)", (int)c->pid);
+        if (r < 0)
+                mmclient_unbind(mm);
+        return r == -ESRCH ? -EPERM : r;
+}
+
 static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
@@ -482,10 +513,15 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         if (ioctl(fds[0], UFFDIO_API, &api) < 0)
                 return -EINVAL;
         fd_set_nonblock(fds[0], true);
-        r = mmclient_new(m, fds[0], c->pid, &mm);
+        r = mmclient_new(m, fds[0], &mm);
         if (r < 0)
                 return r;
         fds[0] = -1; /* owned by mm now */
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
+        if (r < 0) {
+                mmclient_unref(mm);
+                return r;
+        }
         if (nfds == 2) {
                 r = mmclient_set_sync(mm, fds[1]);
                 fds[1] = -1; /* taken either way */
@@ -542,12 +578,23 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return n;
         }
         fd_set_nonblock(fds[0], true);
-        r = mmclient_new(m, fds[0], c->pid, &mm);
+        r = mmclient_new(m, fds[0], &mm);
         if (r < 0) {
                 store_unmap(old);
                 return r;
         }
         fds[0] = -1;
+        /* before anything of the store is taken: the adopted pages are
+         * served through this uffd and read (staging, the fork token)
+         * through the mem fd, which must be the one address space. The
+         * proof writes nothing, so the slots the store names are as the
+         * dead daemon left them. */
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
+        if (r < 0) {
+                store_unmap(old);
+                mmclient_unref(mm); /* the client keeps its own uffd and store */
+                return r;
+        }
         if (nfds == 3) {
                 r = mmclient_set_sync(mm, fds[2]);
                 fds[2] = -1;
@@ -640,7 +687,10 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
         }
         if (!found)
                 return -ESRCH;
-        int r = mmclient_set_pid(found, c->pid);
+        /* the child's uffd came from its fork event: proven against the
+         * process that connected with one lane of the staging area it
+         * inherited (registered on that uffd already) */
+        int r = mm_bind_proven(c, found, ch->staging_addr, (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE);
         /* the token the child names must be what its memory says */
         if (r == 0)
                 r = mmclient_read(found, ch->fork_token_addr, &token, sizeof(token));
@@ -648,9 +698,7 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
                 r = -EPERM;
         if (r < 0) {
                 /* unbind again: the orphan keeps waiting for its real owner */
-                found->pidfd = safe_close(found->pidfd);
-                found->pagemap_fd = safe_close(found->pagemap_fd);
-                found->pid = 0;
+                mmclient_unbind(found);
                 manager_adopt_orphan(m, found);
                 return r;
         }
@@ -1092,7 +1140,94 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
         }
 }
 
-static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds, pid_t sender) {
+/* The requests whose answer depends on who asks: admin rights ([users]
+ * admin_group, root) or the user that owns a client. */
+static bool request_privileged(uint16_t type) {
+        return type == ZMSG_PAGEOUT_PID || type == ZMSG_SET_LIMIT || type == ZMSG_TUNABLE_SET ||
+               type == ZMSG_TUNABLE_GET || type == ZMSG_CLIENTS;
+}
+
+/* Parse the ids after key ("Uid:", "Gid:", "Groups:") in a /proc status
+ * line into ids[] (up to cap); their count, or -1 if line is not key's. */
+static int status_ids(const char *line, const char *key, unsigned long *ids, int cap) {
+        size_t kl = strlen(key);
+        int n = 0;
+
+        if (strncmp(line, key, kl) != 0)
+                return -1;
+        for (const char *p = line + kl; n < cap;) {
+                char *end;
+                while (*p == ' ' || *p == '\t')
+                        p++;
+                unsigned long v = strtoul(p, &end, 10);
+                if (end == p)
+                        break;
+                ids[n++] = v;
+                p = end;
+        }
+        return n;
+}
+
+/*
+ * Has the peer the credentials it connected with (SO_PEERCRED: effective
+ * uid and gid; SO_PEERGROUPS)? Read now from /proc/PID/status, which its
+ * pidfd, alive after the read, says is still that process's. True if so.
+ */
+static bool conn_creds_same(Conn *c) {
+        char path[64], line[4096];
+        unsigned long ids[64];
+        bool uid_ok = false, gid_ok = false, groups_ok = false;
+        struct pollfd p = { .fd = c->pidfd, .events = POLLIN };
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)c->pid);
+        f = fopen(path, "re");
+        if (!f)
+                return false;
+        while (fgets(line, sizeof(line), f)) {
+                int n;
+                /* "Uid:" real, effective, saved, fs */
+                if ((n = status_ids(line, "Uid:", ids, 4)) >= 0)
+                        uid_ok = n == 4 && ids[1] == c->uid;
+                else if ((n = status_ids(line, "Gid:", ids, 4)) >= 0)
+                        gid_ok = n == 4 && ids[1] == c->gid;
+                else if ((n = status_ids(line, "Groups:", ids, ELEMENTSOF(ids))) >= 0) {
+                        /* both lists come from the same sorted group_info */
+                        groups_ok = (size_t)n + 1 == c->ngroups && n < (int)ELEMENTSOF(ids);
+                        for (int i = 0; groups_ok && i < n; i++)
+                                groups_ok = ids[i] == c->groups[i + 1];
+                }
+        }
+        fclose(f);
+        return uid_ok && gid_ok && groups_ok && c->pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+/*
+ * Credentials are checked per request, not only at connect. A message
+ * whose SCM_CREDENTIALS (real uid, gid) differ from the connection's first
+ * one's, or a privileged request from a process whose effective ids or
+ * groups are no longer those it connected with (a root process that
+ * dropped privileges, setuid() or seteuid()), is refused and the
+ * connection ended: admin rights and ownership are decided on the
+ * connect-time credentials, which must therefore still be true. NULL, or
+ * why not.
+ */
+static const char *creds_changed(Conn *c, const struct ucred *sender, uint16_t type) {
+        if (sender->pid != 0) {
+                if (!c->scm_known) {
+                        c->scm_known = true;
+                        c->scm_uid = sender->uid;
+                        c->scm_gid = sender->gid;
+                } else if (sender->uid != c->scm_uid || sender->gid != c->scm_gid)
+                        return "its uid or gid changed since its first message";
+        }
+        if (request_privileged(type) && !conn_creds_same(c))
+                return "its credentials changed since it connected";
+        return NULL;
+}
+
+static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *fds, size_t nfds,
+                         const struct ucred *sender) {
         const ZMsgHeader *h = buf;
         /* a truncated packet (-EMSGSIZE) has a header only if it was long:
          * conn_readable() zeroes the header before each receive, so a short
@@ -1101,10 +1236,13 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
         uint32_t id = has_hdr ? h->id : 0;
         int r;
 
+        const char *changed = NULL;
         if (n < 0 || zmsg_validate(buf, (size_t)n) < 0)
                 r = -EPROTO;
-        else if (sender != 0 && sender != c->pid)
+        else if (sender->pid != 0 && sender->pid != c->pid)
                 r = -EPERM; /* another process writing to this client's socket */
+        else if ((changed = creds_changed(c, sender, h->type)))
+                r = -EPERM;
         else
                 r = dispatch(m, c, buf, fds, nfds);
 
@@ -1117,6 +1255,10 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
         }
         if (r <= 0)
                 conn_reply(c, id, r, 0);
+        if (changed) {
+                log_warn("client pid %d (uid %u): request refused: %s", (int)c->pid, c->uid, changed);
+                conn_kill(c, changed);
+        }
         for (size_t i = 0; i < nfds; i++)
                 safe_close(fds[i]);
 }
@@ -1127,7 +1269,7 @@ static void conn_readable(Manager *m, Conn *c) {
         for (int budget = 64; budget > 0 && !c->dying; budget--) {
                 int fds[ZMSG_FDS_MAX];
                 size_t nfds = ELEMENTSOF(fds);
-                pid_t sender = 0;
+                struct ucred sender;
                 memset(buf, 0, sizeof(ZMsgHeader));
                 ssize_t n = zmsg_recv_all(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
                 /* a file whose close may wait never reaches a handler:
@@ -1146,7 +1288,7 @@ static void conn_readable(Manager *m, Conn *c) {
                         return;
                 }
                 bool request = n >= (ssize_t)sizeof(ZMsgHeader) && ((ZMsgHeader *)buf)->type < ZMSG_REPLY;
-                conn_message(m, c, buf, n, fds, nfds, sender);
+                conn_message(m, c, buf, n, fds, nfds, &sender);
                 if (request && !c->dying && !users_take_request(m, c))
                         return; /* paused until users_tick() */
         }
@@ -1172,6 +1314,42 @@ static int peer_groups(int fd, gid_t primary, Conn *c) {
                 if (errno != ERANGE || len > 65536 * sizeof(gid_t))
                         return negative_errno();
         }
+}
+
+/*
+ * A pidfd of the peer process: the kernel's own, taken at connect()
+ * (SO_PEERPIDFD, Linux 6.5). Without it, pidfd_open() of the pid, kept
+ * only if that process started before we accepted (its start time, in
+ * clock ticks, at most the tick of accepted_ticks): a process started
+ * since cannot be the one that connected, so a reused pid is caught, up
+ * to a reuse within the same clock tick.
+ */
+static int peer_pidfd(int fd, pid_t pid, uint64_t accepted_ticks) {
+        socklen_t len = sizeof(int);
+        uint64_t start;
+        int pidfd = -1;
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0)
+                return pidfd;
+        if (errno != ENOPROTOOPT && errno != EINVAL)
+                return negative_errno();
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0)
+                return negative_errno();
+        if (proc_start_ticks(pid, &start) < 0 || start > accepted_ticks) {
+                safe_close(pidfd);
+                return -ESRCH;
+        }
+        return pidfd;
+}
+
+/* CLOCK_BOOTTIME in clock ticks (the unit of /proc/PID/stat's start time), rounded up. */
+static uint64_t boot_ticks_now(void) {
+        struct timespec ts;
+        long hz = sysconf(_SC_CLK_TCK);
+
+        clock_gettime(CLOCK_BOOTTIME, &ts);
+        return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) * (uint64_t)hz / 1000000000ull + 1;
 }
 
 static void conn_accept(Manager *m) {
@@ -1211,7 +1389,9 @@ static void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
-                if (peer_groups(fd, cred.gid, c) < 0) {
+                c->pidfd = peer_pidfd(fd, cred.pid, boot_ticks_now());
+                if (c->pidfd < 0 || peer_groups(fd, cred.gid, c) < 0) {
+                        safe_close(c->pidfd);
                         free(c->groups);
                         free(c);
                         safe_close(fd);
@@ -1226,6 +1406,8 @@ static void conn_accept(Manager *m) {
                 struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
                 if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
                         safe_close(fd);
+                        safe_close(c->pidfd);
+                        free(c->groups);
                         free(c);
                         continue;
                 }
@@ -1250,6 +1432,7 @@ static void conn_free(Manager *m, Conn *c) {
         }
         epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         c->fd = closer_close_conn(m->closer, c->fd, c->uid);
+        safe_close(c->pidfd);
         free(c->groups);
         free(c);
 }

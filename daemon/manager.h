@@ -54,10 +54,14 @@ struct Conn {
         int fd;
         int role;          /* ZRole, 0 before HELLO */
         pid_t pid;
+        int pidfd;         /* the peer process, taken at connect (SO_PEERPIDFD): identity is this, not pid */
         uid_t uid;
         gid_t gid;
         gid_t *groups;     /* primary and supplementary groups (SO_PEERGROUPS) */
         size_t ngroups;
+        bool scm_known;    /* scm_uid, scm_gid: the SCM_CREDENTIALS of its first message */
+        uid_t scm_uid;     /* (real ids: a later message with others is refused) */
+        gid_t scm_gid;
         bool throttled;    /* over its user's request rate: out of epoll until the tick (users.c) */
         MMClient *mm;      /* role CLIENT/CHILD after ATTACH */
         bool dying;

@@ -8,6 +8,13 @@
  * daemon's uffd reference. The client process keeps its own uffd reference,
  * so the daemon closing its own never unregisters the client's memory.
  *
+ * The process: bound once (mmclient_bind(), at ATTACH, ADOPT or a fork
+ * child's CHILD_ATTACH) to a pidfd and to /proc/PID/mem, pagemap and maps
+ * fds, which the kernel ties to the address space of that moment, and
+ * proven to be the address space of the uffd (mmclient_prove()). Nothing
+ * here reads a client by pid number after that: a pid can be reused, a
+ * process can exec.
+ *
  * Regions (what the client registered, as moved by mremap and cut by
  * munmap) are protected by regions_lock. Only the manager thread and the
  * event handlers of the owning fault thread take it; the fault path
@@ -19,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
@@ -40,7 +48,7 @@
 #include "pool.h"
 #include "store.h"
 
-int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
+int mmclient_new(Manager *m, int uffd, MMClient **ret) {
         MMClient *mm = INJECT_ALLOC(calloc(1, sizeof(*mm)));
         int r;
 
@@ -54,6 +62,8 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
         mm->pidfd = -1;
         mm->parent_pidfd = -1;
         mm->pagemap_fd = -1;
+        mm->mem_fd = -1;
+        mm->maps_fd = -1;
         mm->ops_tail = &mm->ops;
         mm->rc.idle_age_ms = -1; /* the daemon's */
         mm->sync_fd = -1;
@@ -76,36 +86,186 @@ int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret) {
                 mmclient_unref(mm);
                 return r;
         }
-        if (pid > 0) {
-                r = mmclient_set_pid(mm, pid);
-                if (r < 0) {
-                        mm->uffd = -1; /* the caller keeps its fd on failure */
-                        mmclient_unref(mm);
-                        return r;
-                }
-        }
         *ret = mm;
         return 0;
 }
 
-int mmclient_set_pid(MMClient *mm, pid_t pid) {
-        char path[64];
-        int fd;
+/* 1: the process of pidfd fd has exited (a pidfd becomes readable then);
+ * 0: it has not; -1: no pidfd. */
+static int pidfd_exited(int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        return fd < 0 ? -1 : poll(&p, 1, 0) != 0;
+}
 
-        fd = (int)syscall(SYS_pidfd_open, pid, 0);
-        if (fd < 0)
+/* /proc/PID/FILE, read-only: bound to the process's address space at
+ * open (proc_mem_open()), never to a later one of the same pid. */
+static int open_proc(pid_t pid, const char *file) {
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd;
+}
+
+int mmclient_bind(MMClient *mm, int pidfd, pid_t pid) {
+        _cleanup_close_ int pfd = -1, mem = -1, pagemap = -1, maps = -1;
+
+        if (pid <= 0 || pidfd < 0)
+                return -ESRCH;
+        pfd = fcntl(pidfd, F_DUPFD_CLOEXEC, 3);
+        if (pfd < 0)
                 return negative_errno();
-        mm->pidfd = fd;
-        snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-                int r = negative_errno();
-                mm->pidfd = safe_close(mm->pidfd);
-                return r;
-        }
-        mm->pagemap_fd = fd;
+        mem = open_proc(pid, "mem");
+        if (mem < 0)
+                return mem;
+        pagemap = open_proc(pid, "pagemap");
+        if (pagemap < 0)
+                return pagemap;
+        maps = open_proc(pid, "maps");
+        if (maps < 0)
+                return maps;
+        /* the pidfd names the process that connected; alive after the
+         * opens, so the pid had not been reused: the fds are of that
+         * process (of its address space at this moment: an exec before
+         * now is caught by mmclient_prove()) */
+        if (pidfd_exited(pfd) != 0)
+                return -ESRCH;
+        mm->pidfd = TAKE_FD(pfd);
+        mm->mem_fd = TAKE_FD(mem);
+        mm->pagemap_fd = TAKE_FD(pagemap);
+        mm->maps_fd = TAKE_FD(maps);
         mm->pid = pid;
         return 0;
+}
+
+void mmclient_unbind(MMClient *mm) {
+        mm->pidfd = safe_close(mm->pidfd);
+        mm->mem_fd = safe_close(mm->mem_fd);
+        mm->pagemap_fd = safe_close(mm->pagemap_fd);
+        mm->maps_fd = safe_close(mm->maps_fd);
+        mm->pid = 0;
+}
+
+/*
+ * The lines of the client's /proc/PID/maps, through the fd bound to its
+ * address space at mmclient_bind() (never by pid): cb(ud, line) for each
+ * until it returns non-zero, which is returned. A line longer than the
+ * buffer is cut (its addresses come first).
+ */
+static int maps_foreach(MMClient *mm, int (*cb)(void *ud, const char *line), void *ud) {
+        _cleanup_free_ char *buf = NULL;
+        size_t cap = 64 << 10, start = 0, have = 0; /* unread lines: buf[start, have) */
+        bool eof = false;
+
+        if (mm->maps_fd < 0)
+                return -ESRCH;
+        buf = INJECT_ALLOC(malloc(cap + 1));
+        if (!buf)
+                return -ENOMEM;
+        if (lseek(mm->maps_fd, 0, SEEK_SET) < 0)
+                return negative_errno();
+        for (;;) {
+                char *nl = memchr(buf + start, '\n', have - start);
+                if (!nl && !eof) {
+                        /* no whole line left: keep the part, read more */
+                        memmove(buf, buf + start, have - start);
+                        have -= start;
+                        start = 0;
+                        if (have == cap) {
+                                nl = buf + cap - 1; /* a line longer than the buffer: cut */
+                        } else {
+                                ssize_t n = read(mm->maps_fd, buf + have, cap - have);
+                                if (n < 0 && errno == EINTR)
+                                        continue;
+                                if (n < 0)
+                                        return negative_errno();
+                                eof = n == 0;
+                                have += (size_t)n;
+                                continue;
+                        }
+                }
+                if (start == have)
+                        return 0;
+                size_t end = nl ? (size_t)(nl - buf) : have;
+                buf[end] = 0;
+                int r = cb(ud, buf + start);
+                if (r != 0)
+                        return r;
+                start = nl ? end + 1 : have;
+        }
+}
+
+typedef struct VmaFind {
+        uint64_t start, end;
+} VmaFind;
+
+static int vma_exact_cb(void *ud, const char *line) {
+        const VmaFind *f = ud;
+        unsigned long long s, e;
+        return sscanf(line, "%llx-%llx", &s, &e) == 2 && s == f->start && e == f->end;
+}
+
+/* Has the client's address space a mapping of exactly [start, end)? 1, 0, -errno. */
+static int vma_exact(MMClient *mm, uint64_t start, uint64_t end) {
+        VmaFind f = { start, end };
+        return maps_foreach(mm, vma_exact_cb, &f);
+}
+
+static int uffd_register_page(MMClient *mm, uint64_t addr, uint64_t mode) {
+        struct uffdio_register reg = { .range = { .start = addr, .len = ZSWAP_PAGE_SIZE }, .mode = mode };
+        if (ioctl(mm->uffd, UFFDIO_REGISTER, &reg) < 0)
+                return errno == ESRCH ? -ESRCH : -EPERM;
+        return 0;
+}
+
+/*
+ * The proof that mm->uffd acts on the address space whose mem and maps fds
+ * mmclient_bind() opened. Registering one page on a uffd splits the
+ * mapping around it in the uffd's address space (its flags differ from its
+ * neighbours'): the daemon registers a page it picks at random in the
+ * client's staging area for missing faults, and the maps fd must then show
+ * a mapping of exactly that page, which it did not show before; the page
+ * goes back to write-protect mode, as the client registers its staging
+ * area itself (and as a fork child or a client being adopted has it). A
+ * uffd made in another process splits that process's mapping, where the
+ * maps fd does not look; nobody can tell which page beforehand. Nothing
+ * of the client's memory is touched, and no pending uffd event stands in
+ * the way (registration, unlike UFFDIO_COPY, does not wait for them).
+ */
+int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len) {
+        uint64_t npages = len / ZSWAP_PAGE_SIZE, addr = 0;
+        uint32_t pick;
+        int r;
+
+        if (mm->maps_fd < 0 || npages == 0)
+                return -ESRCH;
+        for (int tries = 0;; tries++) {
+                if (tries == 8)
+                        return -EBUSY; /* every page picked was a mapping of its own already */
+                if (getrandom(&pick, sizeof(pick), 0) != sizeof(pick))
+                        return -EIO;
+                addr = staging + (pick % npages) * ZSWAP_PAGE_SIZE;
+                r = vma_exact(mm, addr, addr + ZSWAP_PAGE_SIZE);
+                if (r < 0)
+                        return r;
+                if (r == 0)
+                        break;
+        }
+        r = uffd_register_page(mm, addr, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP);
+        if (r < 0)
+                return r;
+        int seen = vma_exact(mm, addr, addr + ZSWAP_PAGE_SIZE);
+        /* back to write-protect only: registering WP over a range that has
+         * it already changes nothing (the kernel skips it), so off first */
+        struct uffdio_range range = { .start = addr, .len = ZSWAP_PAGE_SIZE };
+        r = ioctl(mm->uffd, UFFDIO_UNREGISTER, &range) < 0 ? (errno == ESRCH ? -ESRCH : -EPERM) : 0;
+        if (r == 0)
+                r = uffd_register_page(mm, addr, UFFDIO_REGISTER_MODE_WP);
+        if (seen < 0)
+                return seen;
+        if (r < 0)
+                return r;
+        return seen == 1 ? 0 : -EPERM;
 }
 
 MMClient *mmclient_ref(MMClient *mm) {
@@ -205,6 +365,8 @@ MMClient *mmclient_unref(MMClient *mm) {
         safe_close(mm->pidfd);
         safe_close(mm->parent_pidfd);
         safe_close(mm->pagemap_fd);
+        safe_close(mm->mem_fd);
+        safe_close(mm->maps_fd);
         pthread_mutex_destroy(&mm->regions_lock);
         pthread_mutex_destroy(&mm->serve_lock);
         free(mm->regions);
@@ -265,15 +427,10 @@ int mmclient_replace_sync(MMClient *mm, int fd) {
         return 0;
 }
 
-/* 1: the process of pidfd fd has exited (a pidfd becomes readable then);
- * 0: it has not; -1: no pidfd. */
-static int pidfd_exited(int fd) {
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        return fd < 0 ? -1 : poll(&p, 1, 0) != 0;
-}
-
 bool mmclient_alive(MMClient *mm) {
-        return pidfd_exited(mm->pidfd) == 0;
+        /* an exec gives the process another address space and ends the
+         * one the uffd and the mem fd are bound to: not alive for us */
+        return pidfd_exited(mm->pidfd) == 0 && uffd_mm_alive(mm->uffd);
 }
 
 bool mmclient_parent_gone(const MMClient *mm) {
@@ -281,21 +438,22 @@ bool mmclient_parent_gone(const MMClient *mm) {
 }
 
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
-        struct iovec local = { .iov_base = buf, .iov_len = len };
-        struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
-        ssize_t n;
+        size_t done = 0;
 
-        if (mm->pid <= 0)
+        if (mm->mem_fd < 0)
                 return -ESRCH;
-        n = process_vm_readv(mm->pid, &local, 1, &remote, 1, 0);
-        if (n < 0)
-                return negative_errno();
-        if ((size_t)n != len)
-                return -EFAULT;
-        /* the pid could have been reused if the client died before the read:
-         * a live pidfd after the read proves we read the right process */
-        if (!mmclient_alive(mm))
-                return -ESRCH;
+        /* through the fd bound to the address space proven at attach,
+         * never by pid: a pid can be reused and a process can exec */
+        while (done < len) {
+                ssize_t n = pread(mm->mem_fd, (uint8_t *)buf + done, len - done, (off_t)(addr + done));
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return errno == EIO ? -EFAULT : negative_errno();
+                if (n == 0)
+                        return done == 0 ? -ESRCH : -EFAULT; /* 0 at once: that mm is gone */
+                done += (size_t)n;
+        }
         return 0;
 }
 
@@ -564,31 +722,33 @@ static int check_anon_query(int fd, uint64_t covered, uint64_t end) {
         return 0;
 }
 
-int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end) {
-        char path[64], line[4096];
-        FILE *f;
-        uint64_t covered = start;
+typedef struct AnonCheck {
+        uint64_t covered, end;
+} AnonCheck;
 
-        snprintf(path, sizeof(path), "/proc/%d/maps", (int)mm->pid);
-        f = fopen(path, "re");
-        if (!f)
-                return negative_errno();
-        int r = check_anon_query(fileno(f), start, end);
-        if (r <= 0) {
-                fclose(f);
+static int anon_cb(void *ud, const char *line) {
+        AnonCheck *a = ud;
+        uint64_t s = 0, e = 0;
+        bool ok = maps_line_ok(line, &s, &e);
+        if (e <= a->covered)
+                return 0;
+        if (s > a->covered || !ok)
+                return 1;
+        a->covered = e;
+        return a->covered >= a->end;
+}
+
+int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end) {
+        if (mm->maps_fd < 0)
+                return -ESRCH;
+        int r = check_anon_query(mm->maps_fd, start, end);
+        if (r <= 0)
                 return r;
-        }
-        while (covered < end && fgets(line, sizeof(line), f)) {
-                uint64_t s = 0, e = 0;
-                bool ok = maps_line_ok(line, &s, &e);
-                if (e <= covered)
-                        continue;
-                if (s > covered || !ok)
-                        break;
-                covered = e;
-        }
-        fclose(f);
-        return covered >= end ? 0 : -EINVAL;
+        AnonCheck a = { start, end };
+        r = maps_foreach(mm, anon_cb, &a);
+        if (r < 0)
+                return r;
+        return a.covered >= end ? 0 : -EINVAL;
 }
 
 int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n) {

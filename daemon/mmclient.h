@@ -102,6 +102,8 @@ typedef struct MMClient {
         pid_t pid;       /* 0: a fork child that has not attached yet */
         int pidfd;       /* -1 until pid is known */
         int pagemap_fd;  /* /proc/PID/pagemap, bound to this mm at open */
+        int mem_fd;      /* /proc/PID/mem, the same: every read of the client's memory */
+        int maps_fd;     /* /proc/PID/maps, the same */
         PageIndex *index;
         /* the client's store (store.h): its pool, the index's leaves and
          * the ranges live there; NULL/-1 for an MMClient of a test */
@@ -195,7 +197,7 @@ typedef struct MMClient {
 
 /* A new client address space, with a new store if the manager has pools
  * (m->pools); the caller keeps uffd on failure. */
-int mmclient_new(Manager *m, int uffd, pid_t pid, MMClient **ret);
+int mmclient_new(Manager *m, int uffd, MMClient **ret);
 /* A read-only descriptor of mm's store for its process (store_reopen_ro()). */
 int mmclient_store_fd_ro(MMClient *mm);
 MMClient *mmclient_ref(MMClient *mm);
@@ -209,8 +211,21 @@ bool mmclient_sync_fd_ok(int fd);
  * in place of its parent's it had since the fork; takes fd. Any thread. */
 int mmclient_replace_sync(MMClient *mm, int fd);
 
-/* Bind a process: opens pidfd and pagemap. */
-int mmclient_set_pid(MMClient *mm, pid_t pid);
+/* Bind the process of pidfd (pid its number, as the connection gave it):
+ * a pidfd of its own, /proc/PID/mem, pagemap and maps, all bound to
+ * the process and its address space as they are now. -ESRCH if it exited
+ * (the pid may name another process by now). Nothing is proven yet about
+ * mm->uffd: mmclient_prove(). */
+int mmclient_bind(MMClient *mm, int pidfd, pid_t pid);
+/* Undo mmclient_bind(). */
+void mmclient_unbind(MMClient *mm);
+/* Prove that mm->uffd acts on the address space mmclient_bind() bound: a
+ * page of [staging, staging+len) picked at random, registered on the uffd
+ * for missing faults, must show as a mapping of its own through the maps
+ * fd; it is left registered write-protect only, as the client's staging
+ * area is. 0; -EPERM: another address space; -ESRCH: it is gone; -EBUSY:
+ * no page to prove it with; -ENOMEM. */
+int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len);
 
 /* Regions. All take regions_lock. */
 int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end);
@@ -269,16 +284,20 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot);
 /* The pagemap words of npages pages from start. 0, -errno, -EIO if short. */
 int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm);
 
-/* Is the process still alive (pidfd not readable)? */
+/* Is the process still alive (pidfd not readable), with the address space
+ * it had when bound (no exec since)? */
 bool mmclient_alive(MMClient *mm);
 /* A fork child not attached yet: has the process that forked it exited? */
 bool mmclient_parent_gone(const MMClient *mm);
 
-/* Read len bytes at remote addr of the client (process_vm_readv). */
+/* Read len bytes at remote addr of the client, through its mem fd (never
+ * by pid). -ESRCH: the address space is gone (the process exited or
+ * exec'd); -EFAULT: not mapped. */
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len);
 
 /* Is [start, end) covered by private, anonymous, writable mappings of the
- * client (/proc/PID/maps)? 0, -EINVAL, or -errno reading maps. */
+ * client (its maps fd, bound at mmclient_bind())? 0, -EINVAL, or -errno
+ * reading maps. */
 int mmclient_check_anon(MMClient *mm, uint64_t start, uint64_t end);
 /* Is no page of n sorted, disjoint ranges mapped by anything but private,
  * anonymous, writable memory? Unlike mmclient_check_anon(), a part not

@@ -2,7 +2,7 @@
  * sandbox.c: what the daemon may still do once it serves clients.
  *
  * The daemon starts as root because it must: it reads other processes'
- * memory (process_vm_readv), their page tables (/proc/PID/pagemap) and
+ * memory (/proc/PID/mem), their page tables (/proc/PID/pagemap) and
  * their mappings, and asks for UFFD_FEATURE_EVENT_FORK, which the kernel
  * grants to CAP_SYS_PTRACE only. Everything that needs more than that
  * (binding the socket, chmod, the feature probe, raising RLIMIT_NOFILE)
@@ -319,8 +319,9 @@ static const char *const plain[] = {
         /* Unix sockets (socket() itself: below) */
         "connect", "accept4", "sendmsg", "recvmsg", "sendto", "recvfrom", "getsockopt",
         "setsockopt", "getsockname", "getpeername", "shutdown",
-        /* client processes */
-        "pidfd_open", "process_vm_readv",
+        /* client processes: pidfd_open() where SO_PEERPIDFD is missing
+         * (their memory is read through /proc/PID/mem, pread64) */
+        "pidfd_open",
         /* the clients' stores (store.c): a memfd each, sized and sealed
          * once, chmod 0600, freed chunks punched out */
         "memfd_create", "ftruncate", "fchmod", "fallocate",

@@ -63,5 +63,6 @@ int main(void) {
 
         zswap_disconnect(c);
         td_stop(&d);
+        free(hashes);
         return 0;
 }

@@ -217,7 +217,7 @@ static void test_framing(void) {
         _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 64];
         int sp[2], pipes[20][2], fds[8];
         size_t nfds;
-        pid_t sender;
+        struct ucred sender;
 
         signal(SIGPIPE, SIG_IGN);
         ASSERT_OK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp));
@@ -229,7 +229,8 @@ static void test_framing(void) {
         nfds = ELEMENTSOF(fds);
         ASSERT_EQ(zmsg_recv(sp[1], in, sizeof(in), fds, &nfds, &sender), sizeof(rg));
         ASSERT_EQ(nfds, 0);
-        ASSERT_EQ(sender, 0); /* no SO_PASSCRED yet */
+        ASSERT_EQ(sender.pid, 0); /* no SO_PASSCRED yet */
+        ASSERT_EQ(sender.uid, (uid_t)-1);
         ASSERT_EQ(memcmp(in, &rg, sizeof(rg)), 0);
         ASSERT_OK(zmsg_validate(in, sizeof(rg)));
 
@@ -345,21 +346,33 @@ static void test_framing(void) {
                 ASSERT_EQ(count_fds(), base);
         }
 
-        /* the sender's pid, ours and a child's */
+        /* the sender's credentials, ours and a child's; then a child's
+         * that changed its uid after it had the socket */
         int one = 1;
         ASSERT_OK(setsockopt(sp[1], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)));
         ASSERT_OK(zmsg_send(sp[0], &rg, sizeof(rg), NULL, 0));
         ASSERT_EQ(zmsg_recv(sp[1], in, sizeof(in), NULL, NULL, &sender), sizeof(rg));
-        ASSERT_EQ(sender, getpid());
-        pid_t child = fork();
-        ASSERT_TRUE(child >= 0);
-        if (child == 0)
-                _exit(zmsg_send(sp[0], &rg, sizeof(rg), NULL, 0) == 0 ? 0 : 1);
-        int st;
-        ASSERT_EQ(waitpid(child, &st, 0), child);
-        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-        ASSERT_EQ(zmsg_recv(sp[1], in, sizeof(in), NULL, NULL, &sender), sizeof(rg));
-        ASSERT_EQ(sender, child);
+        ASSERT_EQ(sender.pid, getpid());
+        ASSERT_EQ(sender.uid, getuid());
+        ASSERT_EQ(sender.gid, getgid());
+        for (int drop = 0; drop < 2; drop++) {
+                if (drop && geteuid() != 0)
+                        break;
+                pid_t child = fork();
+                ASSERT_TRUE(child >= 0);
+                if (child == 0) {
+                        if (drop && (setgid(60041) < 0 || setuid(60041) < 0))
+                                _exit(2);
+                        _exit(zmsg_send(sp[0], &rg, sizeof(rg), NULL, 0) == 0 ? 0 : 1);
+                }
+                int st;
+                ASSERT_EQ(waitpid(child, &st, 0), child);
+                ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                ASSERT_EQ(zmsg_recv(sp[1], in, sizeof(in), NULL, NULL, &sender), sizeof(rg));
+                ASSERT_EQ(sender.pid, child);
+                ASSERT_EQ(sender.uid, drop ? 60041 : getuid());
+                ASSERT_EQ(sender.gid, drop ? 60041 : getgid());
+        }
 
         /* empty non-blocking socket, then a full queue */
         ASSERT_OK(fcntl(sp[1], F_SETFL, O_NONBLOCK));

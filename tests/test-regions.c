@@ -31,7 +31,7 @@ int main(void) {
         Manager m = { .cfg = { .max_regions = 8, .max_registered = 1000 * P } };
         MMClient *mm;
 
-        ASSERT_OK(mmclient_new(&m, -1, 0, &mm));
+        ASSERT_OK(mmclient_new(&m, -1, &mm));
 
         ASSERT_OK(mmclient_region_add(mm, 10 * P, 20 * P));
         ASSERT_OK(mmclient_region_add(mm, 30 * P, 40 * P));
