@@ -601,7 +601,9 @@ int main(int argc, char **argv) {
         snprintf(conf_path, sizeof(conf_path), "%s/zswapd.conf", dir);
         FILE *c = fopen(conf_path, "we");
         ASSERT_TRUE(c != NULL);
-        fprintf(c, "[users]\nallow = %d %d\n[user:%d]\nmax_requests = 1\n", U_ATTACKER, U_VICTIM, U_ATTACKER);
+        /* the attacker has what a granted user has: uffds of its own */
+        fprintf(c, "[users]\nallow = %d %d\nuserfaultfd_device = yes\n[user:%d]\nmax_requests = 1\n", U_ATTACKER,
+                U_VICTIM, U_ATTACKER);
         ASSERT_OK(fclose(c));
         snprintf(args, sizeof(args), "--config %s", conf_path);
         td_start_logged(&d, args);

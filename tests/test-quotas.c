@@ -76,6 +76,7 @@ static void write_conf(void) {
         fprintf(f,
                 "[users]\n"
                 "allow = %d %d %d %d %d\n"
+                "userfaultfd_device = yes\n" /* the forgers make their own uffds */
                 "max_regions = 64\n"
                 "[user:%d]\n"
                 "max_pool = 1M\n"
