@@ -33,49 +33,49 @@ int fd_is_userfaultfd(int fd) {
         return strcmp(target, "anon_inode:[userfaultfd]") == 0;
 }
 
-int proc_ppid(pid_t pid, pid_t *ret) {
-        char path[64], buf[512];
+/* /proc/PID/stat into buf; the fields after comm (which may hold spaces
+ * and parentheses: they start after the last ')') in *after. */
+static int proc_stat_fields(pid_t pid, char *buf, size_t len, char **after) {
+        char path[64];
         _cleanup_close_ int fd = -1;
-        ssize_t n;
 
         snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
-        n = read(fd, buf, sizeof(buf) - 1);
+        ssize_t n = read(fd, buf, len - 1);
         if (n <= 0)
                 return n < 0 ? negative_errno() : -EIO;
         buf[n] = 0;
-        /* comm may contain spaces and parentheses: parse after the last ')' */
-        char *p = strrchr(buf, ')');
-        int ppid;
+        *after = strrchr(buf, ')');
+        return *after ? 0 : -EIO;
+}
+
+int proc_ppid(pid_t pid, pid_t *ret) {
+        char buf[512], *p;
+        int ppid, r = proc_stat_fields(pid, buf, sizeof(buf), &p);
         char state;
-        if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+
+        if (r < 0)
+                return r;
+        if (sscanf(p + 1, " %c %d", &state, &ppid) != 2)
                 return -EIO;
         *ret = ppid;
         return 0;
 }
 
 int proc_start_ticks(pid_t pid, uint64_t *ret) {
-        char path[64], buf[1024];
-        _cleanup_close_ int fd = -1;
+        char buf[1024], *p;
         unsigned long long start;
-        ssize_t n;
+        int r = proc_stat_fields(pid, buf, sizeof(buf), &p);
 
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
-        n = read(fd, buf, sizeof(buf) - 1);
-        if (n <= 0)
-                return n < 0 ? negative_errno() : -EIO;
-        buf[n] = 0;
+        if (r < 0)
+                return r;
         /* field 22, the 20th after comm: state ppid pgrp session tty_nr
          * tpgid flags minflt cminflt majflt cmajflt utime stime cutime
          * cstime priority nice num_threads itrealvalue starttime */
-        char *p = strrchr(buf, ')');
-        if (!p || sscanf(p + 1, " %*c" " %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                         &start) != 1)
+        if (sscanf(p + 1, " %*c" " %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                   &start) != 1)
                 return -EIO;
         *ret = start;
         return 0;
