@@ -364,6 +364,13 @@ static void test_torture(void) {
         }
         ASSERT_EQ(pthread_create(&th[4], NULL, reclaimer_thread, &t), 0);
         nanosleep(&ts, NULL);
+        /* and on until the threads have done some work, however slow the
+         * machine: a bound that says how far they got */
+        for (int i = 0; counter(&t.allocs) <= 1000; i++) {
+                if (i == 6000)
+                        test_fail("%" PRIu64 " allocs after 60 s more", counter(&t.allocs));
+                nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+        }
         atomic_store_explicit(&t.stop, true, memory_order_relaxed); /* a flag; join orders the rest */
         for (size_t i = 0; i < 5; i++)
                 ASSERT_EQ(pthread_join(th[i], NULL), 0);

@@ -128,7 +128,9 @@ static void churn(TestDaemon *d) {
                 test_fail("the churning program found bad data: status %#x, '%s', stderr: %s", st, line, err);
         if (strstr(err, "zswap:"))
                 test_fail("the shim complained: %s", err);
-        ASSERT_TRUE(calls >= 3 && total > 1000);
+        /* work done, not a count of calls: one pageout of the whole
+         * program may take most of the 5 s on a loaded machine */
+        ASSERT_TRUE(calls >= 1 && total > 1000);
 }
 
 /* limit: 0 for a pageout from outside, else zswap-run --limit (MiB) */

@@ -12,6 +12,8 @@
  * MADV_DONTNEED", whose content must read as zeros.
  *
  * TORTURE_SECONDS (default 60), TORTURE_MB (default 256), TORTURE_THREADS (4).
+ * It runs TORTURE_SECONDS, and longer if the daemon has not yet evicted as
+ * many pages as the region holds.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -117,8 +119,15 @@ int main(void) {
         for (unsigned t = 0; t < nthreads; t++)
                 ASSERT_OK(-pthread_create(&threads[t], NULL, worker, (void *)(uintptr_t)t));
 
+        /* the chosen time, and then on until the daemon has evicted more
+         * pages than the region holds (work done, whatever the machine's
+         * speed), up to a safety bound that reports how far it got */
         uint64_t end = now_ns() + (uint64_t)seconds * 1000000000ull;
-        while (now_ns() < end && atomic_load(&errors) == 0) {
+        uint64_t bound = end + 8ull * seconds * 1000000000ull;
+        while ((now_ns() < end || evicted <= npages) && atomic_load(&errors) == 0) {
+                if (now_ns() > bound)
+                        test_fail("after %u s: %llu of %zu pages evicted in %llu pageout passes", 9 * seconds,
+                                  (unsigned long long)evicted, npages, (unsigned long long)passes);
                 /* random windows, sometimes the whole region */
                 size_t first = xorshift(&seed) % npages, n = 1 + xorshift(&seed) % 2048;
                 if (passes % 16 == 0) {
