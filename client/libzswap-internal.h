@@ -63,6 +63,14 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
 void *zswap_scratch_alloc(size_t len);
 void zswap_scratch_free(void *p, size_t len);
 
+/* The name of every mapping the library makes for itself: the shim never
+ * registers one. */
+#define ZSWAP_OWN_NAME "zswap"
+/* Zeroed objects of the library's own, off the program's heap (restore.c). */
+void *zswap_mem_alloc(size_t n);
+void zswap_mem_free(void *p);
+void *zswap_mem_realloc(void *p, size_t n);
+
 /* What a client's recoveries from daemon loss did, since it connected. */
 typedef struct ZswapRecovery {
         uint64_t losses;      /* times the connection was lost with a store to recover */

@@ -254,19 +254,16 @@ static int request_timed(struct zswap_client *c, void *msg, size_t len, const in
                 rfd[0] = rfd[1] = -1;
         h->id = new_id(c);
         if (c->agent_running) {
-                Pending *p = calloc(1, sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                p->id = h->id;
-                p->fd[0] = p->fd[1] = -1;
-                p->timeout_s = timeout_s;
+                /* on the caller's stack, never the program's heap: the
+                 * agent writes the reply into it (request_agent() unlinks
+                 * it before returning) */
+                Pending pend = { .id = h->id, .fd = { -1, -1 }, .timeout_s = timeout_s }, *p = &pend;
                 n = request_agent(c, p, msg, len, fds, nfds);
                 if (n > 0)
                         memcpy(local, p->buf, (size_t)n);
                 /* a reply that came after we gave up leaves its fds with p */
                 got[0] = p->fd[0];
                 got[1] = p->fd[1];
-                free(p);
         } else {
                 if (c->sock < 0)
                         return -ENOTCONN;
@@ -760,8 +757,8 @@ static void client_free(struct zswap_client *c) {
         pthread_mutex_destroy(&c->send_lock);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);
-        free(c->ranges);
-        free(c);
+        zswap_mem_free(c->ranges);
+        zswap_mem_free(c);
 }
 
 static void atfork_prepare(void);
@@ -806,7 +803,7 @@ static int report_fd_from_env(void) {
 }
 
 static int client_alloc(const char *path, struct zswap_client **ret) {
-        struct zswap_client *c = calloc(1, sizeof(*c));
+        struct zswap_client *c = zswap_mem_alloc(sizeof(*c));
         int r;
 
         if (!c)
@@ -995,7 +992,7 @@ static int adopt(struct zswap_client *c, int sock, int64_t *pages) {
 static int reregister(struct zswap_client *c, int sock) {
         pthread_mutex_lock(&c->lock);
         size_t n = c->nranges;
-        Range *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+        Range *copy = n ? zswap_mem_alloc(n * sizeof(*copy)) : NULL;
         if (copy)
                 memcpy(copy, c->ranges, n * sizeof(*copy));
         pthread_mutex_unlock(&c->lock);
@@ -1004,13 +1001,13 @@ static int reregister(struct zswap_client *c, int sock) {
                 zmsg_init(&m.hdr, ZMSG_REGISTER, 0, sizeof(m));
                 int r = agent_call(c, sock, &m, sizeof(m), NULL, 0, NULL, NULL);
                 if (r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -EAGAIN) {
-                        free(copy);
+                        zswap_mem_free(copy);
                         return r;
                 }
                 if (r < 0 && r != -EEXIST)
                         ranges_forget(c, copy[i].addr, copy[i].len);
         }
-        free(copy);
+        zswap_mem_free(copy);
         return 0;
 }
 
@@ -1275,7 +1272,7 @@ _public_ int zswap_register(struct zswap_client *c, void *addr, size_t len) {
         r = range_request(c, ZMSG_REGISTER, addr, len, NULL);
         if (r == 0) {
                 pthread_mutex_lock(&c->lock);
-                Range *n = c->nranges < RANGES_MAX ? realloc(c->ranges, (c->nranges + 1) * sizeof(Range)) : NULL;
+                Range *n = c->nranges < RANGES_MAX ? zswap_mem_realloc(c->ranges, (c->nranges + 1) * sizeof(Range)) : NULL;
                 if (n) {
                         c->ranges = n;
                         c->ranges[c->nranges++] = (Range){ (uintptr_t)addr, len };
@@ -1298,7 +1295,7 @@ static void ranges_forget(struct zswap_client *c, uint64_t addr, uint64_t len) {
                         /* a part: keep the rest (the tail becomes its own range) */
                         uint64_t tail = g->addr + g->len - (addr + len);
                         g->len = addr - g->addr;
-                        Range *n = tail ? realloc(c->ranges, (c->nranges + 1) * sizeof(Range)) : NULL;
+                        Range *n = tail ? zswap_mem_realloc(c->ranges, (c->nranges + 1) * sizeof(Range)) : NULL;
                         if (n) {
                                 c->ranges = n;
                                 c->ranges[c->nranges++] = (Range){ addr + len, tail };

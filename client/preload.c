@@ -15,7 +15,11 @@
  * changes size), file-backed and shared mappings, mlocked mappings
  * (VmFlags "lo": the program asked for them to stay in RAM), the shim's own
  * memory (libzswap's staging area and its agent's stack, the scanner's
- * stack), and mappings under 16 KiB. The daemon needs nothing from the
+ * stack, and every mapping the library makes for itself, named
+ * "[anon:zswap]"), the .bss of loaded objects (an unnamed anonymous mapping
+ * right after a file mapping: libc's holds malloc's state, and the agent
+ * must reach a daemon without faulting on memory only a daemon serves),
+ * and mappings under 16 KiB. The daemon needs nothing from the
  * process to serve a fault, so no other memory has to be held back.
  *
  * Interposed calls stay what they were: the real system call is made
@@ -319,7 +323,7 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 /* A maps/smaps header line: "start-end perms offset dev inode [path]". */
-static bool parse_vma(const char *line, uint64_t *start, uint64_t *end, bool *candidate) {
+static bool parse_vma(const char *line, uint64_t *start, uint64_t *end, bool *candidate, bool *file) {
         char perms[8] = "", path[64] = "";
         unsigned long long s, e, off, inode;
         unsigned maj, min;
@@ -328,8 +332,11 @@ static bool parse_vma(const char *line, uint64_t *start, uint64_t *end, bool *ca
                 return false;
         *start = s;
         *end = e;
+        *file = inode != 0;
+        /* the library's own mappings are named "[anon:zswap]" (restore.c) */
         *candidate = perms[0] == 'r' && perms[1] == 'w' && perms[3] == 'p' && inode == 0 &&
-                     (path[0] == 0 || strcmp(path, "[heap]") == 0 || strncmp(path, "[anon:", 6) == 0);
+                     (path[0] == 0 || strcmp(path, "[heap]") == 0 || strncmp(path, "[anon:", 6) == 0) &&
+                     strcmp(path, "[anon:" ZSWAP_OWN_NAME "]") != 0;
         return true;
 }
 
@@ -341,15 +348,22 @@ static int read_candidates(Spans *out) {
 
         if (!buf)
                 return -errno;
+        uint64_t file_end = 0; /* where the last file mapping ended */
         for (char *line = buf, *nl; *line && r == 0; line = nl + 1) {
                 uint64_t s, e;
-                bool cand;
+                bool cand, file;
                 nl = strchr(line, '\n');
                 if (!nl)
                         break;
                 *nl = 0;
-                if (parse_vma(line, &s, &e, &cand) && cand)
+                if (!parse_vma(line, &s, &e, &cand, &file))
+                        continue;
+                /* an unnamed anonymous mapping right after a file mapping
+                 * is a loaded object's .bss: libc's holds malloc's state,
+                 * which the agent uses to reach a daemon; never managed */
+                if (cand && !(s == file_end && !strchr(line, '[')))
                         r = spans_add(out, s, e);
+                file_end = file ? e : 0;
         }
         free(buf);
         return r;
@@ -365,7 +379,7 @@ static int read_locked(Spans *out) {
         if (!buf)
                 return -errno;
         for (char *line = buf, *nl; *line && r == 0; line = nl + 1) {
-                bool cand;
+                bool cand, file;
                 nl = strchr(line, '\n');
                 if (!nl)
                         break;
@@ -374,7 +388,7 @@ static int read_locked(Spans *out) {
                         if (strstr(line, " lo"))
                                 r = spans_add(out, s, e);
                 } else if (line[0] != ' ' && strchr(line, '-'))
-                        parse_vma(line, &s, &e, &cand);
+                        parse_vma(line, &s, &e, &cand, &file);
         }
         free(buf);
         return r;

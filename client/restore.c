@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "libzswap-internal.h"
@@ -61,9 +62,61 @@ typedef struct Restore {
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE]; /* ours */
 } Restore;
 
+/* Named "[anon:zswap]" in /proc/PID/maps: the shim's scanner never hands
+ * the daemon memory of the library's own (preload.c). */
+static void name_own(void *p, size_t len) {
+        (void)prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)p, len, (unsigned long)ZSWAP_OWN_NAME);
+}
+
 void *zswap_scratch_alloc(size_t len) {
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        return p == MAP_FAILED ? NULL : p;
+        if (p == MAP_FAILED)
+                return NULL;
+        name_own(p, len);
+        return p;
+}
+
+/*
+ * The library's own small objects (a client, a request waiting for its
+ * reply, the list of registered ranges), in mappings of their own rather
+ * than the program's heap: under the shim the heap is managed memory, and
+ * the agent must never fault on memory whose faults it may be the one to
+ * resolve (a move it is making, a daemon it must reach first). A header
+ * before each object holds its mapping's length; growth stays in place
+ * while the mapping has room, else mremap() moves it.
+ */
+#define OWN_HDR 16
+
+void *zswap_mem_alloc(size_t n) {
+        size_t len = ALIGN_TO(n + OWN_HDR, (size_t)ZSWAP_PAGE_SIZE);
+        uint8_t *p = zswap_scratch_alloc(len);
+        if (!p)
+                return NULL;
+        *(size_t *)p = len;
+        return p + OWN_HDR;
+}
+
+void zswap_mem_free(void *q) {
+        if (q) {
+                uint8_t *p = (uint8_t *)q - OWN_HDR;
+                zswap_scratch_free(p, *(size_t *)p);
+        }
+}
+
+void *zswap_mem_realloc(void *q, size_t n) {
+        if (!q)
+                return zswap_mem_alloc(n);
+        uint8_t *p = (uint8_t *)q - OWN_HDR;
+        size_t len = *(size_t *)p, want = ALIGN_TO(n + OWN_HDR, (size_t)ZSWAP_PAGE_SIZE);
+        if (want <= len)
+                return q;
+        want = MAX(want, 2 * len); /* amortised: a list grown one entry at a time */
+        uint8_t *np = mremap(p, len, want, MREMAP_MAYMOVE);
+        if (np == MAP_FAILED)
+                return NULL;
+        name_own(np, want);
+        *(size_t *)np = want;
+        return np + OWN_HDR;
 }
 
 void zswap_scratch_free(void *p, size_t len) {
