@@ -27,7 +27,8 @@
  * so what one user can make the daemon hold is bounded, and it costs no
  * other user anything.
  *
- * Threads: closer_drop(), closer_close_conn() on the manager thread;
+ * Threads: closer_drop(), closer_close_conn() on the manager thread,
+ * closer_hand() on any;
  * closer_pending() anywhere; the closer thread pops and closes. `lock`
  * guards the queue and the per-user counts, and is held by nobody while
  * a close runs.
@@ -182,6 +183,12 @@ int closer_drop(Closer *cl, int fd, uid_t uid) {
                 close(fd);
                 return -1;
         }
+        return closer_hand(cl, fd, uid);
+}
+
+int closer_hand(Closer *cl, int fd, uid_t uid) {
+        if (fd < 0)
+                return -1;
         CloseItem *it = malloc(sizeof(*it));
         if (!it) {
                 /* keep the manager from waiting anyway, at the cost of

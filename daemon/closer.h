@@ -26,6 +26,12 @@ bool fd_close_is_safe(int fd);
  * counted against uid until it is closed. Returns -1. Manager thread. */
 int closer_drop(Closer *cl, int fd, uid_t uid);
 
+/* Hand fd to the closer thread whatever its kind, counted against uid:
+ * for a descriptor whose close may wait for another reason (a client's
+ * userfaultfd, whose release takes the mmap lock of an address space a
+ * read of ours may hold: memread.h). Returns -1. Any thread. */
+int closer_hand(Closer *cl, int fd, uid_t uid);
+
 /* Descriptors of uid still waiting to be closed. Any thread. */
 unsigned closer_pending(Closer *cl, uid_t uid);
 

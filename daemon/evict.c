@@ -36,6 +36,7 @@
 #include "evict.h"
 #include "fault.h"
 #include "log.h"
+#include "memread.h"
 #include "pool.h"
 #include "reclaim.h"
 #include "util.h"
@@ -58,7 +59,6 @@ typedef struct Worker {
         Evictor *ev;
         CodecCCtx *cctx;
         CodecDCtx *dctx; /* to check a kept copy against the page */
-        uint8_t *buf;  /* LANE_SLOTS pages */
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
         uint8_t vbuf[ZSWAP_PAGE_SIZE];
 } Worker;
@@ -227,8 +227,8 @@ static void job_compress(Worker *wk, Work *w) {
         uint64_t stored = 0;
         int r;
 
-        r = mmclient_read(mm, mmclient_slot_addr(mm, slot0), wk->buf,
-                          (size_t)lane->npages * ZSWAP_PAGE_SIZE);
+        const uint8_t *pages = NULL;
+        r = mmclient_read_view(mm, mmclient_slot_addr(mm, slot0), (size_t)lane->npages * ZSWAP_PAGE_SIZE, &pages);
         if (r < 0)
                 evict_lane_drop_keeps(mm, lane);
         if (r == -ESRCH)
@@ -241,7 +241,7 @@ static void job_compress(Worker *wk, Work *w) {
                         hand_back(mm, lane, w->lane, lane->addrs[i], pe_make_slot(PE_STAGED, slot0 + i), -ENOMEM);
         } else
                 for (uint32_t i = 0; i < lane->npages; i++)
-                        stored += store_page(wk, mm, lane, w->lane, i, wk->buf + (size_t)i * ZSWAP_PAGE_SIZE);
+                        stored += store_page(wk, mm, lane, w->lane, i, pages + (size_t)i * ZSWAP_PAGE_SIZE);
         pool_reclaim(mm->pool);
         w->type = MW_BATCH_DONE;
         w->v = stored;
@@ -272,6 +272,7 @@ static void *worker_main(void *arg) {
 
         /* below the clients' own threads and far below the fault threads */
         worker_set_priority(&ev->m->cfg);
+        memread_thread_init();
         for (;;) {
                 pthread_mutex_lock(&ev->lock);
                 while (!ev->head && !ev->stop)
@@ -289,7 +290,6 @@ static void *worker_main(void *arg) {
         }
         codec_cctx_free(wk->cctx);
         codec_dctx_free(wk->dctx);
-        free(wk->buf);
         free(wk);
         return NULL;
 }
@@ -321,8 +321,6 @@ int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
                 int r = wk ? codec_cctx_new(m->cfg.codec, m->cfg.level, &wk->cctx) : -ENOMEM;
                 if (r == 0)
                         r = codec_dctx_new(m->cfg.codec, &wk->dctx);
-                if (r == 0 && !(wk->buf = malloc((size_t)LANE_SLOTS * ZSWAP_PAGE_SIZE)))
-                        r = -ENOMEM;
                 if (r == 0)
                         wk->ev = ev;
                 if (r == 0)
@@ -331,7 +329,6 @@ int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
                         if (wk) {
                                 codec_cctx_free(wk->cctx);
                                 codec_dctx_free(wk->dctx);
-                                free(wk->buf);
                                 free(wk);
                         }
                         evictor_free(ev);

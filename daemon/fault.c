@@ -46,6 +46,7 @@
 #include "fault.h"
 #include "latency.h"
 #include "log.h"
+#include "memread.h"
 #include "manager.h"
 #include "reclaim.h"
 #include "tier.h"
@@ -1684,6 +1685,7 @@ static void *fault_thread_main(void *arg) {
         uint64_t spin_until = 0, spin_ns = ft->m->cfg.fault_spin_us * 1000ull;
 
         pin_to_cpu(ft);
+        memread_thread_init();
         if (ft->m->cfg.fault_rt_prio > 0) {
                 /* a fault is served before any time-shared thread runs on
                  * this CPU (a CPU hog, a low-priority client), as the

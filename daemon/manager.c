@@ -46,6 +46,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager.h"
+#include "memread.h"
 #include "pidfd-compat.h"
 #include "reclaim.h"
 #include "sandbox.h"
@@ -334,6 +335,7 @@ static void tick(Manager *m) {
                 evict_tick(m, mm);
         }
         reclaim_tick(m);
+        memread_reap();
         if (m->tier)
                 tier_tick(m->tier, m->mms);
         notify_tick(m);
@@ -1382,6 +1384,14 @@ static void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
+                if (memread_stuck(cred.uid) > 0) {
+                        log_warn("pid %d (uid %u): refused: a read of its user's memory waited past its bound "
+                                 "(memread.h)",
+                                 (int)cred.pid, cred.uid);
+                        free(c);
+                        safe_close(fd);
+                        continue;
+                }
                 if (m->nconns >= m->cfg.max_clients || !users_may_connect(m, cred.uid)) {
                         log_warn("pid %d (uid %u): too many connections (%s), refused", (int)cred.pid, cred.uid,
                                  m->nconns >= m->cfg.max_clients ? "max_clients" : "its user's max_connections");
@@ -1587,9 +1597,9 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         if (cfg->sandbox && (r = sandbox_enter(&(SandboxConfig){
                                      .socket_path = cfg->listen_fd < 0 ? cfg->socket_path : NULL,
                                      .realtime = cfg->fault_rt_prio > 0 || cfg->worker_nice < 0,
-                                     .tier_uring = m->tier != NULL,
                                      .tier_inet = strncmp(m->conf.tier.backing, "nbd://", 6) == 0 })) < 0)
                 goto fail;
+        memread_thread_init(); /* the manager reads fork tokens and adopted slots */
         r = closer_new(&m->closer);
         if (r < 0)
                 goto fail;
@@ -1654,6 +1664,7 @@ Manager *manager_free(Manager *m) {
                 w = n;
         }
         m->closer = closer_free(m->closer);
+        memread_free();
         /* every client is gone: nothing refers to a block any more */
         m->tier = tier_free(m->tier);
         pool_shared_free(m->pools);

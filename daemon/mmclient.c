@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,10 @@
 #include "uffd-compat.h"
 
 #include "fault.h"
+#include "closer.h"
 #include "log.h"
 #include "manager.h"
+#include "memread.h"
 #include "mmclient.h"
 #include "tier.h"
 #include "evict.h"
@@ -361,7 +364,12 @@ MMClient *mmclient_unref(MMClient *mm) {
                 munmap(mm->sync, ZSWAP_SYNC_SIZE);
         }
         safe_close(mm->sync_fd);
-        safe_close(mm->uffd);
+        if (atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) && mm->m && mm->m->closer)
+                /* a read of ours may still hold the process's mmap lock
+                 * (memread.h), which the uffd's release takes for writing */
+                mm->uffd = closer_hand(mm->m->closer, mm->uffd, mm->uid);
+        else
+                safe_close(mm->uffd);
         safe_close(mm->pidfd);
         safe_close(mm->parent_pidfd);
         safe_close(mm->pagemap_fd);
@@ -437,24 +445,33 @@ bool mmclient_parent_gone(const MMClient *mm) {
         return pidfd_exited(mm->parent_pidfd) == 1;
 }
 
-int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
-        size_t done = 0;
-
+int mmclient_read_view(MMClient *mm, uint64_t addr, size_t len, const uint8_t **out) {
         if (mm->mem_fd < 0)
                 return -ESRCH;
         /* through the fd bound to the address space proven at attach,
-         * never by pid: a pid can be reused and a process can exec */
-        while (done < len) {
-                ssize_t n = pread(mm->mem_fd, (uint8_t *)buf + done, len - done, (off_t)(addr + done));
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return errno == EIO ? -EFAULT : negative_errno();
-                if (n == 0)
-                        return done == 0 ? -ESRCH : -EFAULT; /* 0 at once: that mm is gone */
-                done += (size_t)n;
-        }
-        return 0;
+         * never by pid (a pid can be reused and a process can exec), and
+         * never waiting on the client past a bound (memread.h) */
+        int r = memread_view(mm->mem_fd, addr, len, mm->uid, out);
+        if (r != -ETIMEDOUT)
+                return r;
+        /* something the client chose waits in the kernel where we read: it
+         * loses its service, and the process, should it still be there */
+        log_error("pid %d (uid %u): a read of its memory at %#llx has waited %u ms: killed; its user is refused "
+                  "while the read waits",
+                  (int)mm->pid, mm->uid, (unsigned long long)addr, MEMREAD_BOUND_MS);
+        atomic_store_explicit(&mm->read_stuck, true, memory_order_relaxed);
+        if (mm->pidfd >= 0)
+                (void)syscall(SYS_pidfd_send_signal, mm->pidfd, SIGKILL, NULL, 0);
+        return -ESRCH;
+}
+
+int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
+        const uint8_t *p;
+        int r = mmclient_read_view(mm, addr, len, &p);
+
+        if (r == 0)
+                memcpy(buf, p, len);
+        return r;
 }
 
 int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm) {

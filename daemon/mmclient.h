@@ -192,6 +192,10 @@ typedef struct MMClient {
          * `reading` raised on the sync page (drain_uffd()); written under
          * serve_lock, read without it as a hint */
         _Atomic bool read_deferred;
+        /* a read of its memory was abandoned (memread.h): its uffd is
+         * closed by the closer thread. relaxed: a flag its last holder
+         * reads after the reference count's acq_rel */
+        _Atomic bool read_stuck;
         uint64_t read_deferred_since; /* under serve_lock: when that began */
 } MMClient;
 
@@ -293,6 +297,9 @@ bool mmclient_parent_gone(const MMClient *mm);
 /* Read len bytes at remote addr of the client, through its mem fd (never
  * by pid). -ESRCH: the address space is gone (the process exited or
  * exec'd); -EFAULT: not mapped. */
+/* mmclient_read() into the calling thread's buffer (memread_view()): *out
+ * is valid until its next read of a client's memory. */
+int mmclient_read_view(MMClient *mm, uint64_t addr, size_t len, const uint8_t **out);
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len);
 
 /* Is [start, end) covered by private, anonymous, writable mappings of the

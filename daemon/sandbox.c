@@ -20,7 +20,8 @@
  * limit is raised to infinity where we may (CAP_SYS_RESOURCE, or a unit's
  * LimitMEMLOCK=infinity), and CAP_IPC_LOCK is kept only if it is not.
  *
- * Capabilities. Kept: CAP_SYS_PTRACE always, CAP_IPC_LOCK as above,
+ * Capabilities. Kept: CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_KILL
+ * always, CAP_IPC_LOCK as above,
  * CAP_SYS_NICE only for SCHED_FIFO fault threads or workers below nice 0.
  * Everything else leaves the effective, permitted, inheritable, ambient
  * and bounding sets, and PR_SET_NO_NEW_PRIVS is set. The uid stays 0: the
@@ -80,13 +81,13 @@
 
 #define NAMES_MAX 512     /* native syscall numbers we can name in the log */
 #define LOG_REFUSALS 100  /* then one line saying the rest go unlogged */
-#define CAPS_KEPT_MAX 4
+#define CAPS_KEPT_MAX 5
 
 static bool memory_locked;
 static bool filtered; /* the system call filter is in force */
 static int uffd_dev = -1;       /* /dev/userfaultfd, opened before the filter */
 static int sock_dir = -1;       /* the socket's directory (O_PATH) */
-static bool tier_uring, tier_inet; /* SandboxConfig's, for the filter */
+static bool tier_inet; /* SandboxConfig's, for the filter */
 static char sock_name[108];     /* and its name in there */
 static char sock_path[108];
 static const char *names[NAMES_MAX]; /* syscall names, resolved before the filter */
@@ -133,6 +134,7 @@ static size_t caps_wanted(const SandboxConfig *cfg, cap_value_t keep[CAPS_KEPT_M
 
         want[nwant++] = CAP_SYS_PTRACE;      /* clients' memory, pagemap, maps; EVENT_FORK */
         want[nwant++] = CAP_DAC_READ_SEARCH; /* another user's /proc/PID/pagemap is 0400, theirs */
+        want[nwant++] = CAP_KILL;            /* SIGKILL or SIGBUS to another user's client (its pidfd) */
         if (memory_locked && !memlock_unlimited())
                 want[nwant++] = CAP_IPC_LOCK; /* mappings made later are locked too */
         if (cfg->realtime)
@@ -364,17 +366,16 @@ static int arg_rules(scmp_filter_ctx f) {
         r = r ?: allow1(f, "clone", SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
         r = r ?: rule(f, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
         r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
-        /* the second tier (tier.c): its reads and writes go through
-         * io_uring, and an NBD export over TCP is reconnected to */
-        if (tier_uring) {
-                r = r ?: allow(f, "io_uring_setup");
-                r = r ?: allow(f, "io_uring_enter");
-                r = r ?: allow(f, "io_uring_register");
-                /* a page lost on the tier whose uffd cannot be poisoned:
-                 * SIGBUS to its client through the pidfd the daemon holds
-                 * (fault.c, uffd_poison) */
-                r = r ?: allow(f, "pidfd_send_signal");
-        }
+        /* reads of a client's memory (memread.c) and the second tier's
+         * reads and writes (tier.c) go through io_uring; a client whose
+         * memory a read waits on is killed, and a page lost on the tier
+         * whose uffd cannot be poisoned is a SIGBUS to its client, both
+         * through the pidfd the daemon holds */
+        r = r ?: allow(f, "io_uring_setup");
+        r = r ?: allow(f, "io_uring_enter");
+        r = r ?: allow(f, "io_uring_register");
+        r = r ?: allow(f, "pidfd_send_signal");
+        /* an NBD export over TCP is reconnected to */
         if (tier_inet) {
                 r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET));
                 r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET6));
@@ -407,7 +408,7 @@ static int filter_load(unsigned *nsyscalls) {
                 r = allow(f, plain[i]);
         r = r ?: arg_rules(f);
         r = r ?: seccomp_load(f);
-        *nsyscalls = ELEMENTSOF(plain) + 11 + (sock_dir >= 0) + 4 * tier_uring; /* + those arg_rules() allows */
+        *nsyscalls = ELEMENTSOF(plain) + 11 + 4 + (sock_dir >= 0); /* + those arg_rules() allows */
         seccomp_release(f);
         return r;
 }
@@ -467,7 +468,6 @@ int sandbox_enter(const SandboxConfig *cfg) {
 
         open_keepers(cfg);
         names_resolve();
-        tier_uring = cfg->tier_uring;
         tier_inet = cfg->tier_inet;
         size_t n = caps_wanted(cfg, keep);
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {

@@ -21,8 +21,7 @@ typedef struct SandboxConfig {
         /* keep CAP_SYS_NICE: SCHED_FIFO fault threads or workers at a
          * negative nice value */
         bool realtime;
-        /* a second tier (tier.c): io_uring; over TCP (NBD): inet sockets */
-        bool tier_uring;
+        /* a second tier (tier.c) over TCP (NBD): inet sockets */
         bool tier_inet;
 } SandboxConfig;
 

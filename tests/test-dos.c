@@ -31,25 +31,53 @@
  * /proc/PID/io, the bytes its read() calls returned) per REGISTER must
  * stay under 64 KiB, where reading /proc/PID/maps from its first line
  * read megabytes each time. The honest client's work runs meanwhile.
+ *
+ * stall: an admitted user granted /dev/userfaultfd (userfaultfd_device)
+ * makes the daemon read memory it registered, empty, on a second
+ * userfaultfd of its own that it never answers. Three raw connections:
+ * two choose a page to evict, and when the daemon has asked their agent
+ * to move it, register their staging area on that second uffd and drop
+ * the page (MADV_DONTNEED): the daemon's fault thread then reads the
+ * page's staging slot to cancel the move; the third names such memory as
+ * its fork token and sends FORK_PREPARE, which the manager answers after
+ * reading the token. A pread() of /proc/PID/mem waits there until the
+ * daemon is killed (both fault threads and the manager held: the honest
+ * client cannot even connect); the daemon's reads go through an io_uring
+ * worker with a bound (memread.h), and the honest client's pageout and
+ * read-back must complete, every page identical, while the attacker
+ * still holds its uffds. The FORK_PREPARE must be answered.
+ *
+ * fuse: the same user maps, over its fork token, a page of a file whose
+ * FUSE server (this test, as root) never answers a READ, and sends
+ * FORK_PREPARE. Any thread's read of that page waits until the server
+ * answers or goes away. The manager must go on serving the honest client;
+ * the read is abandoned after its bound, the attacker killed, and its user
+ * refused new connections while the read waits.
  */
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
 #include "harness.h"
 #include "protocol.h"
+#include "uffd-compat.h"
 #include "util.h"
 
 #define U_ATTACKER 60031
+#define U_STALLER 60032 /* admitted, granted /dev/userfaultfd */
 #define LEN ((size_t)64 << 20)
 #define HONEST_TIMEOUT_S 120
 
 static TestDaemon d;
+static int fuse_fd = -1; /* case fuse: our server's /dev/fuse */
 static int listener = -1;
 static int accepted[64];
 static int naccepted;
@@ -165,8 +193,13 @@ static double run_honest(const char *when) {
         uint64_t t0 = now_ns();
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
-        if (pid == 0)
+        if (pid == 0) {
+                /* a process holding /dev/fuse keeps the server alive for
+                 * any request it makes itself */
+                if (fuse_fd >= 0)
+                        close(fuse_fd);
                 _exit(honest(stage));
+        }
         int st = 0;
         pid_t w = 0;
         while ((w = waitpid(pid, &st, WNOHANG)) == 0 && now_ns() - t0 < HONEST_TIMEOUT_S * 1000000000ull)
@@ -185,13 +218,15 @@ static double run_honest(const char *when) {
         return (double)(now_ns() - t0) / 1e9;
 }
 
-/* A connection by U_ATTACKER: whether the daemon answers its STATUS. */
-static bool attacker_served(void) {
+/* A connection by uid: whether the daemon answers its STATUS. */
+static bool user_served(uid_t uid) {
         pid_t pid = fork();
         int st;
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
-                if (setgid(U_ATTACKER) < 0 || setuid(U_ATTACKER) < 0)
+                if (fuse_fd >= 0)
+                        close(fuse_fd);
+                if (setgid(uid) < 0 || setuid(uid) < 0)
                         _exit(90);
                 int s = raw_connect();
                 if (s < 0)
@@ -246,7 +281,7 @@ static void case_linger(void) {
                 usleep(50000);
         double attacked = run_honest("under attack");
         ASSERT_TRUE(td_log_has(&d, "too many descriptors sent whose close waits"));
-        ASSERT_TRUE(!attacker_served());
+        ASSERT_TRUE(!user_served(U_ATTACKER));
         ASSERT_TRUE(td_log_has(&d, "refused: its user sent descriptors whose close still waits"));
 
         /* the peer resets the attacker's sockets: their closes end, and the
@@ -257,7 +292,7 @@ static void case_linger(void) {
                 close(accepted[i]);
         }
         bool served = false;
-        for (int i = 0; i < 300 && !(served = attacker_served()); i++)
+        for (int i = 0; i < 300 && !(served = user_served(U_ATTACKER)); i++)
                 usleep(100000);
         ASSERT_TRUE(served);
 
@@ -355,18 +390,370 @@ static void case_maps(void) {
                           (unsigned long long)per);
 }
 
+/* ---- stall ---- */
+
+#define STALL_PAGES 64
+
+/* Send a request on a raw connection and read up to its reply (any
+ * command the daemon sends first is left in *cmd, if asked for);
+ * the reply's status, or -EPIPE if none came. */
+static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZMsgHeader *cmd) {
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+        ZMsgHeader *h = m;
+        static uint32_t ids = 100;
+
+        h->id = ++ids;
+        if (zmsg_send(s, m, h->size, fds, nfds) < 0)
+                return -EPIPE;
+        for (;;) {
+                int got[4];
+                size_t ngot = ELEMENTSOF(got);
+                ssize_t n = zmsg_recv(s, in, sizeof(in), got, &ngot, NULL);
+                if (n <= 0)
+                        return -EPIPE;
+                for (size_t i = 0; i < ngot; i++)
+                        if (i == 0 && rfd)
+                                *rfd = got[0];
+                        else
+                                close(got[i]);
+                const ZMsgHeader *r = (const ZMsgHeader *)in;
+                if (r->type == ZMSG_REPLY && r->id == h->id)
+                        return ((const ZMsgReply *)in)->status;
+                if (cmd)
+                        memcpy(cmd, in, sizeof(*cmd));
+        }
+}
+
+/* HELLO and ATTACH on a new raw connection, with staging and fork token
+ * addresses of our choosing; the /dev/userfaultfd descriptor in *devfd. */
+static int raw_attach(uint64_t staging, uint64_t token, int *devfd, int *uffdp) {
+        int s = raw_connect();
+        ZMsgHello h;
+        ZMsgAttach a;
+
+        ASSERT_TRUE(s >= 0);
+        struct timeval tv = { .tv_sec = 60 };
+        ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+        memset(&h, 0, sizeof(h));
+        zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
+        h.role = ZROLE_CLIENT;
+        *devfd = -1;
+        ASSERT_EQ(raw_request(s, &h, NULL, 0, devfd, NULL), 0);
+        ASSERT_TRUE(*devfd >= 0); /* the config grants it */
+        int uffd = ioctl(*devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        ASSERT_TRUE(uffd >= 0);
+        memset(&a, 0, sizeof(a));
+        zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
+        a.staging_addr = staging;
+        a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+        a.fork_token_addr = token;
+        int store = -1;
+        ASSERT_EQ(raw_request(s, &a, &uffd, 1, &store, NULL), 0);
+        close(store);
+        *uffdp = uffd; /* stays open: the daemon's reads are of our memory */
+        return s;
+}
+
+/* A second, kernel-mode uffd of ours with [addr, addr + len) registered
+ * for missing pages (taken off the first, uffd, which the daemon reads,
+ * where its attach checks left a page); nobody reads it. */
+static void trap(int devfd, int uffd, uint64_t addr, uint64_t len) {
+        struct uffdio_range off = { addr, len };
+        ASSERT_OK(ioctl(uffd, UFFDIO_UNREGISTER, &off));
+        int u = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        ASSERT_TRUE(u >= 0);
+        struct uffdio_api api = { .api = UFFD_API };
+        ASSERT_OK(ioctl(u, UFFDIO_API, &api));
+        struct uffdio_register reg = { .range = { addr, len }, .mode = UFFDIO_REGISTER_MODE_MISSING };
+        ASSERT_OK(ioctl(u, UFFDIO_REGISTER, &reg));
+}
+
+/* Connection by connection, as U_STALLER; *done counts those set up, and
+ * is -1 if the FORK_PREPARE was answered, -2 if it was not. */
+static int stall_attack(volatile int *done) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+
+        for (int i = 0; i < 2; i++) {
+                /* the fault thread's read: a move cancelled by MADV_DONTNEED */
+                uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
+                uint8_t *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
+                int devfd, uffd;
+                int s = raw_attach((uintptr_t)staging, (uintptr_t)token, &devfd, &uffd);
+                fill_pages(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, 7);
+                ZMsgRange rg;
+                memset(&rg, 0, sizeof(rg));
+                zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
+                rg.addr = (uintptr_t)mem;
+                rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+                ASSERT_EQ(raw_request(s, &rg, NULL, 0, NULL, NULL), 0);
+                /* PAGEOUT: the daemon asks us to move the pages, and its
+                 * reply waits for the move we never make */
+                zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
+                rg.hdr.id = 9000 + (uint32_t)i;
+                ASSERT_OK(zmsg_send(s, &rg, sizeof(rg), NULL, 0));
+                _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+                ssize_t n = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
+                ASSERT_TRUE(n > 0 && ((ZMsgHeader *)in)->type == ZMSG_MOVE);
+                trap(devfd, uffd, (uintptr_t)staging, lane);
+                /* the REMOVE event: the daemon cancels the move by reading
+                 * the page's slot (and our madvise returns once it has the
+                 * event) */
+                ASSERT_OK(madvise(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, MADV_DONTNEED));
+                (*done)++;
+        }
+        /* the manager's read: the fork token */
+        uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
+        int devfd, uffd;
+        int s = raw_attach((uintptr_t)staging, (uintptr_t)token, &devfd, &uffd);
+        trap(devfd, uffd, (uintptr_t)token, ZSWAP_PAGE_SIZE);
+        ZMsgHeader fp;
+        zmsg_init(&fp, ZMSG_FORK_PREPARE, 0, sizeof(fp));
+        (*done)++;
+        int r = raw_request(s, &fp, NULL, 0, NULL, NULL);
+        *done = r == 0 ? -1 : -2;
+        zmsg_init(&fp, ZMSG_FORK_DONE, 0, sizeof(fp));
+        (void)zmsg_send(s, &fp, sizeof(fp), NULL, 0);
+        pause();
+        return 0;
+}
+
+static void case_stall(void) {
+        volatile int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(done != MAP_FAILED);
+
+        double alone = run_honest("alone");
+        pid_t att = fork();
+        ASSERT_TRUE(att >= 0);
+        if (att == 0) {
+                if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
+                        _exit(90);
+                prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid(), which clears it */
+                _exit(stall_attack(done));
+        }
+        /* the two traps are set (the fault threads have the events), the
+         * FORK_PREPARE sent or answered */
+        for (uint64_t t0 = now_ns(); *done >= 0 && *done < 3; usleep(10000)) {
+                int st;
+                if (waitpid(att, &st, WNOHANG) == att)
+                        test_fail("the attacker failed (status %d) after %d connections", st, *done);
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the attacker set up %d of 3 connections in 120 s", *done);
+        }
+        double attacked = run_honest("under attack");
+        for (int i = 0; i < 6000 && *done >= 0; i++)
+                usleep(10000);
+        if (*done != -1)
+                test_fail("the attacker's FORK_PREPARE was not answered (%d)", *done);
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        fprintf(stderr, "honest 64 MiB pageout and read-back: alone %.2f s, under attack %.2f s (%.2fx)\n", alone,
+                attacked, attacked / alone);
+}
+
+/* ---- fuse ---- */
+
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <sys/mount.h>
+#include <sys/uio.h>
+
+static char fuse_dir[64];
+static _Atomic int fuse_reads; /* READs received, none answered */
+
+static void fuse_reply(uint64_t unique, int error, const void *data, size_t len) {
+        struct fuse_out_header oh = { .len = (uint32_t)(sizeof(oh) + len), .error = error, .unique = unique };
+        struct iovec iov[2] = { { &oh, sizeof(oh) }, { (void *)data, len } };
+        (void)!writev(fuse_fd, iov, len ? 2 : 1);
+}
+
+static void fuse_attr(uint64_t ino, struct fuse_attr *a) {
+        memset(a, 0, sizeof(*a));
+        a->ino = ino;
+        a->mode = ino == FUSE_ROOT_ID ? S_IFDIR | 0755 : S_IFREG | 0644;
+        a->nlink = ino == FUSE_ROOT_ID ? 2 : 1;
+        a->size = ino == FUSE_ROOT_ID ? 0 : ZSWAP_PAGE_SIZE;
+        a->blocks = 8;
+        a->blksize = ZSWAP_PAGE_SIZE;
+}
+
+/* A file system of one file, "f", whose READs are never answered. */
+static void *fuse_serve(void *arg) {
+        static _Alignas(8) uint8_t buf[(1 << 20) + 8192];
+        (void)arg;
+        for (;;) {
+                ssize_t n = read(fuse_fd, buf, sizeof(buf));
+                if (n < 0 && (errno == EINTR || errno == ENOENT))
+                        continue;
+                if (n < (ssize_t)sizeof(struct fuse_in_header))
+                        return NULL; /* unmounted */
+                const struct fuse_in_header *ih = (const void *)buf;
+                const void *in = ih + 1;
+                switch (ih->opcode) {
+                case FUSE_INIT: {
+                        const struct fuse_init_in *ii = in;
+                        struct fuse_init_out o = { .major = FUSE_KERNEL_VERSION,
+                                                   .minor = ii->minor < FUSE_KERNEL_MINOR_VERSION ? ii->minor
+                                                                                                  : FUSE_KERNEL_MINOR_VERSION,
+                                                   .max_readahead = ii->max_readahead,
+                                                   .max_write = 65536 };
+                        fuse_reply(ih->unique, 0, &o, sizeof(o));
+                        break;
+                }
+                case FUSE_LOOKUP: {
+                        struct fuse_entry_out o = { .nodeid = 2, .generation = 1, .entry_valid = 3600,
+                                                    .attr_valid = 3600 };
+                        fuse_attr(2, &o.attr);
+                        if (ih->nodeid == FUSE_ROOT_ID && strcmp(in, "f") == 0)
+                                fuse_reply(ih->unique, 0, &o, sizeof(o));
+                        else
+                                fuse_reply(ih->unique, -ENOENT, NULL, 0);
+                        break;
+                }
+                case FUSE_GETATTR: {
+                        struct fuse_attr_out o = { .attr_valid = 3600 };
+                        fuse_attr(ih->nodeid, &o.attr);
+                        fuse_reply(ih->unique, 0, &o, sizeof(o));
+                        break;
+                }
+                case FUSE_OPEN: {
+                        struct fuse_open_out o = { .fh = 1 };
+                        fuse_reply(ih->unique, 0, &o, sizeof(o));
+                        break;
+                }
+                case FUSE_READ:
+                        fuse_reads++; /* never answered */
+                        break;
+                case FUSE_FORGET:
+                case FUSE_BATCH_FORGET:
+                case FUSE_INTERRUPT:
+                        break; /* no reply */
+                case FUSE_FLUSH:
+                case FUSE_RELEASE:
+                case FUSE_ACCESS:
+                        fuse_reply(ih->unique, 0, NULL, 0);
+                        break;
+                default:
+                        fuse_reply(ih->unique, -ENOSYS, NULL, 0);
+                }
+        }
+}
+
+static void fuse_start(void) {
+        char opts[128];
+        pthread_t t;
+
+        snprintf(fuse_dir, sizeof(fuse_dir), "/tmp/test-dos-fuse-%d", (int)getpid());
+        ASSERT_OK(mkdir(fuse_dir, 0755));
+        fuse_fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+        if (fuse_fd < 0) {
+                fprintf(stderr, "no /dev/fuse: %s\n", strerror(errno));
+                rmdir(fuse_dir);
+                exit(77);
+        }
+        snprintf(opts, sizeof(opts), "fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other", fuse_fd);
+        if (mount("test-dos", fuse_dir, "fuse", MS_NOSUID | MS_NODEV, opts) < 0) {
+                fprintf(stderr, "cannot mount a FUSE file system: %s\n", strerror(errno));
+                rmdir(fuse_dir);
+                exit(77);
+        }
+        ASSERT_OK(-pthread_create(&t, NULL, fuse_serve, NULL));
+        ASSERT_OK(-pthread_detach(t));
+}
+
+/* The server goes away: every request still waiting fails. */
+static void fuse_stop(void) {
+        umount2(fuse_dir, MNT_DETACH);
+        close(fuse_fd);
+        rmdir(fuse_dir);
+}
+
+static int fuse_attack(volatile int *done) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
+        char path[96];
+        int devfd, uffd;
+
+        int s = raw_attach((uintptr_t)staging, (uintptr_t)token, &devfd, &uffd);
+        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        int f = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(f >= 0);
+        ASSERT_TRUE(mmap(token, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_FIXED, f, 0) == token);
+        ZMsgHeader fp;
+        zmsg_init(&fp, ZMSG_FORK_PREPARE, 0, sizeof(fp));
+        *done = 1;
+        int r = raw_request(s, &fp, NULL, 0, NULL, NULL);
+        *done = r == 0 ? -1 : -2;
+        pause();
+        return 0;
+}
+
+static void case_fuse(void) {
+        volatile int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(done != MAP_FAILED);
+
+        fuse_start();
+        double alone = run_honest("alone");
+        pid_t att = fork();
+        ASSERT_TRUE(att >= 0);
+        if (att == 0) {
+                close(fuse_fd);
+                if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
+                        _exit(90);
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                _exit(fuse_attack(done));
+        }
+        /* the daemon's read of the token is waiting on our server */
+        for (uint64_t t0 = now_ns(); fuse_reads == 0; usleep(10000)) {
+                int st;
+                if (waitpid(att, &st, WNOHANG) == att)
+                        test_fail("the attacker ended (status %d) before the daemon read its token", st);
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the daemon never read the attacker's token (%d)", *done);
+        }
+        double attacked = run_honest("under attack");
+        /* the read was abandoned, the attacker killed, its user refused */
+        int st = 0;
+        ASSERT_EQ(waitpid(att, &st, 0), att);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+                test_fail("the attacker was not killed (status %d)", st);
+        ASSERT_TRUE(td_log_has(&d, "has waited"));
+        ASSERT_TRUE(!user_served(U_STALLER));
+        ASSERT_TRUE(td_log_has(&d, "refused: a read of its user's memory waited past its bound"));
+        /* other users are served */
+        fuse_stop();
+        fprintf(stderr, "honest 64 MiB pageout and read-back: alone %.2f s, with a read held by FUSE %.2f s (%.2fx)\n",
+                alone, attacked, attacked / alone);
+}
+
 int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps");
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+                test_fail("usage: test-dos linger|maps|stall|fuse");
+        char conf[64] = "", args[320];
+        if (strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0) {
+                /* the attacker is admitted and granted /dev/userfaultfd */
+                snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
+                FILE *f = fopen(conf, "we");
+                ASSERT_TRUE(f != NULL);
+                fprintf(f, "[users]\nallow = %d\n[user:%d]\nuserfaultfd_device = yes\n", U_STALLER, U_STALLER);
+                ASSERT_OK(fclose(f));
+        }
+        const char *extra = getenv("TEST_DAEMON_ARGS");
+        snprintf(args, sizeof(args), "%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf);
+        td_start_logged(&d, args);
         if (strcmp(argv[1], "linger") == 0)
                 case_linger();
         else if (strcmp(argv[1], "maps") == 0)
                 case_maps();
+        else if (strcmp(argv[1], "stall") == 0)
+                case_stall();
+        else if (strcmp(argv[1], "fuse") == 0)
+                case_fuse();
         else
                 test_fail("no case %s", argv[1]);
+        if (conf[0])
+                unlink(conf);
         td_stop(&d);
         return 0;
 }

@@ -103,7 +103,7 @@ static unsigned check_threads(pid_t pid, int seccomp, uint64_t want) {
 }
 
 static uint64_t kept_caps(pid_t pid, bool locked, bool realtime) {
-        uint64_t want = CAPBIT(CAP_SYS_PTRACE) | CAPBIT(CAP_DAC_READ_SEARCH);
+        uint64_t want = CAPBIT(CAP_SYS_PTRACE) | CAPBIT(CAP_DAC_READ_SEARCH) | CAPBIT(CAP_KILL);
         if (locked && !memlock_unlimited(pid))
                 want |= CAPBIT(CAP_IPC_LOCK);
         if (realtime)

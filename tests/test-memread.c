@@ -1,0 +1,155 @@
+/*
+ * test-memread: reads of a client's memory that cannot make the daemon
+ * wait (daemon/memread.c), on their own.
+ *
+ * - A read of another process's memory through /proc/PID/mem returns its
+ *   bytes, in a buffer of the reading thread's (memread_view) and copied
+ *   out (memread); a range that is not mapped is -EFAULT.
+ * - Memory that process registered on a kernel-mode userfaultfd of its own
+ *   and never answers: a plain pread() would wait there until killed (the
+ *   attack in test-dos stall); memread() returns within its bound.
+ * - A read that cannot complete (a pipe nobody writes, standing in for a
+ *   FUSE server that never answers) returns -ETIMEDOUT after the bound,
+ *   counts against its uid, and the thread's next read works on a new
+ *   ring. When the stuck read does complete, its bytes land in the buffer
+ *   set aside with it, never in the caller's; memread_free() then frees it
+ *   and the uid's count falls to 0. memread_reap() keeps it until the
+ *   penalty has passed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "macro.h"
+#include "memread.h"
+#include "test.h"
+#include "util.h"
+
+#define P ZSWAP_PAGE_SIZE
+
+/* A child with 4 pages at *mem: the first two filled (page i with 'a'+i),
+ * the last two registered on its own userfaultfd for missing pages and
+ * never answered. Returns its pid; *memfd: its /proc/PID/mem. */
+static pid_t child_with_trap(uint8_t **mem, int *memfd) {
+        uint8_t *p = mmap(NULL, 4 * P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        int pfd[2];
+        char c;
+
+        ASSERT_TRUE(p != MAP_FAILED);
+        ASSERT_OK(pipe(pfd));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                memset(p, 'a', P);
+                memset(p + P, 'b', P);
+                int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+                struct uffdio_api api = { .api = UFFD_API };
+                struct uffdio_register reg = { .range = { (uintptr_t)p + 2 * P, 2 * P },
+                                               .mode = UFFDIO_REGISTER_MODE_MISSING };
+                if (u < 0 || ioctl(u, UFFDIO_API, &api) < 0 || ioctl(u, UFFDIO_REGISTER, &reg) < 0)
+                        _exit(1);
+                (void)!write(pfd[1], "x", 1);
+                pause();
+                _exit(0);
+        }
+        close(pfd[1]);
+        ASSERT_EQ(read(pfd[0], &c, 1), 1);
+        close(pfd[0]);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+        *memfd = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(*memfd >= 0);
+        *mem = p;
+        return pid;
+}
+
+static void test_reads(void) {
+        uint8_t *mem, buf[2 * P];
+        const uint8_t *view;
+        int fd;
+        pid_t pid = child_with_trap(&mem, &fd);
+        uint64_t a = (uint64_t)(uintptr_t)mem;
+
+        ASSERT_OK(memread(fd, a, buf, 2 * P, 1000));
+        ASSERT_TRUE(buf[0] == 'a' && buf[P - 1] == 'a' && buf[P] == 'b' && buf[2 * P - 1] == 'b');
+        ASSERT_OK(memread_view(fd, a + P, 16, 1000, &view));
+        ASSERT_TRUE(view[0] == 'b' && view[15] == 'b');
+        /* nothing mapped there */
+        ASSERT_EQ(memread(fd, 4096, buf, 8, 1000), -EFAULT);
+
+        /* the trap: within the bound, whatever the kernel makes of it */
+        uint64_t t0 = now_ns();
+        int r = memread(fd, a + 2 * P, buf, P, 1000);
+        uint64_t took = now_ns() - t0;
+        fprintf(stderr, "read of a page the client never answers: %s after %.1f ms\n", strerror(-r),
+                (double)took / 1e6);
+        ASSERT_TRUE(r == -EFAULT || r == -ETIMEDOUT);
+        ASSERT_TRUE(took < (uint64_t)(MEMREAD_BOUND_MS + 30000) * 1000000u); /* a safety bound, not a rate */
+        if (r == -ETIMEDOUT)
+                ASSERT_EQ(memread_stuck(1000), 1);
+        /* the reads go on */
+        ASSERT_OK(memread(fd, a, buf, 8, 1000));
+        ASSERT_TRUE(buf[0] == 'a');
+
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        /* the address space is gone: nothing can be read */
+        r = memread(fd, a, buf, 8, 1000);
+        ASSERT_TRUE(r == -ESRCH || r == -EFAULT);
+        close(fd);
+        memread_free();
+        ASSERT_EQ(memread_stuck(1000), 0);
+}
+
+static void test_stuck(void) {
+        int p[2];
+        uint8_t buf[64];
+
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        memset(buf, 0x5a, sizeof(buf));
+        uint64_t t0 = now_ns();
+        ASSERT_EQ(memread(p[0], 0, buf, sizeof(buf), 4242), -ETIMEDOUT);
+        ASSERT_TRUE(now_ns() - t0 >= (uint64_t)MEMREAD_BOUND_MS * 1000000u);
+        ASSERT_EQ(memread_stuck(4242), 1);
+        ASSERT_EQ(memread_stuck(4243), 0);
+
+        /* the next read of this thread has a ring of its own */
+        int q[2];
+        ASSERT_OK(pipe2(q, O_CLOEXEC));
+        ASSERT_EQ(write(q[1], "fresh", 5), 5);
+        uint8_t got[5];
+        ASSERT_OK(memread(q[0], 0, got, 5, 4242));
+        ASSERT_TRUE(memcmp(got, "fresh", 5) == 0);
+
+        /* the stuck read completes: into its own buffer, not ours */
+        static const char late[64] = "written late";
+        ASSERT_EQ(write(p[1], late, sizeof(late)), (ssize_t)sizeof(late));
+        for (int i = 0; i < 200; i++)
+                usleep(5000);
+        for (size_t i = 0; i < sizeof(buf); i++)
+                ASSERT_EQ(buf[i], 0x5a);
+        /* completed, but its penalty is not over: still counted */
+        memread_reap();
+        ASSERT_EQ(memread_stuck(4242), 1);
+        /* at exit, what has completed goes */
+        memread_free();
+        ASSERT_EQ(memread_stuck(4242), 0);
+        close(p[0]);
+        close(p[1]);
+        close(q[0]);
+        close(q[1]);
+}
+
+int main(void) {
+        test_require_root(); /* a kernel-mode userfaultfd, /proc/PID/mem of a child */
+        test_reads();
+        test_stuck();
+        return 0;
+}
