@@ -821,7 +821,7 @@ typedef struct RangeCtx {
         int64_t delta;
         uint64_t kill_at; /* remap: the fault injection's kill at the first entry from here (kill_event) */
         int errors;
-        int inflight;    /* fork: of errors, pages caught in an eviction or install */
+        int inflight;    /* fork: pages caught in an eviction (MOVING, STAGED) */
         int install_err; /* fork: the first error installing a page in the child */
         int resident;    /* fork: pages installed in the child for want of quota or pool room */
         int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */
@@ -1067,6 +1067,57 @@ static bool fork_install(RangeCtx *c, uint64_t addr, MMClient *from, uint64_t or
         return r == 0;
 }
 
+/*
+ * A page in flight (MOVING or STAGED, slot S) when the process forked
+ * without telling us (a raw clone, _Fork, clone3: no atfork handler held
+ * the eviction back). The fork copied the address space at one instant:
+ * if the agent had moved the page by then, the child lacks it at addr and
+ * has it in its own copy of slot S, which nothing will ever read; if not,
+ * the child has it at addr. The parent's slot S holds what was moved, and
+ * a move happens once: install that in the child at addr. Where the child
+ * has the page already (moved after the fork, or not at all), the copy
+ * finds it there (EEXIST) and nothing changes. The lane is pinned (as
+ * serve_slot() does) while the slot is read, so that it cannot be released
+ * and reused meanwhile; an entry that moved on is looked at again. A slot
+ * read before the agent's move maps the zero page there and that move
+ * fails: the parent keeps the page resident, as moving_cancel() leaves it.
+ */
+static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e);
+
+static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64_t v) {
+        MMClient *mm = c->mm;
+        uint32_t slot = pe_slot(v);
+        unsigned li = slot / LANE_SLOTS;
+        int r;
+
+        if (li >= mm->nlanes) {
+                c->errors++;
+                c->inflight++;
+                return 0;
+        }
+        Lane *lane = &mm->lanes[li];
+        /* seq_cst, as serve_slot(): either the manager sees us before it
+         * releases the lane, or we see the entry changed */
+        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(e, memory_order_seq_cst) != v) {
+                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+                return fork_cb(c, addr, e);
+        }
+        r = mmclient_read(mm, mmclient_slot_addr(mm, slot), c->ft->page, ZSWAP_PAGE_SIZE);
+        atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+        if (r == 0)
+                r = uffd_copy(c->child->uffd, addr, c->ft->page, UFFDIO_COPY_MODE_DONTWAKE);
+        if (r == -EEXIST)
+                r = 0; /* the child has its own */
+        c->inflight++;
+        if (r < 0) {
+                c->errors++;
+                if (!c->install_err)
+                        c->install_err = r;
+        }
+        return 0;
+}
+
 static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RangeCtx *c = ud;
         Pool *pool = c->child->pool;
@@ -1123,18 +1174,14 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (p && (*p)->loading) {
                         src = (*p)->page;
                         len = ZSWAP_PAGE_SIZE;
-                } else if (!p) {
+                } else if (!p)
                         c->errors++;
-                        c->inflight++;
-                }
                 break;
         }
         default:
                 /* MOVING/STAGED: a fork the library did not announce raced
-                 * with an eviction; the child's copy of this page is lost */
-                c->errors++;
-                c->inflight++;
-                break;
+                 * with an eviction */
+                return fork_inflight(c, addr, e, v);
         }
         if (src) {
                 /* the copy is paid from the parent's share of its user's
@@ -1229,8 +1276,11 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                 log_warn("pid %d: %d pages copied to a forked child past its user's max_pool or the pool bound: "
                          "the child was changing its address space and could not take them resident",
                          (int)mm->pid, c.over);
+        if (c.inflight)
+                log_info("pid %d: %d pages in flight at a fork the library did not announce: "
+                         "installed in the child from their staging slots", (int)mm->pid, c.inflight);
         if (c.errors)
-                log_error("pid %d: %d pages could not be copied to a forked child (%d caught in flight; "
+                log_error("pid %d: %d pages could not be copied to a forked child (%d were in flight; "
                           "installing: %s)", (int)mm->pid, c.errors, c.inflight,
                           c.install_err ? strerror(-c.install_err) : "no error");
         /* the token of this fork was read at FORK_PREPARE: reading it now

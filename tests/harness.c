@@ -78,17 +78,21 @@ void td_start_logged(TestDaemon *d, const char *extra_args) {
         td_spawn(d);
 }
 
-bool td_log_has(const TestDaemon *d, const char *needle) {
+unsigned td_log_count(const TestDaemon *d, const char *needle) {
         char line[1024];
-        bool found = false;
+        unsigned n = 0;
         FILE *f = fopen(d->log, "re");
 
         if (!f)
-                return false;
-        while (!found && fgets(line, sizeof(line), f))
-                found = strstr(line, needle) != NULL;
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                n += strstr(line, needle) != NULL;
         fclose(f);
-        return found;
+        return n;
+}
+
+bool td_log_has(const TestDaemon *d, const char *needle) {
+        return td_log_count(d, needle) > 0;
 }
 
 void td_stop(TestDaemon *d) {

@@ -47,6 +47,8 @@ void td_start(TestDaemon *d, const char *extra_args);
 void td_start_logged(TestDaemon *d, const char *extra_args);
 /* Whether the daemon's log (td_start_logged) holds needle. */
 bool td_log_has(const TestDaemon *d, const char *needle);
+/* How many of its lines do. */
+unsigned td_log_count(const TestDaemon *d, const char *needle);
 /* SIGTERM and wait; fails the test if the daemon crashed. */
 void td_stop(TestDaemon *d);
 /* SIGKILL and wait. */
