@@ -17,9 +17,16 @@ typedef struct ZswapSpan {
 } ZswapSpan;
 
 /* Memory of the client itself that must never be managed: its staging
- * area and its agent thread's stack. Fills up to max spans; returns how
- * many. */
+ * area, its agent thread's stack and every mapping of the library's own
+ * (zswap_own_mappings()). Fills up to max spans; returns how many. */
 size_t zswap_client_own_memory(struct zswap_client *c, ZswapSpan *spans, size_t max);
+
+/* The mappings zswap_scratch_alloc() made that are still there, up to max
+ * (at most ZSWAP_OWN_MAPS): the shim subtracts them from what it manages
+ * where the kernel cannot name them [anon:zswap] (no CONFIG_ANON_VMA_NAME:
+ * prctl(PR_SET_VMA) fails with EINVAL, as on this project's machines). */
+#define ZSWAP_OWN_MAPS 64
+size_t zswap_own_mappings(ZswapSpan *spans, size_t max);
 
 /* What one restore from a store did (zswap_store_restore()). */
 typedef struct ZswapRestoreStats {
@@ -63,13 +70,14 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
 void *zswap_scratch_alloc(size_t len);
 void zswap_scratch_free(void *p, size_t len);
 
-/* The name of every mapping the library makes for itself: the shim never
- * registers one. */
-#define ZSWAP_OWN_NAME "zswap"
+/* Every mapping the library makes for itself is named ZSWAP_OWN_NAME
+ * (protocol.h): the shim never registers one, and the daemon refuses to. */
 /* Zeroed objects of the library's own, off the program's heap (restore.c). */
 void *zswap_mem_alloc(size_t n);
 void zswap_mem_free(void *p);
 void *zswap_mem_realloc(void *p, size_t n);
+/* The same, for a decompression context (zstd's workspace included). */
+extern const CodecAlloc zswap_own_alloc;
 
 /* What a client's recoveries from daemon loss did, since it connected. */
 typedef struct ZswapRecovery {

@@ -541,7 +541,7 @@ size_t zswap_client_own_memory(struct zswap_client *c, ZswapSpan *spans, size_t 
                         spans[n++] = (ZswapSpan){ (uintptr_t)stack, (uintptr_t)stack + size };
                 pthread_attr_destroy(&a);
         }
-        return n;
+        return n + zswap_own_mappings(spans + n, max - n);
 }
 
 static int agent_start(struct zswap_client *c) {
@@ -641,7 +641,7 @@ static void store_accept(struct zswap_client *c, int fd) {
          * restoring we may not allocate (zswap_store_restore(), restore.c) */
         uint32_t codec = store_super(map)->codec;
         store_unmap(map);
-        if (codec < ELEMENTSOF(c->dctx) && !c->dctx[codec] && codec_dctx_new((CodecKind)codec, &c->dctx[codec]) < 0)
+        if (codec < ELEMENTSOF(c->dctx) && !c->dctx[codec] && codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, &c->dctx[codec]) < 0)
                 c->dctx[codec] = NULL;
         /* under the lock: the agent reads it (agent_lost) as soon as it
          * runs, which is before an ATTACH is answered */

@@ -51,12 +51,13 @@
 #include <unistd.h>
 
 #include "libzswap-internal.h"
+#include "protocol.h"
 #include "macro.h"
 #include "util.h"
 
 #define SCAN_MS_DEFAULT 200
 #define MIN_SPAN (16 * 1024)        /* smaller mappings are not worth a region */
-#define OWN_MAX 8
+#define OWN_MAX (8 + ZSWAP_OWN_MAPS)
 
 typedef struct Spans {
         ZswapSpan *v;

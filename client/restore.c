@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "libzswap-internal.h"
+#include "protocol.h"
 #include "macro.h"
 #include "store.h"
 #include "uffd-compat.h"
@@ -62,17 +64,71 @@ typedef struct Restore {
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE]; /* ours */
 } Restore;
 
-/* Named "[anon:zswap]" in /proc/PID/maps: the shim's scanner never hands
- * the daemon memory of the library's own (preload.c). */
-static void name_own(void *p, size_t len) {
+/*
+ * The library's own mappings, known two ways so that the shim's scanner
+ * never hands the daemon any of them (preload.c): named "[anon:zswap]" in
+ * /proc/PID/maps where the kernel can name mappings, and listed here, for
+ * the kernels that cannot (no CONFIG_ANON_VMA_NAME). A full list keeps
+ * the mapping unlisted: only the name protects it then.
+ *
+ * Without a lock: a fork may copy the list while another thread is
+ * changing it, and the child must still be able to use it. A slot is
+ * claimed by moving start from 0 to 1, filled (end, then start with
+ * release), and emptied by start 1, end 0, start 0; a reader takes a slot
+ * only when start (acquire) is past 1.
+ */
+static struct {
+        _Atomic uintptr_t start, end;
+} own_maps[ZSWAP_OWN_MAPS];
+
+static void own_forget(void *was) {
+        for (int i = 0; was && i < ZSWAP_OWN_MAPS; i++) {
+                uintptr_t s = (uintptr_t)was;
+                if (atomic_compare_exchange_strong_explicit(&own_maps[i].start, &s, 1, memory_order_acq_rel,
+                                                            memory_order_relaxed)) {
+                        atomic_store_explicit(&own_maps[i].end, 0, memory_order_relaxed);
+                        atomic_store_explicit(&own_maps[i].start, 0, memory_order_release);
+                        return;
+                }
+        }
+}
+
+static void own_note(void *p, size_t len) {
+        for (int i = 0; i < ZSWAP_OWN_MAPS; i++) {
+                uintptr_t zero = 0;
+                if (atomic_compare_exchange_strong_explicit(&own_maps[i].start, &zero, 1, memory_order_acq_rel,
+                                                            memory_order_relaxed)) {
+                        atomic_store_explicit(&own_maps[i].end, (uintptr_t)p + len, memory_order_relaxed);
+                        atomic_store_explicit(&own_maps[i].start, (uintptr_t)p, memory_order_release);
+                        return;
+                }
+        }
+}
+
+size_t zswap_own_mappings(ZswapSpan *spans, size_t max) {
+        size_t n = 0;
+
+        for (int i = 0; i < ZSWAP_OWN_MAPS && n < max; i++) {
+                uintptr_t s = atomic_load_explicit(&own_maps[i].start, memory_order_acquire);
+                uintptr_t e = atomic_load_explicit(&own_maps[i].end, memory_order_relaxed);
+                if (s > 1 && e > s)
+                        spans[n++] = (ZswapSpan){ s, e };
+        }
+        return n;
+}
+
+/* p (len bytes) is the library's own now; was (moved to p) no longer */
+static void name_own(void *p, size_t len, void *was) {
         (void)prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)p, len, (unsigned long)ZSWAP_OWN_NAME);
+        own_forget(was);
+        own_note(p, len);
 }
 
 void *zswap_scratch_alloc(size_t len) {
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
                 return NULL;
-        name_own(p, len);
+        name_own(p, len, NULL);
         return p;
 }
 
@@ -96,6 +152,8 @@ void *zswap_mem_alloc(size_t n) {
         return p + OWN_HDR;
 }
 
+const CodecAlloc zswap_own_alloc = { zswap_mem_alloc, zswap_mem_free };
+
 void zswap_mem_free(void *q) {
         if (q) {
                 uint8_t *p = (uint8_t *)q - OWN_HDR;
@@ -114,14 +172,16 @@ void *zswap_mem_realloc(void *q, size_t n) {
         uint8_t *np = mremap(p, len, want, MREMAP_MAYMOVE);
         if (np == MAP_FAILED)
                 return NULL;
-        name_own(np, want);
+        name_own(np, want, p);
         *(size_t *)np = want;
         return np + OWN_HDR;
 }
 
 void zswap_scratch_free(void *p, size_t len) {
-        if (p)
+        if (p) {
+                own_forget(p);
                 munmap(p, len);
+        }
 }
 
 static bool target_grow(RestoreTarget *t, size_t want) {
@@ -132,6 +192,8 @@ static bool target_grow(RestoreTarget *t, size_t want) {
                         : zswap_scratch_alloc(cap * sizeof(*t->ev));
         if (!n || n == MAP_FAILED)
                 return false;
+        if (t->ev)
+                name_own(n, cap * sizeof(*t->ev), t->ev);
         t->ev = n;
         t->cap = cap;
         return true;
@@ -343,7 +405,7 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
                 R->dctx = dctx ? dctx[codec] : NULL;
                 /* not made beforehand: only now, which is not fork-safe */
                 if (!R->dctx)
-                        r = codec_dctx_new((CodecKind)codec, &own);
+                        r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, &own);
                 if (!R->dctx)
                         R->dctx = own;
         }

@@ -11,6 +11,8 @@
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
+/* ZSTD_createDCtx_advanced(): a context in memory of the caller's */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include "codec.h"
@@ -26,6 +28,7 @@ struct CodecCCtx {
 struct CodecDCtx {
         CodecKind kind;
         ZSTD_DCtx *zd;
+        const CodecAlloc *a; /* NULL: malloc() */
 };
 
 int codec_from_string(const char *s, CodecKind *ret) {
@@ -94,24 +97,43 @@ CodecDCtx *codec_dctx_free(CodecDCtx *d) {
         if (!d)
                 return NULL;
         ZSTD_freeDCtx(d->zd);
-        free(d);
+        if (d->a)
+                d->a->free(d);
+        else
+                free(d);
         return NULL;
 }
 
-int codec_dctx_new(CodecKind kind, CodecDCtx **ret) {
-        CodecDCtx *d = calloc(1, sizeof(*d));
+static void *zstd_alloc(void *opaque, size_t n) {
+        return ((const CodecAlloc *)opaque)->alloc(n);
+}
+
+static void zstd_free(void *opaque, void *p) {
+        if (p)
+                ((const CodecAlloc *)opaque)->free(p);
+}
+
+int codec_dctx_new_in(CodecKind kind, const CodecAlloc *a, CodecDCtx **ret) {
+        CodecDCtx *d = a ? a->alloc(sizeof(*d)) : calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
         d->kind = kind;
+        d->a = a;
         if (kind == CODEC_ZSTD) {
-                d->zd = ZSTD_createDCtx();
+                /* the const is zstd's to keep: it only passes opaque back */
+                d->zd = a ? ZSTD_createDCtx_advanced((ZSTD_customMem){ zstd_alloc, zstd_free, (void *)a })
+                          : ZSTD_createDCtx();
                 if (!d->zd) {
-                        free(d);
+                        codec_dctx_free(d);
                         return -ENOMEM;
                 }
         }
         *ret = d;
         return 0;
+}
+
+int codec_dctx_new(CodecKind kind, CodecDCtx **ret) {
+        return codec_dctx_new_in(kind, NULL, ret);
 }
 
 int codec_decompress(CodecDCtx *d, const void *src, size_t len, void *page) {

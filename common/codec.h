@@ -33,6 +33,17 @@ int codec_compress(CodecCCtx *c, const void *page, void *dst, size_t dst_cap);
  */
 int codec_dctx_new(CodecKind kind, CodecDCtx **ret);
 CodecDCtx *codec_dctx_free(CodecDCtx *d);
+
+/* Where a context's memory comes from: zeroed allocations of n bytes and
+ * their release (libzswap: mappings of its own, never the program's
+ * heap, which the shim may have managed). */
+typedef struct CodecAlloc {
+        void *(*alloc)(size_t n);
+        void (*free)(void *p);
+} CodecAlloc;
+/* codec_dctx_new() with every byte of the context from a (zstd's own
+ * allocations included); codec_dctx_free() gives them back there. */
+int codec_dctx_new_in(CodecKind kind, const CodecAlloc *a, CodecDCtx **ret);
 /* Decompress exactly one page. Returns 0, or -EBADMSG if src is not a valid
  * compressed page of exactly 4096 bytes (never reads or writes out of
  * bounds, whatever src holds). */

@@ -65,6 +65,13 @@ typedef enum ZMsgType {
         ZMSG_RELEASE_DONE,     /* ZMsgRelease */
 } ZMsgType;
 
+/* The name of every mapping libzswap makes for itself (its client, its
+ * lists, its scratch: [anon:zswap] in /proc/PID/maps). The library's agent
+ * touches that memory while the daemon may be gone; managed, it could
+ * fault on it with nobody to serve the fault. The daemon refuses to
+ * register it. */
+#define ZSWAP_OWN_NAME "zswap"
+
 typedef struct ZMsgHeader {
         uint32_t magic;
         uint16_t version;

@@ -687,8 +687,13 @@ bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, ui
         return found;
 }
 
-/* The name of an anonymous mapping: none, or one the kernel gives it. */
+/* The name of an anonymous mapping: none, or one the kernel gives it, but
+ * never libzswap's own (ZSWAP_OWN_NAME, protocol.h). name ends at a NUL or
+ * a newline (a maps line). */
 static bool anon_name_ok(const char *name) {
+        static const char own[] = "[anon:" ZSWAP_OWN_NAME "]";
+        if (strncmp(name, own, sizeof(own) - 1) == 0 && (name[sizeof(own) - 1] == 0 || name[sizeof(own) - 1] == '\n'))
+                return false;
         return *name == '\n' || *name == 0 || strncmp(name, "[heap]", 6) == 0 || strncmp(name, "[anon:", 6) == 0 ||
                strncmp(name, "[stack]", 7) == 0;
 }

@@ -345,6 +345,43 @@ static void crc(void) {
                 }
 }
 
+/* A context in memory of the caller's (codec_dctx_new_in(), what libzswap
+ * uses so that no byte of it is on the program's heap): every allocation,
+ * zstd's own included, comes from the allocator, and all go back. */
+static int allocs_live, allocs_made;
+
+static void *count_alloc(size_t n) {
+        allocs_live++;
+        allocs_made++;
+        return calloc(1, n);
+}
+
+static void count_free(void *p) {
+        allocs_live--;
+        free(p);
+}
+
+static void dctx_in(CodecKind kind) {
+        static const CodecAlloc a = { count_alloc, count_free };
+        uint8_t page[ZSWAP_PAGE_SIZE], out[ZSWAP_PAGE_SIZE], c[2 * ZSWAP_PAGE_SIZE];
+        CodecCCtx *cc;
+        CodecDCtx *d;
+
+        allocs_live = allocs_made = 0;
+        fill_random(page, 512);
+        memset(page + 512, 7, sizeof(page) - 512);
+        ASSERT_OK(codec_cctx_new(kind, 1, &cc));
+        int n = codec_compress(cc, page, c, sizeof(c));
+        ASSERT_TRUE(n > 0);
+        ASSERT_OK(codec_dctx_new_in(kind, &a, &d));
+        ASSERT_TRUE(allocs_made >= (kind == CODEC_ZSTD ? 2 : 1)); /* the context, and zstd's */
+        ASSERT_OK(codec_decompress(d, c, (size_t)n, out));
+        ASSERT_TRUE(memcmp(page, out, sizeof(page)) == 0);
+        ASSERT_TRUE(codec_dctx_free(d) == NULL);
+        ASSERT_EQ(allocs_live, 0);
+        codec_cctx_free(cc);
+}
+
 int main(void) {
         CodecKind k;
 
@@ -367,6 +404,8 @@ int main(void) {
         for (size_t i = 0; i < ELEMENTSOF(codecs); i++)
                 incompressible(codecs[i].kind, codecs[i].level);
         same_filled();
+        dctx_in(CODEC_LZ4);
+        dctx_in(CODEC_ZSTD);
         ASSERT_TRUE(codec_cctx_free(NULL) == NULL);
         ASSERT_TRUE(codec_dctx_free(NULL) == NULL);
         for (size_t i = 0; i < ELEMENTSOF(corpus); i++)

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -373,6 +374,13 @@ static void bad_ranges(int fd, uint64_t staging, uint64_t a) {
         range_req(fd, ZMSG_PAGEOUT, a, LEN, 0);
         ASSERT_EQ(((ZMsgReply *)in)->value, 0); /* none of it is ours */
         range_req(fd, ZMSG_REGISTER, staging, P, -EINVAL);
+        /* memory named as libzswap's own (ZSWAP_OWN_NAME): its agent must
+         * never fault on it, so no client may have it managed */
+        uint8_t *own = test_map(2 * P);
+        ASSERT_OK(prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)own, P, (unsigned long)ZSWAP_OWN_NAME));
+        range_req(fd, ZMSG_REGISTER, (uintptr_t)own, 2 * P, -EINVAL);
+        range_req(fd, ZMSG_REGISTER, (uintptr_t)own + P, P, 0); /* its unnamed neighbour */
+        range_req(fd, ZMSG_UNREGISTER, (uintptr_t)own + P, P, 0);
         /* answers to commands never sent: lane 0 is idle, lane 7 does not exist */
         for (uint32_t lane = 0; lane < 8; lane += 7) {
                 MSG(ZMsgHeader, ZMSG_MOVE_DONE)->id = lane;
