@@ -45,7 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/close_range.h>
+#include <linux/userfaultfd.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -69,8 +71,11 @@ static int poke_fd = -1;          /* mmap/mremap -> scanner */
 static unsigned scan_ms = SCAN_MS_DEFAULT;
 static uint64_t limit_bytes;      /* 0: no limit */
 static ZswapSpan scanner_stack;
-/* scanner thread only */
+/* under scan_lock: the scanner thread, and a program thread giving memory
+ * back to the program's own userfaultfd (ioctl()) */
+static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
 static Spans known;               /* registered by us, or found registered */
+static Spans given_up;            /* the program's own userfaultfd has it: never ours again */
 static bool said_nospc;
 
 /* ---- messages: one line each, never more than once per cause ---- */
@@ -230,6 +235,52 @@ _public_ int dup3(int oldfd, int newfd, int flags) {
         if (newfd >= 0 && !zswap_self && is_own(newfd))
                 return refuse_dup(newfd);
         return (int)syscall(SYS_dup3, oldfd, newfd, flags);
+}
+
+static int spans_add(Spans *s, uint64_t start, uint64_t end);
+static int spans_subtract(Spans *out, const Spans *a, const ZswapSpan *b, size_t nb);
+static int span_cmp(const void *a, const void *b);
+
+/* The program registers [start, end) with a userfaultfd of its own, and
+ * the kernel allows one per range: the shim's came first (EBUSY). The
+ * shim lets that memory go (libzswap brings its evicted pages back first)
+ * and never takes it again. Whether anything was let go. */
+static bool give_up(uint64_t start, uint64_t end) {
+        static atomic_bool said;
+        bool any = false;
+
+        pthread_mutex_lock(&scan_lock);
+        for (size_t i = 0; i < known.n && client; i++) {
+                uint64_t s = MAX(start, known.v[i].start), e = MIN(end, known.v[i].end);
+                if (s < e && zswap_unregister(client, (void *)(uintptr_t)s, e - s) == 0)
+                        any = true;
+        }
+        Spans rest = { 0 };
+        ZswapSpan gone = { start, end };
+        if (any && spans_subtract(&rest, &known, &gone, 1) == 0) {
+                free(known.v);
+                known = rest;
+        }
+        if (spans_add(&given_up, start, end) == 0)
+                qsort(given_up.v, given_up.n, sizeof(*given_up.v), span_cmp);
+        pthread_mutex_unlock(&scan_lock);
+        if (any && !atomic_exchange_explicit(&said, true, memory_order_relaxed))
+                say("the program registers memory with userfaultfd itself: zswap no longer manages it");
+        return any;
+}
+
+_public_ int ioctl(int fd, unsigned long req, ...) {
+        va_list ap;
+        va_start(ap, req);
+        void *arg = va_arg(ap, void *);
+        va_end(ap);
+        long r = syscall(SYS_ioctl, fd, req, arg);
+        if (r < 0 && errno == EBUSY && req == UFFDIO_REGISTER && arg && client && !zswap_self) {
+                const struct uffdio_register *reg = arg;
+                if (give_up(reg->range.start, reg->range.start + reg->range.len))
+                        r = syscall(SYS_ioctl, fd, req, arg);
+        }
+        return (int)r;
 }
 
 /* ---- span sets (scanner thread) ---- */
@@ -412,13 +463,17 @@ static void register_new(void) {
         nown = zswap_client_own_memory(client, own, OWN_MAX - 1);
         own[nown++] = scanner_stack;
         qsort(own, nown, sizeof(*own), span_cmp);
-        /* what is new: candidates minus what we hold minus our own memory */
-        Spans mine = { 0 };
-        if (spans_subtract(&mine, &cand, own, nown) < 0 || spans_subtract(&fresh, &mine, known.v, known.n) < 0) {
+        /* what is new: candidates minus what we hold minus our own memory
+         * minus what the program's own userfaultfd took */
+        Spans mine = { 0 }, theirs = { 0 };
+        if (spans_subtract(&mine, &cand, own, nown) < 0 || spans_subtract(&theirs, &mine, known.v, known.n) < 0 ||
+            spans_subtract(&fresh, &theirs, given_up.v, given_up.n) < 0) {
                 free(mine.v);
+                free(theirs.v);
                 goto out;
         }
         free(mine.v);
+        free(theirs.v);
         if (fresh.n > 0) {
                 if (read_locked(&locked) < 0 || spans_subtract(&unlocked, &fresh, locked.v, locked.n) < 0)
                         goto out;
@@ -451,6 +506,12 @@ static void register_new(void) {
         if (spans_intersect(&next, &merged, &cand) == 0) {
                 free(known.v);
                 known = next;
+                next = (Spans){ 0 };
+        }
+        /* what the program's uffd took and then unmapped may be ours again */
+        if (given_up.n && spans_intersect(&next, &given_up, &cand) == 0) {
+                free(given_up.v);
+                given_up = next;
                 next = (Spans){ 0 };
         }
         free(merged.v);
@@ -522,7 +583,9 @@ static void *scanner_main(void *arg) {
                 struct pollfd p = { .fd = poke_fd, .events = POLLIN };
                 uint64_t v;
 
+                pthread_mutex_lock(&scan_lock);
                 register_new();
+                pthread_mutex_unlock(&scan_lock);
                 apply_limit();
                 if (poll(&p, 1, (int)scan_ms) > 0) {
                         (void)!read(poke_fd, &v, sizeof(v));
@@ -552,6 +615,8 @@ static int scanner_start(void) {
  * that libzswap's own child handler may close what the child inherited. */
 static void atfork_child_first(void) {
         zswap_self = true;
+        /* the parent's scanner may have held it at the fork */
+        pthread_mutex_init(&scan_lock, NULL);
 }
 
 static void atfork_child(void) {

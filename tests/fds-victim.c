@@ -3,22 +3,52 @@
  * not open itself, as a daemon does, for test-preload-fds (run under
  * zswap-run).
  *
- *   fds-victim close_range|closefrom|close-loop|dup2
+ *   fds-victim close_range|closefrom|close-loop|dup2|uffd
  *
  * It fills 16 MiB, closes its descriptors above 2 the way argv says (dup2:
- * puts /dev/null over every descriptor from 3 to 63 instead), prints
+ * puts /dev/null over every descriptor from 3 to 63 instead; uffd: waits
+ * until the shim has registered the 16 MiB, then registers its first half
+ * with a userfaultfd of its own for missing pages, and prints "uffd ok" or
+ * "uffd ERRNO"), prints
  * "ready PID" and waits for a line on stdin; then it checks every byte and
  * prints "ok" or "bad N" (N words differ), and exits 0 or 1.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define LEN ((size_t)16 << 20)
+
+/* Whether the mapping holding p is registered with a userfaultfd for
+ * missing pages (VmFlags "um" in /proc/self/smaps). */
+static int uffd_registered(const void *p) {
+        FILE *f = fopen("/proc/self/smaps", "re");
+        char line[512];
+        int in = 0, r = 0;
+        unsigned long s, e;
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f)) {
+                if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
+                        in = (uintptr_t)p >= s && (uintptr_t)p < e;
+                else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+                        r = strstr(line, " um") != NULL;
+                        break;
+                }
+        }
+        fclose(f);
+        return r;
+}
 
 int main(int argc, char **argv) {
         if (argc != 2)
@@ -42,6 +72,21 @@ int main(int argc, char **argv) {
                         if (fd != null && dup2(null, fd) < 0)
                                 refused++;
                 printf("dup2 refused %d\n", refused);
+        } else if (strcmp(argv[1], "uffd") == 0) {
+                for (int i = 0; i < 3000 && !uffd_registered(p); i++)
+                        usleep(10000);
+                if (!uffd_registered(p)) {
+                        printf("uffd never managed\n");
+                        return 4;
+                }
+                int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+                struct uffdio_api api = { .api = UFFD_API };
+                struct uffdio_register reg = { .range = { (uintptr_t)p, LEN / 2 },
+                                               .mode = UFFDIO_REGISTER_MODE_MISSING };
+                if (u < 0 || ioctl(u, UFFDIO_API, &api) < 0 || ioctl(u, UFFDIO_REGISTER, &reg) < 0)
+                        printf("uffd %d\n", errno);
+                else
+                        printf("uffd ok\n");
         } else
                 return 2;
         printf("ready %d\n", (int)getpid());

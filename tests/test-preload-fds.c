@@ -14,6 +14,13 @@
  * Without that, the program closed both, and nothing could be evicted.
  * dup2 over one of the shim's descriptors is refused with EBUSY and one
  * line on stderr.
+ *
+ * uffd: the program registers half of its memory with a userfaultfd of
+ * its own after the shim has registered it (the kernel allows one uffd per
+ * range: EBUSY). The shim gives that memory up, its pages back first, says
+ * so once, and the program's UFFDIO_REGISTER succeeds; the other half is
+ * evicted and read back as in the other cases, the first half is never
+ * taken again (a read of it would wait forever on the program's uffd).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -91,6 +98,12 @@ static void run(const char *mode) {
                 ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "dup2 refused %d", &refused) == 1);
                 ASSERT_TRUE(refused > 0); /* the shim's own are among 3..63 */
         }
+        if (strcmp(mode, "uffd") == 0) {
+                /* the program's own registration over memory the shim has */
+                ASSERT_TRUE(fgets(line, sizeof(line), out));
+                if (strcmp(line, "uffd ok\n") != 0)
+                        test_fail("uffd: the program's UFFDIO_REGISTER: %s", line);
+        }
         int vpid = 0;
         ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "ready %d", &vpid) == 1);
         ASSERT_EQ(vpid, pid); /* zswap-run execs the program */
@@ -132,6 +145,9 @@ static void run(const char *mode) {
                 total, err);
         if (strcmp(mode, "dup2") == 0) /* refused once, said once */
                 ASSERT_TRUE(strstr(err, "refused (EBUSY)") && strchr(err, '\n') == strrchr(err, '\n'));
+        if (strcmp(mode, "uffd") == 0) /* let go, said once */
+                ASSERT_TRUE(strstr(err, "registers memory with userfaultfd itself") &&
+                            strchr(err, '\n') == strrchr(err, '\n'));
         fclose(out);
         close(e[0]);
         td_stop(&d);
