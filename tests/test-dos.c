@@ -77,7 +77,7 @@
 #define HONEST_TIMEOUT_S 120
 
 static TestDaemon d;
-static int fuse_fd = -1; /* case fuse: our server's /dev/fuse */
+static int fuse_fd = -1; /* case fuse: /dev/fuse, in the server process only */
 static int listener = -1;
 static int accepted[64];
 static int naccepted;
@@ -193,13 +193,8 @@ static double run_honest(const char *when) {
         uint64_t t0 = now_ns();
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                /* a process holding /dev/fuse keeps the server alive for
-                 * any request it makes itself */
-                if (fuse_fd >= 0)
-                        close(fuse_fd);
+        if (pid == 0)
                 _exit(honest(stage));
-        }
         int st = 0;
         pid_t w = 0;
         while ((w = waitpid(pid, &st, WNOHANG)) == 0 && now_ns() - t0 < HONEST_TIMEOUT_S * 1000000000ull)
@@ -224,8 +219,6 @@ static bool user_served(uid_t uid) {
         int st;
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
-                if (fuse_fd >= 0)
-                        close(fuse_fd);
                 if (setgid(uid) < 0 || setuid(uid) < 0)
                         _exit(90);
                 int s = raw_connect();
@@ -553,12 +546,12 @@ static void case_stall(void) {
 /* ---- fuse ---- */
 
 #include <linux/fuse.h>
-#include <pthread.h>
 #include <sys/mount.h>
 #include <sys/uio.h>
 
 static char fuse_dir[64];
-static _Atomic int fuse_reads; /* READs received, none answered */
+static pid_t fuse_pid;           /* the server */
+static _Atomic int *fuse_reads;  /* READs it received, none answered (shared) */
 
 static void fuse_reply(uint64_t unique, int error, const void *data, size_t len) {
         struct fuse_out_header oh = { .len = (uint32_t)(sizeof(oh) + len), .error = error, .unique = unique };
@@ -577,15 +570,14 @@ static void fuse_attr(uint64_t ino, struct fuse_attr *a) {
 }
 
 /* A file system of one file, "f", whose READs are never answered. */
-static void *fuse_serve(void *arg) {
+static void fuse_serve(void) {
         static _Alignas(8) uint8_t buf[(1 << 20) + 8192];
-        (void)arg;
         for (;;) {
                 ssize_t n = read(fuse_fd, buf, sizeof(buf));
                 if (n < 0 && (errno == EINTR || errno == ENOENT))
                         continue;
                 if (n < (ssize_t)sizeof(struct fuse_in_header))
-                        return NULL; /* unmounted */
+                        return; /* unmounted */
                 const struct fuse_in_header *ih = (const void *)buf;
                 const void *in = ih + 1;
                 switch (ih->opcode) {
@@ -621,7 +613,7 @@ static void *fuse_serve(void *arg) {
                         break;
                 }
                 case FUSE_READ:
-                        fuse_reads++; /* never answered */
+                        (*fuse_reads)++; /* never answered */
                         break;
                 case FUSE_FORGET:
                 case FUSE_BATCH_FORGET:
@@ -638,10 +630,17 @@ static void *fuse_serve(void *arg) {
         }
 }
 
+/* The server runs in a process of its own, the only one holding
+ * /dev/fuse: the test's other processes are forked from a process with
+ * one thread (ThreadSanitizer cannot follow a threaded fork), and a
+ * process holding the device would keep the server alive for requests it
+ * makes itself. Returns once the file system answers. */
 static void fuse_start(void) {
-        char opts[128];
-        pthread_t t;
+        char opts[128], path[96];
+        struct stat st;
 
+        fuse_reads = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(fuse_reads != MAP_FAILED);
         snprintf(fuse_dir, sizeof(fuse_dir), "/tmp/test-dos-fuse-%d", (int)getpid());
         ASSERT_OK(mkdir(fuse_dir, 0755));
         fuse_fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -656,14 +655,24 @@ static void fuse_start(void) {
                 rmdir(fuse_dir);
                 exit(77);
         }
-        ASSERT_OK(-pthread_create(&t, NULL, fuse_serve, NULL));
-        ASSERT_OK(-pthread_detach(t));
+        fuse_pid = fork();
+        ASSERT_TRUE(fuse_pid >= 0);
+        if (fuse_pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                fuse_serve();
+                _exit(0);
+        }
+        close(fuse_fd);
+        fuse_fd = -1;
+        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        ASSERT_OK(stat(path, &st));
 }
 
 /* The server goes away: every request still waiting fails. */
 static void fuse_stop(void) {
         umount2(fuse_dir, MNT_DETACH);
-        close(fuse_fd);
+        kill(fuse_pid, SIGKILL);
+        waitpid(fuse_pid, NULL, 0);
         rmdir(fuse_dir);
 }
 
@@ -691,19 +700,18 @@ static void case_fuse(void) {
         volatile int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         ASSERT_TRUE(done != MAP_FAILED);
 
-        fuse_start();
         double alone = run_honest("alone");
+        fuse_start();
         pid_t att = fork();
         ASSERT_TRUE(att >= 0);
         if (att == 0) {
-                close(fuse_fd);
                 if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
                         _exit(90);
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 _exit(fuse_attack(done));
         }
         /* the daemon's read of the token is waiting on our server */
-        for (uint64_t t0 = now_ns(); fuse_reads == 0; usleep(10000)) {
+        for (uint64_t t0 = now_ns(); *fuse_reads == 0; usleep(10000)) {
                 int st;
                 if (waitpid(att, &st, WNOHANG) == att)
                         test_fail("the attacker ended (status %d) before the daemon read its token", st);
