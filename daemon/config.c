@@ -417,6 +417,13 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
                         t->timeout_ms = (uint32_t)v;
                 return 0;
         }
+        if (strcmp(key, "key") == 0) {
+                if (strlen(value) >= sizeof(t->key) || *value != '/')
+                        return errorf(-EINVAL, err, errlen, "key: '%s' is not an absolute path (at most %zu bytes)", value,
+                                    sizeof(t->key) - 1);
+                strcpy(t->key, value);
+                return 0;
+        }
         if (strcmp(key, "read_spin_us") == 0) {
                 if (conf_parse_uint(value, &v) < 0 || v > 10000)
                         return errorf(-EINVAL, err, errlen, "read_spin_us: '%s' is not 0 to 10000 (microseconds)", value);
@@ -424,7 +431,8 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
                 return 0;
         }
         return errorf(-EINVAL, err, errlen,
-                    "unknown key '%s' in [tier] (backing, size, writeback_rate, grace, timeout, read_spin_us)", key);
+                    "unknown key '%s' in [tier] (backing, size, writeback_rate, grace, timeout, read_spin_us, key)",
+                    key);
 }
 
 static int assignment(const char *section, const char *key, const char *value, unsigned line, void *userdata,

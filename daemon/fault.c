@@ -620,7 +620,7 @@ static void uffd_poison(MMClient *mm, uint64_t addr) {
 /*
  * A page of the second tier that decode() could not bring back; this
  * thread holds its entry (LOADING value loading, from v). Lost (its data
- * fails the checksum, or its stub is bad): never installed, the page is
+ * fails to open (tier-seal.c), or its stub is bad): never installed, the page is
  * poisoned and the entry dropped. Otherwise the backing store could not
  * be read (an I/O error, the NBD server gone): the entry goes back as it
  * was and the fault waits, served again from a retry every millisecond
@@ -641,7 +641,7 @@ static void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic ui
                         ft->lost_logged = ft->lost_unlogged = 0;
                 }
                 if (ft->lost_logged++ < 8)
-                        log_error("pid %d: page at %#llx is lost: its data on the second tier fails its checksum; "
+                        log_error("pid %d: page at %#llx is lost: its data on the second tier fails authentication; "
                                   "it is poisoned (SIGBUS on access) rather than installed",
                                   (int)mm->pid, (unsigned long long)addr);
                 else
@@ -668,7 +668,7 @@ static void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic ui
  * The read that brought a page back from the second tier brought the
  * objects packed next to it too, written out together because they were
  * neighbours. Install those of the pages around it (without waking
- * anyone) that are in the window and pass their checksum; the rest keep
+ * anyone) that are in the window and open (tier-seal.c); the rest keep
  * their entries.
  */
 static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
@@ -683,7 +683,7 @@ static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                         uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
                         TierStub s;
                         if (pe_state(v) != PE_STORED || !pe_is_tier(v) || tier_stub(mm, v, &s) < 0 ||
-                            !tier_window_object(ft->tier, &s))
+                            !tier_window_has(ft->tier, &s))
                                 continue;
                         uint64_t loading = pe_make_loading(v);
                         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,

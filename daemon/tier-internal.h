@@ -31,8 +31,8 @@ typedef struct WbObj {
         MMClient *mm;
         uint64_t addr;
         uint64_t v;       /* the entry's value with PE_WB, as the writer set it */
-        uint64_t off;
-        uint32_t len, crc;
+        uint64_t off;     /* its record's */
+        uint32_t len, gen; /* the object's length; the generation it was sealed with */
 } WbObj;
 
 typedef struct Extent {
@@ -75,6 +75,7 @@ struct Tier {
         char describe[640];
 
         uint64_t id;         /* written before `ready` is raised, read after */
+        uint8_t key[TIER_KEY_BYTES]; /* written at open, before any thread */
         _Atomic bool ready;  /* the header was read: objects can be checked */
         uint64_t nblocks;    /* blocks of the backing store the tier uses, header included */
         _Atomic uint16_t *refs;
@@ -119,18 +120,20 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v) {
         atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
-static inline uint32_t obj_seed(const Tier *t, uint64_t off) {
-        uint64_t k[2] = { t->id, off };
-        return crc32c(0, k, sizeof(k));
-}
+/* tier-seal.c: the objects sealed (encrypted and authenticated) */
+int tier_key_load(const char *path, uint8_t key[TIER_KEY_BYTES], char *err, size_t errlen);
+/* s->len bytes of obj into the record at rec (tier_rec_len(s) bytes) */
+void tier_seal(const Tier *t, const TierStub *s, uint8_t *rec, const void *obj);
+/* The record at rec opened into out (s->len bytes); false if it is not
+ * what s names, sealed under our key (forged, replayed, moved, torn) */
+bool tier_unseal(const Tier *t, const TierStub *s, const uint8_t *rec, uint8_t *out);
+/* A stub's generation for a new write */
+uint32_t tier_gen_new(void);
 
-static inline uint32_t obj_crc(const Tier *t, uint64_t off, const void *obj, uint32_t len) {
-        return crc32c(obj_seed(t, off), obj, len);
-}
-
+/* The blocks the object's record touches */
 static inline void block_range(const TierStub *s, uint64_t *b0, uint64_t *b1) {
         *b0 = s->off / TIER_BLOCK;
-        *b1 = (s->off + s->len - 1) / TIER_BLOCK;
+        *b1 = (s->off + tier_rec_len(s) - 1) / TIER_BLOCK;
 }
 
 /* tier.c: rings and connections */

@@ -185,7 +185,7 @@ static void extent_publish(Tier *t, Extent *x) {
                         continue;
                 }
                 TierStub *s = pool_map(mm->pool, h);
-                *s = (TierStub){ .off = o->off, .crc = o->crc, .len = (uint16_t)o->len, .magic = TIER_STUB_MAGIC };
+                *s = (TierStub){ .off = o->off, .gen = o->gen, .len = (uint16_t)o->len, .magic = TIER_STUB_MAGIC };
                 uint64_t nv = pe_make_stored(h, sizeof(TierStub)) | PE_TIER;
                 /* release: the stub's bytes before the entry naming it */
                 if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
@@ -347,9 +347,9 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 return 1;
         if (!takeable(v) || MIN(bucket(p, stamp_of(mm, addr)), HIST - 1) > p->cutoff)
                 return 0;
-        uint32_t len = pe_clen(v);
+        uint32_t len = pe_clen(v), rec = len + TIER_SEAL;
         Extent *x = t->next_ext ? &t->ext[t->next_ext - 1] : NULL;
-        if (!x || x->nobjs == EXTENT_OBJS || x->fill + len > x->nblocks * TIER_BLOCK) {
+        if (!x || x->nobjs == EXTENT_OBJS || x->fill + rec > x->nblocks * TIER_BLOCK) {
                 if (t->next_ext == NEXT) {
                         if (batch_flush(t) < 0)
                                 return p->stop = true, 1;
@@ -368,7 +368,7 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 t->next_ext++;
                 if (!rate_wait(t, TIER_EXTENT))
                         return p->stop = true, 1;
-                if (len > x->nblocks * TIER_BLOCK)
+                if (rec > x->nblocks * TIER_BLOCK)
                         return 0; /* a short run that cannot take it: the next object may fit */
         }
         /* mark it: a fault takes it all the same, and only this pass ever
@@ -379,18 +379,17 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 return 0;
         const void *src = pool_map(mm->pool, pe_handle(v));
         uint64_t off = x->block * TIER_BLOCK + x->fill;
-        memcpy(x->buf + x->fill, src, len);
-        /* the copy may race with a fault that took the page and a worker
-         * that reused its slot: the entry is then no longer wb, and the
-         * publication fails; the CRC is of what was copied */
-        x->objs[x->nobjs++] = (WbObj){ .mm = mm, .addr = addr, .v = wb, .off = off, .len = len,
-                                        .crc = obj_crc(t, off, x->buf + x->fill, len) };
-        TierStub s = { .off = off, .len = (uint16_t)len, .magic = TIER_STUB_MAGIC };
+        TierStub s = { .off = off, .gen = tier_gen_new(), .len = (uint16_t)len, .magic = TIER_STUB_MAGIC };
+        /* sealed as read: the read may race with a fault that took the
+         * page and a worker that reused its slot; the entry is then no
+         * longer wb, and the publication fails */
+        tier_seal(t, &s, x->buf + x->fill, src);
+        x->objs[x->nobjs++] = (WbObj){ .mm = mm, .addr = addr, .v = wb, .off = off, .len = len, .gen = s.gen };
         uint64_t b0, b1;
         block_range(&s, &b0, &b1);
         for (uint64_t b = b0; b <= b1; b++)
                 tier_ref_block(t, b);
-        x->fill += len;
+        x->fill += rec;
         p->taken += len;
         return 0;
 }

@@ -27,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sodium.h>
 #include <unistd.h>
 
 /* io_uring fills buffers behind valgrind's back: say so after each read */
@@ -47,7 +48,7 @@
 #include "util.h"
 
 #define TIER_MAGIC "ZSWTIER1"
-#define TIER_VERSION 1
+#define TIER_VERSION 2 /* 2: sealed records (tier-seal.c); a version-1 tier starts anew */
 #define READ_BUF (TIER_WINDOW + 2 * TIER_BLOCK)
 #define REF_MAX 65000             /* a block's count stops here (tier_get refuses) */
 
@@ -64,6 +65,7 @@ typedef struct TierHeader {
 
 struct TierReader {
         Tier *t;
+        uint8_t plain[ZSWAP_PAGE_SIZE]; /* the last object opened (tier_window_object) */
         Ring ring;           /* a file's: buf registered */
         uint8_t *buf;        /* READ_BUF, block aligned */
         uint64_t win_off;    /* what buf holds: [win_off, win_off + win_len) */
@@ -515,6 +517,9 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         t->fd = -1;
         pthread_mutex_init(&t->lock, NULL);
         pthread_cond_init(&t->cond, NULL);
+        r = tier_key_load(conf->key, t->key, err, errlen);
+        if (r < 0)
+                goto fail;
         t->kind = strncmp(conf->backing, "nbd://", 6) == 0 || strncmp(conf->backing, "nbd+unix://", 11) == 0
                           ? BACKING_NBD
                           : BACKING_FILE;
@@ -596,6 +601,7 @@ Tier *tier_free(Tier *t) {
         free(t->wmem);
         pthread_mutex_destroy(&t->lock);
         pthread_cond_destroy(&t->cond);
+        sodium_memzero(t->key, sizeof(t->key));
         free(t);
         return NULL;
 }
@@ -629,7 +635,7 @@ void tier_get_stats(Tier *t, TierStats *s) {
 
 int tier_stub_check(const Tier *t, const TierStub *s) {
         if (s->magic != TIER_STUB_MAGIC || s->len == 0 || s->len > ZSWAP_PAGE_SIZE || s->off < TIER_BLOCK ||
-            s->off > t->nblocks * TIER_BLOCK || t->nblocks * TIER_BLOCK - s->off < s->len)
+            s->off > t->nblocks * TIER_BLOCK || t->nblocks * TIER_BLOCK - s->off < tier_rec_len(s))
                 return -EBADMSG;
         return 0;
 }
@@ -790,11 +796,15 @@ void tier_note_prefetch(Tier *t, unsigned n) {
                 stat_add(&t->st.prefetched, n);
 }
 
+bool tier_window_has(TierReader *r, const TierStub *s) {
+        return tier_stub_check(r->t, s) == 0 && s->off >= r->win_off &&
+               s->off + tier_rec_len(s) <= r->win_off + r->win_len;
+}
+
 const uint8_t *tier_window_object(TierReader *r, const TierStub *s) {
-        if (tier_stub_check(r->t, s) < 0 || s->off < r->win_off || s->off + s->len > r->win_off + r->win_len)
+        if (!tier_window_has(r, s))
                 return NULL;
-        const uint8_t *obj = r->buf + (s->off - r->win_off);
-        return obj_crc(r->t, s->off, obj, s->len) == s->crc ? obj : NULL;
+        return tier_unseal(r->t, s, r->buf + (s->off - r->win_off), r->plain) ? r->plain : NULL;
 }
 
 int tier_read(TierReader *r, const TierStub *s, const uint8_t **obj) {
@@ -811,7 +821,7 @@ int tier_read(TierReader *r, const TierStub *s, const uint8_t **obj) {
         r->fail_until_ns = 0;
         /* the aligned window around the object, and all of the object */
         uint64_t start = s->off & ~(uint64_t)(TIER_WINDOW - 1);
-        uint64_t stop = MIN(MAX(start + TIER_WINDOW, ALIGN_TO(s->off + s->len, (uint64_t)TIER_BLOCK)), end);
+        uint64_t stop = MIN(MAX(start + TIER_WINDOW, ALIGN_TO(s->off + tier_rec_len(s), (uint64_t)TIER_BLOCK)), end);
         start = MAX(start, (uint64_t)TIER_BLOCK);
         for (int attempt = 0; attempt < 2; attempt++) {
                 r->win_len = 0;

@@ -49,11 +49,18 @@ typedef struct TierReader TierReader;
 /* What the pool holds for a page on the tier (16 bytes, the smallest
  * object). Checked before use: it comes from a store. */
 typedef struct TierStub {
-        uint64_t off;   /* byte offset of the object in the backing store */
-        uint32_t crc;   /* crc32c of the object, seeded with the tier's id and off */
+        uint64_t off;   /* byte offset of the object's record in the backing store */
+        uint32_t gen;   /* random, drawn for each write: authenticated with the record */
         uint16_t len;   /* compressed length, 1..4096 (4096: stored raw) */
         uint16_t magic; /* TIER_STUB_MAGIC */
 } TierStub;
+/* A record on the backing store: 8 random bytes (the nonce's), the
+ * 16-byte Poly1305 tag, then the object, encrypted (tier-seal.c) */
+#define TIER_SEAL 24u
+#define TIER_KEY_BYTES 32u
+static inline uint32_t tier_rec_len(const TierStub *s) {
+        return (uint32_t)s->len + TIER_SEAL;
+}
 _Static_assert(sizeof(TierStub) == 16, "a stub is one 16-byte pool unit");
 
 typedef struct TierConf {
@@ -67,7 +74,11 @@ typedef struct TierConf {
          * as much as the read (KERNEL.md), and the faulting thread waits
          * either way */
         uint32_t read_spin_us;
+        /* the file holding the key the objects are sealed with, made at the
+         * first start; "" TIER_DEFAULT_KEY */
+        char key[512];
 } TierConf;
+#define TIER_DEFAULT_KEY "/var/lib/zswapd/tier.key"
 #define TIER_DEFAULT_GRACE_MS (60 * 1000)
 #define TIER_DEFAULT_TIMEOUT_MS 5000
 #define TIER_DEFAULT_READ_SPIN_US 200
@@ -137,6 +148,10 @@ TierReader *tier_reader_free(TierReader *r);
 int tier_read(TierReader *r, const TierStub *s, const uint8_t **obj);
 /* Pages installed from another page's read (statistics). */
 void tier_note_prefetch(Tier *t, unsigned n);
-/* After tier_read(): s's object if the same read brought it in whole and
- * it passes its CRC, else NULL. For installing neighbours. */
+/* After tier_read(): s's object, opened (tier-seal.c), if the same read
+ * brought its record in whole and it opens, else NULL. For installing
+ * neighbours. The object is in the reader's buffer, valid until its next
+ * tier_read() or tier_window_object(). */
 const uint8_t *tier_window_object(TierReader *r, const TierStub *s);
+/* Whether the same read brought s's record in whole (nothing opened). */
+bool tier_window_has(TierReader *r, const TierStub *s);

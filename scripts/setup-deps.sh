@@ -1,7 +1,7 @@
 #!/bin/bash
 # Install what zswapd needs to build, test and benchmark on Debian 12.
 set -euo pipefail
-pkgs=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev liblz4-dev libzstd-dev liburing-dev
+pkgs=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev liblz4-dev libzstd-dev liburing-dev libsodium-dev
       libcap-dev libseccomp-dev zstd util-linux python3 redis-server redis-tools sqlite3
       scdoc man-db groff-base systemd valgrind nbd-server)
 missing=()

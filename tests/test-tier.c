@@ -15,6 +15,10 @@
  *   corrupt       blocks of the backing file overwritten behind the
  *                 daemon's back: never installed; those pages SIGBUS, the
  *                 others read back intact
+ *   forge         an attacker with the backing file: it must find no
+ *                 page's content in clear, and a change that keeps every
+ *                 CRC-32C (CRC is linear: XOR a multiple of its polynomial
+ *                 in) must never be installed: those pages SIGBUS
  *   restart       the daemon killed with pages on the tier: the next one
  *                 adopts them (same backing file) and serves them
  *   nbd-restart   nbd-server killed with pages on the tier, faults waiting
@@ -35,6 +39,7 @@
 #include <sys/wait.h>
 #include <netinet/in.h>
 
+#include "crc32c.h"
 #include "harness.h"
 #include "protocol.h"
 #include "util.h"
@@ -74,7 +79,9 @@ static void write_conf(const char *backing_spec, const char *extra) {
         snprintf(conf_path, sizeof(conf_path), "/tmp/zswap-test-tier-%d.conf", (int)getpid());
         FILE *f = fopen(conf_path, "w");
         ASSERT_TRUE(f);
-        fprintf(f, "[tier]\nbacking = %s\n%s", backing_spec, extra ? extra : "");
+        /* the key the objects are sealed with: one for every run of the
+         * tests, never the machine's (/var/lib/zswapd) */
+        fprintf(f, "[tier]\nbacking = %s\nkey = /tmp/zswap-test-tier.key\n%s", backing_spec, extra ? extra : "");
         fclose(f);
 }
 
@@ -394,7 +401,7 @@ static void on_sigbus(int sig) {
 
 /* Every page's data on the tier is overwritten on disk (the header is
  * left alone): no page may come back with other content. Pages whose
- * object fails its checksum are poisoned: reading them is a SIGBUS. The
+ * record fails to open are poisoned: reading them is a SIGBUS. The
  * pages the pool still holds read back intact. Runs in a child process:
  * poisoned pages stay poisoned. */
 static void case_corrupt(void) {
@@ -456,12 +463,142 @@ static void case_corrupt(void) {
                 td_log_dump(&d);
                 test_fail("corrupt: child status %#x", ws);
         }
-        ASSERT_TRUE(td_log_has(&d, "fails its checksum"));
+        ASSERT_TRUE(td_log_has(&d, "fails authentication"));
         td_stop(&d);
 }
 
 /* kill -9 with pages on the tier: the next daemon (same backing file)
  * adopts the client's store, stubs and all, and serves every page. */
+/* A 5-byte pattern whose XOR into a message, anywhere, leaves its
+ * CRC-32C what it was, whatever the seed: a multiple of the CRC's
+ * polynomial, found as a dependency among the CRCs of single bits (40
+ * vectors in a space of 32 dimensions have one). */
+static uint64_t crc_neutral(void) {
+        uint8_t z[64] = { 0 };
+        uint32_t vec[40];
+        uint64_t comb[40];
+        uint32_t base = crc32c(0, z, sizeof(z));
+
+        for (int i = 0; i < 40; i++) {
+                z[16 + i / 8] ^= (uint8_t)(1u << (i % 8));
+                vec[i] = crc32c(0, z, sizeof(z)) ^ base;
+                z[16 + i / 8] ^= (uint8_t)(1u << (i % 8));
+                comb[i] = 1ull << i;
+        }
+        int row = 0;
+        for (int bit = 31; bit >= 0 && row < 40; bit--) {
+                int piv = -1;
+                for (int r = row; r < 40 && piv < 0; r++)
+                        if (vec[r] >> bit & 1)
+                                piv = r;
+                if (piv < 0)
+                        continue;
+                uint32_t tv = vec[piv];
+                uint64_t tc = comb[piv];
+                vec[piv] = vec[row], comb[piv] = comb[row];
+                vec[row] = tv, comb[row] = tc;
+                for (int r = 0; r < 40; r++)
+                        if (r != row && (vec[r] >> bit & 1)) {
+                                vec[r] ^= vec[row];
+                                comb[r] ^= comb[row];
+                        }
+                row++;
+        }
+        for (int r = row; r < 40; r++)
+                if (vec[r] == 0 && comb[r])
+                        return comb[r];
+        test_fail("no CRC-neutral pattern found");
+}
+
+/* Whoever can read and write the backing file learns no page and gets
+ * none of its making installed. Each page carries a marker; none may be
+ * in the file in clear. Then a pattern that keeps any CRC-32C is XORed in
+ * every 512 bytes of the data blocks, as an attacker of a checksum would:
+ * no page may come back with other content; pages whose object was hit
+ * SIGBUS. Runs in a child: poisoned pages stay poisoned. */
+static void case_forge(void) {
+        static uint64_t hashes[NPAGES];
+        const char *mark = "zswap-tier-secret-";
+        uint64_t delta = crc_neutral();
+        TestDaemon d;
+
+        /* the pattern does what it claims, at any place, under any seed */
+        uint8_t m[300];
+        uint64_t s0 = 7;
+        for (size_t i = 0; i < sizeof(m); i++)
+                m[i] = (uint8_t)xorshift(&s0);
+        for (unsigned at = 0; at + 5 <= sizeof(m); at += 37) {
+                uint32_t seed = (uint32_t)xorshift(&s0), before = crc32c(seed, m, sizeof(m));
+                for (int b = 0; b < 5; b++)
+                        m[at + b] ^= (uint8_t)(delta >> (8 * b));
+                ASSERT_EQ(crc32c(seed, m, sizeof(m)), before);
+        }
+
+        backing_file("64M");
+        start_daemon(&d);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                struct zswap_client *c = td_connect(&d);
+                uint8_t *buf = td_region(c, DATA, 0xf0f0, hashes);
+                for (unsigned i = 0; i < NPAGES; i++) {
+                        uint8_t *pg = buf + (size_t)i * ZSWAP_PAGE_SIZE;
+                        snprintf((char *)pg + 256, 40, "%s%08u", mark, i);
+                        hashes[i] = page_hash(pg);
+                }
+                page_all_out(&d, c, buf, NPAGES / 4);
+                ZMsgStatusReply st = status(&d);
+                /* O_DIRECT as the daemon's own I/O (case_corrupt) */
+                int fd = open(backing, O_RDWR | O_DIRECT);
+                ASSERT_TRUE(fd >= 0);
+                uint8_t *chunk = aligned_alloc(4096, 1 << 16);
+                ASSERT_TRUE(chunk);
+                unsigned clear = 0;
+                for (uint64_t off = 0; off < 64ull << 20; off += 1 << 16) {
+                        ASSERT_EQ(pread(fd, chunk, 1 << 16, (off_t)off), (ssize_t)(1 << 16));
+                        for (uint8_t *p = chunk; (p = memmem(p, chunk + (1 << 16) - p, mark, strlen(mark))); p++)
+                                clear++;
+                        /* the header (block 0) is left alone */
+                        for (size_t at = off ? 0 : 4096; at + 5 <= (1 << 16); at += 512)
+                                for (int b = 0; b < 5; b++)
+                                        chunk[at + b] ^= (uint8_t)(delta >> (8 * b));
+                        ASSERT_EQ(pwrite(fd, chunk, 1 << 16, (off_t)off), (ssize_t)(1 << 16));
+                }
+                close(fd);
+                free(chunk);
+                if (clear) {
+                        fprintf(stderr, "forge: %u pages' markers in clear in the backing file (%llu pages there)\n",
+                                clear, (unsigned long long)st.tier_pages);
+                        _exit(3);
+                }
+                signal(SIGBUS, on_sigbus);
+                volatile unsigned good = 0, bus = 0, wrong = 0;
+                for (volatile unsigned i = 0; i < NPAGES; i++) {
+                        uint8_t *pg = buf + (size_t)i * ZSWAP_PAGE_SIZE;
+                        if (sigsetjmp(bus_jmp, 1)) {
+                                bus++;
+                                continue;
+                        }
+                        if (page_hash(pg) == hashes[i])
+                                good++;
+                        else
+                                wrong++;
+                }
+                ZMsgStatusReply st2 = status(&d);
+                fprintf(stderr, "forge: no marker in clear; after the forgery %u intact, %u SIGBUS, %u wrong; %llu "
+                                "pages were on the tier, %llu refused\n",
+                        good, bus, wrong, (unsigned long long)st.tier_pages, (unsigned long long)st2.tier_corrupt);
+                _exit(wrong || bus == 0 || st2.tier_corrupt == 0 || good + bus != NPAGES ? 1 : 0);
+        }
+        int ws;
+        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+                td_log_dump(&d);
+                test_fail("forge: child status %#x", ws);
+        }
+        td_stop(&d);
+}
+
 static void case_restart(void) {
         static uint64_t hashes[NPAGES];
         TestDaemon d;
@@ -798,7 +935,8 @@ int main(int argc, char **argv) {
                 void (*fn)(void);
         } cases[] = {
                 { "file", case_file },       { "blockdev", case_blockdev }, { "full", case_full },       { "write-error", case_write_error },
-                { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "restart", case_restart },
+                { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "forge", case_forge },
+                { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
                 { "nbd-down-restart", case_nbd_down_restart }, { "unsafe-backing", case_unsafe_backing },
         };

@@ -974,7 +974,8 @@ static int tier_config(char *path, size_t size, const char *backing, uint64_t ti
                 close(fd);
                 return -errno;
         }
-        fprintf(f, "[tier]\nbacking = %s\nsize = %" PRIu64 "M\nwriteback_rate = 0\n", backing, tier_size >> 20);
+        fprintf(f, "[tier]\nbacking = %s\nkey = %s.key\nsize = %" PRIu64 "M\nwriteback_rate = 0\n", backing, backing,
+                tier_size >> 20);
         return fclose(f) == 0 ? 0 : -errno;
 }
 
