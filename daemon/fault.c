@@ -346,7 +346,7 @@ static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) 
                         return r;
                 if (!ft->tier)
                         return -ENODEV;
-                r = tier_read(ft->tier, &stub, &obj);
+                r = tier_read(ft->tier, &stub, mm->uid, &obj);
                 if (r < 0)
                         return r;
                 src = obj;
@@ -690,7 +690,7 @@ static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                                                                      memory_order_acquire))
                                 continue;
                         /* ours now: the stub cannot change under us */
-                        const uint8_t *obj = tier_stub(mm, v, &s) == 0 ? tier_window_object(ft->tier, &s) : NULL;
+                        const uint8_t *obj = tier_stub(mm, v, &s) == 0 ? tier_window_object(ft->tier, &s, mm->uid) : NULL;
                         int r = !obj ? -EBADMSG
                                 : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], obj, ZSWAP_PAGE_SIZE), 0)
                                                            : codec_decompress(ft->dctx, obj, s.len, ft->ra_buf[0]);

@@ -122,11 +122,13 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v) {
 
 /* tier-seal.c: the objects sealed (encrypted and authenticated) */
 int tier_key_load(const char *path, uint8_t key[TIER_KEY_BYTES], char *err, size_t errlen);
-/* s->len bytes of obj into the record at rec (tier_rec_len(s) bytes) */
-void tier_seal(const Tier *t, const TierStub *s, uint8_t *rec, const void *obj);
+/* s->len bytes of obj, a page of user owner's, into the record at rec
+ * (tier_rec_len(s) bytes) */
+void tier_seal(const Tier *t, const TierStub *s, uint32_t owner, uint8_t *rec, const void *obj);
 /* The record at rec opened into out (s->len bytes); false if it is not
- * what s names, sealed under our key (forged, replayed, moved, torn) */
-bool tier_unseal(const Tier *t, const TierStub *s, const uint8_t *rec, uint8_t *out);
+ * what s names, sealed under our key for owner (forged, replayed, moved,
+ * another user's, torn) */
+bool tier_unseal(const Tier *t, const TierStub *s, uint32_t owner, const uint8_t *rec, uint8_t *out);
 /* A stub's generation for a new write */
 uint32_t tier_gen_new(void);
 

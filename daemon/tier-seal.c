@@ -11,7 +11,9 @@
  *
  * The nonce is those 8 bytes, the record's offset, the stub's generation
  * and the tier's id; the associated data binds the tier's id, the offset,
- * the length and the generation. The generation (TierStub.gen) is drawn
+ * the length, the generation and the user whose page it is (a stub forged
+ * into one user's store never opens another user's record, even with its
+ * generation guessed). The generation (TierStub.gen) is drawn
  * at random for each write and lives in the client's store with the stub,
  * not on the backing store: a record replayed from an earlier write at the
  * same place, moved from another place or another tier, or altered in any
@@ -103,7 +105,8 @@ int tier_key_load(const char *path, uint8_t key[TIER_KEY_BYTES], char *err, size
         return 0;
 }
 
-static void nonce_ad(const Tier *t, const TierStub *s, const uint8_t rnd[8], uint8_t nonce[24], uint8_t ad[24]) {
+static void nonce_ad(const Tier *t, const TierStub *s, uint32_t owner, const uint8_t rnd[8], uint8_t nonce[24],
+                     uint8_t ad[28]) {
         uint32_t id_lo = (uint32_t)t->id, len = s->len;
 
         memcpy(nonce, rnd, 8);
@@ -114,21 +117,22 @@ static void nonce_ad(const Tier *t, const TierStub *s, const uint8_t rnd[8], uin
         memcpy(ad + 8, &s->off, 8);
         memcpy(ad + 16, &len, 4);
         memcpy(ad + 20, &s->gen, 4);
+        memcpy(ad + 24, &owner, 4);
 }
 
-void tier_seal(const Tier *t, const TierStub *s, uint8_t *rec, const void *obj) {
-        uint8_t nonce[24], ad[24];
+void tier_seal(const Tier *t, const TierStub *s, uint32_t owner, uint8_t *rec, const void *obj) {
+        uint8_t nonce[24], ad[28];
 
         randombytes_buf(rec, 8);
-        nonce_ad(t, s, rec, nonce, ad);
+        nonce_ad(t, s, owner, rec, nonce, ad);
         crypto_aead_xchacha20poly1305_ietf_encrypt_detached(rec + TIER_SEAL, rec + 8, NULL, obj, s->len, ad,
                                                             sizeof(ad), NULL, nonce, t->key);
 }
 
-bool tier_unseal(const Tier *t, const TierStub *s, const uint8_t *rec, uint8_t *out) {
-        uint8_t nonce[24], ad[24];
+bool tier_unseal(const Tier *t, const TierStub *s, uint32_t owner, const uint8_t *rec, uint8_t *out) {
+        uint8_t nonce[24], ad[28];
 
-        nonce_ad(t, s, rec, nonce, ad);
+        nonce_ad(t, s, owner, rec, nonce, ad);
         return crypto_aead_xchacha20poly1305_ietf_decrypt_detached(out, NULL, rec + TIER_SEAL, s->len, rec + 8, ad,
                                                                    sizeof(ad), nonce, t->key) == 0;
 }

@@ -383,7 +383,7 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         /* sealed as read: the read may race with a fault that took the
          * page and a worker that reused its slot; the entry is then no
          * longer wb, and the publication fails */
-        tier_seal(t, &s, x->buf + x->fill, src);
+        tier_seal(t, &s, mm->uid, x->buf + x->fill, src);
         x->objs[x->nobjs++] = (WbObj){ .mm = mm, .addr = addr, .v = wb, .off = off, .len = len, .gen = s.gen };
         uint64_t b0, b1;
         block_range(&s, &b0, &b1);

@@ -801,13 +801,13 @@ bool tier_window_has(TierReader *r, const TierStub *s) {
                s->off + tier_rec_len(s) <= r->win_off + r->win_len;
 }
 
-const uint8_t *tier_window_object(TierReader *r, const TierStub *s) {
+const uint8_t *tier_window_object(TierReader *r, const TierStub *s, uint32_t owner) {
         if (!tier_window_has(r, s))
                 return NULL;
-        return tier_unseal(r->t, s, r->buf + (s->off - r->win_off), r->plain) ? r->plain : NULL;
+        return tier_unseal(r->t, s, owner, r->buf + (s->off - r->win_off), r->plain) ? r->plain : NULL;
 }
 
-int tier_read(TierReader *r, const TierStub *s, const uint8_t **obj) {
+int tier_read(TierReader *r, const TierStub *s, uint32_t owner, const uint8_t **obj) {
         Tier *t = r->t;
         uint64_t end = t->nblocks * TIER_BLOCK;
         int e = -EBADMSG;
@@ -836,7 +836,7 @@ int tier_read(TierReader *r, const TierStub *s, const uint8_t **obj) {
                 stat_add(&t->st.read_bytes, stop - start);
                 r->win_off = start;
                 r->win_len = (uint32_t)(stop - start);
-                *obj = tier_window_object(r, s);
+                *obj = tier_window_object(r, s, owner);
                 if (*obj)
                         return 0;
                 /* read again: a torn read of a flaky device is not yet a
