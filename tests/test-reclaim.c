@@ -134,7 +134,14 @@ static void test_limit(void) {
         t = wait_resident(c, 32 << 20, 20);
         fprintf(stderr, "zswapctl limit 32M: resident under it %.2f s after the program touched all of it\n", t);
         ASSERT_TRUE(t >= 0);
-        ASSERT_TRUE(client_stats(c).resident_bytes >= (28 << 20)); /* not much further than asked */
+        /* not much further than asked: the batches in flight when the
+         * limit was met (up to 4 lanes of 2 MiB per client, and one more
+         * a tick may have planned) may still complete; a CI run under
+         * ASan went under an earlier bound of 28 MiB */
+        uint64_t res = client_stats(c).resident_bytes;
+        if (res < (22 << 20))
+                test_fail("limit 32M: resident %llu KiB: evicted further than the batches in flight explain",
+                          (unsigned long long)res >> 10);
         ASSERT_EQ(verify_pages(buf, len, h), 0);
 
         /* garbage is refused by the tool, with nothing changed */
