@@ -213,13 +213,7 @@ static void reap(bool penalty) {
 }
 
 void memread_reap(void) {
-        Reader *r;
-
-        pthread_mutex_lock(&stuck_lock);
-        r = stuck;
-        pthread_mutex_unlock(&stuck_lock);
-        if (r)
-                reap(true);
+        reap(true);
 }
 
 void memread_free(void) {
