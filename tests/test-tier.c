@@ -399,6 +399,26 @@ static void on_sigbus(int sig) {
         siglongjmp(bus_jmp, 1);
 }
 
+/* Read every page (in a child: a poisoned page stays poisoned): intact,
+ * SIGBUS, or with other content. */
+static void read_all_counted(uint8_t *buf, const uint64_t *hashes, unsigned *good, unsigned *bus, unsigned *wrong) {
+        volatile unsigned g = 0, b = 0, w = 0;
+
+        signal(SIGBUS, on_sigbus);
+        for (volatile unsigned i = 0; i < NPAGES; i++) {
+                uint8_t *pg = buf + (size_t)i * ZSWAP_PAGE_SIZE;
+                if (sigsetjmp(bus_jmp, 1)) {
+                        b++;
+                        continue;
+                }
+                if (page_hash(pg) == hashes[i])
+                        g++;
+                else
+                        w++;
+        }
+        *good = g, *bus = b, *wrong = w;
+}
+
 /* Every page's data on the tier is overwritten on disk (the header is
  * left alone): no page may come back with other content. Pages whose
  * record fails to open are poisoned: reading them is a SIGBUS. The
@@ -431,19 +451,8 @@ static void case_corrupt(void) {
                         ASSERT_EQ(pwrite(fd, junk, 1 << 16, (off_t)off), (ssize_t)(1 << 16));
                 close(fd);
                 free(junk);
-                signal(SIGBUS, on_sigbus);
-                volatile unsigned good = 0, bus = 0, wrong = 0;
-                for (volatile unsigned i = 0; i < NPAGES; i++) {
-                        uint8_t *pg = buf + (size_t)i * ZSWAP_PAGE_SIZE;
-                        if (sigsetjmp(bus_jmp, 1)) {
-                                bus++;
-                                continue;
-                        }
-                        if (page_hash(pg) == hashes[i])
-                                good++;
-                        else
-                                wrong++;
-                }
+                unsigned good, bus, wrong;
+                read_all_counted(buf, hashes, &good, &bus, &wrong);
                 ZMsgStatusReply st2 = status(&d);
                 fprintf(stderr, "corrupt: %u intact, %u SIGBUS, %u wrong; %llu pages were on the tier, %llu corrupt\n",
                         good, bus, wrong, (unsigned long long)st.tier_pages, (unsigned long long)st2.tier_corrupt);
@@ -571,19 +580,8 @@ static void case_forge(void) {
                                 clear, (unsigned long long)st.tier_pages);
                         _exit(3);
                 }
-                signal(SIGBUS, on_sigbus);
-                volatile unsigned good = 0, bus = 0, wrong = 0;
-                for (volatile unsigned i = 0; i < NPAGES; i++) {
-                        uint8_t *pg = buf + (size_t)i * ZSWAP_PAGE_SIZE;
-                        if (sigsetjmp(bus_jmp, 1)) {
-                                bus++;
-                                continue;
-                        }
-                        if (page_hash(pg) == hashes[i])
-                                good++;
-                        else
-                                wrong++;
-                }
+                unsigned good, bus, wrong;
+                read_all_counted(buf, hashes, &good, &bus, &wrong);
                 ZMsgStatusReply st2 = status(&d);
                 fprintf(stderr, "forge: no marker in clear; after the forgery %u intact, %u SIGBUS, %u wrong; %llu "
                                 "pages were on the tier, %llu refused\n",
