@@ -143,8 +143,8 @@ struct zswap_client {
 static pthread_mutex_t clients_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct zswap_client *clients;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-/* A fresh random value before each fork (fork_token_new()); the daemon reads
- * it from our memory at FORK_PREPARE, the child names it to claim its
+/* A fresh random value before each fork (fork_token_new()); FORK_PREPARE
+ * (and ADOPT) tell the daemon, the child names it to claim its
  * address space. Once the parent has exited, the token is all that tells a
  * child apart from another process of the same user (do_child_attach() in
  * daemon/manager.c), so it must not be guessable: never a counter. Written
@@ -653,8 +653,7 @@ static void store_accept(struct zswap_client *c, int fd) {
 }
 
 static int attach(struct zswap_client *c, bool with_uffd) {
-        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
-                         .fork_token_addr = (uintptr_t)&fork_token };
+        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES };
         int fds[2] = { c->uffd, c->sync_fd }, rfd[2];
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         int r = request(c, &a, sizeof(a), with_uffd ? fds : NULL, with_uffd ? 2 : 0, NULL, 0, rfd, NULL);
@@ -966,7 +965,7 @@ static void resend_limit(struct zswap_client *c, int sock) {
  * is stale from now on (a later restart must hand over the new one). */
 static int adopt(struct zswap_client *c, int sock, int64_t *pages) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
-                         .fork_token_addr = (uintptr_t)&fork_token };
+                         .fork_token = fork_token };
         int fds[3] = { c->uffd, c->store_fd, c->sync_fd }, rfd[2];
 
         zmsg_init(&a.hdr, ZMSG_ADOPT, 0, sizeof(a));
@@ -1016,8 +1015,7 @@ static int reregister(struct zswap_client *c, int sock) {
  * staging, every range again, the limit again. Our old uffd is closed
  * already. */
 static int attach_anew(struct zswap_client *c, int sock, int spare) {
-        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
-                         .fork_token_addr = (uintptr_t)&fork_token };
+        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES };
         int rfd[2], r;
 
         if (spare < 0)
@@ -1472,7 +1470,7 @@ static void atfork_prepare(void) {
         pthread_mutex_lock(&clients_lock);
         fork_token = fork_token_new(fork_token);
         for (struct zswap_client *c = clients; c; c = c->next_client) {
-                ZMsgHeader h;
+                ZMsgFork h = { .token = fork_token };
                 /* While the agent looks for a new daemon, the fork waits for
                  * the outcome (it would wait in the kernel anyway, until
                  * somebody reads its event): only a daemon that got our
@@ -1482,7 +1480,7 @@ static void atfork_prepare(void) {
                 while (c->recovering)
                         pthread_cond_wait(&c->cond, &c->lock);
                 pthread_mutex_unlock(&c->lock);
-                zmsg_init(&h, ZMSG_FORK_PREPARE, 0, sizeof(h));
+                zmsg_init(&h.hdr, ZMSG_FORK_PREPARE, 0, sizeof(h));
                 /* waits until no page of ours is in flight; a dead daemon
                  * answers at once with ENOTCONN, a stuck one times out */
                 request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
@@ -1508,7 +1506,7 @@ static void atfork_parent(void) {
 
 /* In the child: take over the address space the daemon tracks for us. */
 static int child_reconnect(struct zswap_client *c) {
-        ZMsgChild ch = { .fork_token = fork_token, .fork_token_addr = (uintptr_t)&fork_token,
+        ZMsgChild ch = { .fork_token = fork_token,
                          .staging_addr = (uintptr_t)c->staging };
         int devfd = -1, r;
 

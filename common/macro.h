@@ -24,6 +24,7 @@
 #define _cleanup_(f) __attribute__((cleanup(f)))
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define DIV_ROUND_UP(x, y) (((x) + (y) - 1) / (y))

@@ -29,6 +29,7 @@ size_t zmsg_expected_size(uint16_t type) {
         case ZMSG_STATS:
                 return sizeof(ZMsgStatsReq);
         case ZMSG_FORK_PREPARE:
+                return sizeof(ZMsgFork);
         case ZMSG_FORK_DONE:
                 return sizeof(ZMsgHeader);
         case ZMSG_CHILD_ATTACH:

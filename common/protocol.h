@@ -34,7 +34,7 @@ typedef enum ZMsgType {
         ZMSG_UNREGISTER,       /* ZMsgRange */
         ZMSG_PAGEOUT,          /* ZMsgRange; reply value = pages evicted */
         ZMSG_STATS,            /* ZMsgStatsReq; reply ZMsgStatsReply */
-        ZMSG_FORK_PREPARE,     /* ZMsgHeader; reply when no eviction is in flight */
+        ZMSG_FORK_PREPARE,     /* ZMsgFork; reply when no eviction is in flight */
         ZMSG_FORK_DONE,        /* ZMsgHeader; no reply; eviction resumes */
         ZMSG_CHILD_ATTACH,     /* ZMsgChild; reply ZMsgReply + SCM_RIGHTS the child's uffd and store */
         ZMSG_PAGEOUT_PID,      /* ZMsgPageoutPid (role CONTROL); reply value = pages evicted */
@@ -96,16 +96,26 @@ typedef struct ZMsgAttach {
         ZMsgHeader hdr;
         uint64_t staging_addr;  /* the agent's staging area (UFFDIO_MOVE destination) */
         uint64_t staging_len;
-        uint64_t fork_token_addr; /* where the library keeps its fork token (uint64_t) */
+        uint64_t fork_token;    /* ADOPT: the token of the library's last fork (its
+                                 * FORK_PREPARE may have gone to the dead daemon); 0: none */
 } ZMsgAttach;
 
 typedef struct ZMsgChild {
         ZMsgHeader hdr;
         uint64_t fork_token;      /* the token the child inherited */
-        uint64_t fork_token_addr;
+        uint64_t reserved;        /* 0 */
         uint64_t staging_addr;    /* the inherited client's staging area: names the
                                    * client when the process has several */
 } ZMsgChild;
+
+/* FORK_PREPARE: the token the child of this fork will name at
+ * CHILD_ATTACH (64 random bits, never 0). In the message, not read from
+ * the client's memory: no daemon thread reads what a client may make it
+ * wait for (daemon/memread.h). */
+typedef struct ZMsgFork {
+        ZMsgHeader hdr;
+        uint64_t token;
+} ZMsgFork;
 
 typedef struct ZMsgRange {
         ZMsgHeader hdr;

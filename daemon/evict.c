@@ -700,7 +700,16 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         PageoutOp *op;
         unsigned li;
 
+        /* a read of this client's memory waited past its bound (memread.h):
+         * it is evicted no more; what is asked of it ends with what was
+         * evicted so far */
+        bool stuck = atomic_load_explicit(&mm->read_stuck, memory_order_relaxed);
         for (op = mm->ops; op; op = op->next) {
+                if (stuck && !op->unregister) {
+                        op->cursor = op->end;
+                        op->want = 0;
+                        op->wrapped = true;
+                }
                 if (op->unregister) {
                         /* an unregister waits until nothing of the client is in
                          * flight, then the fault thread puts the pages back */

@@ -62,6 +62,11 @@ typedef struct RaPage {
         uint64_t v, loading;
 } RaPage;
 
+/* A retry's page: there (READY), or being read from its staging slot by
+ * the thread that made it (READING), or given up by an event while that
+ * read was in flight (CANCELLED: the read's completion frees it). */
+enum { RS_READY, RS_READING, RS_CANCELLED };
+
 typedef struct Retry {
         struct Retry *next;
         bool reserved;     /* from a thread's reserve, not malloc */
@@ -73,6 +78,14 @@ typedef struct Retry {
          * in this process, and a daemon that dies meanwhile leaves it to
          * the next one through the slot (adopt.c) */
         Lane *pin;
+        /* a read of the slot nobody waits for (slot_read_async()): the
+         * retry is made at once, READING, and becomes READY when the read
+         * is back. The thread that completes the read only swaps state;
+         * the list it is on belongs to whoever holds serve_lock */
+        _Atomic int state;
+        bool refault;      /* the program's own fault (reclaim's ageing hears of it) */
+        MMClient *mm;      /* READING: a reference for the read, dropped when it is back */
+        MemReadOp op;      /* READING: the read, into page */
         uint8_t page[ZSWAP_PAGE_SIZE];
 } Retry;
 
@@ -89,6 +102,7 @@ struct FaultThread {
         uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not */
         unsigned lost_logged, lost_unlogged;
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
+        MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
         size_t nowned;
@@ -193,6 +207,11 @@ static void retry_unpin(Lane *pin) {
 static void retry_free(FaultThread *ft, Retry *r) {
         retry_unpin(r->pin);
         r->pin = NULL;
+        /* acq_rel: the completion's READY (release) before we free, or our
+         * CANCELLED before it frees */
+        if (atomic_load_explicit(&r->state, memory_order_acquire) != RS_READY &&
+            atomic_exchange_explicit(&r->state, RS_CANCELLED, memory_order_acq_rel) == RS_READING)
+                return; /* its read is in flight: its completion frees it (slot_read_done()) */
         if (r->reserved) {
                 r->next = ft->reserve;
                 ft->reserve = r;
@@ -217,6 +236,10 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
         r->addr = addr;
         r->loading = loading;
         r->pin = NULL;
+        atomic_init(&r->state, RS_READY);
+        r->refault = false;
+        r->mm = NULL;
+        r->op.res = 0;
         r->t0 = ft->fault_t0; /* the fault still waits: its time runs on */
         TRACE(TR_RETRY, addr, loading, 0);
         if (page)
@@ -382,6 +405,89 @@ static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
  * false if the entry changed under us (caller reloads). */
 static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *pin);
 
+#define SLOT_READS_DEPTH 256  /* slot reads one thread has in flight */
+#define SLOT_READS_CLIENT 32  /* of those, for one client */
+
+/*
+ * The read of a staging slot is handed to this thread's queue and not
+ * waited for: the slot is the client's memory, and the client chooses
+ * what is mapped there (a file of a FUSE server that never answers, say:
+ * memread.h). The fault waits, its entry LOADING, and this thread goes on
+ * serving the others. The retry made here holds the page's place from
+ * now on: events that drop or move the page find it (remove_cb(),
+ * remap_cb()), and run_retries() installs it once the read is back
+ * (slot_read_done()). False: not now (no queue, no room, no memory); the
+ * caller reads and waits instead, or serves the fault later.
+ */
+static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, uint32_t slot, Lane *lane,
+                            bool refault) {
+        if (!ft->reads || !memread_queue_has_room(ft->reads) || mm->mem_fd < 0)
+                return false;
+        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        if (!r)
+                return false;
+        /* an fd of the read's own: the ring's worker opens the read's fd
+         * when it starts, and the client's could be closed and its number
+         * reused by then */
+        int fd = fcntl(mm->mem_fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+                free(r);
+                return false;
+        }
+        r->reserved = false;
+        r->addr = addr;
+        r->loading = loading;
+        r->pin = lane;
+        r->t0 = ft->fault_t0; /* timed to the install */
+        r->refault = refault;
+        r->mm = mmclient_ref(mm);
+        atomic_init(&r->state, RS_READING);
+        r->op = (MemReadOp){ .fd = fd, .off = mmclient_slot_addr(mm, slot), .buf = r->page, .len = ZSWAP_PAGE_SIZE,
+                             .uid = mm->uid };
+        /* What the slot holds is decided now, as a read made here would
+         * decide it: the moved page, or the zero page, after which the
+         * agent's move of this page fails and it stays where it is (race 2
+         * in docs/page-lifecycle.md). EAGAIN (an event is queued) leaves it
+         * to the read; an event that drops or moves this page poisons the
+         * slot itself (remove_cb(), remap_cb()) */
+        (void)mmclient_slot_zero(mm, slot);
+        if (memread_queue_submit(ft->reads, &r->op) < 0) {
+                close(fd);
+                mmclient_unref(mm);
+                free(r);
+                return false;
+        }
+        TRACE(TR_RETRY, addr, loading, 1);
+        /* relaxed: a bound, read by this client's faults, which run under
+         * serve_lock as we do */
+        atomic_fetch_add_explicit(&mm->slot_reads, 1, memory_order_relaxed);
+        r->next = mm->retries;
+        mm->retries = r;
+        ft->fault_t0 = 0;
+        return true;
+}
+
+/* A slot read of this thread's is back (or given up at exit: -ECANCELED).
+ * No lock: the retry is on its client's list, which serve_lock guards;
+ * only its state changes here, and whoever holds the lock next installs
+ * it (run_retries(): this thread looks at every client it watches). */
+static void slot_read_done(FaultThread *ft, MemReadOp *op) {
+        Retry *r = container_of(op, Retry, op);
+        MMClient *mm = r->mm;
+
+        close(op->fd);
+        atomic_fetch_sub_explicit(&mm->slot_reads, 1, memory_order_relaxed);
+        /* release: the page the kernel wrote, to whoever installs it */
+        if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_acq_rel) == RS_CANCELLED) {
+                /* taken off its list by an event already (retry_free()) */
+                free(r);
+        } else {
+                atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
+                ft->retry_due = true;
+        }
+        mmclient_unref(mm);
+}
+
 static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
                        bool refault) {
         uint32_t slot = pe_slot(v);
@@ -398,10 +504,26 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
          * releases the lane: either it sees us, or we see the entry changed */
         atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
         uint64_t loading = pe_make_loading(v) | (final & PE_FLAG_INCOMPRESSIBLE);
+        if (ft->reads &&
+            (atomic_load_explicit(&mm->slot_reads, memory_order_relaxed) >= SLOT_READS_CLIENT ||
+             !memread_queue_has_room(ft->reads))) {
+                /* no read of this one now: the fault is served again once
+                 * a read of this thread's is back. Only a client with many
+                 * slot reads that do not come back waits for it. The retry
+                 * keeps our pin: the slot must hold the page until then */
+                retry_add(ft, mm, addr, 0, NULL);
+                if (mm->retries && mm->retries->addr == addr && !mm->retries->loading && !mm->retries->pin)
+                        mm->retries->pin = lane;
+                /* else (no memory for the retry) the pin stays: a lane kept
+                 * for ever rather than a page lost */
+                return true;
+        }
         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_seq_cst, memory_order_seq_cst)) {
                 atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
                 return false;
         }
+        if (slot_read_async(ft, mm, addr, loading, slot, lane, refault))
+                return true; /* the retry holds the lane now */
         int r = mmclient_read(mm, mmclient_slot_addr(mm, slot), ft->page, ZSWAP_PAGE_SIZE);
         TRACE(TR_SLOT, addr, v, (uint64_t)(uint32_t)r | ((uint64_t *)ft->page)[1] << 32);
         if (r < 0) {
@@ -808,6 +930,15 @@ static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *
         return true;
 }
 
+/* A page whose slot read is in flight, dropped or moved by an event: the
+ * agent's move of it, should it not have happened, must not happen now
+ * (a new mapping's page may be at its old address). moving_cancel() does
+ * the same for a page nobody claimed. */
+static void retry_poison(MMClient *mm, Retry *r) {
+        if (atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING)
+                mmclient_slot_poison(mm, pe_slot(r->loading));
+}
+
 static void retry_drop(FaultThread *ft, Retry **p) {
         Retry *r = *p;
         *p = r->next;
@@ -866,6 +997,7 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (pe_state(v) == PE_LOADING) {
                 Retry **p = retry_find(c->mm, addr);
                 if (p) {
+                        retry_poison(c->mm, *p);
                         mmclient_release_payload(c->mm, (*p)->loading);
                         retry_drop(c->ft, p);
                         atomic_store_explicit(e, 0, memory_order_release);
@@ -969,6 +1101,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (pe_state(atomic_load_explicit(ne, memory_order_acquire)) == PE_LOADING) {
                 Retry **p = retry_find(c->mm, to);
                 if (p) {
+                        retry_poison(c->mm, *p);
                         mmclient_release_payload(c->mm, (*p)->loading);
                         retry_drop(c->ft, p);
                         atomic_store_explicit(ne, 0, memory_order_release);
@@ -1012,8 +1145,10 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         v = nv;
         if (pe_state(v) == PE_LOADING) {
                 Retry **p = retry_find(c->mm, addr);
-                if (p)
+                if (p) {
+                        retry_poison(c->mm, *p);
                         (*p)->addr = to;
+                }
                 uffd_wake(c->mm->uffd, addr);
         } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED) {
                 /* the worker and the manager know the page by its old
@@ -1171,7 +1306,18 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 break;
         case PE_LOADING: {
                 Retry **p = retry_find(c->mm, addr);
-                if (p && (*p)->loading) {
+                if (p && (*p)->loading && atomic_load_explicit(&(*p)->state, memory_order_acquire) == RS_READING) {
+                        /* its slot's read is in flight (the retry keeps the
+                         * lane): the child needs the page now. A fork the
+                         * library did not announce (it pauses eviction
+                         * first): read it here, bounded (memread.h) */
+                        if (mmclient_read(c->mm, mmclient_slot_addr(c->mm, pe_slot((*p)->loading)), c->ft->page,
+                                          ZSWAP_PAGE_SIZE) == 0) {
+                                src = c->ft->page;
+                                len = ZSWAP_PAGE_SIZE;
+                        } else
+                                c->errors++;
+                } else if (p && (*p)->loading && (*p)->op.res == 0) {
                         src = (*p)->page;
                         len = ZSWAP_PAGE_SIZE;
                 } else if (!p)
@@ -1429,17 +1575,33 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
         while (list) {
                 Retry *r = list;
                 list = r->next;
+                /* acquire: the page the read put there (slot_read_done()) */
+                if (atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING) {
+                        /* its read is still in flight: it stays */
+                        r->next = mm->retries;
+                        mm->retries = r;
+                        continue;
+                }
                 ft->fault_t0 = r->t0;
                 if (!r->loading)
                         serve(ft, mm, r->addr, true, false);
-                else {
+                else if (r->op.res < 0) {
+                        /* the slot read failed: the client is gone or broke
+                         * its staging area; nothing to install */
+                        _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
+                        if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading) {
+                                mmclient_release_payload(mm, r->loading);
+                                atomic_store_explicit(e, 0, memory_order_release);
+                                uffd_wake(mm->uffd, r->addr);
+                        }
+                } else {
                         _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
                         Lane *pin = r->pin;
                         r->pin = NULL;
                         if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
                                 install(ft, mm, r->addr, e, r->loading, r->page,
                                         (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0, false,
-                                        false);
+                                        r->refault);
                         /* put off again: the new retry keeps the slot */
                         if (!retry_keep_pin(mm, r->addr, r->loading, pin))
                                 retry_unpin(pin);
@@ -1729,6 +1891,26 @@ static void pin_to_cpu(FaultThread *ft) {
         }
 }
 
+static char reads_tag; /* epoll: the slot read queue's fd (the inbox's is NULL) */
+
+/* Slot reads that are back, and those past their bound (memread.h): a
+ * client whose read waits that long loses its process, and its user is
+ * refused while the read waits; the fault stays LOADING until the read
+ * is back, as it waits for nothing of ours. */
+static void run_reads(FaultThread *ft, bool ready) {
+        if (!ft->reads)
+                return;
+        for (MemReadOp *op = ready ? memread_queue_complete(ft->reads) : NULL; op;) {
+                MemReadOp *next = op->next;
+                slot_read_done(ft, op);
+                op = next;
+        }
+        for (MemReadOp *op; (op = memread_queue_overdue(ft->reads, now_ns()));) {
+                Retry *r = container_of(op, Retry, op);
+                mmclient_read_overdue(r->mm, r->addr);
+        }
+}
+
 static void *fault_thread_main(void *arg) {
         FaultThread *ft = arg;
         struct epoll_event evs[16];
@@ -1754,8 +1936,11 @@ static void *fault_thread_main(void *arg) {
                  * fault; 0 turns it off. */
                 bool spinning = spin_ns && now_ns() < spin_until;
                 int timeout = spinning ? 0 : (ft->retry_due || ft->restores) ? 1 : -1;
+                int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
+                if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
+                        timeout = reads_due;
                 int n = epoll_wait(ft->epfd, evs, ELEMENTSOF(evs), timeout);
-                bool inbox = false;
+                bool inbox = false, reads = false;
 
                 if (n > 0 && spin_ns)
                         spin_until = now_ns() + spin_ns;
@@ -1767,8 +1952,14 @@ static void *fault_thread_main(void *arg) {
                                 inbox = true;
                                 continue;
                         }
+                        if (evs[i].data.ptr == &reads_tag) {
+                                reads = true;
+                                continue;
+                        }
                         service(ft, evs[i].data.ptr);
                 }
+                if (ft->reads)
+                        run_reads(ft, reads);
                 /* an mm may be disowned by the inbox: only after this batch
                  * of events, whose pointers refer to it, is done */
                 if (inbox)
@@ -1814,6 +2005,17 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
                 r = negative_errno();
                 goto fail;
         }
+        /* without io_uring, slot reads are made in this thread (memread.h) */
+        r = memread_queue_new(SLOT_READS_DEPTH, &ft->reads);
+        if (r < 0 && r != -ENOSYS)
+                goto fail;
+        if (ft->reads) {
+                struct epoll_event rev = { .events = EPOLLIN, .data.ptr = &reads_tag };
+                if (epoll_ctl(ft->epfd, EPOLL_CTL_ADD, memread_queue_fd(ft->reads), &rev) < 0) {
+                        r = negative_errno();
+                        goto fail;
+                }
+        }
         r = -pthread_create(&ft->thread, NULL, fault_thread_main, ft);
         if (r < 0)
                 goto fail;
@@ -1858,6 +2060,17 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 Work *n = ft->restores->next;
                 work_free(ft->restores);
                 ft->restores = n;
+        }
+        /* the slot reads still in flight come back (or are left to the
+         * kernel, with what they hold, if a client's file system keeps
+         * them): their retries become READY or are freed, as any read's */
+        MemReadOp *left;
+        memread_queue_free(ft->reads, &left);
+        ft->reads = NULL;
+        while (left) {
+                MemReadOp *next = left->next;
+                slot_read_done(ft, left);
+                left = next;
         }
         while (ft->reserve) {
                 Retry *r = ft->reserve;

@@ -13,6 +13,7 @@
 #include "inject.h"
 #include "log.h"
 #include "manager.h"
+#include "memread.h"
 #include "sd-daemon.h"
 #include "trace.h"
 #include "util.h"
@@ -43,6 +44,8 @@ static void help(void) {
                "                          (0: good; 2: the first error, as file:line: why)\n"
                "      --no-mlock          do not lock the daemon's memory\n"
                "      --no-sandbox        keep every capability, install no system call filter\n"
+               "      --read-bound-ms N   a read of a client's memory that waits N ms ends that client\n"
+               "                          (default 1000)\n"
                "  -o, --set KEY=VALUE     set one policy key (zswapd.conf(5)); wins over the file\n"
                "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
                "  -v, --verbose           log debug messages\n"
@@ -56,7 +59,7 @@ static void help(void) {
 static bool no_config;    /* --no-config: not even the default file */
 static bool check_config; /* --check-config: read the configuration, say if it is good, exit */
 
-enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX, OPT_CHECK_CONFIG }; /* long options only */
+enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX, OPT_CHECK_CONFIG, OPT_READ_BOUND }; /* long options only */
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
         char *end;
@@ -83,6 +86,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "no-config", no_argument, NULL, 'N' },         { "version", no_argument, NULL, 'V' },
                 { "no-mlock", no_argument, NULL, OPT_NO_MLOCK }, { "no-sandbox", no_argument, NULL, OPT_NO_SANDBOX },
                 { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+                { "read-bound-ms", required_argument, NULL, OPT_READ_BOUND },
                 {}
         };
         unsigned level;
@@ -206,6 +210,15 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 case OPT_CHECK_CONFIG:
                         check_config = true;
                         break;
+                case OPT_READ_BOUND: {
+                        unsigned ms;
+                        if (parse_uint(optarg, 10, 3600000, &ms) < 0) {
+                                fprintf(stderr, "zswapd: --read-bound-ms takes 10..3600000\n");
+                                return -EINVAL;
+                        }
+                        memread_set_bound_ms(ms);
+                        break;
+                }
                 case OPT_NO_SANDBOX:
                         cfg->sandbox = false;
                         cfg->cli_set |= 1u << DKEY_SANDBOX;

@@ -199,11 +199,8 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         }
         if (type == ZMSG_FORK_PREPARE) {
                 /* nothing of ours is in flight, every event and hand-back
-                 * so far is handled: note the token of this fork */
-                uint64_t token = 0;
-                if (mm->fork_token_addr)
-                        mmclient_read(mm, mm->fork_token_addr, &token, sizeof(token));
-                atomic_store_explicit(&mm->next_fork_token, token, memory_order_relaxed);
+                 * so far is handled: the token of this fork counts now */
+                atomic_store_explicit(&mm->next_fork_token, mm->fork_token_announced, memory_order_relaxed);
                 return 0;
         }
         if (type == ZMSG_REGISTER) {
@@ -448,7 +445,6 @@ static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
 static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
         mm->staging_addr = a->staging_addr;
         mm->nlanes = nlanes;
-        mm->fork_token_addr = a->fork_token_addr;
 }
 
 /* A new client address space of connection c starts being served: an id,
@@ -611,11 +607,9 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
         /* a fork may be waiting for us to read its event: the FORK_PREPARE
-         * that announced its token went to the dead daemon, and the token
-         * is in the client's memory already */
-        uint64_t token = 0;
-        if (a->fork_token_addr && mmclient_read(mm, a->fork_token_addr, &token, sizeof(token)) == 0)
-                atomic_store_explicit(&mm->next_fork_token, token, memory_order_relaxed);
+         * that announced its token went to the dead daemon, and the client
+         * names it again */
+        atomic_store_explicit(&mm->next_fork_token, a->fork_token, memory_order_relaxed);
         if (has_ev && ev.to == STORE_EVENT_GONE)
                 log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) gone", (int)c->pid,
                          (unsigned long long)ev.start, (unsigned long long)ev.end);
@@ -652,7 +646,6 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
 
 static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t nfds) {
         MMClient *found = NULL;
-        uint64_t token = 0;
         pid_t ppid = 0;
 
         if (c->role != ZROLE_CHILD || c->mm)
@@ -667,8 +660,9 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
         for (MMClient *mm = m->orphans; mm; mm = mm->next)
                 /* the forked child of its parent, or, once that parent
                  * exited (the child has another parent now), a process of
-                 * the same user: the token, a secret of the two processes
-                 * that the child's memory must hold (below), decides */
+                 * the same user: the token, a secret of the two processes,
+                 * names the child, and the proof below that its uffd acts
+                 * on the caller's address space decides */
                 if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->origin_staging == ch->staging_addr &&
                     (mm->parent_pid == ppid || (mm->uid == c->uid && mmclient_parent_gone(mm)))) {
                         found = mm;
@@ -693,11 +687,6 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
          * process that connected with one lane of the staging area it
          * inherited (registered on that uffd already) */
         int r = mm_bind_proven(c, found, ch->staging_addr, (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE);
-        /* the token the child names must be what its memory says */
-        if (r == 0)
-                r = mmclient_read(found, ch->fork_token_addr, &token, sizeof(token));
-        if (r == 0 && token != ch->fork_token)
-                r = -EPERM;
         if (r < 0) {
                 /* unbind again: the orphan keeps waiting for its real owner */
                 mmclient_unbind(found);
@@ -1104,6 +1093,7 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
         case ZMSG_FORK_PREPARE:
                 if (!ready)
                         return -ENOTCONN;
+                mm->fork_token_announced = ((const ZMsgFork *)buf)->token;
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
                 mm->fork_reply_id = h->id;

@@ -23,8 +23,15 @@ typedef struct Reader {
         size_t cap;
         uid_t uid;          /* abandoned: whose read it was */
         uint64_t since_ns;  /* and when */
+        /* no ring of its own: the overdue read of a MemReadQueue, which
+         * sets completed (release) when it comes back */
+        bool queued;
+        atomic_bool completed;
+        uint64_t completed_ns; /* when reap() saw it complete; 0: not yet */
         struct Reader *next;
 } Reader;
+
+static void stuck_add(Reader *r);
 
 static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
 static Reader *stuck; /* abandoned reads, under stuck_lock */
@@ -32,7 +39,21 @@ static Reader *stuck; /* abandoned reads, under stuck_lock */
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t key; /* a thread's Reader, freed when the thread exits */
 static _Thread_local Reader *mine;
-static atomic_bool no_uring; /* io_uring_setup() failed once: pread() from now on */
+static atomic_bool no_uring;
+static _Atomic unsigned bound_ms = MEMREAD_BOUND_MS; /* relaxed: set once, before the threads start */
+
+void memread_set_bound_ms(unsigned ms) {
+        atomic_store_explicit(&bound_ms, ms, memory_order_relaxed);
+}
+
+unsigned memread_bound_ms(void) {
+        return atomic_load_explicit(&bound_ms, memory_order_relaxed);
+}
+
+static uint64_t bound_ns(void) {
+        return (uint64_t)atomic_load_explicit(&bound_ms, memory_order_relaxed) * 1000000u;
+}
+ /* io_uring_setup() failed once: pread() from now on */
 
 static void reader_free(Reader *r) {
         if (!r)
@@ -96,10 +117,7 @@ static void abandon(uid_t uid) {
         (void)pthread_setspecific(key, NULL);
         r->uid = uid;
         r->since_ns = now_ns();
-        pthread_mutex_lock(&stuck_lock);
-        r->next = stuck;
-        stuck = r;
-        pthread_mutex_unlock(&stuck_lock);
+        stuck_add(r);
 }
 
 static int pread_all(int fd, uint64_t off, void *buf, size_t len) {
@@ -120,7 +138,7 @@ static int pread_all(int fd, uint64_t off, void *buf, size_t len) {
 
 int memread_view(int fd, uint64_t off, size_t len, uid_t uid, const uint8_t **out) {
         Reader *r = reader_get(len);
-        uint64_t deadline = now_ns() + (uint64_t)MEMREAD_BOUND_MS * 1000000u;
+        uint64_t deadline = now_ns() + bound_ns();
         size_t done = 0;
 
         if (!r)
@@ -193,6 +211,13 @@ unsigned memread_stuck(uid_t uid) {
         return n;
 }
 
+static void stuck_add(Reader *r) {
+        pthread_mutex_lock(&stuck_lock);
+        r->next = stuck;
+        stuck = r;
+        pthread_mutex_unlock(&stuck_lock);
+}
+
 static void reap(bool penalty) {
         uint64_t now = now_ns();
 
@@ -200,11 +225,25 @@ static void reap(bool penalty) {
         for (Reader **p = &stuck; *p;) {
                 Reader *r = *p;
                 struct io_uring_cqe *cqe;
-                bool served = !penalty || now - r->since_ns >= (uint64_t)MEMREAD_PENALTY_MS * 1000000u;
-                if (served && io_uring_peek_cqe(&r->ring, &cqe) == 0) {
+                if (!r->completed_ns) {
+                        bool back = r->queued ? atomic_load_explicit(&r->completed, memory_order_acquire)
+                                              : io_uring_peek_cqe(&r->ring, &cqe) == 0;
+                        if (back) {
+                                r->completed_ns = now;
+                                log_info("uid %u: a read of its memory set aside %llu ms ago has completed", r->uid,
+                                         (unsigned long long)((now - r->since_ns) / 1000000u));
+                        }
+                }
+                /* a read that waited long keeps counting a while after it
+                 * completed: a client whose memory answers only just after
+                 * the bound cannot hold a thread again and again. One that
+                 * came soon after the bound (a fork of a large process
+                 * holding its mmap lock) goes at once */
+                bool long_wait = r->completed_ns && r->completed_ns - r->since_ns >= MEMREAD_LONG_NS;
+                bool served = r->completed_ns &&
+                              (!penalty || !long_wait || now - r->completed_ns >= (uint64_t)MEMREAD_PENALTY_MS * 1000000u);
+                if (served) {
                         *p = r->next;
-                        log_info("uid %u: a read of its memory abandoned %llu s ago has completed", r->uid,
-                                 (unsigned long long)((now - r->since_ns) / 1000000000u));
                         reader_free(r);
                 } else
                         p = &r->next;
@@ -223,4 +262,196 @@ void memread_free(void) {
                 mine = NULL;
         }
         reap(false);
+}
+
+/* ---- reads nobody waits for ---- */
+
+struct MemReadQueue {
+        struct io_uring ring;
+        unsigned depth, inflight;
+        MemReadOp *live, *live_tail; /* in flight, oldest first, not overdue */
+        MemReadOp *late;             /* in flight, reported overdue */
+};
+
+int memread_queue_new(unsigned depth, MemReadQueue **ret) {
+        MemReadQueue *q;
+
+        if (atomic_load_explicit(&no_uring, memory_order_relaxed))
+                return -ENOSYS;
+        q = calloc(1, sizeof(*q));
+        if (!q)
+                return -ENOMEM;
+        int e = uring_init(depth, &q->ring, 0);
+        if (e < 0) {
+                free(q);
+                if (!atomic_exchange_explicit(&no_uring, true, memory_order_relaxed))
+                        log_warn("no io_uring (%s): reads of clients' memory are made with pread(), which a "
+                                 "client can make wait without bound",
+                                 strerror(-e));
+                return -ENOSYS;
+        }
+        q->depth = depth;
+        *ret = q;
+        return 0;
+}
+
+int memread_queue_fd(const MemReadQueue *q) {
+        return q->ring.ring_fd;
+}
+
+bool memread_queue_has_room(const MemReadQueue *q) {
+        return q->inflight < q->depth;
+}
+
+static void op_unlink(MemReadQueue *q, MemReadOp *op) {
+        if (op->prev)
+                op->prev->next = op->next;
+        else if (op->overdue)
+                q->late = op->next;
+        else
+                q->live = op->next;
+        if (op->next)
+                op->next->prev = op->prev;
+        else if (!op->overdue)
+                q->live_tail = op->prev;
+        op->prev = op->next = NULL;
+        q->inflight--;
+}
+
+int memread_queue_submit(MemReadQueue *q, MemReadOp *op) {
+        if (q->inflight >= q->depth)
+                return -EBUSY;
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+        if (!sqe)
+                return -EBUSY;
+        io_uring_prep_read(sqe, op->fd, op->buf, op->len, op->off);
+        sqe->flags |= IOSQE_ASYNC; /* in the ring's worker, never in this thread */
+        io_uring_sqe_set_data(sqe, op);
+        /* listed before it is submitted: an SQE that io_uring_submit()
+         * fails to hand over stays in the queue, and the next submit
+         * (memread_queue_complete(), memread_queue_overdue()) takes it */
+        op->res = 0;
+        op->since_ns = now_ns();
+        op->overdue = false;
+        op->stuck = NULL;
+        op->next = NULL;
+        op->prev = q->live_tail;
+        if (q->live_tail)
+                q->live_tail->next = op;
+        else
+                q->live = op;
+        q->live_tail = op;
+        q->inflight++;
+        while (io_uring_submit(&q->ring) == -EINTR)
+                ;
+        return 0;
+}
+
+static void resubmit(MemReadQueue *q) {
+        if (io_uring_sq_ready(&q->ring) > 0)
+                (void)io_uring_submit(&q->ring);
+}
+
+static void op_done(MemReadQueue *q, MemReadOp *op, int res) {
+        op_unlink(q, op);
+        if (res == (int)op->len)
+                op->res = 0;
+        else if (res == 0)
+                op->res = -ESRCH; /* that address space is gone */
+        else if (res > 0 || res == -EIO)
+                op->res = -EFAULT;
+        else
+                op->res = res;
+        if (op->stuck) {
+                /* the stuck list owns it; it may go once we let go */
+                atomic_store_explicit(&((Reader *)op->stuck)->completed, true, memory_order_release);
+                op->stuck = NULL;
+        }
+}
+
+MemReadOp *memread_queue_complete(MemReadQueue *q) {
+        MemReadOp *done = NULL, **tail = &done;
+        struct io_uring_cqe *cqe;
+
+        resubmit(q);
+        while (io_uring_peek_cqe(&q->ring, &cqe) == 0) {
+                MemReadOp *op = io_uring_cqe_get_data(cqe);
+                int res = cqe->res;
+                io_uring_cqe_seen(&q->ring, cqe);
+                if (!op)
+                        continue;
+                op_done(q, op, res);
+                *tail = op;
+                tail = &op->next;
+        }
+        return done;
+}
+
+MemReadOp *memread_queue_overdue(MemReadQueue *q, uint64_t now) {
+        MemReadOp *op = q->live;
+
+        resubmit(q);
+        if (!op || now - op->since_ns < bound_ns())
+                return NULL;
+        /* from live to late, counted against its user from now on */
+        op_unlink(q, op);
+        q->inflight++;
+        op->overdue = true;
+        op->next = q->late;
+        if (q->late)
+                q->late->prev = op;
+        q->late = op;
+        Reader *r = calloc(1, sizeof(*r));
+        if (r) {
+                r->queued = true;
+                r->uid = op->uid;
+                r->since_ns = now;
+                op->stuck = r;
+                stuck_add(r);
+        }
+        return op;
+}
+
+int memread_queue_timeout_ms(const MemReadQueue *q, uint64_t now) {
+        if (!q->live)
+                return -1;
+        uint64_t due = q->live->since_ns + bound_ns();
+        return due <= now ? 0 : (int)((due - now + 999999u) / 1000000u);
+}
+
+void memread_queue_free(MemReadQueue *q, MemReadOp **left) {
+        MemReadOp *rest = NULL, **tail = &rest;
+
+        *left = NULL;
+        if (!q)
+                return;
+        /* cancel what the kernel can cancel, and take back every read that
+         * comes back within the bound: a read still waiting on a client's
+         * file system after that keeps its op, its buffer and the ring (the
+         * kernel may write them yet); the process is exiting */
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+        if (sqe) {
+                io_uring_prep_cancel(sqe, NULL, IORING_ASYNC_CANCEL_ANY);
+                io_uring_sqe_set_data(sqe, NULL);
+                (void)io_uring_submit(&q->ring);
+        }
+        uint64_t deadline = now_ns() + (uint64_t)MEMREAD_BOUND_MS * 1000000u;
+        while (q->inflight > 0) {
+                *tail = memread_queue_complete(q);
+                while (*tail)
+                        tail = &(*tail)->next;
+                uint64_t now = now_ns();
+                if (q->inflight == 0 || now >= deadline)
+                        break;
+                struct io_uring_cqe *cqe;
+                struct __kernel_timespec ts = { .tv_nsec = (long long)MIN(deadline - now, 100000000ull) };
+                (void)io_uring_wait_cqe_timeout(&q->ring, &cqe, &ts);
+        }
+        *left = rest;
+        if (q->inflight > 0) {
+                log_warn("%u reads of clients' memory still wait at exit: left to the kernel", q->inflight);
+                return;
+        }
+        io_uring_queue_exit(&q->ring);
+        free(q);
 }

@@ -452,17 +452,24 @@ int mmclient_read_view(MMClient *mm, uint64_t addr, size_t len, const uint8_t **
          * never by pid (a pid can be reused and a process can exec), and
          * never waiting on the client past a bound (memread.h) */
         int r = memread_view(mm->mem_fd, addr, len, mm->uid, out);
-        if (r != -ETIMEDOUT)
-                return r;
-        /* something the client chose waits in the kernel where we read: it
-         * loses its service, and the process, should it still be there */
-        log_error("pid %d (uid %u): a read of its memory at %#llx has waited %u ms: killed; its user is refused "
-                  "while the read waits",
-                  (int)mm->pid, mm->uid, (unsigned long long)addr, MEMREAD_BOUND_MS);
-        atomic_store_explicit(&mm->read_stuck, true, memory_order_relaxed);
-        if (mm->pidfd >= 0)
-                (void)syscall(SYS_pidfd_send_signal, mm->pidfd, SIGKILL, NULL, 0);
-        return -ESRCH;
+        if (r == -ETIMEDOUT)
+                mmclient_read_overdue(mm, addr);
+        return r;
+}
+
+void mmclient_read_overdue(MMClient *mm, uint64_t addr) {
+        /* Something waits in the kernel where we read: a file system the
+         * client mapped there that does not answer, or only the client's
+         * own mmap lock, held long (a fork of a large process), or a host
+         * that swaps. Never a reason to kill a process: this client is
+         * evicted no more (its pages stay where they are, those in flight
+         * are handed back), and its user is refused new connections while
+         * the read waits (memread_stuck()) */
+        if (atomic_exchange_explicit(&mm->read_stuck, true, memory_order_relaxed))
+                return;
+        log_error("pid %d (uid %u): a read of its memory at %#llx has waited %u ms: it is evicted no more, and its "
+                  "user is refused new connections while the read waits",
+                  (int)mm->pid, mm->uid, (unsigned long long)addr, memread_bound_ms());
 }
 
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
@@ -483,9 +490,28 @@ int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm) 
         return 0;
 }
 
+int mmclient_slot_zero(MMClient *mm, uint32_t slot) {
+        struct uffdio_zeropage z = { .range = { .start = mmclient_slot_addr(mm, slot), .len = ZSWAP_PAGE_SIZE } };
+
+        /* through the client's uffd (its staging area is registered
+         * there): no read of the client's memory, nothing a client can
+         * make wait */
+        return ioctl(mm->uffd, UFFDIO_ZEROPAGE, &z) == 0 ? 0 : negative_errno();
+}
+
 void mmclient_slot_poison(MMClient *mm, uint32_t slot) {
         uint8_t byte;
-        mmclient_read(mm, mmclient_slot_addr(mm, slot), &byte, 1);
+
+        /* EEXIST: the slot is populated already (the move happened, or an
+         * earlier poison); ENOENT, EINVAL: the client took its staging
+         * area off its uffd, and no move of its agent can land there
+         * either; ESRCH: it is gone. EAGAIN: an event of the client's is
+         * queued, unread. Its agent's moves fail meanwhile too, but not
+         * once it has been read, which may be before we could poison:
+         * read the slot instead, which maps the zero page whatever is
+         * queued (bounded, memread.h) */
+        if (mmclient_slot_zero(mm, slot) == -EAGAIN)
+                mmclient_read(mm, mmclient_slot_addr(mm, slot), &byte, 1);
 }
 
 /* ---- regions (sorted, non-overlapping) ---- */

@@ -125,11 +125,13 @@ typedef struct MMClient {
         uint64_t staging_addr;
         unsigned nlanes;
         Lane lanes[LANES_MAX];
-        uint64_t fork_token_addr;
         uint64_t fork_token; /* children: the parent's token at the fork */
-        /* the token the client announced for its next fork (read from its
-         * memory at FORK_PREPARE); written by the manager, read by the fault
-         * thread when the FORK event comes: relaxed, the sync orders it */
+        /* the token of the FORK_PREPARE being answered; manager only */
+        uint64_t fork_token_announced;
+        /* the token the client announced for its next fork (FORK_PREPARE,
+         * or ADOPT); written by the manager once nothing of the client's is
+         * in flight, read by the fault thread when the FORK event comes:
+         * relaxed, the sync orders it */
         _Atomic uint64_t next_fork_token;
         pid_t parent_pid;    /* children: who forked them (by value: the parent may go first) */
         int parent_pidfd;    /* children: the parent's pidfd at the fork (-1 if none): has it exited? */
@@ -147,6 +149,7 @@ typedef struct MMClient {
         pthread_mutex_t serve_lock;
         struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
         _Atomic bool has_retries; /* retries != NULL, readable without the lock */
+        _Atomic unsigned slot_reads; /* of the retries, reads of a staging slot in flight (fault.c) */
         _Atomic bool kick;     /* a thread found serve_lock taken: the holder reads the uffd again */
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
@@ -276,10 +279,13 @@ static inline uint64_t mmclient_slot_addr(const MMClient *mm, uint32_t slot) {
         return mm->staging_addr + (uint64_t)slot * ZSWAP_PAGE_SIZE;
 }
 
-/* Read one byte of a staging slot: maps the zero page there if it is
- * empty, and UFFDIO_MOVE refuses a populated destination, so a move into
- * that slot can no longer happen (docs/page-lifecycle.md). */
+/* Map the zero page at a staging slot if it is empty (UFFDIO_ZEROPAGE):
+ * UFFDIO_MOVE refuses a populated destination, so a move into that slot
+ * can no longer happen (docs/page-lifecycle.md). */
 void mmclient_slot_poison(MMClient *mm, uint32_t slot);
+/* The same, UFFDIO_ZEROPAGE only: 0 or -errno (-EAGAIN: an event is
+ * queued, unread). */
+int mmclient_slot_zero(MMClient *mm, uint32_t slot);
 #define PM_PRESENT ((uint64_t)1 << 63)
 #define PM_SWAP ((uint64_t)1 << 62)
 #define PM_FILE ((uint64_t)1 << 61)
@@ -297,6 +303,10 @@ bool mmclient_parent_gone(const MMClient *mm);
 /* Read len bytes at remote addr of the client, through its mem fd (never
  * by pid). -ESRCH: the address space is gone (the process exited or
  * exec'd); -EFAULT: not mapped. */
+/* A read of mm's memory at addr has waited past the bound (memread.h):
+ * mm is evicted no more (evict.c), said once. Any thread. */
+void mmclient_read_overdue(MMClient *mm, uint64_t addr);
+
 /* mmclient_read() into the calling thread's buffer (memread_view()): *out
  * is valid until its next read of a client's memory. */
 int mmclient_read_view(MMClient *mm, uint64_t addr, size_t len, const uint8_t **out);

@@ -37,22 +37,29 @@
  * userfaultfd of its own that it never answers. Three raw connections:
  * two choose a page to evict, and when the daemon has asked their agent
  * to move it, register their staging area on that second uffd and drop
- * the page (MADV_DONTNEED): the daemon's fault thread then reads the
- * page's staging slot to cancel the move; the third names such memory as
- * its fork token and sends FORK_PREPARE, which the manager answers after
- * reading the token. A pread() of /proc/PID/mem waits there until the
- * daemon is killed (both fault threads and the manager held: the honest
- * client cannot even connect); the daemon's reads go through an io_uring
- * worker with a bound (memread.h), and the honest client's pageout and
- * read-back must complete, every page identical, while the attacker
- * still holds its uffds. The FORK_PREPARE must be answered.
+ * the page (MADV_DONTNEED): the daemon's fault thread then cancels the
+ * move by mapping the zero page at the page's staging slot; the third
+ * puts its fork token in such memory and sends FORK_PREPARE, which must
+ * be answered (the token comes in the message; nothing reads that page).
+ * A pread() of /proc/PID/mem would wait there until the daemon is killed;
+ * the honest client's pageout and read-back must complete, every page
+ * identical, while the attacker still holds its uffds.
  *
- * fuse: the same user maps, over its fork token, a page of a file whose
- * FUSE server (this test, as root) never answers a READ, and sends
- * FORK_PREPARE. Any thread's read of that page waits until the server
- * answers or goes away. The manager must go on serving the honest client;
- * the read is abandoned after its bound, the attacker killed, and its user
- * refused new connections while the read waits.
+ * fuse: the same user, on two connections, moves a page of its own into
+ * its staging slot as the daemon asked, puts a page of a file whose FUSE
+ * server (this test, as root) never answers a READ in the slot's place,
+ * and touches the page: the daemon's fault threads must read the slot to
+ * serve those faults. The daemon runs with a read bound longer than the
+ * test. Both faults stay held, the server holding both READs, while the
+ * honest client's whole job completes: no fault thread waits for a read
+ * (a thread that did would hold the honest client until the bound). When
+ * the server goes away the reads fail and the attacker's faults are
+ * answered.
+ *
+ * fuse-bound: one such connection with the default bound: the read is
+ * reported past its bound, the attacker is not killed but evicted no
+ * more, its user refused new connections while the read waits and served
+ * again once it completes; the honest client is served meanwhile.
  */
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -419,7 +426,7 @@ static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZM
 
 /* HELLO and ATTACH on a new raw connection, with staging and fork token
  * addresses of our choosing; the /dev/userfaultfd descriptor in *devfd. */
-static int raw_attach(uint64_t staging, uint64_t token, int *devfd, int *uffdp) {
+static int raw_attach(uint64_t staging, int *devfd, int *uffdp) {
         int s = raw_connect();
         ZMsgHello h;
         ZMsgAttach a;
@@ -439,7 +446,6 @@ static int raw_attach(uint64_t staging, uint64_t token, int *devfd, int *uffdp) 
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         a.staging_addr = staging;
         a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
-        a.fork_token_addr = token;
         int store = -1;
         ASSERT_EQ(raw_request(s, &a, &uffd, 1, &store, NULL), 0);
         close(store);
@@ -468,10 +474,10 @@ static int stall_attack(volatile int *done) {
 
         for (int i = 0; i < 2; i++) {
                 /* the fault thread's read: a move cancelled by MADV_DONTNEED */
-                uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
+                uint8_t *staging = test_map(lane);
                 uint8_t *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
                 int devfd, uffd;
-                int s = raw_attach((uintptr_t)staging, (uintptr_t)token, &devfd, &uffd);
+                int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
                 fill_pages(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, 7);
                 ZMsgRange rg;
                 memset(&rg, 0, sizeof(rg));
@@ -497,15 +503,16 @@ static int stall_attack(volatile int *done) {
         /* the manager's read: the fork token */
         uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
         int devfd, uffd;
-        int s = raw_attach((uintptr_t)staging, (uintptr_t)token, &devfd, &uffd);
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
         trap(devfd, uffd, (uintptr_t)token, ZSWAP_PAGE_SIZE);
-        ZMsgHeader fp;
-        zmsg_init(&fp, ZMSG_FORK_PREPARE, 0, sizeof(fp));
+        ZMsgFork fp = { .token = 0x5eed };
+        zmsg_init(&fp.hdr, ZMSG_FORK_PREPARE, 0, sizeof(fp));
         (*done)++;
         int r = raw_request(s, &fp, NULL, 0, NULL, NULL);
         *done = r == 0 ? -1 : -2;
-        zmsg_init(&fp, ZMSG_FORK_DONE, 0, sizeof(fp));
-        (void)zmsg_send(s, &fp, sizeof(fp), NULL, 0);
+        ZMsgHeader fd;
+        zmsg_init(&fd, ZMSG_FORK_DONE, 0, sizeof(fd));
+        (void)zmsg_send(s, &fd, sizeof(fd), NULL, 0);
         pause();
         return 0;
 }
@@ -592,10 +599,12 @@ static void fuse_serve(void) {
                         break;
                 }
                 case FUSE_LOOKUP: {
-                        struct fuse_entry_out o = { .nodeid = 2, .generation = 1, .entry_valid = 3600,
+                        /* "f" and "g": a page each */
+                        uint64_t ino = strcmp(in, "f") == 0 ? 2 : 3;
+                        struct fuse_entry_out o = { .nodeid = ino, .generation = 1, .entry_valid = 3600,
                                                     .attr_valid = 3600 };
-                        fuse_attr(2, &o.attr);
-                        if (ih->nodeid == FUSE_ROOT_ID && strcmp(in, "f") == 0)
+                        fuse_attr(ino, &o.attr);
+                        if (ih->nodeid == FUSE_ROOT_ID && (strcmp(in, "f") == 0 || strcmp(in, "g") == 0))
                                 fuse_reply(ih->unique, 0, &o, sizeof(o));
                         else
                                 fuse_reply(ih->unique, -ENOENT, NULL, 0);
@@ -676,70 +685,158 @@ static void fuse_stop(void) {
         rmdir(fuse_dir);
 }
 
-static int fuse_attack(volatile int *done) {
+/*
+ * One connection of U_STALLER's, in a process of its own: the daemon asks
+ * it to move a batch of pages, it moves the first page into its staging
+ * slot itself (as an agent would), puts a page of FUSE file `name` in that
+ * slot's place, and touches the page: a fault on a page in flight, which
+ * the daemon serves by reading the slot. *state: 1 while the touch waits,
+ * 2 once the daemon answered it.
+ */
+static int fuse_attack(const char *name, volatile int *state) {
         const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
-        uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
+        uint8_t *staging = test_map(lane), *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
         char path[96];
         int devfd, uffd;
 
-        int s = raw_attach((uintptr_t)staging, (uintptr_t)token, &devfd, &uffd);
-        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
+        /* the staging area on our uffd, as the library registers it */
+        struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
+        ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
+        fill_pages(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, 9);
+        ZMsgRange rg;
+        memset(&rg, 0, sizeof(rg));
+        zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
+        rg.addr = (uintptr_t)mem;
+        rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+        ASSERT_EQ(raw_request(s, &rg, NULL, 0, NULL, NULL), 0);
+        zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
+        rg.hdr.id = 9100;
+        ASSERT_OK(zmsg_send(s, &rg, sizeof(rg), NULL, 0));
+        ssize_t n = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
+        ASSERT_TRUE(n > 0 && ((ZMsgHeader *)in)->type == ZMSG_MOVE);
+        const ZMsgMove *mv = (const ZMsgMove *)in;
+        uint64_t page = mv->runs[0].addr, slot = (uintptr_t)staging + (uint64_t)mv->slot0 * ZSWAP_PAGE_SIZE;
+        struct uffdio_move m = { .dst = slot, .src = page, .len = ZSWAP_PAGE_SIZE };
+        ASSERT_OK(ioctl(uffd, UFFDIO_MOVE, &m));
+        snprintf(path, sizeof(path), "%s/%s", fuse_dir, name);
         int f = open(path, O_RDONLY | O_CLOEXEC);
         ASSERT_TRUE(f >= 0);
-        ASSERT_TRUE(mmap(token, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_FIXED, f, 0) == token);
-        ZMsgHeader fp;
-        zmsg_init(&fp, ZMSG_FORK_PREPARE, 0, sizeof(fp));
-        *done = 1;
-        int r = raw_request(s, &fp, NULL, 0, NULL, NULL);
-        *done = r == 0 ? -1 : -2;
+        ASSERT_TRUE(mmap((void *)slot, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_FIXED, f, 0) == (void *)slot);
+        *state = 1;
+        (void)*(volatile uint8_t *)page;
+        *state = 2;
         pause();
         return 0;
 }
 
+static pid_t fuse_attacker(const char *name, volatile int *state) {
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
+                        _exit(90);
+                prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid(), which clears it */
+                _exit(fuse_attack(name, state));
+        }
+        return pid;
+}
+
+/* Until the server has n READs, none answered (the attacker's touches
+ * are held in the daemon's reads of their slots). */
+static void fuse_wait_reads(int n, const pid_t *att, int natt) {
+        for (uint64_t t0 = now_ns(); *fuse_reads < n; usleep(10000)) {
+                for (int i = 0; i < natt; i++) {
+                        int st;
+                        if (waitpid(att[i], &st, WNOHANG) == att[i])
+                                test_fail("attacker %d ended (status %d) before the daemon read its slot", i, st);
+                }
+                if (now_ns() - t0 > 120 * 1000000000ull) {
+                        td_log_dump(&d);
+                        test_fail("the daemon read %d of %d slots in 120 s", *fuse_reads, n);
+                }
+        }
+}
+
+/* The daemon runs with a read bound far longer than the test: two faults
+ * on pages whose slots are held by FUSE may not hold any fault thread. */
 static void case_fuse(void) {
-        volatile int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        ASSERT_TRUE(done != MAP_FAILED);
+        volatile int *state = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(state != MAP_FAILED);
 
         double alone = run_honest("alone");
         fuse_start();
-        pid_t att = fork();
-        ASSERT_TRUE(att >= 0);
-        if (att == 0) {
-                if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
-                        _exit(90);
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                _exit(fuse_attack(done));
+        pid_t att[2] = { fuse_attacker("f", &state[0]), fuse_attacker("g", &state[1]) };
+        fuse_wait_reads(2, att, 2);
+        double attacked = run_honest("with two slot reads held by FUSE");
+        /* served while both reads still waited: no thread waited for them */
+        ASSERT_EQ(*fuse_reads, 2);
+        for (int i = 0; i < 2; i++) {
+                ASSERT_EQ(waitpid(att[i], NULL, WNOHANG), 0);
+                ASSERT_EQ(state[i], 1);
         }
-        /* the daemon's read of the token is waiting on our server */
-        for (uint64_t t0 = now_ns(); *fuse_reads == 0; usleep(10000)) {
-                int st;
-                if (waitpid(att, &st, WNOHANG) == att)
-                        test_fail("the attacker ended (status %d) before the daemon read its token", st);
+        ASSERT_TRUE(!td_log_has(&d, "has waited"));
+        /* the server goes: the reads fail, and the touches are answered
+         * (the page was the attacker's own to lose: it reads zeros) */
+        fuse_stop();
+        for (uint64_t t0 = now_ns(); state[0] != 2 || state[1] != 2; usleep(10000))
                 if (now_ns() - t0 > 120 * 1000000000ull)
-                        test_fail("the daemon never read the attacker's token (%d)", *done);
+                        test_fail("the attacker's faults were not answered after their reads failed (%d %d)",
+                                  state[0], state[1]);
+        for (int i = 0; i < 2; i++) {
+                kill(att[i], SIGKILL);
+                waitpid(att[i], NULL, 0);
         }
-        double attacked = run_honest("under attack");
-        /* the read was abandoned, the attacker killed, its user refused */
-        int st = 0;
-        ASSERT_EQ(waitpid(att, &st, 0), att);
-        if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
-                test_fail("the attacker was not killed (status %d)", st);
-        ASSERT_TRUE(td_log_has(&d, "has waited"));
+        fprintf(stderr, "honest 64 MiB pageout and read-back: alone %.2f s, with two slot reads held by FUSE %.2f s "
+                        "(%.2fx)\n",
+                alone, attacked, attacked / alone);
+}
+
+/* With the default bound: the client whose slot read waits past it is
+ * not killed (a read may wait for reasons that are nobody's attack) but
+ * evicted no more, and its user is refused new connections while the read
+ * waits; other users are served; once the read completes (here: the
+ * server goes away), the user is served again. */
+static void case_fuse_bound(void) {
+        volatile int *state = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(state != MAP_FAILED);
+
+        fuse_start();
+        pid_t att = fuse_attacker("f", &state[0]);
+        fuse_wait_reads(1, &att, 1);
+        for (uint64_t t0 = now_ns(); !td_log_has(&d, "has waited"); usleep(10000))
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the slot read was not reported past its bound in 120 s");
+        ASSERT_TRUE(td_log_has(&d, "it is evicted no more"));
         ASSERT_TRUE(!user_served(U_STALLER));
         ASSERT_TRUE(td_log_has(&d, "refused: a read of its user's memory waited past its bound"));
-        /* other users are served */
+        double t = run_honest("while a slot read waits past its bound");
+        /* the process lives on, its touch still waiting on its own file */
+        ASSERT_EQ(waitpid(att, NULL, WNOHANG), 0);
+        ASSERT_EQ(state[0], 1);
         fuse_stop();
-        fprintf(stderr, "honest 64 MiB pageout and read-back: alone %.2f s, with a read held by FUSE %.2f s (%.2fx)\n",
-                alone, attacked, attacked / alone);
+        for (uint64_t t0 = now_ns(); state[0] != 2; usleep(10000))
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the attacker's fault was not answered after its read failed");
+        /* the read completed soon after its bound: no penalty */
+        for (uint64_t t0 = now_ns(); !user_served(U_STALLER); usleep(100000))
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the user is still refused 120 s after its read completed");
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        fprintf(stderr, "honest 64 MiB pageout and read-back while a slot read waits: %.2f s\n", t);
 }
 
 int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps|stall|fuse");
+                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound");
         char conf[64] = "", args[320];
-        if (strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0) {
+        bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
+                       strcmp(argv[1], "fuse-bound") == 0;
+        if (staller) {
                 /* the attacker is admitted and granted /dev/userfaultfd */
                 snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
                 FILE *f = fopen(conf, "we");
@@ -748,7 +845,8 @@ int main(int argc, char **argv) {
                 ASSERT_OK(fclose(f));
         }
         const char *extra = getenv("TEST_DAEMON_ARGS");
-        snprintf(args, sizeof(args), "%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf);
+        snprintf(args, sizeof(args), "%s%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf,
+                 strcmp(argv[1], "fuse") == 0 ? " --read-bound-ms 600000" : "");
         td_start_logged(&d, args);
         if (strcmp(argv[1], "linger") == 0)
                 case_linger();
@@ -758,6 +856,8 @@ int main(int argc, char **argv) {
                 case_stall();
         else if (strcmp(argv[1], "fuse") == 0)
                 case_fuse();
+        else if (strcmp(argv[1], "fuse-bound") == 0)
+                case_fuse_bound();
         else
                 test_fail("no case %s", argv[1]);
         if (conf[0])

@@ -12,13 +12,20 @@
  *   FUSE server that never answers) returns -ETIMEDOUT after the bound,
  *   counts against its uid, and the thread's next read works on a new
  *   ring. When the stuck read does complete, its bytes land in the buffer
- *   set aside with it, never in the caller's; memread_free() then frees it
- *   and the uid's count falls to 0. memread_reap() keeps it until the
- *   penalty has passed.
+ *   set aside with it, never in the caller's; memread_reap() then frees
+ *   it (it waited less than MEMREAD_LONG_NS: no penalty) and the uid's
+ *   count falls to 0.
+ * - A MemReadQueue (the fault threads' reads nobody waits for): a read
+ *   comes back with the child's bytes, a read of an unmapped range with
+ *   -EFAULT; a read that cannot complete stays in flight, is reported
+ *   overdue once (after a shortened bound), counts against its uid until
+ *   it completes, and then comes back with the bytes written late; at
+ *   exit, a read in flight comes back too.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -135,21 +142,105 @@ static void test_stuck(void) {
                 usleep(5000);
         for (size_t i = 0; i < sizeof(buf); i++)
                 ASSERT_EQ(buf[i], 0x5a);
-        /* completed, but its penalty is not over: still counted */
+        /* completed soon after its bound (not MEMREAD_LONG_NS): no penalty */
         memread_reap();
-        ASSERT_EQ(memread_stuck(4242), 1);
-        /* at exit, what has completed goes */
-        memread_free();
         ASSERT_EQ(memread_stuck(4242), 0);
+        memread_free();
         close(p[0]);
         close(p[1]);
         close(q[0]);
         close(q[1]);
 }
 
+static bool fd_readable(int fd) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        return poll(&pf, 1, 0) == 1;
+}
+
+/* Until a read is back on q (a safety bound that fails the test). */
+static MemReadOp *queue_wait(MemReadQueue *q) {
+        for (int i = 0; i < 30000; i++) {
+                MemReadOp *op = memread_queue_complete(q);
+                if (op)
+                        return op;
+                usleep(1000);
+        }
+        test_fail("a queued read did not come back in 30 s");
+}
+
+static void test_queue(void) {
+        MemReadQueue *q;
+        uint8_t *mem, page[P], late[P];
+        int fd, p[2];
+        pid_t pid = child_with_trap(&mem, &fd);
+
+        ASSERT_OK(memread_queue_new(8, &q));
+        ASSERT_TRUE(memread_queue_has_room(q));
+        ASSERT_EQ(memread_queue_timeout_ms(q, now_ns()), -1);
+
+        /* a page of the child's */
+        MemReadOp a = { .fd = fd, .off = (uintptr_t)mem + P, .buf = page, .len = P, .uid = 77 };
+        ASSERT_OK(memread_queue_submit(q, &a));
+        ASSERT_TRUE(memread_queue_timeout_ms(q, now_ns()) >= 0);
+        MemReadOp *done = queue_wait(q);
+        ASSERT_TRUE(done == &a && done->next == NULL);
+        ASSERT_EQ(a.res, 0);
+        ASSERT_TRUE(page[0] == 'b' && page[P - 1] == 'b');
+        ASSERT_TRUE(!fd_readable(memread_queue_fd(q)));
+        /* nothing mapped there */
+        MemReadOp b = { .fd = fd, .off = 4096, .buf = page, .len = P, .uid = 77 };
+        ASSERT_OK(memread_queue_submit(q, &b));
+        ASSERT_TRUE(queue_wait(q) == &b);
+        ASSERT_EQ(b.res, -EFAULT);
+
+        /* a read that cannot complete: overdue once, counted, and back
+         * when its bytes come */
+        memread_set_bound_ms(50);
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        MemReadOp c = { .fd = p[0], .off = 0, .buf = late, .len = P, .uid = 78 };
+        ASSERT_OK(memread_queue_submit(q, &c));
+        MemReadOp *over = NULL;
+        for (int i = 0; i < 30000 && !over; i++) {
+                ASSERT_TRUE(memread_queue_complete(q) == NULL);
+                over = memread_queue_overdue(q, now_ns());
+                if (!over)
+                        usleep(1000);
+        }
+        ASSERT_TRUE(over == &c);
+        ASSERT_TRUE(memread_queue_overdue(q, now_ns()) == NULL); /* reported once */
+        ASSERT_EQ(memread_queue_timeout_ms(q, now_ns()), -1);   /* nothing left to become overdue */
+        ASSERT_EQ(memread_stuck(78), 1);
+        ASSERT_EQ(memread_stuck(77), 0);
+        static uint8_t bytes[P];
+        memset(bytes, 0xc3, sizeof(bytes));
+        ASSERT_EQ(write(p[1], bytes, P), (ssize_t)P);
+        ASSERT_TRUE(queue_wait(q) == &c);
+        ASSERT_EQ(c.res, 0);
+        ASSERT_TRUE(memcmp(late, bytes, P) == 0);
+        /* back soon after its bound: counted no more */
+        ASSERT_EQ(memread_stuck(78), 1);
+        memread_reap();
+        ASSERT_EQ(memread_stuck(78), 0);
+        memread_set_bound_ms(MEMREAD_BOUND_MS);
+
+        /* at exit, what is in flight comes back */
+        MemReadOp d = { .fd = p[0], .off = 0, .buf = late, .len = 8, .uid = 79 };
+        ASSERT_OK(memread_queue_submit(q, &d));
+        MemReadOp *left;
+        memread_queue_free(q, &left);
+        ASSERT_TRUE(left == &d && d.res < 0);
+        memread_free();
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(fd);
+        close(p[0]);
+        close(p[1]);
+}
+
 int main(void) {
         test_require_root(); /* a kernel-mode userfaultfd, /proc/PID/mem of a child */
         test_reads();
         test_stuck();
+        test_queue();
         return 0;
 }
