@@ -560,6 +560,15 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return r;
         if (c->role != ZROLE_CLIENT || c->mm)
                 return -EPERM;
+        /* adoption reads the slots of pages the dead daemon left in flight,
+         * waiting up to the bound (memread.h): not while a read of this
+         * user's memory waits already, or a user could hold the manager
+         * once per connection it holds. The library asks again */
+        if (memread_stuck(c->uid) > 0) {
+                log_warn("pid %d (uid %u): adopt: a read of its user's memory waits past its bound: later",
+                         (int)c->pid, c->uid);
+                return -EBUSY;
+        }
         /* the uffd, the store, and the sync page's memfd (zsync.h) */
         if (nfds < 2 || nfds > 3 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 3 && !mmclient_sync_fd_ok(fds[2])))
                 return -EBADF;
