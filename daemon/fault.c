@@ -85,6 +85,10 @@ typedef struct Retry {
         _Atomic int state;
         bool refault;      /* the program's own fault (reclaim's ageing hears of it) */
         MMClient *mm;      /* READING: a reference for the read, dropped when it is back */
+        /* a forked child's copy of its parent's slot (fork_copy_async()):
+         * pin is the parent's lane, pin_mm a reference to the parent, both
+         * given up as soon as the read is back (the page is ours then) */
+        MMClient *pin_mm;
         MemReadOp op;      /* READING: the read, into page */
         uint8_t page[ZSWAP_PAGE_SIZE];
 } Retry;
@@ -205,13 +209,14 @@ static void retry_unpin(Lane *pin) {
 }
 
 static void retry_free(FaultThread *ft, Retry *r) {
-        retry_unpin(r->pin);
-        r->pin = NULL;
         /* acq_rel: the completion's READY (release) before we free, or our
-         * CANCELLED before it frees */
+         * CANCELLED before it frees. A read in flight keeps its slot's pin
+         * until it is back: its completion unpins and frees */
         if (atomic_load_explicit(&r->state, memory_order_acquire) != RS_READY &&
             atomic_exchange_explicit(&r->state, RS_CANCELLED, memory_order_acq_rel) == RS_READING)
-                return; /* its read is in flight: its completion frees it (slot_read_done()) */
+                return;
+        retry_unpin(r->pin);
+        r->pin = NULL;
         if (r->reserved) {
                 r->next = ft->reserve;
                 ft->reserve = r;
@@ -239,6 +244,7 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
         atomic_init(&r->state, RS_READY);
         r->refault = false;
         r->mm = NULL;
+        r->pin_mm = NULL;
         r->op.res = 0;
         r->t0 = ft->fault_t0; /* the fault still waits: its time runs on */
         TRACE(TR_RETRY, addr, loading, 0);
@@ -419,20 +425,40 @@ static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *
  * (slot_read_done()). False: not now (no queue, no room, no memory); the
  * caller reads and waits instead, or serves the fault later.
  */
+static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uint64_t addr, uint64_t loading,
+                               uint32_t slot, Lane *lane, bool refault);
+
 static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, uint32_t slot, Lane *lane,
                             bool refault) {
-        if (!ft->reads || !memread_queue_has_room(ft->reads) || mm->mem_fd < 0)
+        if (!slot_read_submit(ft, mm, mm, addr, loading, slot, lane, refault))
                 return false;
+        /* What the slot holds is decided now, as a read made here would
+         * decide it: the moved page, or the zero page, after which the
+         * agent's move of this page fails and it stays where it is (race 2
+         * in docs/page-lifecycle.md). EAGAIN (an event is queued) leaves it
+         * to the read; an event that drops or moves this page poisons the
+         * slot itself (remove_cb(), remap_cb()) */
+        (void)mmclient_slot_zero(mm, slot);
+        return true;
+}
+
+/* The retry of mm's page at addr whose content is read from src's staging
+ * slot (src is mm, or a forked child's parent: then the retry holds a
+ * reference to it for the pin), READING; NULL: not now. */
+static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uint64_t addr, uint64_t loading,
+                               uint32_t slot, Lane *lane, bool refault) {
+        if (!ft->reads || !memread_queue_has_room(ft->reads) || src->mem_fd < 0)
+                return NULL;
         Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
         if (!r)
-                return false;
+                return NULL;
         /* an fd of the read's own: the ring's worker opens the read's fd
          * when it starts, and the client's could be closed and its number
          * reused by then */
-        int fd = fcntl(mm->mem_fd, F_DUPFD_CLOEXEC, 3);
+        int fd = fcntl(src->mem_fd, F_DUPFD_CLOEXEC, 3);
         if (fd < 0) {
                 free(r);
-                return false;
+                return NULL;
         }
         r->reserved = false;
         r->addr = addr;
@@ -441,21 +467,17 @@ static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
         r->t0 = ft->fault_t0; /* timed to the install */
         r->refault = refault;
         r->mm = mmclient_ref(mm);
+        r->pin_mm = src != mm ? mmclient_ref(src) : NULL;
         atomic_init(&r->state, RS_READING);
-        r->op = (MemReadOp){ .fd = fd, .off = mmclient_slot_addr(mm, slot), .buf = r->page, .len = ZSWAP_PAGE_SIZE,
-                             .uid = mm->uid };
-        /* What the slot holds is decided now, as a read made here would
-         * decide it: the moved page, or the zero page, after which the
-         * agent's move of this page fails and it stays where it is (race 2
-         * in docs/page-lifecycle.md). EAGAIN (an event is queued) leaves it
-         * to the read; an event that drops or moves this page poisons the
-         * slot itself (remove_cb(), remap_cb()) */
-        (void)mmclient_slot_zero(mm, slot);
+        r->op = (MemReadOp){ .fd = fd, .off = mmclient_slot_addr(src, slot), .buf = r->page, .len = ZSWAP_PAGE_SIZE,
+                             .uid = src->uid };
         if (memread_queue_submit(ft->reads, &r->op) < 0) {
                 close(fd);
                 mmclient_unref(mm);
+                if (r->pin_mm)
+                        mmclient_unref(r->pin_mm);
                 free(r);
-                return false;
+                return NULL;
         }
         TRACE(TR_RETRY, addr, loading, 1);
         /* relaxed: a bound, read by this client's faults, which run under
@@ -464,7 +486,7 @@ static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
         r->next = mm->retries;
         mm->retries = r;
         ft->fault_t0 = 0;
-        return true;
+        return r;
 }
 
 /* A slot read of this thread's is back (or given up at exit: -ECANCELED).
@@ -473,19 +495,31 @@ static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
  * it (run_retries(): this thread looks at every client it watches). */
 static void slot_read_done(FaultThread *ft, MemReadOp *op) {
         Retry *r = container_of(op, Retry, op);
-        MMClient *mm = r->mm;
+        MMClient *mm = r->mm, *pin_mm = r->pin_mm;
 
         close(op->fd);
         atomic_fetch_sub_explicit(&mm->slot_reads, 1, memory_order_relaxed);
-        /* release: the page the kernel wrote, to whoever installs it */
+        if (pin_mm) {
+                /* a child's copy of its parent's slot: the bytes are ours,
+                 * the parent's lane may go (before READY: whoever frees the
+                 * retry then finds no pin) */
+                retry_unpin(r->pin);
+                r->pin = NULL;
+                r->pin_mm = NULL;
+        }
+        /* release: the page the kernel wrote, and the pin's end, to
+         * whoever installs or frees it */
         if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_acq_rel) == RS_CANCELLED) {
                 /* taken off its list by an event already (retry_free()) */
+                retry_unpin(r->pin);
                 free(r);
         } else {
                 atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
                 ft->retry_due = true;
         }
         mmclient_unref(mm);
+        if (pin_mm)
+                mmclient_unref(pin_mm);
 }
 
 static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
@@ -1219,6 +1253,26 @@ static bool fork_install(RangeCtx *c, uint64_t addr, MMClient *from, uint64_t or
  */
 static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e);
 
+/*
+ * The child gets the page in the parent's staging slot without the walk
+ * waiting for its read: the child's entry is LOADING (its faults wait)
+ * and a retry on the child's list reads the parent's slot, holding the
+ * parent's lane (pinned by the caller, handed over here) until the read
+ * is back; then it is installed in the child like any retry (EEXIST: the
+ * child has its own). Nobody else knows the child yet. False: not now.
+ */
+static bool fork_copy_async(RangeCtx *c, uint64_t addr, uint32_t slot, Lane *lane) {
+        _Atomic uint64_t *ne = pindex_entry(c->child->index, addr, true);
+        uint64_t loading = pe_make_loading(pe_make_slot(PE_MOVING, slot)); /* no payload of the child's */
+
+        if (!ne || atomic_load_explicit(ne, memory_order_relaxed) != 0 ||
+            !slot_read_submit(c->ft, c->child, c->mm, addr, loading, slot, lane, false))
+                return false;
+        atomic_store_explicit(ne, loading, memory_order_release);
+        c->inflight++;
+        return true;
+}
+
 static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64_t v) {
         MMClient *mm = c->mm;
         uint32_t slot = pe_slot(v);
@@ -1238,6 +1292,8 @@ static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64
                 atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
                 return fork_cb(c, addr, e);
         }
+        if (fork_copy_async(c, addr, slot, lane))
+                return 0; /* the retry holds the pin */
         r = mmclient_read(mm, mmclient_slot_addr(mm, slot), c->ft->page, ZSWAP_PAGE_SIZE);
         atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
         if (r == 0)
@@ -1308,9 +1364,17 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 Retry **p = retry_find(c->mm, addr);
                 if (p && (*p)->loading && atomic_load_explicit(&(*p)->state, memory_order_acquire) == RS_READING) {
                         /* its slot's read is in flight (the retry keeps the
-                         * lane): the child needs the page now. A fork the
-                         * library did not announce (it pauses eviction
-                         * first): read it here, bounded (memread.h) */
+                         * lane): the child reads the same slot, as a page in
+                         * flight, with a pin of its own; else (no room) read
+                         * it here, bounded (memread.h). Only a fork the
+                         * library did not announce gets here: it pauses
+                         * eviction first */
+                        uint32_t slot = pe_slot((*p)->loading);
+                        Lane *lane = &c->mm->lanes[slot / LANE_SLOTS];
+                        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
+                        if (fork_copy_async(c, addr, slot, lane))
+                                break;
+                        atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
                         if (mmclient_read(c->mm, mmclient_slot_addr(c->mm, pe_slot((*p)->loading)), c->ft->page,
                                           ZSWAP_PAGE_SIZE) == 0) {
                                 src = c->ft->page;
