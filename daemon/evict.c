@@ -662,23 +662,35 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
  * An munmap handled between our pagemap read and our CAS leaves a page
  * marked MOVING outside every region, where a new mapping may appear whose
  * page the agent would then move out (the fault thread removes the region
- * before it walks the entries, so one of us sees the other). Such pages
- * get their slot poisoned, which makes the agent's move of them fail, and
- * their entry back.
+ * before it walks the entries, so one of us sees the other). The MOVE is
+ * not sent yet: such a batch is given up whole, every entry back, and its
+ * pages are planned again later, those still managed.
  */
 static void plan_verify(MMClient *mm, Plan *p) {
+        uint32_t i;
+
         pthread_mutex_lock(&mm->regions_lock);
-        for (uint32_t i = 0; i < p->lane->npages; i++) {
-                uint64_t addr = p->lane->addrs[i];
-                if (mmclient_region_has_locked(mm, addr))
-                        continue;
-                uint64_t v = pe_make_slot(PE_MOVING, p->slot0 + i);
-                _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
-                mmclient_slot_poison(mm, p->slot0 + i);
-                if (e)
-                        atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel, memory_order_relaxed);
-        }
+        for (i = 0; i < p->lane->npages && mmclient_region_has_locked(mm, p->lane->addrs[i]); i++)
+                ;
         pthread_mutex_unlock(&mm->regions_lock);
+        if (i == p->lane->npages)
+                return;
+        for (i = 0; i < p->lane->npages; i++) {
+                uint64_t v = pe_make_slot(PE_MOVING, p->slot0 + i), keep = p->lane->keep[i];
+                _Atomic uint64_t *e = pindex_entry(mm->index, p->lane->addrs[i], false);
+                /* back to what it was (EMPTY, or CLEAN with its copy). A
+                 * fault thread that took it meanwhile (LOADING) finds the
+                 * slot empty: no move comes, the page is where it was, and
+                 * the copy is of no use */
+                p->lane->keep[i] = 0;
+                if (!e || !atomic_compare_exchange_strong_explicit(e, &v, keep, memory_order_acq_rel,
+                                                                   memory_order_relaxed)) {
+                        if (keep)
+                                mmclient_release_payload(mm, keep);
+                }
+        }
+        p->lane->npages = 0;
+        p->msg.nruns = 0;
 }
 
 static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {

@@ -968,9 +968,11 @@ static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *
  * agent's move of it, should it not have happened, must not happen now
  * (a new mapping's page may be at its old address). moving_cancel() does
  * the same for a page nobody claimed. */
+static void slot_poison(MMClient *mm, uint32_t slot);
+
 static void retry_poison(MMClient *mm, Retry *r) {
         if (atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING)
-                mmclient_slot_poison(mm, pe_slot(r->loading));
+                slot_poison(mm, pe_slot(r->loading));
 }
 
 static void retry_drop(FaultThread *ft, Retry **p) {
@@ -1001,12 +1003,45 @@ typedef struct RangeCtx {
  * longer happen. If it happened already, the slot holds dead content. The
  * entry is dropped either way; the manager's and worker's CAS will fail.
  */
+/*
+ * Map the zero page at a staging slot, so that a move into it can no
+ * longer happen (UFFDIO_MOVE refuses a populated destination). Under
+ * serve_lock, while handling an event. UFFDIO_ZEROPAGE fails with EAGAIN
+ * while another event is queued, unread; the agent's moves fail too until
+ * it is read, and this thread reads it next: the slot waits in mm->poison
+ * and is poisoned right after (drain_uffd()), before this thread lets the
+ * agent move again (zsync.h). No read of the client's memory, no wait;
+ * with the list full (16 slots, each an unread event's worth), the slot is
+ * read instead, which maps the zero page whatever is queued (bounded,
+ * memread.h).
+ */
+static void slot_poison(MMClient *mm, uint32_t slot) {
+        if (mmclient_slot_zero(mm, slot) != -EAGAIN)
+                return;
+        if (mm->npoison < ELEMENTSOF(mm->poison)) {
+                mm->poison[mm->npoison++] = slot;
+                return;
+        }
+        mmclient_slot_poison(mm, slot);
+}
+
+/* The slots slot_poison() left: true once none is left. */
+static bool poisons_run(MMClient *mm) {
+        unsigned k = 0;
+
+        for (unsigned i = 0; i < mm->npoison; i++)
+                if (mmclient_slot_zero(mm, mm->poison[i]) == -EAGAIN)
+                        mm->poison[k++] = mm->poison[i];
+        mm->npoison = k;
+        return k == 0;
+}
+
 static void moving_cancel(MMClient *mm, _Atomic uint64_t *e, uint64_t v) {
         TRACE(TR_CANCEL, 0, v, 0);
         for (;;) {
                 unsigned st = pe_state(v);
                 if (st == PE_MOVING) {
-                        mmclient_slot_poison(mm, pe_slot(v));
+                        slot_poison(mm, pe_slot(v));
                         if (atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
                                                                     memory_order_acquire))
                                 return;
@@ -1625,6 +1660,16 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
 read:
         atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
         drain_messages(ft, mm, now);
+        if (mm->npoison && !poisons_run(mm)) {
+                /* the events before them are read, but their waiters have
+                 * not run yet (the kernel counts them out then): our
+                 * `reading` stays raised, so no move starts, and we look
+                 * again in a millisecond, as for a read put off */
+                mm->read_deferred_since = now;
+                atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
+                ft->retry_due = true;
+                return;
+        }
         zsync_read_end(mm->sync);
 }
 

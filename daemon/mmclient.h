@@ -150,6 +150,11 @@ typedef struct MMClient {
         struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
         _Atomic bool has_retries; /* retries != NULL, readable without the lock */
         _Atomic unsigned slot_reads; /* of the retries, reads of a staging slot in flight (fault.c) */
+        /* staging slots to poison once the events queued before them are
+         * read (UFFDIO_ZEROPAGE met EAGAIN: fault.c slot_poison()), under
+         * serve_lock */
+        uint32_t poison[16];
+        unsigned npoison;
         _Atomic bool kick;     /* a thread found serve_lock taken: the holder reads the uffd again */
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
