@@ -13,7 +13,9 @@
  *
  * TORTURE_SECONDS (default 60), TORTURE_MB (default 256), TORTURE_THREADS (4).
  * It runs TORTURE_SECONDS, and longer if the daemon has not yet evicted as
- * many pages as the region holds.
+ * many of the region's pages as the region holds: its own count for this
+ * client, the test's pageout calls and (variants with a limit, idle age
+ * or second tier) the daemon's own policies together.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -99,7 +101,7 @@ int main(void) {
         TestDaemon d;
         unsigned seconds = env_or("TORTURE_SECONDS", 60), mb = env_or("TORTURE_MB", 256);
         pthread_t threads[16];
-        uint64_t seed = 7, passes = 0, evicted = 0;
+        uint64_t seed = 7, passes = 0, evicted = 0, daemon_evicted = 0;
 
         nthreads = env_or("TORTURE_THREADS", 4);
         if (mb < 4)
@@ -121,13 +123,18 @@ int main(void) {
 
         /* the chosen time, and then on until the daemon has evicted more
          * pages than the region holds (work done, whatever the machine's
-         * speed), up to a safety bound that reports how far it got */
+         * speed), up to a safety bound that reports how far it got. The
+         * daemon's count: where its policies evict all the time (reclaim,
+         * tier), they find few pages left for the test's pageouts, which
+         * would then take minutes to add up to the region on their own */
         uint64_t end = now_ns() + (uint64_t)seconds * 1000000000ull;
         uint64_t bound = end + 8ull * seconds * 1000000000ull;
-        while ((now_ns() < end || evicted <= npages) && atomic_load(&errors) == 0) {
+        while ((now_ns() < end || daemon_evicted <= npages) && atomic_load(&errors) == 0) {
+                struct zswap_stats cs;
                 if (now_ns() > bound)
-                        test_fail("after %u s: %llu of %zu pages evicted in %llu pageout passes", 9 * seconds,
-                                  (unsigned long long)evicted, npages, (unsigned long long)passes);
+                        test_fail("after %u s: %llu of %zu pages evicted (%llu by %llu pageout passes)", 9 * seconds,
+                                  (unsigned long long)daemon_evicted, npages, (unsigned long long)evicted,
+                                  (unsigned long long)passes);
                 /* random windows, sometimes the whole region */
                 size_t first = xorshift(&seed) % npages, n = 1 + xorshift(&seed) % 2048;
                 if (passes % 16 == 0) {
@@ -140,6 +147,8 @@ int main(void) {
                 ASSERT_OK(r);
                 evicted += (uint64_t)r;
                 passes++;
+                ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &cs));
+                daemon_evicted = cs.evictions;
         }
         atomic_store(&stop, true);
         for (unsigned t = 0; t < nthreads; t++)
@@ -157,16 +166,18 @@ int main(void) {
                 bad += !check_page((uint64_t *)(region + i * ZSWAP_PAGE_SIZE), i, version[i]);
         struct zswap_stats s;
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
-        fprintf(stderr, "%u s, %u MiB, %u threads: %llu pageout passes, %llu pages evicted, %llu faults, "
+        fprintf(stderr, "%u s, %u MiB, %u threads: %llu pages evicted, %llu by %llu pageout passes, %llu faults, "
                         "%llu installed ahead, %llu reads, %llu writes, %llu drops; %llu read errors, "
                         "%zu bad pages at the end\n",
-                seconds, mb, nthreads, (unsigned long long)passes, (unsigned long long)evicted,
+                seconds, mb, nthreads, (unsigned long long)s.evictions, (unsigned long long)evicted,
+                (unsigned long long)passes,
                 (unsigned long long)s.faults, (unsigned long long)s.prefetches, (unsigned long long)reads,
                 (unsigned long long)writes,
                 (unsigned long long)drops, (unsigned long long)errors, bad);
         ASSERT_EQ(atomic_load(&errors), 0);
         ASSERT_EQ(bad, 0);
-        ASSERT_TRUE(evicted > npages);
+        ASSERT_TRUE(s.evictions > npages);
+        ASSERT_TRUE(evicted > 0); /* the test's pageouts raced the rest */
         ASSERT_TRUE(s.prefetches > 0); /* the block scans exercised fault-around */
         zswap_disconnect(c);
         td_stop(&d);
