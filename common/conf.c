@@ -215,13 +215,17 @@ int conf_parse_decimal(const char *s, double *ret) {
 }
 
 void conf_format_decimal(double v, char *buf, size_t len) {
-        for (int digits = 0; digits <= 24; digits++) {
+        /* as many digits as the value needs, up to what the buffer holds:
+         * a value of 1e-18 needs 35 after the point (its 17 significant
+         * ones, after 18 zeros); only values under about 1e-130 fail to
+         * fit a reply's 160 bytes */
+        for (int digits = 0; (size_t)digits + 24 < len; digits++) {
                 double back;
                 snprintf(buf, len, "%.*f", digits, v);
                 if (conf_parse_decimal(buf, &back) == 0 && back == v)
                         return;
         }
-        /* no 24-digit form reads back exactly: the closest one stays */
+        /* no form that fits reads back exactly: the closest one stays */
 }
 
 int conf_parse_uint(const char *s, uint64_t *ret) {

@@ -25,6 +25,7 @@
 
 #include "conf.h"
 #include "macro.h"
+#include "protocol.h"
 #include "tunable-keys.h"
 #include "tunables.h"
 #include "util.h"
@@ -139,7 +140,7 @@ static void key_format(const Key *k, Value v, char *buf, size_t len) {
         switch (k->type) {
         case KEY_SIZE: conf_format_size(v.u, buf, len); break;
         case KEY_DURATION: conf_format_duration(v.u, buf, len); break;
-        case KEY_PERCENT: conf_format_decimal(v.d, buf, len); break;
+        case KEY_PERCENT: conf_format_decimal(v.d, buf, MIN(len, (size_t)ZSWAP_TUNABLE_VALUE_MAX)); break; /* a reply's room */
         case KEY_COUNT: snprintf(buf, len, "%llu", (unsigned long long)v.u); break;
         case KEY_BOOL: snprintf(buf, len, "%s", v.b ? "yes" : "no"); break;
         }
