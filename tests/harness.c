@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -427,4 +428,17 @@ bool vma_uffd_missing(const void *addr) {
                 if (strcmp(t, "um") == 0)
                         return true;
         return false;
+}
+
+pid_t td_fork_as(uid_t uid, gid_t group) {
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid != 0)
+                return pid;
+        gid_t groups[1] = { group };
+        if (setgroups(group ? 1 : 0, groups) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+                _exit(90);
+        prctl(PR_SET_DUMPABLE, 1);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        return 0;
 }

@@ -100,6 +100,12 @@ void td_respawn(TestDaemon *d);
 void td_log_mark(const TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
 /* Print the daemon's log (td_start_logged) to stderr, for a failure. */
 void td_log_dump(const TestDaemon *d);
+/* fork(), and in the child become uid (gid uid, the one supplementary
+ * group `group` if not 0, none else) as a login would leave a process of
+ * that user: dumpable, and killed with the test (PR_SET_PDEATHSIG, set
+ * after the switch, which clears it). The child exits 90 if it cannot.
+ * Returns as fork() does; fails the test if fork() does. */
+pid_t td_fork_as(uid_t uid, gid_t group);
 /* Whether thread tid of this process waits in handle_userfault(). */
 bool task_in_userfault(pid_t tid);
 /* The VmFlags line of the mapping that contains addr (/proc/self/smaps)

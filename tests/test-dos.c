@@ -222,12 +222,9 @@ static double run_honest(const char *when) {
 
 /* A connection by uid: whether the daemon answers its STATUS. */
 static bool user_served(uid_t uid) {
-        pid_t pid = fork();
+        pid_t pid = td_fork_as(uid, 0);
         int st;
-        ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
-                if (setgid(uid) < 0 || setuid(uid) < 0)
-                        _exit(90);
                 int s = raw_connect();
                 if (s < 0)
                         _exit(1);
@@ -259,14 +256,9 @@ static void case_linger(void) {
 
         double alone = run_honest("alone");
 
-        pid_t att = fork();
-        ASSERT_TRUE(att >= 0);
-        if (att == 0) {
-                if (setgid(U_ATTACKER) < 0 || setuid(U_ATTACKER) < 0)
-                        _exit(90);
-                prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid(), which clears it */
+        pid_t att = td_fork_as(U_ATTACKER, 0);
+        if (att == 0)
                 _exit(attack());
-        }
         /* the attacker's 22 connections reach our listener */
         for (uint64_t t0 = now_ns(); naccepted < 22; usleep(1000)) {
                 int a = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -522,14 +514,9 @@ static void case_stall(void) {
         ASSERT_TRUE(done != MAP_FAILED);
 
         double alone = run_honest("alone");
-        pid_t att = fork();
-        ASSERT_TRUE(att >= 0);
-        if (att == 0) {
-                if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
-                        _exit(90);
-                prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid(), which clears it */
+        pid_t att = td_fork_as(U_STALLER, 0);
+        if (att == 0)
                 _exit(stall_attack(done));
-        }
         /* the two traps are set (the fault threads have the events), the
          * FORK_PREPARE sent or answered */
         for (uint64_t t0 = now_ns(); *done >= 0 && *done < 3; usleep(10000)) {
@@ -732,14 +719,9 @@ static int fuse_attack(const char *name, volatile int *state) {
 }
 
 static pid_t fuse_attacker(const char *name, volatile int *state) {
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                if (setgid(U_STALLER) < 0 || setuid(U_STALLER) < 0)
-                        _exit(90);
-                prctl(PR_SET_PDEATHSIG, SIGKILL); /* after setuid(), which clears it */
+        pid_t pid = td_fork_as(U_STALLER, 0);
+        if (pid == 0)
                 _exit(fuse_attack(name, state));
-        }
         return pid;
 }
 

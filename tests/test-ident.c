@@ -251,13 +251,7 @@ exec:;
 /* ---- the test's side (root) ---- */
 
 static pid_t fork_as(uid_t uid) {
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0 && (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0))
-                _exit(90);
-        if (pid == 0)
-                prctl(PR_SET_DUMPABLE, 1); /* as a process a login started */
-        return pid;
+        return td_fork_as(uid, 0);
 }
 
 /* A line from fd, with a deadline; false at EOF or timeout. */

@@ -91,14 +91,9 @@ static void write_conf(void) {
 
 /* Run fn(arg) as uid in a child; its pid (as_user_wait() for the status). */
 static pid_t as_user_start(uid_t uid, int (*fn)(void *), void *arg) {
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                if (setgroups(0, NULL) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-                        _exit(90);
-                prctl(PR_SET_DUMPABLE, 1); /* as a process a login started */
+        pid_t pid = td_fork_as(uid, 0);
+        if (pid == 0)
                 _exit(fn(arg));
-        }
         return pid;
 }
 

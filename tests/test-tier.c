@@ -846,12 +846,9 @@ static void expect_refused(const char *path, const char *why) {
 
 /* As U_PLANTER: a symlink, or a file of its own, at `link`. */
 static void plant(const char *link, const char *target) {
-        pid_t pid = fork();
+        pid_t pid = td_fork_as(U_PLANTER, 0);
         int st;
-        ASSERT_TRUE(pid >= 0);
         if (pid == 0) {
-                if (setgid(U_PLANTER) < 0 || setuid(U_PLANTER) < 0)
-                        _exit(90);
                 int r = target ? symlink(target, link) : open(link, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
                 _exit(r < 0 ? 91 : 0);
         }

@@ -75,17 +75,11 @@ static void write_conf(const char *extra) {
 
 /* Run fn as uid with the given supplementary groups; its exit status. */
 static int as_user(uid_t uid, gid_t group, int (*fn)(void *), void *arg) {
-        pid_t pid = fork();
+        pid_t pid = td_fork_as(uid, group);
         int st;
 
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                gid_t groups[1] = { group };
-                if (setgroups(group ? 1 : 0, groups) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
-                        _exit(90);
-                prctl(PR_SET_DUMPABLE, 1); /* as a process a login started */
+        if (pid == 0)
                 _exit(fn(arg));
-        }
         ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
