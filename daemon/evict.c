@@ -712,10 +712,11 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         PageoutOp *op;
         unsigned li;
 
-        /* a read of this client's memory waited past its bound (memread.h):
-         * it is evicted no more; what is asked of it ends with what was
+        /* a read of this client's memory waited past its bound (memread.h)
+         * and its user's reads still count (memread_stuck()): it is not
+         * evicted meanwhile; what is asked of it ends with what was
          * evicted so far */
-        bool stuck = atomic_load_explicit(&mm->read_stuck, memory_order_relaxed);
+        bool stuck = atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) && memread_stuck(mm->uid) > 0;
         for (op = mm->ops; op; op = op->next) {
                 if (stuck && !op->unregister) {
                         op->cursor = op->end;

@@ -467,7 +467,7 @@ void mmclient_read_overdue(MMClient *mm, uint64_t addr) {
          * the read waits (memread_stuck()) */
         if (atomic_exchange_explicit(&mm->read_stuck, true, memory_order_relaxed))
                 return;
-        log_error("pid %d (uid %u): a read of its memory at %#llx has waited %u ms: it is evicted no more, and its "
+        log_error("pid %d (uid %u): a read of its memory at %#llx has waited %u ms: it is evicted no more while it waits, and its "
                   "user is refused new connections while the read waits",
                   (int)mm->pid, mm->uid, (unsigned long long)addr, memread_bound_ms());
 }

@@ -309,7 +309,8 @@ bool mmclient_parent_gone(const MMClient *mm);
  * by pid). -ESRCH: the address space is gone (the process exited or
  * exec'd); -EFAULT: not mapped. */
 /* A read of mm's memory at addr has waited past the bound (memread.h):
- * mm is evicted no more (evict.c), said once. Any thread. */
+ * mm is not evicted while its user's reads count (memread_stuck(),
+ * evict.c), said once. Any thread. */
 void mmclient_read_overdue(MMClient *mm, uint64_t addr);
 
 /* mmclient_read() into the calling thread's buffer (memread_view()): *out

@@ -36,6 +36,7 @@
 #include "inject.h"
 #include "evict.h"
 #include "log.h"
+#include "memread.h"
 #include "manager.h"
 #include "reclaim.h"
 
@@ -279,7 +280,8 @@ static int drop_clean_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 static bool client_managed(MMClient *mm) {
         return mm->conn && mm->nlanes > 0 && !mm->rc.off && !mm->fork_paused &&
                !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
-               !atomic_load_explicit(&mm->read_stuck, memory_order_relaxed); /* evicted no more (evict.c) */
+               !(atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) &&
+                 memread_stuck(mm->uid) > 0); /* not evicted meanwhile (evict.c) */
 }
 
 static uint64_t held_pages(MMClient *mm) {
