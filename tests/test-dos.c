@@ -459,6 +459,25 @@ static void trap(int devfd, int uffd, uint64_t addr, uint64_t len) {
         ASSERT_OK(ioctl(u, UFFDIO_REGISTER, &reg));
 }
 
+/* On raw connection s: fill STALL_PAGES pages at mem (seed), REGISTER
+ * them and send a PAGEOUT (request id) without waiting for its reply;
+ * returns once the daemon's MOVE of them is in `in`. */
+static void raw_pageout_to_move(int s, uint8_t *mem, uint64_t seed, uint32_t id, uint8_t *in) {
+        ZMsgRange rg;
+
+        fill_pages(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, seed);
+        memset(&rg, 0, sizeof(rg));
+        zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
+        rg.addr = (uintptr_t)mem;
+        rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+        ASSERT_EQ(raw_request(s, &rg, NULL, 0, NULL, NULL), 0);
+        zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
+        rg.hdr.id = id;
+        ASSERT_OK(zmsg_send(s, &rg, sizeof(rg), NULL, 0));
+        ssize_t n = zmsg_recv(s, in, ZSWAP_MSG_MAX + 8, NULL, NULL, NULL);
+        ASSERT_TRUE(n > 0 && ((ZMsgHeader *)in)->type == ZMSG_MOVE);
+}
+
 /* Connection by connection, as U_STALLER; *done counts those set up, and
  * is -1 if the FORK_PREPARE was answered, -2 if it was not. */
 static int stall_attack(volatile int *done) {
@@ -470,21 +489,9 @@ static int stall_attack(volatile int *done) {
                 uint8_t *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
                 int devfd, uffd;
                 int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
-                fill_pages(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, 7);
-                ZMsgRange rg;
-                memset(&rg, 0, sizeof(rg));
-                zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
-                rg.addr = (uintptr_t)mem;
-                rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
-                ASSERT_EQ(raw_request(s, &rg, NULL, 0, NULL, NULL), 0);
-                /* PAGEOUT: the daemon asks us to move the pages, and its
-                 * reply waits for the move we never make */
-                zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
-                rg.hdr.id = 9000 + (uint32_t)i;
-                ASSERT_OK(zmsg_send(s, &rg, sizeof(rg), NULL, 0));
                 _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
-                ssize_t n = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
-                ASSERT_TRUE(n > 0 && ((ZMsgHeader *)in)->type == ZMSG_MOVE);
+                /* the PAGEOUT's reply waits for the move we never make */
+                raw_pageout_to_move(s, mem, 7, 9000 + (uint32_t)i, in);
                 trap(devfd, uffd, (uintptr_t)staging, lane);
                 /* the REMOVE event: the daemon cancels the move by reading
                  * the page's slot (and our madvise returns once it has the
@@ -691,18 +698,7 @@ static int fuse_attack(const char *name, volatile int *state) {
         /* the staging area on our uffd, as the library registers it */
         struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
         ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
-        fill_pages(mem, STALL_PAGES * ZSWAP_PAGE_SIZE, 9);
-        ZMsgRange rg;
-        memset(&rg, 0, sizeof(rg));
-        zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
-        rg.addr = (uintptr_t)mem;
-        rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
-        ASSERT_EQ(raw_request(s, &rg, NULL, 0, NULL, NULL), 0);
-        zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
-        rg.hdr.id = 9100;
-        ASSERT_OK(zmsg_send(s, &rg, sizeof(rg), NULL, 0));
-        ssize_t n = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
-        ASSERT_TRUE(n > 0 && ((ZMsgHeader *)in)->type == ZMSG_MOVE);
+        raw_pageout_to_move(s, mem, 9, 9100, in);
         const ZMsgMove *mv = (const ZMsgMove *)in;
         uint64_t page = mv->runs[0].addr, slot = (uintptr_t)staging + (uint64_t)mv->slot0 * ZSWAP_PAGE_SIZE;
         struct uffdio_move m = { .dst = slot, .src = page, .len = ZSWAP_PAGE_SIZE };
