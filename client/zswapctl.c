@@ -246,6 +246,7 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("fault_threads", K_COUNT, st->fault_threads);
         ADD("workers", K_COUNT, st->workers);
         ADD("protocol_errors", K_COUNT, st->protocol_errors);
+        ADD("moves_revoked", K_COUNT, st->moves_revoked);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
         f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };
@@ -651,6 +652,9 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
                   s->pool_full_events },
                 { "zswapd_protocol_errors_total", "counter", "Malformed or unexpected messages received.",
                   st->protocol_errors },
+                { "zswapd_moves_revoked_total", "counter",
+                  "Page moves a client's agent left unfinished, revoked so its faults could be served.",
+                  st->moves_revoked },
                 { "zswapd_tier_capacity_bytes", "gauge", "Bytes of the second tier's backing store for pages (0: none).",
                   st->tier_capacity },
                 { "zswapd_tier_used_bytes", "gauge", "Blocks of the second tier holding live pages, in bytes.",

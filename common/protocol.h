@@ -221,6 +221,9 @@ typedef struct ZMsgStatusReply {
         uint64_t tier_written, tier_writes, tier_written_pages;
         uint64_t tier_reads, tier_read_bytes, tier_prefetched;
         uint64_t tier_read_errors, tier_write_errors, tier_corrupt, tier_full_events, tier_reconnects;
+        /* times a client's agent left a page move unfinished and the
+         * daemon revoked it to read that client's uffd (page-lifecycle.md) */
+        uint64_t moves_revoked;
 } ZMsgStatusReply;
 
 /*

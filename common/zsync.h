@@ -16,13 +16,13 @@
  *
  * Counters, not flags: a forked child shares the page with its parent
  * until it attaches with a page of its own.
- * The daemon never trusts the page: it waits for a move at most
- * ZSYNC_READ_WAIT_NS and then reads later instead (its `reading` stays up
- * meanwhile, so no new move starts), so a client that leaves `moving` set
- * only holds up its own faults and events, for ZSYNC_READ_STUCK_NS at
- * most: then the daemon reads anyway (an agent that cannot run until its
- * own process's munmap returns, as under valgrind, would otherwise wait
- * for ever).
+ *
+ * The daemon never trusts the page, and never waits long for a move: one
+ * still under way after ZSYNC_READ_WAIT_NS is revoked (daemon/fault.c,
+ * revoke_moves(): every slot it may be moving into is filled, so the move
+ * fails when it runs), and the uffd is read then. However long an agent
+ * stays descheduled, stopped or frozen, only its own faults wait, and
+ * only for the revocation.
  */
 #pragma once
 
@@ -33,8 +33,7 @@
 #include <time.h>
 
 #define ZSWAP_SYNC_SIZE 4096
-#define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: longest wait for a move */
-#define ZSYNC_READ_STUCK_NS (100 * 1000 * 1000ull) /* daemon: a move this long is given up on */
+#define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: longest wait for a move before it revokes it */
 #define ZSYNC_MOVE_WAIT_NS (20 * 1000 * 1000ull) /* agent: longest wait for a reader */
 #define ZSYNC_MOVE_CHUNK 64                      /* pages per move between checks */
 
@@ -77,12 +76,10 @@ static inline void zsync_move_end(ZSync *s) {
 /* Daemon: before reading the uffd. Raises `reading` (unless `held`: a
  * call that returned false left it raised) and waits up to wait_ns for a
  * move in progress to end. False if it did not: the reader must not read
- * now, and keeps `reading` raised, so that the agent starts no new move
- * and the next call (held) finds the move over. Reading anyway could let
- * an munmap() return while a move the daemon planned before it is still
- * under way, and that move could take a page of a new mapping at the same
- * address. A client that leaves `moving` set only keeps its own uffd from
- * being read. */
+ * now, and keeps `reading` raised, so that the agent starts no new move,
+ * until the move is over or revoked. Reading before could let an munmap()
+ * return while a move the daemon planned before it is still under way,
+ * and that move could take a page of a new mapping at the same address. */
 static inline bool zsync_read_begin(ZSync *s, uint64_t wait_ns, bool held) {
         uint64_t t0 = 0;
         if (!s)

@@ -466,6 +466,21 @@ bool evict_settled(MMClient *mm) {
 }
 
 
+/* Every change of a lane's state goes through here: mm->lanes_moving
+ * shows the fault threads which lanes the agent may be moving pages into
+ * (fault.c, revoke_moves()). The bit is set before the MOVE is sent
+ * (release: the message carries it to the agent, whose `moving` a fault
+ * thread sees before it looks here); a bit cleared late only costs a read. */
+static void lane_set_state(MMClient *mm, Lane *lane, LaneState state) {
+        uint32_t bit = 1u << (lane - mm->lanes);
+
+        if (state == LANE_MOVING)
+                atomic_fetch_or_explicit(&mm->lanes_moving, bit, memory_order_release);
+        else if (lane->state == LANE_MOVING)
+                atomic_fetch_and_explicit(&mm->lanes_moving, ~bit, memory_order_relaxed);
+        lane->state = state;
+}
+
 /*
  * Which pages of a lane did the agent's moves really take? The agent's
  * report is not enough: on this kernel (6.18) move_pages() never clears
@@ -768,7 +783,7 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         }
         p.lane->op = op;
         p.lane->stored = 0;
-        p.lane->state = LANE_MOVING;
+        lane_set_state(mm, p.lane, LANE_MOVING);
         op->inflight++;
         if (lane_send_move(m, mm, li, &p) < 0) {
                 conn_kill(mm->conn, "agent not reading its socket");
@@ -809,13 +824,13 @@ static void lane_try_release(Manager *m, MMClient *mm, unsigned li) {
         if (atomic_load_explicit(&lane->users, memory_order_seq_cst) != 0)
                 return;
         if (!mm->conn) {
-                lane->state = LANE_FREE;
+                lane_set_state(mm, lane, LANE_FREE);
                 return;
         }
         zmsg_init(&msg.hdr, ZMSG_RELEASE, li, sizeof(msg));
         msg.slot0 = li * LANE_SLOTS;
         msg.nslots = LANE_SLOTS;
-        lane->state = LANE_RELEASING;
+        lane_set_state(mm, lane, LANE_RELEASING);
         if (zmsg_send(mm->conn->fd, &msg, sizeof(msg), NULL, 0) < 0)
                 conn_kill(mm->conn, "agent not reading its socket");
 }
@@ -827,7 +842,7 @@ static void lane_compressed(Manager *m, MMClient *mm, unsigned li, uint64_t stor
                 lane->op->evicted += stored;
         if (lane->op && lane->op->reclaim)
                 atomic_fetch_add_explicit(&mm->st.reclaim_evictions, stored, memory_order_relaxed);
-        lane->state = LANE_DRAINING;
+        lane_set_state(mm, lane, LANE_DRAINING);
         lane_try_release(m, mm, li);
 }
 
@@ -838,7 +853,7 @@ static void lane_submit(Manager *m, MMClient *mm, unsigned li) {
         Lane *lane = &mm->lanes[li];
         Work *w = work_new(JOB_COMPRESS, mm);
 
-        lane->state = LANE_COMPRESSING;
+        lane_set_state(mm, lane, LANE_COMPRESSING);
         lane->compress_due = !w;
         if (!w)
                 return;
@@ -910,7 +925,7 @@ int evict_release_done(Manager *m, MMClient *mm, uint32_t li) {
         if (li >= mm->nlanes || mm->lanes[li].state != LANE_RELEASING)
                 return -EPROTO;
         Lane *lane = &mm->lanes[li];
-        lane->state = LANE_FREE;
+        lane_set_state(mm, lane, LANE_FREE);
         if (lane->op)
                 lane->op->inflight--;
         lane->op = NULL;
@@ -966,10 +981,10 @@ void evict_agent_gone(Manager *m, MMClient *mm) {
         for (unsigned i = 0; i < mm->nlanes; i++) {
                 Lane *lane = &mm->lanes[i];
                 if (lane->state == LANE_RELEASING)
-                        lane->state = LANE_FREE;
+                        lane_set_state(mm, lane, LANE_FREE);
                 if (lane->state == LANE_MOVING) {
                         evict_lane_drop_keeps(mm, lane);
-                        lane->state = LANE_DRAINING;
+                        lane_set_state(mm, lane, LANE_DRAINING);
                 }
                 if (lane->state == LANE_FREE && lane->op) {
                         lane->op->inflight--;

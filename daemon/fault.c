@@ -67,6 +67,9 @@ typedef struct RaPage {
  * read was in flight (CANCELLED: the read's completion frees it). */
 enum { RS_READY, RS_READING, RS_CANCELLED };
 
+/* What a read of a thread's queue is for (MemReadOp.tag) */
+enum { READ_SLOT, READ_REVOKE };
+
 typedef struct Retry {
         struct Retry *next;
         bool reserved;     /* from a thread's reserve, not malloc */
@@ -107,6 +110,7 @@ struct FaultThread {
         unsigned lost_logged, lost_unlogged;
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
         MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
+        void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
         size_t nowned;
@@ -470,7 +474,7 @@ static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uin
         r->pin_mm = src != mm ? mmclient_ref(src) : NULL;
         atomic_init(&r->state, RS_READING);
         r->op = (MemReadOp){ .fd = fd, .off = mmclient_slot_addr(src, slot), .buf = r->page, .len = ZSWAP_PAGE_SIZE,
-                             .uid = src->uid };
+                             .uid = src->uid, .tag = READ_SLOT };
         if (memread_queue_submit(ft->reads, &r->op) < 0) {
                 close(fd);
                 mmclient_unref(mm);
@@ -1576,6 +1580,117 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
 }
 
 /* Read and handle messages until the uffd is empty. */
+/* ---- revoking the agent's moves ---- */
+
+/*
+ * A move the agent began before we raised `reading` has not ended: its
+ * thread is descheduled, stopped, traced or throttled by a CPU quota, or
+ * it waits for a system call of its own process that waits for this very
+ * read (valgrind runs one thread of a process at a time). Waiting for it
+ * lets it hold its client's faults as long as it stays stuck; reading the
+ * uffd while it may still run lets an munmap() return and the move take a
+ * page of a new mapping at the same address. So the move is revoked: every
+ * slot of every lane the agent may be moving into is read through
+ * /proc/PID/mem. A read of an empty slot maps the zero page there, so the
+ * move fails (EEXIST) when it runs and the page stays where it is
+ * (evict.c, lane_moved(): slot filled, source still there); a slot the
+ * move filled already is read and left as it is. The read is of the
+ * client's memory, so it goes through the thread's queue (memread.h) and
+ * only this client waits for it. Its lanes' slots are released with the
+ * lane (the zero pages with the rest).
+ */
+typedef struct RevokeRead {
+        MMClient *mm; /* a reference until the read is back */
+        MemReadOp op;
+} RevokeRead;
+
+#define REVOKE_LEN ((size_t)LANE_SLOTS * ZSWAP_PAGE_SIZE)
+
+/* Read lane li of mm for a revocation; false: not now. Under serve_lock. */
+static bool revoke_submit(FaultThread *ft, MMClient *mm, unsigned li) {
+        uint64_t off = mmclient_slot_addr(mm, li * LANE_SLOTS);
+
+        if (mm->mem_fd < 0)
+                return false; /* nothing to read it with: the agent is waited for */
+        if (!ft->reads) {
+                /* no io_uring: a read bounded by the read bound (memread.h) */
+                const uint8_t *p;
+                int r = memread_view(mm->mem_fd, off, REVOKE_LEN, mm->uid, &p);
+                if (r < 0)
+                        log_debug("pid %d: reading lane %u to revoke a move: %s", (int)mm->pid, li, strerror(-r));
+                return true;
+        }
+        if (!memread_queue_has_room(ft->reads))
+                return false;
+        if (!ft->revoke_buf && !(ft->revoke_buf = INJECT_ALLOC(malloc(REVOKE_LEN))))
+                return false;
+        RevokeRead *rr = INJECT_ALLOC(malloc(sizeof(*rr)));
+        if (!rr)
+                return false;
+        /* an fd of the read's own, as slot_read_submit()'s */
+        int fd = fcntl(mm->mem_fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+                free(rr);
+                return false;
+        }
+        rr->mm = mmclient_ref(mm);
+        rr->op = (MemReadOp){ .fd = fd, .off = off, .buf = ft->revoke_buf, .len = REVOKE_LEN, .uid = mm->uid,
+                              .tag = READ_REVOKE };
+        atomic_fetch_add_explicit(&mm->revoke_reads, 1, memory_order_relaxed);
+        if (memread_queue_submit(ft->reads, &rr->op) < 0) {
+                atomic_fetch_sub_explicit(&mm->revoke_reads, 1, memory_order_relaxed);
+                close(fd);
+                mmclient_unref(mm);
+                free(rr);
+                return false;
+        }
+        return true;
+}
+
+/* A revocation's read is back (or given up at exit). A read that failed
+ * did so because the slots are not memory the agent can move into (the
+ * client unmapped or replaced its staging area, or is gone). */
+static void revoke_read_done(FaultThread *ft, MemReadOp *op) {
+        RevokeRead *rr = container_of(op, RevokeRead, op);
+
+        close(op->fd);
+        if (op->res < 0 && op->res != -ECANCELED)
+                log_debug("pid %d: reading a lane at %#llx to revoke a move: %s", (int)rr->mm->pid,
+                          (unsigned long long)op->off, strerror(-op->res));
+        /* release: to drain_uffd(), which reads the uffd once it sees 0 */
+        atomic_fetch_sub_explicit(&rr->mm->revoke_reads, 1, memory_order_release);
+        ft->retry_due = true; /* run_due_retries() looks at the read put off */
+        mmclient_unref(rr->mm);
+        free(rr);
+}
+
+/* Are the moves the agent may still make revoked? The first call after a
+ * read of the uffd starts the revocation; under serve_lock, with our
+ * `reading` raised, so the lanes seen here are all a move under way can
+ * go to (zsync.h: the agent began it before it saw `reading`, and the
+ * lane's bit was set before it was told to). */
+static bool revoke_moves(FaultThread *ft, MMClient *mm) {
+        if (!mm->revoking) {
+                mm->revoking = true;
+                mm->revoke_left = atomic_load_explicit(&mm->lanes_moving, memory_order_acquire);
+        }
+        while (mm->revoke_left) {
+                unsigned li = (unsigned)__builtin_ctz(mm->revoke_left);
+                if (li < mm->nlanes && !revoke_submit(ft, mm, li))
+                        return false;
+                mm->revoke_left &= ~(1u << li);
+        }
+        /* acquire: the kernel's read is done before we read the uffd */
+        return atomic_load_explicit(&mm->revoke_reads, memory_order_acquire) == 0;
+}
+
+static void run_read_done(FaultThread *ft, MemReadOp *op) {
+        if (op->tag == READ_REVOKE)
+                revoke_read_done(ft, op);
+        else
+                slot_read_done(ft, op);
+}
+
 /* Read and handle messages until the uffd is empty. One message per read:
  * the kernel lets a munmap() or madvise() return once its event is read,
  * so an event must be handled right after it is read, not after a batch
@@ -1627,37 +1742,38 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
  * too), so no agent move runs between a read and the handling of what it
  * read (zsync.h): an UNMAP is handled before the program can map anew. */
 static void drain_uffd(FaultThread *ft, MMClient *mm) {
-        /* A move of the client's agent still running after 2 ms is not
+        /* A move of the client's agent still under way after 2 ms is not
          * waited for: a fault thread serves every client on its CPU, and
-         * no client may hold the others up. The uffd is read later
-         * instead (run_due_retries(), every millisecond), never while a
-         * move is under way (zsync.h); our `reading` stays raised
-         * meanwhile, so the agent starts no other move. Only a move that
-         * outlasts ZSYNC_READ_STUCK_NS is given up on: its agent cannot
-         * run until a system call of its own process returns, and that
-         * call waits for this very read (a process under valgrind, which
-         * runs one thread at a time). That client alone may then lose the
-         * pages such a move takes. */
+         * no client may hold the others up. It is revoked instead
+         * (revoke_moves()), our `reading` raised meanwhile so that the
+         * agent starts no other move, and the uffd is read once the
+         * revocation's reads are back (run_due_retries() looks every
+         * millisecond, and when they come). No wait at all where no lane
+         * is moving (a move then has nowhere to go), or for an agent that
+         * was this slow at the last read: it is revoked at once. */
         uint64_t now = now_ns();
         bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);
+        bool may_wait = !held && !mm->agent_slow && atomic_load_explicit(&mm->lanes_moving, memory_order_relaxed);
 
-        if (!zsync_read_begin(mm->sync, held ? 0 : ZSYNC_READ_WAIT_NS, held)) {
-                if (!held) {
-                        mm->read_deferred_since = now;
-                        if (!mm->sync_warned)
-                                log_warn("pid %d: its agent held a page move for over %llu ms: its faults wait for it",
-                                         (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
+        if (!zsync_read_begin(mm->sync, may_wait ? ZSYNC_READ_WAIT_NS : 0, held)) {
+                if (!held && may_wait && !mm->sync_warned) {
+                        log_warn("pid %d: its agent left a page move unfinished for over %llu ms: such moves are revoked "
+                                 "(their pages stay resident)",
+                                 (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
                         mm->sync_warned = true;
-                } else if (now - mm->read_deferred_since > ZSYNC_READ_STUCK_NS) {
-                        log_warn("pid %d: its agent held a page move for over %llu ms: read anyway", (int)mm->pid,
-                                 ZSYNC_READ_STUCK_NS / 1000000);
-                        goto read;
                 }
-                atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
-                ft->retry_due = true;
-                return;
-        }
-read:
+                if (!revoke_moves(ft, mm)) {
+                        atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
+                        ft->retry_due = true;
+                        return;
+                }
+                mm->agent_slow = true;
+                atomic_fetch_add_explicit(&ft->m->moves_revoked, 1, memory_order_relaxed);
+        } else
+                mm->agent_slow = false;
+        /* `reading` is raised, and no move can take a page any more */
+        mm->revoking = false;
+        mm->revoke_left = 0;
         atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
         drain_messages(ft, mm, now);
         if (mm->npoison && !poisons_run(mm)) {
@@ -1665,8 +1781,8 @@ read:
                  * not run yet (the kernel counts them out then): our
                  * `reading` stays raised, so no move starts, and we look
                  * again in a millisecond, as for a read put off */
-                mm->read_deferred_since = now;
                 atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
+                mm->revoking = true; /* nothing to revoke: nothing began since */
                 ft->retry_due = true;
                 return;
         }
@@ -2011,12 +2127,14 @@ static void run_reads(FaultThread *ft, bool ready) {
                 return;
         for (MemReadOp *op = ready ? memread_queue_complete(ft->reads) : NULL; op;) {
                 MemReadOp *next = op->next;
-                slot_read_done(ft, op);
+                run_read_done(ft, op);
                 op = next;
         }
         for (MemReadOp *op; (op = memread_queue_overdue(ft->reads, now_ns()));) {
-                Retry *r = container_of(op, Retry, op);
-                mmclient_read_overdue(r->mm, r->addr);
+                if (op->tag == READ_REVOKE)
+                        mmclient_read_overdue(container_of(op, RevokeRead, op)->mm, op->off);
+                else
+                        mmclient_read_overdue(container_of(op, Retry, op)->mm, container_of(op, Retry, op)->addr);
         }
 }
 
@@ -2178,9 +2296,10 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         ft->reads = NULL;
         while (left) {
                 MemReadOp *next = left->next;
-                slot_read_done(ft, left);
+                run_read_done(ft, left);
                 left = next;
         }
+        free(ft->revoke_buf); /* no read is left to write it */
         while (ft->reserve) {
                 Retry *r = ft->reserve;
                 ft->reserve = r->next;

@@ -109,7 +109,7 @@ struct Manager {
         MMClient *orphans;
 
         /* global counters, relaxed atomics */
-        _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors;
+        _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked;
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
 
         /* reclaim (reclaim.c): tunables owned by the manager thread, and

@@ -99,6 +99,7 @@ typedef struct MemReadOp {
         void *buf;
         uint32_t len;
         uid_t uid;
+        unsigned tag; /* the caller's: what the read is for */
         /* out: 0, or as memread() (-EFAULT, -ESRCH, -errno) */
         int res;
         /* the queue's */

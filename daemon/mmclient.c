@@ -426,6 +426,11 @@ int mmclient_replace_sync(MMClient *mm, int fd) {
                 zsync_read_end(old); /* a read put off held it raised */
                 atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
         }
+        /* the new page's agent has moved nothing yet (reads of a
+         * revocation still in flight are waited for all the same) */
+        mm->revoking = false;
+        mm->revoke_left = 0;
+        mm->agent_slow = false;
         mm->sync = p;
         mm->sync_fd = fd;
         pthread_mutex_unlock(&mm->serve_lock);

@@ -204,7 +204,17 @@ typedef struct MMClient {
          * closed by the closer thread. relaxed: a flag its last holder
          * reads after the reference count's acq_rel */
         _Atomic bool read_stuck;
-        uint64_t read_deferred_since; /* under serve_lock: when that began */
+        /* lanes the agent may be moving pages into, a bit each: the
+         * manager writes it (evict.c, lane_set_state()), fault threads
+         * read it to revoke those moves (fault.c, revoke_moves()) */
+        _Atomic uint32_t lanes_moving;
+        /* the revocation of the agent's moves under way, under serve_lock:
+         * lanes still to read, and whether one began since the uffd was
+         * last read; agent_slow: a revocation was needed at the last read */
+        uint32_t revoke_left;
+        bool revoking, agent_slow;
+        /* reads of lanes for a revocation in flight (fault threads' queues) */
+        _Atomic unsigned revoke_reads;
 } MMClient;
 
 /* A new client address space, with a new store if the manager has pools

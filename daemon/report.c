@@ -203,6 +203,7 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.workers = m->cfg.workers;
         rep.pool_bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
         rep.protocol_errors = atomic_load_explicit(&m->protocol_errors, memory_order_relaxed);
+        rep.moves_revoked = atomic_load_explicit(&m->moves_revoked, memory_order_relaxed);
         status_rates(m, &rep);
         status_latency(m, &rep);
         status_tier(m, &rep);
