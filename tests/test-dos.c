@@ -60,6 +60,16 @@
  * reported past its bound, the attacker is not killed but evicted no
  * more, its user refused new connections while the read waits and served
  * again once it completes; the honest client is served meanwhile.
+ *
+ * stuck: the same user's agent begins a page move (raises `moving` on its
+ * sync page) and stops there, as an agent descheduled, stopped, throttled
+ * by a CPU quota or held by valgrind does, while its program unmaps the
+ * pages being moved, maps new memory at the same address and writes it.
+ * The move then runs as planned before the munmap. The daemon must have
+ * revoked it: the move takes no page of the new mapping (a daemon that
+ * read the UNMAP once the agent had held the move for a while let it take
+ * them all), every page of the new mapping is intact, and the honest
+ * client is served while the move is held.
  */
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -77,6 +87,7 @@
 #include "protocol.h"
 #include "uffd-compat.h"
 #include "util.h"
+#include "zsync.h"
 
 #define U_ATTACKER 60031
 #define U_STALLER 60032 /* admitted, granted /dev/userfaultfd */
@@ -417,8 +428,9 @@ static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZM
 }
 
 /* HELLO and ATTACH on a new raw connection, with staging and fork token
- * addresses of our choosing; the /dev/userfaultfd descriptor in *devfd. */
-static int raw_attach(uint64_t staging, int *devfd, int *uffdp) {
+ * addresses of our choosing and a sync page (zsync.h) if syncfd >= 0; the
+ * /dev/userfaultfd descriptor in *devfd. */
+static int raw_attach(uint64_t staging, int *devfd, int *uffdp, int syncfd) {
         int s = raw_connect();
         ZMsgHello h;
         ZMsgAttach a;
@@ -438,8 +450,8 @@ static int raw_attach(uint64_t staging, int *devfd, int *uffdp) {
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         a.staging_addr = staging;
         a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
-        int store = -1;
-        ASSERT_EQ(raw_request(s, &a, &uffd, 1, &store, NULL), 0);
+        int store = -1, fds[2] = { uffd, syncfd };
+        ASSERT_EQ(raw_request(s, &a, fds, syncfd >= 0 ? 2 : 1, &store, NULL), 0);
         close(store);
         *uffdp = uffd; /* stays open: the daemon's reads are of our memory */
         return s;
@@ -488,7 +500,7 @@ static int stall_attack(volatile int *done) {
                 uint8_t *staging = test_map(lane);
                 uint8_t *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
                 int devfd, uffd;
-                int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
+                int s = raw_attach((uintptr_t)staging, &devfd, &uffd, -1);
                 _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
                 /* the PAGEOUT's reply waits for the move we never make */
                 raw_pageout_to_move(s, mem, 7, 9000 + (uint32_t)i, in);
@@ -502,7 +514,7 @@ static int stall_attack(volatile int *done) {
         /* the manager's read: the fork token */
         uint8_t *staging = test_map(lane), *token = test_map(ZSWAP_PAGE_SIZE);
         int devfd, uffd;
-        int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, -1);
         trap(devfd, uffd, (uintptr_t)token, ZSWAP_PAGE_SIZE);
         ZMsgFork fp = { .token = 0x5eed };
         zmsg_init(&fp.hdr, ZMSG_FORK_PREPARE, 0, sizeof(fp));
@@ -694,7 +706,7 @@ static int fuse_attack(const char *name, volatile int *state) {
         char path[96];
         int devfd, uffd;
 
-        int s = raw_attach((uintptr_t)staging, &devfd, &uffd);
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, -1);
         /* the staging area on our uffd, as the library registers it */
         struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
         ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
@@ -806,14 +818,97 @@ static void case_fuse_bound(void) {
         fprintf(stderr, "honest 64 MiB pageout and read-back while a slot read waits: %.2f s\n", t);
 }
 
+/* ---- stuck ---- */
+
+/* As U_STALLER: *moved is set to the pages the held move took, *bad to
+ * the pages of the new mapping that differ (-1 until done). */
+static int stuck_client(volatile int *moved, volatile int *bad) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *mem = test_map(len);
+        uint64_t hashes[STALL_PAGES];
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+        int devfd, uffd;
+
+        int syncfd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ASSERT_TRUE(syncfd >= 0);
+        ASSERT_OK(ftruncate(syncfd, ZSWAP_SYNC_SIZE));
+        ASSERT_OK(fcntl(syncfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+        ZSync *sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, syncfd, 0);
+        ASSERT_TRUE(sync != MAP_FAILED);
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, syncfd);
+        /* the staging area on our uffd, as the library registers it */
+        struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
+        ASSERT_OK(madvise(staging, lane, MADV_NOHUGEPAGE));
+        ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
+        raw_pageout_to_move(s, mem, 11, 9200, in);
+        const ZMsgMove *mv = (const ZMsgMove *)in;
+
+        /* the agent begins the move and stops there */
+        atomic_fetch_add(&sync->moving, 1);
+        /* the program: gone, and new memory at the same place at once
+         * (munmap() returns once the daemon has read the UNMAP event) */
+        ASSERT_OK(munmap(mem, len));
+        ASSERT_TRUE(mmap(mem, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) ==
+                    mem);
+        fill_pages(mem, len, 12);
+        hash_pages(mem, len, hashes);
+        /* the agent goes on: the move it was told to make, page by page */
+        ZMsgMoveDone done = { .npages = mv->npages };
+        int n = 0;
+        for (uint32_t ri = 0, idx = 0; ri < mv->nruns && ri < ZSWAP_MOVE_RUNS_MAX; idx += mv->runs[ri++].npages)
+                for (uint32_t i = 0; i < mv->runs[ri].npages && idx + i < ZSWAP_BATCH_MAX; i++) {
+                        struct uffdio_move m = { .dst = (uintptr_t)staging + (uint64_t)(mv->slot0 + idx + i) * ZSWAP_PAGE_SIZE,
+                                                 .src = mv->runs[ri].addr + (uint64_t)i * ZSWAP_PAGE_SIZE,
+                                                 .len = ZSWAP_PAGE_SIZE };
+                        if (ioctl(uffd, UFFDIO_MOVE, &m) == 0) {
+                                done.moved[(idx + i) / 64] |= 1ull << ((idx + i) % 64);
+                                n++;
+                        } else
+                                done.errors++;
+                }
+        atomic_fetch_sub(&sync->moving, 1);
+        zmsg_init(&done.hdr, ZMSG_MOVE_DONE, mv->hdr.id, sizeof(done));
+        (void)zmsg_send(s, &done, sizeof(done), NULL, 0);
+        *moved = n;
+        *bad = (int)verify_pages(mem, len, hashes);
+        pause();
+        return 0;
+}
+
+static void case_stuck(void) {
+        volatile int *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(res != MAP_FAILED);
+        res[0] = res[1] = -1;
+
+        pid_t att = td_fork_as(U_STALLER, 0);
+        if (att == 0)
+                _exit(stuck_client(&res[0], &res[1]));
+        for (uint64_t t0 = now_ns(); res[1] < 0; usleep(10000)) {
+                int st;
+                if (waitpid(att, &st, WNOHANG) == att)
+                        test_fail("the client failed (status %d)", st);
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the client's munmap() or its held move has not returned in 120 s");
+        }
+        fprintf(stderr, "the held move took %d pages; %d of the new mapping's %d pages differ\n", res[0], res[1],
+                STALL_PAGES);
+        ASSERT_EQ(res[0], 0);
+        ASSERT_EQ(res[1], 0);
+        ASSERT_TRUE(td_log_has(&d, "such moves are revoked"));
+        double t = run_honest("after the held move");
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        fprintf(stderr, "honest 64 MiB pageout and read-back: %.2f s\n", t);
+}
+
 int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound");
+                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck");
         char conf[64] = "", args[320];
         bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
-                       strcmp(argv[1], "fuse-bound") == 0;
+                       strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0;
         if (staller) {
                 /* the attacker is admitted and granted /dev/userfaultfd */
                 snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
@@ -836,6 +931,8 @@ int main(int argc, char **argv) {
                 case_fuse();
         else if (strcmp(argv[1], "fuse-bound") == 0)
                 case_fuse_bound();
+        else if (strcmp(argv[1], "stuck") == 0)
+                case_stuck();
         else
                 test_fail("no case %s", argv[1]);
         if (conf[0])
