@@ -442,3 +442,86 @@ pid_t td_fork_as(uid_t uid, gid_t group) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         return 0;
 }
+
+/* ---- cgroups with a CPU quota ---- */
+
+static bool cg_write(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        bool ok = write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+        close(fd);
+        return ok;
+}
+
+/* Where a mount of fstype whose options include opt (NULL: any) is. */
+static bool cg_mount(const char *fstype, const char *opt, char *dir, size_t len) {
+        FILE *f = fopen("/proc/self/mounts", "re");
+        char src[256], mnt[256], type[64], opts[512];
+        bool found = false;
+
+        if (!f)
+                return false;
+        while (!found && fscanf(f, "%255s %255s %63s %511s %*d %*d", src, mnt, type, opts) == 4) {
+                if (strcmp(type, fstype) != 0)
+                        continue;
+                if (opt) {
+                        bool has = false;
+                        for (char *save, *t = strtok_r(opts, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                                has |= strcmp(t, opt) == 0;
+                        if (!has)
+                                continue;
+                }
+                snprintf(dir, len, "%s", mnt);
+                found = true;
+        }
+        fclose(f);
+        return found;
+}
+
+bool td_quota_cgroup(unsigned pct, char *dir, size_t dlen) {
+        char mnt[256], path[640], val[64];
+
+        if (cg_mount("cgroup2", NULL, mnt, sizeof(mnt))) {
+                snprintf(path, sizeof(path), "%s/cgroup.subtree_control", mnt);
+                (void)cg_write(path, "+cpu");
+                snprintf(dir, dlen, "%s/zswap-throttle-%d", mnt, (int)getpid());
+                if (mkdir(dir, 0755) == 0) {
+                        snprintf(path, sizeof(path), "%s/cpu.max", dir);
+                        snprintf(val, sizeof(val), "%u 100000", pct * 1000);
+                        if (cg_write(path, val)) {
+                                fprintf(stderr, "quota: cgroup v2 %s, cpu.max %s\n", dir, val);
+                                return true;
+                        }
+                        rmdir(dir);
+                }
+        }
+        if (cg_mount("cgroup", "cpu", mnt, sizeof(mnt))) {
+                snprintf(dir, dlen, "%s/zswap-throttle-%d", mnt, (int)getpid());
+                if (mkdir(dir, 0755) == 0) {
+                        snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
+                        bool ok = cg_write(path, "100000");
+                        snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir);
+                        snprintf(val, sizeof(val), "%u", pct * 1000);
+                        if (ok && cg_write(path, val)) {
+                                fprintf(stderr, "quota: cgroup v1 %s, cfs_quota_us %s of 100000\n", dir, val);
+                                return true;
+                        }
+                        rmdir(dir);
+                }
+        }
+        return false;
+}
+
+bool td_cgroup_join(const char *dir, pid_t pid) {
+        char path[600], val[32];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        snprintf(val, sizeof(val), "%d", (int)pid);
+        return cg_write(path, val);
+}
+
+void td_cgroup_remove(const char *dir) {
+        /* an exited member leaves it a moment after it is reaped */
+        for (unsigned i = 0; rmdir(dir) < 0 && errno == EBUSY && i < 500; i++)
+                usleep(10000);
+}

@@ -106,6 +106,14 @@ void td_log_dump(const TestDaemon *d);
  * after the switch, which clears it). The child exits 90 if it cannot.
  * Returns as fork() does; fails the test if fork() does. */
 pid_t td_fork_as(uid_t uid, gid_t group);
+/* A new cgroup whose CPU quota is pct % of one CPU: cgroup v2's cpu.max
+ * where its cpu controller is available (real hosts), v1's
+ * cpu.cfs_quota_us otherwise. Its directory in dir; false if neither. */
+bool td_quota_cgroup(unsigned pct, char *dir, size_t len);
+/* Move process pid, every thread of it, into cgroup dir. */
+bool td_cgroup_join(const char *dir, pid_t pid);
+/* Remove cgroup dir once its members have gone (a few seconds at most). */
+void td_cgroup_remove(const char *dir);
 /* Whether thread tid of this process waits in handle_userfault(). */
 bool task_in_userfault(pid_t tid);
 /* The VmFlags line of the mapping that contains addr (/proc/self/smaps)

@@ -13,7 +13,10 @@
  * with or without zswap_unregister first, then mmap and zswap_register).
  * Meanwhile the parent, at random moments, kills the daemon with SIGKILL
  * and starts it again after 0-300 ms, or kills a client with SIGKILL and
- * starts a new one in its place.
+ * starts a new one in its place. The first client (and whoever takes its
+ * place, and its fork children) runs in a cgroup whose CPU quota is 10 %
+ * of one CPU (SOAK_THROTTLE=0: not), so its agent is stopped for most of
+ * every 100 ms, in the middle of page moves among other places.
  *
  * For SOAK_SECONDS (20; docs/reliability.md runs it for 600);
  * SOAK_DAEMON_KILLS=0 leaves the daemon alive, to tell the soak's own
@@ -410,6 +413,7 @@ static int client_main(int argc, char **argv) {
 
 typedef struct Slot {
         pid_t pid;
+        const char *cgroup; /* its client runs there (a CPU quota), or NULL */
         unsigned id;
         int result;  /* read end of the client's result pipe */
         bool exited; /* reaped at the deadline already, with status */
@@ -438,6 +442,8 @@ static void slot_spawn(Soak *s, Slot *slot) {
         ASSERT_TRUE(slot->pid >= 0);
         if (slot->pid == 0) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (slot->cgroup && !td_cgroup_join(slot->cgroup, getpid()))
+                        _exit(126);
                 snprintf(fd, sizeof(fd), "%d", dup(p[1]));
                 snprintf(kfd, sizeof(kfd), "%d", dup(s->kills_fd));
                 execl("/proc/self/exe", "test-soak", "client", id, s->d.sock, deadline, seed, fd, kfd, (char *)NULL);
@@ -586,11 +592,15 @@ int main(int argc, char **argv) {
         s.seed = env_seed ? strtoull(env_seed, NULL, 0) : now_ns() ^ (uint64_t)getpid() << 32;
         fprintf(stderr, "soak: %u s, %u clients, TEST_SEED=%#llx, starts at %llu ms\n", seconds, nclients,
                 (unsigned long long)s.seed, ms_now());
+        char quota[512];
+        bool throttled = env_or("SOAK_THROTTLE", 1) && td_quota_cgroup(10, quota, sizeof(quota));
         td_start_logged(&s.d, getenv("TEST_DAEMON_ARGS"));
         s.kills_fd = td_kills_record(&s.d);
         s.deadline = now_ns() + (uint64_t)seconds * 1000000000ull;
-        for (unsigned i = 0; i < nclients; i++)
+        for (unsigned i = 0; i < nclients; i++) {
+                slots[i].cgroup = i == 0 && throttled ? quota : NULL;
                 slot_spawn(&s, &slots[i]);
+        }
 
         uint64_t rnd = s.seed;
         while (now_ns() < s.deadline) {
@@ -623,14 +633,17 @@ int main(int argc, char **argv) {
                                     (int)killed, slot->id, (int)slot->pid);
                 }
         }
-        /* a client reads back a few MiB, twice: seconds, even under TSan */
-        uint64_t finish = now_ns() + 60000000000ull;
+        /* a client reads back a few MiB, twice: seconds, even under TSan;
+         * the throttled one gets a tenth of a CPU for it */
+        uint64_t finish = now_ns() + (throttled ? 300000000000ull : 60000000000ull);
         for (unsigned i = 0; i < nclients; i++)
                 slot_finish(&s, &slots[i], finish);
         daemon_assert_alive(&s);
         if (s.client_failures)
                 td_log_dump(&s.d);
         td_stop(&s.d);
+        if (throttled)
+                td_cgroup_remove(quota);
 
         fprintf(stderr, "soak: %u s: %u daemon kills and restarts, %u clients killed, %u started; %u clients failed; "
                         "%zu pages verified at the end, %zu lost\n",

@@ -28,7 +28,6 @@
  * Exit 77 if there is no CPU controller to throttle with (after the
  * stopped client's part has run).
  */
-#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,7 +35,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -68,81 +66,6 @@ static void sleep_ms(unsigned ms) {
         struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;
-}
-
-static bool write_file(const char *path, const char *text) {
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return false;
-        bool ok = write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-        close(fd);
-        return ok;
-}
-
-/* Where a mount of fstype whose options include opt (NULL: any) is. */
-static bool find_mount(const char *fstype, const char *opt, char *dir, size_t len) {
-        FILE *f = fopen("/proc/self/mounts", "re");
-        char src[256], mnt[256], type[64], opts[512];
-        bool found = false;
-
-        if (!f)
-                return false;
-        while (!found && fscanf(f, "%255s %255s %63s %511s %*d %*d", src, mnt, type, opts) == 4) {
-                if (strcmp(type, fstype) != 0)
-                        continue;
-                if (opt) {
-                        bool has = false;
-                        for (char *save, *t = strtok_r(opts, ",", &save); t; t = strtok_r(NULL, ",", &save))
-                                has |= strcmp(t, opt) == 0;
-                        if (!has)
-                                continue;
-                }
-                snprintf(dir, len, "%s", mnt);
-                found = true;
-        }
-        fclose(f);
-        return found;
-}
-
-/*
- * A new cgroup whose CPU quota is QUOTA_PCT % of one CPU: its directory in
- * dir, the file that takes a process in procs. cgroup v2 where its cpu
- * controller is available (real hosts), v1's cpu controller otherwise.
- */
-static bool quota_cgroup(char *dir, size_t dlen, char *procs, size_t plen) {
-        char mnt[256], path[640], val[64];
-
-        if (find_mount("cgroup2", NULL, mnt, sizeof(mnt))) {
-                snprintf(path, sizeof(path), "%s/cgroup.subtree_control", mnt);
-                (void)write_file(path, "+cpu");
-                snprintf(dir, dlen, "%s/zswap-throttle-%d", mnt, (int)getpid());
-                if (mkdir(dir, 0755) == 0) {
-                        snprintf(path, sizeof(path), "%s/cpu.max", dir);
-                        snprintf(val, sizeof(val), "%u 100000", QUOTA_PCT * 1000);
-                        if (write_file(path, val)) {
-                                snprintf(procs, plen, "%s/cgroup.procs", dir);
-                                fprintf(stderr, "quota: cgroup v2 %s, cpu.max %s\n", dir, val);
-                                return true;
-                        }
-                        rmdir(dir);
-                }
-        }
-        if (find_mount("cgroup", "cpu", mnt, sizeof(mnt))) {
-                snprintf(dir, dlen, "%s/zswap-throttle-%d", mnt, (int)getpid());
-                if (mkdir(dir, 0755) == 0) {
-                        snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
-                        bool ok = write_file(path, "100000");
-                        snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir);
-                        snprintf(val, sizeof(val), "%u", QUOTA_PCT * 1000);
-                        if (ok && write_file(path, val)) {
-                                snprintf(procs, plen, "%s/cgroup.procs", dir);
-                                fprintf(stderr, "quota: cgroup v1 %s, cfs_quota_us %s of 100000\n", dir, val);
-                                return true;
-                        }
-                        rmdir(dir);
-                }
-        }
-        return false;
 }
 
 /* Page i of a mapping: real heap data, stamped with who wrote it, for
@@ -196,18 +119,14 @@ static void spin(uint64_t *rng, unsigned max) {
                 ;
 }
 
-static void run_client(TestDaemon *d, Shared *sh, unsigned who, const char *procs) {
+static void run_client(TestDaemon *d, Shared *sh, unsigned who, const char *cgroup) {
         static uint64_t hashes[NPAGES];
         uint64_t rng = who * 7919 + 17;
 
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* stopped or not, gone with the test */
-        if (procs) {
-                char pid[32];
-                snprintf(pid, sizeof(pid), "%d", (int)getpid());
-                /* before the library starts its agent: every thread in it */
-                if (!write_file(procs, pid))
-                        test_fail("cannot join the cgroup (%s): %m", procs);
-        }
+        /* before the library starts its agent: every thread in it */
+        if (cgroup && !td_cgroup_join(cgroup, getpid()))
+                test_fail("cannot join the cgroup %s: %m", cgroup);
         struct zswap_client *c = td_connect(d);
         ASSERT_OK(zswap_set_limit(c, ZSWAP_PAGE_SIZE));
         uint8_t *base = test_map(LEN);
@@ -253,13 +172,13 @@ static void report(const Shared *sh, const TestDaemon *d) {
 int main(void) {
         TestDaemon d;
         unsigned seconds = getenv("TEST_THROTTLE_SECONDS") ? (unsigned)atoi(getenv("TEST_THROTTLE_SECONDS")) : 60;
-        char cgdir[512], procs[600];
+        char cgdir[512];
         pid_t pids[NCLIENTS] = { 0 };
         uint64_t rng = (uint64_t)getpid();
         unsigned long_stops = 0;
 
         test_require_root();
-        bool quota = quota_cgroup(cgdir, sizeof(cgdir), procs, sizeof(procs));
+        bool quota = td_quota_cgroup(QUOTA_PCT, cgdir, sizeof(cgdir));
         if (!quota)
                 fprintf(stderr, "no cgroup cpu controller to throttle with: the quota client does not run\n");
         Shared *sh = mmap(NULL, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -271,7 +190,7 @@ int main(void) {
                 pids[i] = fork();
                 ASSERT_TRUE(pids[i] >= 0);
                 if (pids[i] == 0)
-                        run_client(&d, sh, i, i == QUOTA ? procs : NULL);
+                        run_client(&d, sh, i, i == QUOTA ? cgdir : NULL);
         }
 
         uint64_t t0 = mono_ms(), next_long = t0 + 5000;
@@ -322,8 +241,8 @@ int main(void) {
         }
         report(sh, &d);
         fprintf(stderr, "\"stopped\" was stopped for a second %u times\n", long_stops);
-        for (unsigned i = 0; quota && rmdir(cgdir) < 0 && i < 100; i++)
-                sleep_ms(10); /* the exited client leaves it a moment later */
+        if (quota)
+                td_cgroup_remove(cgdir);
         uint64_t bad = 0;
         for (unsigned i = 0; i < NCLIENTS; i++)
                 bad += sh->lost[i] + sh->stale[i] + sh->wrong[i];
