@@ -269,7 +269,7 @@ static void case_linger(void) {
         }
         /* the daemon has been handed them: the attacker's user has more
          * waiting to be closed than it may, and is turned away */
-        for (int i = 0; i < 600 && !td_log_has(&d, "too many descriptors sent whose close waits"); i++)
+        for (int i = 0; i < TEST_WAIT_S * 20 && !td_log_has(&d, "too many descriptors sent whose close waits"); i++)
                 usleep(50000);
         double attacked = run_honest("under attack");
         ASSERT_TRUE(td_log_has(&d, "too many descriptors sent whose close waits"));
@@ -284,7 +284,7 @@ static void case_linger(void) {
                 close(accepted[i]);
         }
         bool served = false;
-        for (int i = 0; i < 300 && !(served = user_served(U_ATTACKER)); i++)
+        for (int i = 0; i < TEST_WAIT_S * 10 && !(served = user_served(U_ATTACKER)); i++)
                 usleep(100000);
         ASSERT_TRUE(served);
 
@@ -534,7 +534,7 @@ static void case_stall(void) {
                         test_fail("the attacker set up %d of 3 connections in 120 s", *done);
         }
         double attacked = run_honest("under attack");
-        for (int i = 0; i < 6000 && *done >= 0; i++)
+        for (int i = 0; i < TEST_WAIT_S * 100 && *done >= 0; i++)
                 usleep(10000);
         if (*done != -1)
                 test_fail("the attacker's FORK_PREPARE was not answered (%d)", *done);
