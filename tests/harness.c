@@ -47,7 +47,9 @@ static void td_spawn(TestDaemon *d) {
                 execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
                 _exit(127);
         }
-        for (int i = 0; i < 500; i++) {
+        /* until it accepts: a sanitized daemon on a loaded machine (or
+         * one under valgrind) takes seconds to start */
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull; now_ns() < end; usleep(10000)) {
                 struct zswap_client *c;
                 if (zswap_connect(d->sock, &c) == 0) {
                         zswap_disconnect(c);
@@ -56,9 +58,8 @@ static void td_spawn(TestDaemon *d) {
                 int st;
                 if (waitpid(d->pid, &st, WNOHANG) == d->pid)
                         test_fail("zswapd exited at start (status %d)", st);
-                usleep(10000);
         }
-        test_fail("zswapd did not start");
+        test_fail("zswapd did not accept connections on %s within %d s", d->sock, TEST_WAIT_S);
 }
 
 void td_start(TestDaemon *d, const char *extra_args) {
@@ -342,7 +343,7 @@ void td_respawn(TestDaemon *d) {
                  td_daemon_path(), d->sock, d->args, d->log[0] ? " 2>>" : "", d->log);
         ASSERT_OK(-posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ));
         d->pid = pid;
-        for (int i = 0; i < 500; i++) {
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull; now_ns() < end; usleep(10000)) {
                 struct zswap_client *c;
                 int st;
                 if (zswap_connect(d->sock, &c) == 0) {
@@ -353,10 +354,9 @@ void td_respawn(TestDaemon *d) {
                         td_log_dump(d);
                         test_fail("zswapd exited at restart (status %#x)", st);
                 }
-                usleep(10000);
         }
         td_log_dump(d);
-        test_fail("zswapd did not restart on %s", d->sock);
+        test_fail("zswapd did not restart on %s within %d s", d->sock, TEST_WAIT_S);
 }
 
 void td_log_mark(const TestDaemon *d, const char *fmt, ...) {

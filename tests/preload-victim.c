@@ -7,7 +7,11 @@
  * byte against what it wrote, while the test evicts the process from
  * outside. At the end a forked child checks everything again.
  *
- *   preload-victim SECONDS THREADS
+ *   preload-victim SECONDS THREADS [stdin]
+ *
+ * With "stdin" it runs SECONDS and then on until a line (or EOF) on its
+ * stdin: the test says when it has evicted enough, whatever the
+ * machine's speed.
  *
  * Prints its pid, then "errors N" (N bad blocks, or failed errno checks of
  * the interposed mmap/mremap) at the end; exit 0 when N is 0 and the child
@@ -213,6 +217,9 @@ int main(int argc, char **argv) {
                 pthread_create(&th[i], NULL, worker, &ts[i]);
         }
         sleep(seconds);
+        if (argc > 3 && strcmp(argv[3], "stdin") == 0)
+                while (getchar() != '\n' && !feof(stdin))
+                        ;
         stop = 1;
         for (unsigned i = 0; i < n; i++)
                 pthread_join(th[i], NULL);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "util.h"
 
 #define VICTIM_MB 64
 
@@ -69,7 +70,7 @@ int main(int argc, char **argv) {
         /* the daemon forgets the dead: only our client and our pages remain */
         ASSERT_OK(zswap_pageout(c, buf, len));
         struct zswap_stats mine;
-        for (int i = 0; i < 300; i++) {
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull; now_ns() < end;) {
                 td_stats(c, &s);
                 ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &mine));
                 if (s.clients == 1 && s.stored_pages == mine.stored_pages && s.same_pages == mine.same_pages)
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
          * still hold one of ours among the victims' holes (the pool does
          * not compact yet); reclaim runs about once a second */
         uint64_t bound = mine.compressed_bytes * 2 + (16 << 20);
-        for (int i = 0; i < 150 && s.pool_bytes > bound; i++) {
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull; s.pool_bytes > bound && now_ns() < end;) {
                 usleep(20000);
                 td_stats(c, &s);
         }

@@ -40,11 +40,14 @@ int main(void) {
         ASSERT_EQ(verify_pages(buf, len / 2, hashes), 0);
         /* an evicted page: the reader waits, it never sees zeros */
         ASSERT_OK(-pthread_create(&t, NULL, reader, NULL));
-        usleep(500000);
-        ASSERT_EQ(atomic_load(&reader_done), 0);
         /* the reader's own tid: thread ids of a process are not contiguous
          * while other processes create threads */
-        ASSERT_TRUE(atomic_load(&reader_tid) > 0);
+        WAIT_UNTIL(atomic_load(&reader_tid) > 0, TEST_WAIT_S, "the reader never started");
+        WAIT_UNTIL(task_in_userfault(atomic_load(&reader_tid)) || atomic_load(&reader_done), TEST_WAIT_S,
+                   "the reader neither waits in a fault nor is done");
+        ASSERT_EQ(atomic_load(&reader_done), 0);
+        usleep(100000); /* and stays there */
+        ASSERT_EQ(atomic_load(&reader_done), 0);
         ASSERT_TRUE(task_in_userfault(atomic_load(&reader_tid)));
         /* library calls report the daemon gone */
         struct zswap_stats s;

@@ -37,7 +37,7 @@ static void child_first(void) {
         else
                 (void)!write(parent_exit_fd, "x", 1);
         /* reparented: P has exited (a zombie or reaped, its children are ours) */
-        for (int i = 0; i < 5000 && getppid() == parent_pid; i++)
+        for (int i = 0; i < TEST_WAIT_S * 1000 && getppid() == parent_pid; i++)
                 usleep(1000);
 }
 

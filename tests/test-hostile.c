@@ -40,31 +40,54 @@ static uint32_t ids = 1000;
 static int agent_uffd = -1; /* the raw connection's uffd, kept to move pages as its agent */
 static _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 64], out[64 << 10];
 
-/* The daemon's open fds, once the count has been steady for 100 ms. */
-static int daemon_fds(void) {
+/* The daemon's open fds now. */
+static int fd_count(void) {
         char path[64];
-        int last = -1;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
+        DIR *dir = opendir(path);
+        ASSERT_TRUE(dir);
+        for (struct dirent *e; (e = readdir(dir));)
+                n += e->d_name[0] != '.';
+        closedir(dir);
+        return n;
+}
+
+static uint64_t daemon_clients(void) {
         ZMsgStatusReply st;
 
-        /* no client left (the start-up probe's teardown takes a while
-         * under valgrind), then a count that holds for 100 ms */
-        for (int i = 0; i < 3000; i++, usleep(10000)) {
-                td_status(&d, &st);
-                if (st.stats.clients == 0)
-                        break;
-        }
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
-        for (int i = 0, same = 0; i < 500 && same < 10; i++, usleep(10000)) {
-                DIR *dir = opendir(path);
-                int n = 0;
-                ASSERT_TRUE(dir);
-                for (struct dirent *e; (e = readdir(dir));)
-                        n += e->d_name[0] != '.';
-                closedir(dir);
-                same = n == last ? same + 1 : 0;
-                last = n;
-        }
+        td_status(&d, &st);
+        return st.stats.clients;
+}
+
+/* How many polls in a row saw the count *last. */
+static int steady(int *last, int *same) {
+        int n = fd_count();
+
+        *same = n == *last ? *same + 1 : 0;
+        *last = n;
+        return *same;
+}
+
+/* The daemon's open fds with no client: once its count of clients is 0
+ * and the count of fds has held for 500 ms (a client's teardown goes on
+ * after it left the count, and takes a while under valgrind). */
+static int daemon_fds(void) {
+        int last = -1, same = 0;
+
+        WAIT_UNTIL(daemon_clients() == 0, TEST_WAIT_S, "the start-up probe client still counted");
+        WAIT_UNTIL(steady(&last, &same) >= 50, TEST_WAIT_S, "the daemon's fd count never held still, last %d", last);
         return last;
+}
+
+/* Every fd the clients brought is closed: wait for the count to come
+ * back to start, however long the daemon's teardowns take. */
+static void wait_fds_back(int start) {
+        int n = -1;
+
+        WAIT_UNTIL(daemon_clients() == 0, TEST_WAIT_S, "a client still counted");
+        WAIT_UNTIL((n = fd_count()) == start, TEST_WAIT_S, "the daemon has %d fds open, %d at start", n, start);
 }
 
 /* The daemon runs and still holds the legit client's pages. */
@@ -164,10 +187,8 @@ static void u32_req(int fd, uint16_t t, uint32_t v, int status) {
 /* The last reader of the pipe is gone, here and in the daemon (which
  * closes what it was sent right after replying). */
 static void assert_no_reader(int wfd) {
-        ssize_t w = 0;
-        for (int k = 0; k < 200 && (w = write(wfd, "x", 1)) == 1; k++)
-                usleep(10000);
-        ASSERT_TRUE(w < 0 && errno == EPIPE);
+        WAIT_UNTIL(write(wfd, "x", 1) < 0 && errno == EPIPE, TEST_WAIT_S, "the pipe still has a reader (%s)",
+                   strerror(errno));
         close(wfd);
 }
 
@@ -476,9 +497,8 @@ static void bad_agent(int fd, uint8_t *mem, uint64_t staging) {
         close(agent_uffd);
         check_alive("an agent hanging up mid-move");
         /* the daemon lets go of that memory: registering it again works */
-        int r = -EEXIST;
-        for (int i = 0; i < 500 && r == -EEXIST; i++, usleep(10000))
-                r = zswap_register(legit, mem, len);
+        int r;
+        WAIT_UNTIL((r = zswap_register(legit, mem, len)) != -EEXIST, TEST_WAIT_S, "the hung-up agent's memory is still registered");
         ASSERT_OK(r);
         ASSERT_OK(zswap_unregister(legit, mem, len));
         ASSERT_EQ(verify_pages(mem, len, hashes), 0);
@@ -634,7 +654,7 @@ int main(void) {
         zswap_disconnect(legit);
 
         /* every connection, uffd and fd the hostile ones brought is gone */
-        ASSERT_EQ(daemon_fds(), fds_at_start);
+        wait_fds_back(fds_at_start);
         td_stop(&d);
         munmap(staging, 2 * LANE_BYTES);
         munmap(mem, AGENT_PAGES * P);

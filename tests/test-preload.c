@@ -4,8 +4,9 @@
  *
  * 1. preload-victim: threads churning malloc/realloc/free over every block
  *    size, mremap and MADV_DONTNEED of their own regions, checking every
- *    byte, while the test evicts the process every 200 ms; then a forked
- *    child checks everything again. No bad byte, pages really evicted.
+ *    byte, while the test evicts the process every 200 ms, for 5 s and
+ *    on until 1000 pages were evicted; then a forked child checks
+ *    everything again. No bad byte, pages really evicted.
  * 2. python3 with a large dict: at least 80 % of its RssAnon evicted, and
  *    the digest of all its data computed inside python is the same after.
  * 3. The same python under --limit 64M stays under it.
@@ -88,31 +89,55 @@ static long pageout(TestDaemon *d, pid_t pid) {
         return pages;
 }
 
-/* One `zswapctl pageout PID`, after the shim's scanner had time to register
- * what the program built: some pages evicted, and at most 1/keep_div of
- * its RssAnon still resident. */
+/* Pageouts of one process so far: pages evicted, calls, RssAnon left. */
+typedef struct Evicted {
+        long pages, calls;
+        uint64_t rest;
+} Evicted;
+
+/* One more `zswapctl pageout PID`; whether at most 1/keep_div of before
+ * is still resident and something was evicted. */
+static bool pageout_more(TestDaemon *d, pid_t pid, uint64_t before, unsigned keep_div, Evicted *e) {
+        long r = pageout(d, pid);
+
+        e->calls++;
+        e->pages += r > 0 ? r : 0;
+        e->rest = rss_anon_bytes(pid);
+        return e->pages > 0 && e->rest <= before / keep_div;
+}
+
+/* `zswapctl pageout PID` until at most 1/keep_div of the RssAnon the
+ * program had is still resident: the shim's scanner registers what the
+ * program built in its own time (later on a loaded machine), so one
+ * pageout may find only part of it. */
 static void pageout_most(TestDaemon *d, pid_t pid, const char *what, unsigned keep_div) {
-        usleep(500000);
         uint64_t before = rss_anon_bytes(pid);
-        long n = pageout(d, pid);
-        uint64_t rest = rss_anon_bytes(pid);
-        fprintf(stderr, "%s: RssAnon %llu KiB, %ld pages evicted, then %llu KiB (%.1f %% out)\n", what,
-                (unsigned long long)before >> 10, n, (unsigned long long)rest >> 10,
-                100.0 * (double)(before - rest) / (double)before);
-        ASSERT_TRUE(n > 0);
-        ASSERT_TRUE(rest <= before / keep_div);
+        Evicted e = { 0 };
+
+        WAIT_UNTIL(pageout_more(d, pid, before, keep_div, &e), TEST_WAIT_S,
+                   "%s: RssAnon %llu KiB, %ld pages evicted in %ld pageouts, %llu KiB left", what,
+                   (unsigned long long)before >> 10, e.pages, e.calls, (unsigned long long)e.rest >> 10);
+        fprintf(stderr, "%s: RssAnon %llu KiB, %ld pages evicted in %ld pageouts, then %llu KiB (%.1f %% out)\n",
+                what, (unsigned long long)before >> 10, e.pages, e.calls, (unsigned long long)e.rest >> 10,
+                100.0 * (double)(before - e.rest) / (double)before);
 }
 
 static void churn(TestDaemon *d) {
-        char *argv[] = { run_path, "--socket", d->sock, "--", victim_path, "6", "4", NULL }, err[4096], line[128];
+        char *argv[] = { run_path, "--socket", d->sock, "--", victim_path, "5", "4", "stdin", NULL }, err[4096], line[128];
         Child c;
         long total = 0, calls = 0;
 
         spawn(&c, argv);
         ASSERT_TRUE(fgets(line, sizeof(line), c.out));
         pid_t pid = (pid_t)atoi(line);
-        /* the program runs 6 s; a pageout of all of it takes a while under load */
-        for (uint64_t end = now_ns() + 5000000000ull; now_ns() < end;) {
+        /* evictions every 200 ms, racing the program's churn, for its 5 s
+         * and on until 1000 pages were evicted: one pageout of all of it
+         * may take seconds on a loaded machine */
+        uint64_t start = now_ns(), bound = start + TEST_WAIT_S * 1000000000ull;
+        while (now_ns() < start + 5000000000ull || total <= 1000) {
+                if (now_ns() > bound)
+                        test_fail("churn: %ld pages evicted in %ld pageouts in %.0f s, not 1000", total, calls,
+                                  (double)(now_ns() - start) / 1e9);
                 usleep(200000);
                 long n = pageout(d, pid);
                 if (n >= 0) {
@@ -120,6 +145,8 @@ static void churn(TestDaemon *d) {
                         calls++;
                 }
         }
+        fputs("stop\n", c.in);
+        fflush(c.in);
         ASSERT_TRUE(fgets(line, sizeof(line), c.out));
         int st = finish(&c, err, sizeof(err));
         fprintf(stderr, "churn: %s", line);
@@ -128,8 +155,6 @@ static void churn(TestDaemon *d) {
                 test_fail("the churning program found bad data: status %#x, '%s', stderr: %s", st, line, err);
         if (strstr(err, "zswap:"))
                 test_fail("the shim complained: %s", err);
-        /* work done, not a count of calls: one pageout of the whole
-         * program may take most of the 5 s on a loaded machine */
         ASSERT_TRUE(calls >= 1 && total > 1000);
 }
 
@@ -167,13 +192,10 @@ static void python(TestDaemon *d, unsigned limit_mb) {
                 pageout_most(d, pid, "python", 5);
         } else {
                 /* the shim keeps it under the limit by itself */
-                uint64_t rss = rss_anon_bytes(pid);
-                for (int i = 0; i < 100 && rss > (uint64_t)limit_mb << 20; i++) {
-                        usleep(100000);
-                        rss = rss_anon_bytes(pid);
-                }
+                uint64_t rss;
+                WAIT_UNTIL((rss = rss_anon_bytes(pid)) <= (uint64_t)limit_mb << 20, TEST_WAIT_S,
+                           "python --limit %uM: RssAnon %llu KiB", limit_mb, (unsigned long long)rss >> 10);
                 fprintf(stderr, "python --limit %uM: RssAnon %llu KiB\n", limit_mb, (unsigned long long)rss >> 10);
-                ASSERT_TRUE(rss <= (uint64_t)limit_mb << 20);
         }
         fputs("go\n", c.in);
         fflush(c.in);
@@ -208,9 +230,7 @@ static char *sh(const char *fmt, ...) {
 }
 
 static void wait_for(const char *path) {
-        for (int i = 0; i < 500 && access(path, F_OK) < 0; i++)
-                usleep(10000);
-        ASSERT_OK(access(path, F_OK));
+        WAIT_UNTIL(access(path, F_OK) == 0, TEST_WAIT_S, "no %s", path);
 }
 
 /*
@@ -231,7 +251,7 @@ static void redis(TestDaemon *d) {
 
         spawn(&c, argv);
         wait_for(sock);
-        usleep(200000);
+        WAIT_UNTIL(strcmp(sh("redis-cli -s %s PING 2>&1 || true", sock), "PONG") == 0, TEST_WAIT_S, "redis-server does not answer");
         sh("redis-cli -s %s DEBUG POPULATE 400000 key 200", sock);
         snprintf(digest, sizeof(digest), "%s", sh("redis-cli -s %s DEBUG DIGEST", sock));
         pageout_most(d, c.pid, "redis", 2);
@@ -241,8 +261,8 @@ static void redis(TestDaemon *d) {
                 test_fail("redis digest changed: %s before", digest);
         /* BGSAVE: a fork of the evicted server writes every key */
         sh("redis-cli -s %s BGSAVE", sock);
-        for (int i = 0; i < 300 && !strstr(sh("redis-cli -s %s INFO persistence", sock), "rdb_bgsave_in_progress:0"); i++)
-                usleep(100000);
+        WAIT_UNTIL(strstr(sh("redis-cli -s %s INFO persistence", sock), "rdb_bgsave_in_progress:0"), TEST_WAIT_S,
+                   "the BGSAVE is still in progress");
         if (!strstr(sh("redis-cli -s %s INFO persistence", sock), "rdb_last_bgsave_status:ok"))
                 test_fail("BGSAVE failed");
         sh("redis-cli -s %s SHUTDOWN NOSAVE || true", sock);
@@ -254,8 +274,7 @@ static void redis(TestDaemon *d) {
            "--daemonize yes --pidfile %s/plain.pid --logfile %s/plain.log",
            plain, dir, dir, dir);
         wait_for(plain);
-        for (int i = 0; i < 100 && strstr(sh("redis-cli -s %s PING 2>&1", plain), "LOADING"); i++)
-                usleep(100000);
+        WAIT_UNTIL(!strstr(sh("redis-cli -s %s PING 2>&1", plain), "LOADING"), TEST_WAIT_S, "redis still loads the RDB");
         char *loaded = sh("redis-cli -s %s DEBUG DIGEST", plain);
         bool same = strcmp(loaded, digest) == 0;
         sh("redis-cli -s %s SHUTDOWN NOSAVE || true", plain);
@@ -289,9 +308,7 @@ static void sqlite(TestDaemon *d) {
          * managed process, too) */
         fprintf(c.in, ".shell touch %s\n", flag);
         fflush(c.in);
-        for (int i = 0; i < 600 && access(flag, F_OK) < 0; i++)
-                usleep(100000);
-        ASSERT_OK(access(flag, F_OK));
+        WAIT_UNTIL(access(flag, F_OK) == 0, 5 * TEST_WAIT_S, "sqlite3 has not built its database");
         unlink(flag);
         pageout_most(d, c.pid, "sqlite3", 2);
         fputs("PRAGMA integrity_check;\n", c.in);

@@ -277,14 +277,14 @@ static int forger(void *arg) {
 
 static void wait_no_clients(const char *after) {
         ZMsgStatusReply st;
-        for (int i = 0; i < 3000; i++) {
+        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
                 td_status(&d, &st);
                 if (st.stats.clients == 0 && st.stats.compressed_bytes == 0)
                         return;
                 usleep(10000);
         }
-        test_fail("after %s: %llu clients and %llu compressed bytes left after 30 s", after,
-                  (unsigned long long)st.stats.clients, (unsigned long long)st.stats.compressed_bytes);
+        test_fail("after %s: %llu clients and %llu compressed bytes left after %d s", after,
+                  (unsigned long long)st.stats.clients, (unsigned long long)st.stats.compressed_bytes, TEST_WAIT_S);
 }
 
 /* 4 MiB of heap pages evicted and read back: at least some stored */

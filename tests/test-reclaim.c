@@ -16,9 +16,11 @@
  *   pressure  MemAvailable under min_free makes the daemon hold out more,
  *             step by step; min_free 0 stops it
  *
- * Every case ends by checking every page against its hash. Timing bounds
- * are generous (sanitizer builds): they test that the policy acts, the
- * benchmarks measure how fast.
+ * Every case ends by checking every page against its hash. Each waits
+ * for the policy to act, with a safety bound (TEST_WAIT_S) that only a
+ * failure reaches and that says how far it got: the cases test that the
+ * policy acts, the benchmarks measure how fast. Where a case checks that
+ * nothing more moves, it first waits for what was under way to settle.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -98,6 +100,29 @@ static size_t touch_read(const uint8_t *buf, size_t len) {
         return (size_t)sink & 1;
 }
 
+/* Wait until the client's evictions have stopped: none staged and the
+ * count the same for 500 ms (batches a tick planned before a policy was
+ * turned off may complete later on a loaded machine). */
+static void wait_settled(struct zswap_client *c, const char *what) {
+        struct zswap_stats s = client_stats(c);
+        uint64_t last = s.evictions;
+        double since = now_s(), t0 = since;
+
+        for (;;) {
+                sleep_ms(50);
+                s = client_stats(c);
+                if (s.evictions != last || s.staged_pages) {
+                        last = s.evictions;
+                        since = now_s();
+                } else if (now_s() - since >= 0.5) {
+                        return;
+                }
+                if (now_s() - t0 > TEST_WAIT_S)
+                        test_fail("%s: evictions still going after %d s (%llu, %llu staged)", what, TEST_WAIT_S,
+                                  (unsigned long long)s.evictions, (unsigned long long)s.staged_pages);
+        }
+}
+
 /* Write every page without changing it. */
 static void touch_write(uint8_t *buf, size_t len) {
         for (size_t off = 0; off < len; off += ZSWAP_PAGE_SIZE)
@@ -114,7 +139,7 @@ static void test_limit(void) {
         uint8_t *buf = td_region(c, len, 11, h);
 
         ASSERT_OK(zswap_set_limit(c, 16 << 20));
-        double t = wait_resident(c, 16 << 20, 20);
+        double t = wait_resident(c, 16 << 20, TEST_WAIT_S);
         struct zswap_stats s = client_stats(c);
         fprintf(stderr, "limit 16M: resident %llu KiB after %.2f s, %llu reclaim evictions, limit_bytes %llu\n",
                 (unsigned long long)(s.resident_bytes >> 10), t, (unsigned long long)s.reclaim_evictions,
@@ -126,12 +151,12 @@ static void test_limit(void) {
 
         /* everything comes back, exact; then the limit pushes it out again */
         ASSERT_EQ(verify_pages(buf, len, h), 0);
-        ASSERT_TRUE(wait_resident(c, 16 << 20, 20) >= 0);
+        ASSERT_TRUE(wait_resident(c, 16 << 20, TEST_WAIT_S) >= 0);
 
         /* the operator's way: zswapctl limit PID SIZE */
         ASSERT_EQ(ctl_run(&d, "limit %d 32M", (int)getpid()), 0);
         touch_write(buf, len);
-        t = wait_resident(c, 32 << 20, 20);
+        t = wait_resident(c, 32 << 20, TEST_WAIT_S);
         fprintf(stderr, "zswapctl limit 32M: resident under it %.2f s after the program touched all of it\n", t);
         ASSERT_TRUE(t >= 0);
         /* not much further than asked: the batches in flight when the
@@ -150,7 +175,7 @@ static void test_limit(void) {
 
         /* no limit: nothing is evicted any more */
         ASSERT_OK(zswap_set_limit(c, 0));
-        sleep_ms(300);
+        wait_settled(c, "no limit");
         touch_read(buf, len);
         uint64_t ev0 = client_stats(c).evictions;
         sleep_ms(1000);
@@ -203,7 +228,7 @@ static void test_clean(void) {
         do {
                 sleep_ms(50);
                 s3 = client_stats(c);
-        } while (s3.clean_pages > clean_before - n / 2 + n / 20 && now_s() - t0 < 10);
+        } while (s3.clean_pages > clean_before - n / 2 + n / 20 && now_s() - t0 < TEST_WAIT_S);
         fprintf(stderr, "clean: writing %zu pages dropped %llu copies in %.2f s\n", n / 2,
                 (unsigned long long)(clean_before - s3.clean_pages), now_s() - t0);
         ASSERT_TRUE(clean_before - s3.clean_pages >= n / 2 * 95 / 100);
@@ -258,7 +283,7 @@ static void test_idle(void) {
         ASSERT_EQ(pthread_create(&th, NULL, writer_main, &w), 0);
         uint8_t *idle = td_region(c, idle_len, 14, hi);
         double t0 = now_s(), t = -1;
-        while (now_s() - t0 < 15) {
+        while (now_s() - t0 < TEST_WAIT_S) {
                 if (present_pages(idle, idle_len) <= idle_len / ZSWAP_PAGE_SIZE / 20) {
                         t = now_s() - t0;
                         break;
@@ -270,7 +295,7 @@ static void test_idle(void) {
         fprintf(stderr, "idle_age 2s: idle region compressed after %.2f s; written region %zu/%zu pages resident, "
                 "%llu refaults\n", t, ws_present, ws_len / ZSWAP_PAGE_SIZE, (unsigned long long)s.refaults);
         ASSERT_TRUE(t >= 1.5); /* not before it was idle */
-        ASSERT_TRUE(t > 0);    /* and it happened (within the loop's 15 s: a timeout, not a speed) */
+        ASSERT_TRUE(t > 0);    /* and it happened (within the safety bound: a timeout, not a speed) */
         /* the working set did not come back needlessly */
         ASSERT_TRUE(s.refaults <= ws_len / ZSWAP_PAGE_SIZE / 50);
         ASSERT_TRUE(ws_present >= ws_len / ZSWAP_PAGE_SIZE * 98 / 100);
@@ -279,6 +304,7 @@ static void test_idle(void) {
 
         /* a per-client idle age: off for this one, nothing more goes */
         ASSERT_EQ(ctl_run(&d, "set --pid %d idle_age 0", (int)getpid()), 0);
+        wait_settled(c, "idle_age 0");
         touch_read(idle, idle_len);
         uint64_t ev0 = client_stats(c).evictions;
         sleep_ms(3500);
@@ -324,8 +350,7 @@ static void test_pool(void) {
         ASSERT_EQ(ev, 0);
         /* everything back: under pool_accept, eviction resumes */
         touch_write(buf, len);
-        sleep_ms(200);
-        ev = zswap_pageout(c, buf, len / 8);
+        WAIT_UNTIL((ev = zswap_pageout(c, buf, len / 8)) > 0, TEST_WAIT_S, "pageout evicted %d", ev);
         td_stats(c, &s);
         fprintf(stderr, "pool: empty again (%llu KiB): pageout evicted %d\n", (unsigned long long)(s.pool_bytes >> 10),
                 ev);
@@ -374,7 +399,9 @@ static void test_thrash(void) {
 
         /* no write tracking: reads are invisible, so idle age alone would
          * evict pages the reader keeps using every time they look old */
-        td_start(&d, "--set idle_age=1s --set write_scan=0 --set thrash_refaults=50 --set thrash_backoff=10s "
+        /* a back-off far longer than the test: on a loaded machine the
+         * last zone may be backed off many seconds after the first */
+        td_start(&d, "--set idle_age=1s --set write_scan=0 --set thrash_refaults=50 --set thrash_backoff=300s "
                      "--set interval=100ms --set keep_clean=no");
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 16, h);
@@ -385,7 +412,7 @@ static void test_thrash(void) {
         struct zswap_stats s;
         /* until every 2 MiB zone the region touches is backed off */
         uint64_t zones = ((uintptr_t)buf + len - 1) / (2 << 20) - (uintptr_t)buf / (2 << 20) + 1, last = 0;
-        while (now_s() - t0 < 30) {
+        while (now_s() - t0 < TEST_WAIT_S) {
                 s = client_stats(c);
                 if (s.thrash_backoffs && tb < 0)
                         tb = now_s() - t0;
@@ -426,19 +453,25 @@ static void test_pressure(void) {
         td_start(&d, "--set min_free=100% --set pressure_step=10 --set pressure_period=1s --set interval=100ms");
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 17, h);
-        size_t p0 = present_pages(buf, len), p[6];
-        for (int i = 0; i < 6; i++) {
+        /* sampled each second until a fifth is out: the daemon holds out
+         * 10 % more each period, which a loaded machine may take longer
+         * to evict, but never all at once */
+        size_t p0 = present_pages(buf, len), p = p0, p2 = p0;
+        int i = 0;
+        while (p > p0 * 8 / 10) {
+                if (i >= TEST_WAIT_S)
+                        test_fail("pressure: after %d s, %zu of %zu pages still resident", i, p, p0);
                 sleep_ms(1000);
-                p[i] = present_pages(buf, len);
-                fprintf(stderr, "pressure: t=%ds resident %zu of %zu pages\n", i + 1, p[i], n);
+                p = present_pages(buf, len);
+                fprintf(stderr, "pressure: t=%ds resident %zu of %zu pages\n", ++i, p, n);
+                if (i == 2)
+                        p2 = p;
         }
-        ASSERT_TRUE(p[5] < p0);
-        ASSERT_TRUE(p[5] <= p0 * 8 / 10);  /* about 10 % a second, from the second period on */
-        ASSERT_TRUE(p[5] >= p0 * 1 / 10);  /* step by step, not all at once */
-        ASSERT_TRUE(p[1] >= p0 * 6 / 10);
+        ASSERT_TRUE(p >= p0 * 1 / 10);  /* step by step, not all at once */
+        ASSERT_TRUE(p2 >= p0 * 6 / 10);
         /* pressure gone: the hold target comes down and nothing more goes */
         ASSERT_EQ(ctl_run(&d, "set min_free 0"), 0);
-        sleep_ms(1500);
+        wait_settled(c, "min_free 0");
         uint64_t ev0 = client_stats(c).evictions;
         sleep_ms(2500);
         ASSERT_EQ(client_stats(c).evictions, ev0);

@@ -183,7 +183,7 @@ static void wait_served(struct zswap_client *c) {
         int r;
 
         atomic_store(&step, "waiting for the client to be served again (zswap_get_stats)");
-        while ((r = zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s)) == -ENOTCONN && ms_since(t0) < 10000)
+        while ((r = zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s)) == -ENOTCONN && ms_since(t0) < TEST_WAIT_S * 1000ull)
                 usleep(10000);
         if (r < 0) {
                 td_log_dump(&d);
@@ -216,15 +216,19 @@ static void reader_start(Reader *r, const uint8_t *page) {
         ASSERT_OK(-pthread_create(&r->thread, NULL, reader_main, r));
 }
 
-/* The reader has not got its page after 300 ms: it waits in the kernel. */
+/* The reader waits in the kernel for its page, and still does 100 ms
+ * later: waited for, however long the thread takes to get there. */
 static void reader_assert_waits(Reader *r) {
-        usleep(300000);
+        WAIT_UNTIL(atomic_load(&r->tid) > 0, TEST_WAIT_S, "the reader never started");
+        WAIT_UNTIL(atomic_load(&r->done) || task_in_userfault(atomic_load(&r->tid)), TEST_WAIT_S,
+                   "the reader neither got its page nor waits in a fault");
+        usleep(100000);
         ASSERT_TRUE(!atomic_load(&r->done));
-        ASSERT_TRUE(atomic_load(&r->tid) > 0);
         ASSERT_TRUE(task_in_userfault(atomic_load(&r->tid)));
 }
 
-/* Join the reader within seconds and return when it got its page (ms after t0). */
+/* Join the reader (a safety bound of `seconds` that says how long it
+ * waited) and return when it got its page (ms after t0). */
 static uint64_t reader_join(Reader *r, uint64_t t0, unsigned seconds) {
         while (!atomic_load(&r->done) && ms_since(t0) < seconds * 1000ull)
                 usleep(1000);
@@ -272,7 +276,7 @@ static void case_idle(void) {
         atomic_store(&step, "idle: new daemon started, reader waiting for its page");
         td_respawn(&d);
         uint64_t t1 = now_ns();
-        uint64_t ms = reader_join(&r, t1, 10);
+        uint64_t ms = reader_join(&r, t1, TEST_WAIT_S);
         fprintf(stderr, "reader served %llu ms after the restart (%llu ms after the kill)\n",
                 (unsigned long long)ms, (unsigned long long)ms_since(t0));
         ASSERT_EQ(atomic_load(&r.hash), hashes[200]);
@@ -467,13 +471,16 @@ static void *load_forker(void *arg) {
         return NULL;
 }
 
-/* Served again: the threads read and write on within seconds. */
+/* Served again: the threads read and write on (1000 more accesses),
+ * within a safety bound that only threads waiting for good reach. */
 static void load_assert_progress(void) {
         uint64_t before = atomic_load(&lreads) + atomic_load(&lwrites), t0 = now_ns();
 
         while (atomic_load(&lreads) + atomic_load(&lwrites) < before + 1000)
-                if (ms_since(t0) > 3000) {
-                        fprintf(stderr, "%llu ms: no progress for 3 s since the restart:\n", lms());
+                if (ms_since(t0) > TEST_WAIT_S * 1000ull) {
+                        fprintf(stderr, "%llu ms: %llu accesses of 1000 in %d s since the restart:\n", lms(),
+                                (unsigned long long)(atomic_load(&lreads) + atomic_load(&lwrites) - before),
+                                TEST_WAIT_S);
                         dump_tasks();
                         dump_sync();
                         gdb_stacks();
@@ -614,13 +621,16 @@ static void case_fallback(const char *timeout) {
         td_kill(&d);
         uint64_t t0 = now_ns();
         reader_start(&r, buf + 513 * ZSWAP_PAGE_SIZE); /* evicted, not written */
-        uint64_t ms = reader_join(&r, t0, 15);
+        uint64_t ms = reader_join(&r, t0, TEST_WAIT_S);
         fprintf(stderr, "ZSWAP_RECONNECT_TIMEOUT=%s: the reader got its page %llu ms after the kill\n", timeout,
                 (unsigned long long)ms);
         ASSERT_EQ(atomic_load(&r.hash), hashes[513]);
         if (strcmp(timeout, "0") != 0)
                 ASSERT_TRUE(ms >= 900); /* the library waited for a daemon first */
-        ASSERT_TRUE(ms < 8000);
+        /* and for the second it was told, not its default 10 s: the one
+         * bound on a time here, with all the rest of the 10 s for the
+         * restore itself on a loaded machine */
+        ASSERT_TRUE(ms < 10000);
         assert_verified(buf, len, hashes, "after the library restored them");
 
         /* the client is on its own now */
@@ -667,7 +677,7 @@ static void case_planned(void) {
         fprintf(stderr, "after the stop, the reader %s\n", atomic_load(&r.done) ? "got its page" : "waits");
         atomic_store(&step, "planned: a new daemon, the reader waiting for its page");
         td_respawn(&d);
-        reader_join(&r, t0, 10);
+        reader_join(&r, t0, TEST_WAIT_S);
         ASSERT_EQ(atomic_load(&r.hash), hashes[300]);
         assert_verified(buf, len, hashes, "after a planned restart");
 
@@ -814,8 +824,8 @@ static void case_disconnect(void) {
         zswap_disconnect(c);
         uint64_t ms = ms_since(t0);
         fprintf(stderr, "zswap_disconnect took %llu ms with no daemon\n", (unsigned long long)ms);
-        ASSERT_TRUE(ms < 5000);
-        reader_join(&r, t0, 5);
+        ASSERT_TRUE(ms < 10000); /* it did not wait the 10 s for a daemon */
+        reader_join(&r, t0, TEST_WAIT_S);
         ASSERT_EQ(atomic_load(&r.hash), hashes[100]);
         assert_verified(buf, len, hashes, "after a disconnect with no daemon");
         ASSERT_TRUE(!vma_uffd_missing(buf));
@@ -1041,9 +1051,7 @@ static void event_kill_one(EkOp op, unsigned point) {
                 /* the library put every page back and let the memory go */
                 atomic_store(&step, "event-kill: waiting for the library's own restore");
                 uint8_t *probe = op == EK_UNMAP ? buf : buf + half;
-                for (int i = 0; i < 1000 && vma_uffd_missing(probe); i++)
-                        usleep(10000);
-                ASSERT_TRUE(!vma_uffd_missing(probe));
+                WAIT_UNTIL(!vma_uffd_missing(probe), TEST_WAIT_S, "the range is still registered");
                 if (op == EK_REMAP)
                         assert_verified(buf, len, hashes, "restored by the library at the mremap's destination");
                 else if (op == EK_REMOVE) {
@@ -1219,7 +1227,7 @@ static const char *const cases[] = { "idle",   "load",       "fallback", "fallba
                                      "remap-kill" };
 
 static void run_case(const char *name) {
-        watchdog_start(120);
+        watchdog_start(3 * TEST_WAIT_S); /* above every wait's own bound */
         if (strcmp(name, "idle") == 0)
                 case_idle();
         else if (strcmp(name, "load") == 0)

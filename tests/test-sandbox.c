@@ -343,8 +343,8 @@ static void realtime(void) {
         check_threads(d.pid, 2, kept_caps(d.pid, true, true));
         snprintf(dir, sizeof(dir), "/proc/%d/task", (int)d.pid);
         /* each fault thread switches as it starts, which may be after the
-         * socket accepts: look again until one has (or 10 s went by) */
-        for (int tries = 0; !fifo && tries < 1000; tries++) {
+         * socket accepts: look again until one has (or the safety bound went by) */
+        for (int tries = 0; !fifo && tries < TEST_WAIT_S * 100; tries++) {
                 DIR *dd = opendir(dir);
                 ASSERT_TRUE(dd != NULL);
                 while ((e = readdir(dd)))

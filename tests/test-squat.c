@@ -147,11 +147,11 @@ static void impostor_stop(pid_t pid) {
         ASSERT_EQ(waitpid(pid, NULL, 0), pid);
 }
 
-/* Until cond holds (30 s at most, 10 ms steps); whether it did. */
+/* Until cond holds (TEST_WAIT_S at most, 10 ms steps); whether it did. */
 #define WAIT_FOR(cond)                                                                          \
         ({                                                                                      \
                 bool _ok = false;                                                               \
-                for (int _i = 0; _i < 3000 && !(_ok = (cond)); _i++)                            \
+                for (int _i = 0; _i < TEST_WAIT_S * 100 && !(_ok = (cond)); _i++)               \
                         usleep(10000);                                                          \
                 _ok;                                                                            \
         })

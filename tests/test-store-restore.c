@@ -119,14 +119,44 @@ static int build_store(Builder *b, unsigned nstored) {
         return fd;
 }
 
+/* open() and read(), not stdio: while a thread forks, glibc holds
+ * malloc's locks, which fopen() would wait for. */
+static bool read_wchan(const char *path, char *out, size_t len) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, out, len - 1) : -1;
+
+        if (fd >= 0)
+                close(fd);
+        out[n > 0 ? n : 0] = 0;
+        return n > 0;
+}
+
+/* The threads that wait in the kernel for the restore: their tids, set
+ * by each as it starts. */
+enum { T_READER, T_DONTNEED, T_FORK };
+static _Atomic pid_t waiter_tid[3];
+
+/* Wait until thread i waits in the kernel for userfaultfd (a fault or an
+ * event): a thread that got there later than a fixed sleep allowed would
+ * meet a restore already over. */
+static void wait_in_userfault(int i) {
+        char path[64], w[64] = "";
+
+        WAIT_UNTIL(atomic_load(&waiter_tid[i]) > 0, TEST_WAIT_S, "thread %d never started", i);
+        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)atomic_load(&waiter_tid[i]));
+        WAIT_UNTIL(read_wchan(path, w, sizeof(w)) && strstr(w, "userfault"), TEST_WAIT_S, "thread %d waits in %s", i, w);
+}
+
 static void *reader_main(void *arg) {
         uint8_t *p = arg;
+        atomic_store(&waiter_tid[T_READER], (pid_t)syscall(SYS_gettid));
         uint64_t ok = memcmp(p, want[50], PG) == 0; /* waits in the kernel until restored */
         return (void *)(uintptr_t)ok;
 }
 
 static void *dontneed_main(void *arg) {
         /* blocks until the REMOVE event is read */
+        atomic_store(&waiter_tid[T_DONTNEED], (pid_t)syscall(SYS_gettid));
         madvise(buf + 40 * PG, 8 * PG, MADV_DONTNEED);
         return NULL;
 }
@@ -181,7 +211,8 @@ static void test_restore(void) {
         pthread_t reader, dontneed;
         ASSERT_OK(-pthread_create(&reader, NULL, reader_main, buf + 50 * PG));
         ASSERT_OK(-pthread_create(&dontneed, NULL, dontneed_main, NULL));
-        usleep(100000); /* both wait in the kernel now */
+        wait_in_userfault(T_READER);
+        wait_in_userfault(T_DONTNEED);
 
         ZswapRestoreStats st = { 0 };
         ZswapSpan span = { (uintptr_t)buf, (uintptr_t)buf + NPAGES * PG };
@@ -266,6 +297,7 @@ static void test_tier(void) {
 static _Atomic pid_t child_pid;
 
 static void *fork_main(void *arg) {
+        atomic_store(&waiter_tid[T_FORK], (pid_t)syscall(SYS_gettid));
         pid_t pid = fork(); /* blocks until the restore reads the event */
         if (pid == 0) {
                 for (unsigned i = 0; i < NPAGES; i++)
@@ -286,7 +318,7 @@ static void test_fork(void) {
 
         pthread_t t;
         ASSERT_OK(-pthread_create(&t, NULL, fork_main, NULL));
-        usleep(100000);
+        wait_in_userfault(T_FORK);
         ZswapRestoreStats st = { 0 };
         ASSERT_OK(zswap_store_restore(uffd, sfd, dctx, (uintptr_t)staging, NSLOTS * PG, NULL, 0, &st));
         ASSERT_OK(-pthread_join(t, NULL));

@@ -102,7 +102,7 @@ static ZMsgStatusReply status(TestDaemon *d) {
  * writer makes room in the pool as eviction fills it) and the tier holds
  * at least min_tier pages. */
 static void page_all_out(TestDaemon *d, struct zswap_client *c, uint8_t *buf, uint64_t min_tier) {
-        uint64_t deadline = now_ns() + 60ull * 1000000000;
+        uint64_t deadline = now_ns() + TEST_WAIT_S * 1000000000ull;
         ZMsgStatusReply st;
 
         for (;;) {
@@ -113,9 +113,9 @@ static void page_all_out(TestDaemon *d, struct zswap_client *c, uint8_t *buf, ui
                         return;
                 if (now_ns() > deadline) {
                         td_log_dump(d);
-                        test_fail("after 60 s: %llu of %u pages held, %llu on the tier (pool %llu of %u bytes, "
+                        test_fail("after %d s: %llu of %u pages held, %llu on the tier (pool %llu of %u bytes, "
                                   "tier state %d, errors %llu/%llu)",
-                                  (unsigned long long)held, NPAGES, (unsigned long long)st.tier_pages,
+                                  TEST_WAIT_S, (unsigned long long)held, NPAGES, (unsigned long long)st.tier_pages,
                                   (unsigned long long)st.stats.pool_bytes, POOL_MAX, st.tier_state,
                                   (unsigned long long)st.tier_write_errors, (unsigned long long)st.tier_read_errors);
                 }
@@ -218,9 +218,9 @@ static ZMsgStatusReply kill_and_adopt(TestDaemon *d, void (*between)(void)) {
         if (between)
                 between();
         td_respawn(d);
-        for (int i = 0; i < 6000 && (st = status(d)).tier_pages < before.tier_pages; i++)
-                usleep(10000);
-        ASSERT_TRUE(st.tier_pages >= before.tier_pages);
+        WAIT_UNTIL((st = status(d)).tier_pages >= before.tier_pages, TEST_WAIT_S,
+                   "the new daemon adopted %llu pages on the tier of %llu", (unsigned long long)st.tier_pages,
+                   (unsigned long long)before.tier_pages);
         return st;
 }
 
@@ -274,9 +274,8 @@ static void workload(TestDaemon *d, bool with_fork) {
         verify_all(buf, hashes, "after unregister");
         zswap_disconnect(c);
         /* the client is gone: every block it held is free again */
-        for (int i = 0; i < 3000 && (st = status(d)).tier_pages; i++)
-                usleep(10000);
-        ASSERT_EQ(st.tier_pages, 0);
+        WAIT_UNTIL((st = status(d)).tier_pages == 0, TEST_WAIT_S, "%llu pages still on the tier",
+                   (unsigned long long)st.tier_pages);
         ASSERT_EQ(st.tier_used_bytes, 0);
         clients_add_up(d);
         munmap(buf, DATA);
@@ -346,7 +345,7 @@ static void case_full(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xf011, hashes);
         ZMsgStatusReply st = { 0 };
-        for (uint64_t deadline = now_ns() + 60ull * 1000000000; now_ns() < deadline;) {
+        for (uint64_t deadline = now_ns() + TEST_WAIT_S * 1000000000ull; now_ns() < deadline;) {
                 ASSERT_OK(zswap_pageout(c, buf, DATA));
                 st = status(&d);
                 if (st.tier_full_events > 0 && st.tier_state == 2 /* full */)
@@ -632,7 +631,7 @@ static int free_port(void) {
 static void nbd_kill_all(void) {
         char cmd[300];
         /* "serve[r]": the pattern must not match the shell running it */
-        for (int i = 0; i < 100; i++) {
+        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
                 snprintf(cmd, sizeof(cmd), "pkill -KILL -f -- 'nbd-serve[r] -C %s/nbd.conf' 2>/dev/null", nbd_dir);
                 (void)!system(cmd);
                 snprintf(cmd, sizeof(cmd), "pgrep -f -- 'nbd-serve[r] -C %s/nbd.conf' >/dev/null", nbd_dir);
@@ -661,7 +660,7 @@ static void nbd_start(void) {
         snprintf(cmd, sizeof(cmd), "nbd-server -C %s/nbd.conf >/dev/null 2>&1", nbd_dir);
         ASSERT_EQ(system(cmd), 0); /* it forks into the background */
         nbd_pid = 1; /* running: cleanup() kills it */
-        for (int i = 0; i < 500; i++) {
+        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
                 int s = socket(AF_INET, SOCK_STREAM, 0);
                 struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)nbd_port),
                                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -730,9 +729,7 @@ static void case_nbd_restart(void) {
         ASSERT_EQ(pthread_create(&t, NULL, reader_main, &r), 0);
         /* the reader reaches a page on the tier and waits there */
         ZMsgStatusReply st;
-        for (int i = 0; i < 6000 && (st = status(&d)).tier_read_errors == 0; i++)
-                usleep(10000);
-        ASSERT_TRUE(st.tier_read_errors > 0);
+        WAIT_UNTIL((st = status(&d)).tier_read_errors > 0, TEST_WAIT_S, "no read of the tier failed");
         usleep(300000);
         ASSERT_TRUE(!atomic_load(&r.done));
         nbd_start();

@@ -274,10 +274,7 @@ static int lingering_client(void *arg) {
 }
 
 static void wait_log(const char *needle) {
-        for (int i = 0; i < 500 && !td_log_has(&d, needle); i++)
-                usleep(10000);
-        if (!td_log_has(&d, needle))
-                test_fail("the daemon's log does not say '%s' (%s)", needle, d.log);
+        WAIT_UNTIL(td_log_has(&d, needle), TEST_WAIT_S, "the daemon's log does not say '%s' (%s)", needle, d.log);
 }
 
 int main(void) {

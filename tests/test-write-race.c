@@ -4,7 +4,8 @@
  * a counter in a few pages, rewriting each whole page with it, as fast as
  * it can, while the main thread pages the same pages out in a tight loop;
  * a reader thread checks every page it reads is whole (all words equal)
- * and never goes back in time.
+ * and never goes back in time. It runs TORTURE_SECONDS / 3 + 1 (10 s by
+ * default), and on until the pages were evicted ten times over.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,8 +61,13 @@ int main(void) {
         ASSERT_OK(zswap_register(c, pages, NPAGES * ZSWAP_PAGE_SIZE));
         ASSERT_OK(-pthread_create(&w, NULL, writer, NULL));
         ASSERT_OK(-pthread_create(&r, NULL, reader, NULL));
-        uint64_t end = now_ns() + seconds * 1000000000ull;
-        while (now_ns() < end) {
+        /* the chosen time, and on until the pages were evicted ten times
+         * over, however slow the machine; a safety bound says how far */
+        uint64_t end = now_ns() + seconds * 1000000000ull, bound = end + TEST_WAIT_S * 1000000000ull;
+        while (now_ns() < end || evicted <= NPAGES * 10) {
+                if (now_ns() > bound)
+                        test_fail("after %u s: %llu pages evicted in %llu passes, not %d", seconds + TEST_WAIT_S,
+                                  (unsigned long long)evicted, (unsigned long long)passes, NPAGES * 10);
                 int n = zswap_pageout(c, pages, NPAGES * ZSWAP_PAGE_SIZE);
                 ASSERT_OK(n);
                 evicted += (uint64_t)n;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TEST_SKIP 77
@@ -72,6 +73,37 @@
                 long long _a = (long long)(a), _b = (long long)(b);             \
                 if (!(_a <= _b))                                                \
                         test_fail("%s <= %s failed: %lld > %lld", #a, #b, _a, _b); \
+        } while (0)
+
+/*
+ * Waiting for a condition, not for a time. A test that waits for the
+ * daemon (a teardown, an eviction, a process it started) polls until
+ * what it waits for holds; the bound is a safety net only, far above what
+ * a machine at load 10 under a sanitizer needs, so that a test that
+ * cannot get there fails with a message (what it saw last) rather than
+ * at meson's timeout with none. Idle runs never wait for it.
+ */
+#ifndef TEST_WAIT_S /* -DTEST_WAIT_S=3 to see what a failure says */
+#define TEST_WAIT_S 120
+#endif
+
+static inline uint64_t test_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Poll cond every 10 ms until it holds; after seconds, fail, saying how
+ * far it got (fmt and its arguments: what was seen last). */
+#define WAIT_UNTIL(cond, seconds, fmt, ...)                                     \
+        do {                                                                    \
+                uint64_t _end = test_now_ns() + (uint64_t)(seconds) * 1000000000ull; \
+                while (!(cond)) {                                               \
+                        if (test_now_ns() > _end)                               \
+                                test_fail("%s still false after %u s: " fmt,    \
+                                          #cond, (unsigned)(seconds), ##__VA_ARGS__); \
+                        usleep(10000);                                          \
+                }                                                               \
         } while (0)
 
 static inline void test_require_root(void) {

@@ -842,7 +842,7 @@ static int report_failures(const Row *rows, unsigned n) {
 int main(int argc, char **argv) {
         Options o = { .compressor = "lz4", .workers = sysconf(_SC_NPROCESSORS_ONLN), .size = 2ULL << 30,
                       .limit_pct = 40, .accesses = 4000000, .warmup = 1000000, .skews = { 0.8, 1.0, 1.2 },
-                      .n_skews = 3, .seed = DEFAULT_SEED, .settle_timeout_s = 60, .zswapd = getenv("ZSWAPD") };
+                      .n_skews = 3, .seed = DEFAULT_SEED, .settle_timeout_s = 120, .zswapd = getenv("ZSWAPD") };
         _cleanup_free_ char *corpus_dir = NULL;
         _cleanup_free_ unsigned char *vec = NULL;
         _cleanup_corpus_ Corpus *corpus = NULL;
