@@ -34,7 +34,7 @@
  * listener is root or the uid $ZSWAP_DAEMON_UID names before it sends a
  * byte (sock_connect()), since what follows hands over our uffd and store.
  *
- * Daemon loss (issue 7): the daemon hands every client a store (store.h),
+ * Daemon loss: the daemon hands every client a store (store.h),
  * a sealed memfd holding its compressed pages, entries and ranges, which we
  * keep. When the agent reads EOF, it reconnects to the same socket every
  * RECONNECT_STEP_MS and hands uffd and store to the new daemon (ADOPT),

@@ -1,5 +1,5 @@
 /*
- * inject.h: fault injection for the daemon's failure paths (issue 7).
+ * inject.h: fault injection for the daemon's failure paths.
  *
  * A site is a place where the daemon handles a failure: an allocation that
  * can return NULL, the pool refusing an object, a uffd ioctl the kernel can

@@ -1,5 +1,5 @@
 /*
- * test-inject: each failure the daemon handles, made to happen (issue 7).
+ * test-inject: each failure the daemon handles, made to happen.
  *
  * A real daemon runs with ZSWAPD_INJECT in its environment (common/inject.h)
  * and one family of sites armed at a rate that fires hundreds of times: the

@@ -1,6 +1,6 @@
 /*
  * test-restart: a daemon that dies, or stops, and comes back loses no page
- * (issue 7, docs/reliability.md).
+ * (docs/reliability.md).
  *
  * A client keeps its userfaultfd and its store (common/store.h) when the
  * daemon dies: threads that touch evicted pages wait in the kernel, the

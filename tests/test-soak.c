@@ -1,7 +1,7 @@
 /*
  * test-soak: clients that live through daemon deaths and restarts, their
- * own deaths and each other's, and lose nothing (issue 7,
- * docs/reliability.md "Soak").
+ * own deaths and each other's, and lose nothing (docs/reliability.md,
+ * "Soak").
  *
  * The parent starts a daemon and SOAK_CLIENTS (3) client processes: this
  * program run again as "client". Each client keeps a few regions of
