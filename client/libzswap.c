@@ -1649,14 +1649,8 @@ static void child_lost(struct zswap_client *c, bool held, int daemon_pidfd, int 
                 (void)poll(&p, 1, 2000);
         if (ranges_registered(c))
                 return;
-        /* the ranges we had registered: the only memory it writes */
-        ZswapSpan *spans = c->nranges ? zswap_mem_alloc(c->nranges * sizeof(*spans)) : NULL;
-        for (size_t i = 0; spans && i < c->nranges; i++)
-                spans[i] = (ZswapSpan){ c->ranges[i].addr, c->ranges[i].addr + c->ranges[i].len };
-        int r = spans ? zswap_store_restore_forked(parent_store, c->dctx, fork_token, (uintptr_t)c->staging,
-                                                   STAGING_BYTES, spans, c->nranges, &st)
-                      : -ENOMEM;
-        zswap_mem_free(spans);
+        int r = zswap_store_restore_forked(parent_store, c->dctx, fork_token, (uintptr_t)c->staging, STAGING_BYTES,
+                                           &st);
         if (r == 0) {
                 int n = snprintf(line, sizeof(line),
                                  "libzswap: zswapd died while this process was being forked; the %llu pages it "

@@ -48,12 +48,8 @@
 
 /* One address space being filled: ours, or a child's. */
 typedef struct RestoreTarget {
-        int uffd;
-        /* our own memory, no longer registered: written in place (no uffd) */
-        bool direct;
-        int pagemap;      /* direct: /proc/self/pagemap, which says what is in place */
-        const ZswapSpan *spans; /* direct: the ranges we had registered, the only ones written */
-        size_t nspans;
+        int uffd;         /* -1: our own memory, no longer registered: written in place */
+        int pagemap;      /* uffd -1: /proc/self/pagemap, which says what is in place */
         StoreEvent *ev;   /* the events read from uffd, in order (mmap()ed) */
         size_t nev, cap;
         unsigned depth;   /* 0: ours */
@@ -233,7 +229,7 @@ static void restore_child(Restore *R, RestoreTarget *parent, int ufd);
  * queued). PAGEFAULT messages need nothing: our copy or the final
  * unregister wakes their thread. */
 static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
-        if (t->direct)
+        if (t->uffd < 0)
                 return;
         for (;;) {
                 struct pollfd p = { .fd = t->uffd, .events = POLLIN };
@@ -257,19 +253,14 @@ static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
 }
 
 /* Is anything in place at addr in our own memory (a page, or one the
- * kernel swapped out)? -1: not a page of ours to write (outside the
- * ranges we had registered, not mapped, a file's), or cannot tell. */
+ * kernel swapped out)? -1: cannot tell, or nothing mapped there. */
 static int page_in_place(const RestoreTarget *t, uint64_t addr) {
         uint64_t pm;
         unsigned char v;
-        bool ours = false;
 
-        for (size_t i = 0; i < t->nspans && !ours; i++)
-                ours = addr >= t->spans[i].start && addr < t->spans[i].end;
-        if (!ours || mincore((void *)(uintptr_t)addr, ZSWAP_PAGE_SIZE, &v) < 0)
-                return -1;
-        if (pread(t->pagemap, &pm, sizeof(pm), (off_t)(addr / ZSWAP_PAGE_SIZE) * 8) != (ssize_t)sizeof(pm) ||
-            (pm & PM_FILE))
+        if (mincore((void *)(uintptr_t)addr, ZSWAP_PAGE_SIZE, &v) < 0)
+                return -1; /* ENOMEM: not mapped */
+        if (pread(t->pagemap, &pm, sizeof(pm), (off_t)(addr / ZSWAP_PAGE_SIZE) * 8) != (ssize_t)sizeof(pm))
                 return -1;
         return (pm & (PM_PRESENT | PM_SWAP)) != 0;
 }
@@ -278,7 +269,7 @@ static int page_in_place(const RestoreTarget *t, uint64_t addr) {
 static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const void *src) {
         bool child = t->depth > 0;
 
-        if (t->direct) {
+        if (t->uffd < 0) {
                 /* our memory, unregistered: a page in place is ours since
                  * the fork (it was not evicted then), anything else the
                  * page the store holds */
@@ -325,17 +316,17 @@ static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const vo
 static void target_poison(Restore *R, RestoreTarget *t, uint64_t addr) {
         uint64_t dst;
 
-        if (t->direct) {
+        if (!target_where(t, addr, &dst))
+                return;
+        if (t->uffd < 0) {
                 /* in place, it is ours; else it is lost (no uffd to poison
                  * it with): counted, the caller decides */
-                if (target_where(t, addr, &dst) && page_in_place(t, dst) == 0)
+                if (page_in_place(t, dst) == 0)
                         R->st->tier++;
                 return;
         }
         if (t->depth == 0)
                 R->st->tier++;
-        if (!target_where(t, addr, &dst))
-                return;
         struct uffdio_poison p = { .range = { .start = dst, .len = ZSWAP_PAGE_SIZE } };
         (void)ioctl(t->uffd, UFFDIO_POISON, &p);
 }
@@ -497,10 +488,9 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
 
 
 int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
-                               uint64_t staging_len, const ZswapSpan *ranges, size_t nranges,
-                               ZswapRestoreStats *st) {
+                               uint64_t staging_len, ZswapRestoreStats *st) {
         Restore *R = zswap_scratch_alloc(sizeof(Restore));
-        RestoreTarget t = { .uffd = -1, .direct = true, .pagemap = -1, .spans = ranges, .nspans = nranges };
+        RestoreTarget t = { .uffd = -1, .pagemap = -1 };
         CodecDCtx *own = NULL;
         int r;
 
