@@ -2139,14 +2139,6 @@ static void run_restores(FaultThread *ft) {
         while (list) {
                 Work *w = list;
                 list = w->next;
-                if (atomic_load_explicit(&w->mm->fork_hold, memory_order_acquire)) {
-                        /* its store is held for a forked child (fork_held()):
-                         * the restore waits until the child attached */
-                        w->next = ft->restores;
-                        ft->restores = w;
-                        ft->retry_due = true;
-                        continue;
-                }
                 if (work_restore(ft, w))
                         restore_done(ft, w);
                 else {
