@@ -101,13 +101,7 @@ typedef struct StoreSuper {
         _Atomic uint32_t nranges[2];
         _Atomic uint32_t leaves;  /* directory slots handed out (a bound, not a count) */
         uint32_t reserved;
-        /* the fork token (ZMsgFork) of the last announced fork after which
-         * the daemon changed this store again before that fork's child had
-         * attached (daemon/fault.c, fork_hold_end()): such a child, whose
-         * daemon died, cannot restore itself from its parent's store
-         * (client/libzswap.c, child_lost()) */
-        _Atomic uint64_t fork_served;
-        uint64_t reserved2[7];
+        uint64_t reserved2[8];
 } StoreSuper;
 
 /*

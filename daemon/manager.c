@@ -201,7 +201,6 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 /* nothing of ours is in flight, every event and hand-back
                  * so far is handled: the token of this fork counts now */
                 atomic_store_explicit(&mm->next_fork_token, mm->fork_token_announced, memory_order_relaxed);
-                atomic_store_explicit(&mm->fork_announced, mm->fork_token_announced != 0, memory_order_relaxed);
                 return 0;
         }
         if (type == ZMSG_REGISTER) {
@@ -718,9 +717,6 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
          * from now on */
         reply_store(c, ch->hdr.id, found, 0, &found->uffd, 1);
         log_info("forked child pid %d attached", (int)c->pid);
-        /* it has its uffd and store now, whatever happens to us: its
-         * parent is served again (fault.c, fork_held()) */
-        mmclient_fork_release(found);
         return 1; /* replied */
 }
 
