@@ -65,6 +65,25 @@ typedef struct ZswapRestoreStats {
 int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
                         const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st);
 
+/*
+ * In a forked child whose daemon died before it attached: the kernel
+ * unregistered our memory with the uffd only that daemon held, and the
+ * pages the parent had evicted at the fork are missing from it. Write
+ * each back in place from the parent's store, which we inherited and
+ * which the daemon kept as it was at the fork until we attached
+ * (daemon/fault.c, fork_held()): pages in place are left alone, and only
+ * anonymous memory inside ranges[] is written, whatever the store says.
+ * Only a store whose daemon our fork was announced to (fork_announced is
+ * our token) is used. 0; -ESTALE if the store changed after the fork
+ * (StoreSuper.fork_served is our token), names another fork, or was
+ * released; -EREMOTE if a page is lost all the same (on the daemon's
+ * second tier, or failing the store's checks); -EBADMSG etc. if the store
+ * cannot be read.
+ */
+int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
+                               uint64_t staging_len, const ZswapSpan *ranges, size_t nranges,
+                               ZswapRestoreStats *st);
+
 /* Memory from mmap() rather than malloc(), for what runs while a fork may
  * wait for us (zswap_store_restore()): NULL if there is none. */
 void *zswap_scratch_alloc(size_t len);

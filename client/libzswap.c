@@ -119,6 +119,12 @@ struct zswap_client {
 
         pthread_t agent;
         bool agent_running; /* set before the agent starts, cleared after join */
+        /* the last FORK_PREPARE was answered on connection generation
+         * fork_gen: a child that finds gen still at it was forked with
+         * no other daemon in between (child_lost()); written by the
+         * forking thread under clients_lock */
+        bool fork_ok;
+        uint64_t fork_gen;
 
         pthread_mutex_t send_lock; /* taken before lock; held around sends of requests */
         pthread_mutex_t lock; /* protects everything below */
@@ -1479,11 +1485,16 @@ static void atfork_prepare(void) {
                 pthread_mutex_lock(&c->lock);
                 while (c->recovering)
                         pthread_cond_wait(&c->cond, &c->lock);
+                uint64_t gen = c->gen;
                 pthread_mutex_unlock(&c->lock);
                 zmsg_init(&h.hdr, ZMSG_FORK_PREPARE, 0, sizeof(h));
                 /* waits until no page of ours is in flight; a dead daemon
                  * answers at once with ENOTCONN, a stuck one times out */
-                request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
+                int r = request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
+                pthread_mutex_lock(&c->lock);
+                c->fork_ok = r == 0 && c->gen == gen;
+                c->fork_gen = gen;
+                pthread_mutex_unlock(&c->lock);
         }
 }
 
@@ -1503,6 +1514,8 @@ static void atfork_parent(void) {
         }
         pthread_mutex_unlock(&clients_lock);
 }
+
+static bool ranges_registered(struct zswap_client *c);
 
 /* In the child: take over the address space the daemon tracks for us. */
 static int child_reconnect(struct zswap_client *c) {
@@ -1537,6 +1550,11 @@ static int child_reconnect(struct zswap_client *c) {
                 c->uffd = rfd[0];
                 store_accept(c, rfd[1]);
                 if (r != -ESRCH)
+                        break;
+                /* a daemon that does not know us, and our memory no longer
+                 * registered: our uffd went with the daemon that read our
+                 * fork event, and no daemon will ever know us */
+                if (i % 10 == 9 && !ranges_registered(c))
                         break;
                 usleep(5000);
         }
@@ -1615,20 +1633,30 @@ static bool ranges_registered(struct zswap_client *c) {
 /*
  * A fork whose daemon died before we held our own uffd: the kernel gave
  * the only reference to that daemon, so when it died it unregistered our
- * memory, and the pages the parent had evicted at the fork are gone from
- * our address space (they would read as zeros). Never let that pass
- * silently: say so and die, as a process whose memory the kernel could not
- * give back would. The test is on our own memory, once that daemon is
- * surely gone (its pidfd, up to 2 s): a range no longer registered while
- * the parent held pages at the fork (held, looked at before we tried to
- * attach: the parent's store may be empty by now, its owner dead). A
- * daemon that is alive still serves us through the uffd it holds,
- * whatever else failed.
+ * memory, and the pages the parent had evicted at the fork are missing
+ * from our address space (they would read as zeros). The daemon kept the
+ * parent's store, which we inherited, as it was at the fork until we
+ * attached (daemon/fault.c, fork_held()): we write those pages back in
+ * place from it (zswap_store_restore_forked()) and carry on unmanaged.
+ * That store is as it was at the fork only if our fork was announced
+ * (FORK_PREPARE answered) to the daemon whose store it is, and no other
+ * daemon took the parent over before the fork (announced): another would
+ * have evicted into a store we do not hold. Only if that cannot be done
+ * (not announced so, the daemon served the parent again after waiting for
+ * us too long, a page was on its second tier, the store is broken) is the
+ * loss never let pass silently: we say so and die, as a
+ * process whose memory the kernel could not give back would. The test is
+ * on our own memory, once that daemon is surely gone (its pidfd, up to
+ * 2 s): a range no longer registered while the parent held pages at the
+ * fork (held, looked at before we tried to attach). A daemon that is
+ * alive still serves us through the uffd it holds, whatever else failed.
  */
-static void child_lost(struct zswap_client *c, bool held, int daemon_pidfd) {
+static void child_lost(struct zswap_client *c, bool held, bool announced, int daemon_pidfd, int parent_store) {
         static const char msg[] = "libzswap: zswapd died while this process was being forked; "
                                   "the memory it held for the parent is lost to the child: killing it\n";
         struct pollfd p = { .fd = daemon_pidfd, .events = POLLIN };
+        ZswapRestoreStats st = { 0 };
+        char line[256];
 
         if (!held)
                 return;
@@ -1636,6 +1664,21 @@ static void child_lost(struct zswap_client *c, bool held, int daemon_pidfd) {
                 (void)poll(&p, 1, 2000);
         if (ranges_registered(c))
                 return;
+        /* any address the store names (our list of ranges does not follow
+         * mremap(), the store does): only anonymous memory with nothing in
+         * place is written */
+        static const ZswapSpan all = { 0, PINDEX_MAX_ADDR };
+        int r = !announced ? -ESTALE
+                           : zswap_store_restore_forked(parent_store, c->dctx, fork_token, (uintptr_t)c->staging,
+                                                        STAGING_BYTES, &all, 1, &st);
+        if (r == 0) {
+                int n = snprintf(line, sizeof(line),
+                                 "libzswap: zswapd died while this process was being forked; the %llu pages it "
+                                 "held for the parent were written back from the parent's store: running unmanaged\n",
+                                 (unsigned long long)st.restored);
+                (void)!write(STDERR_FILENO, line, (size_t)MIN(n, (int)sizeof(line) - 1));
+                return;
+        }
         (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
         raise(SIGKILL);
 }
@@ -1651,8 +1694,13 @@ static void atfork_child(void) {
                  * store held pages now, at the fork, and who its daemon
                  * is, in case we cannot attach */
                 bool held = managed && parent_held_pages(c->store_fd);
+                /* our fork was announced to the daemon whose store we
+                 * hold, and no other daemon took the parent over before
+                 * the fork (its evictions would be in no store of ours) */
+                bool announced = c->fork_ok && c->gen == c->fork_gen;
                 int daemon_pidfd = managed ? peer_pidfd(c->sock) : -1;
-                c->store_fd = safe_close(c->store_fd);
+                int parent_store = c->store_fd;
+                c->store_fd = -1;
                 c->sock = safe_close(c->sock);
                 c->uffd = safe_close(c->uffd);
                 c->agent_running = false;
@@ -1668,8 +1716,9 @@ static void atfork_child(void) {
                 cond_init_monotonic(&c->cond);
                 int r = managed ? child_reconnect(c) : -ENOTCONN;
                 if (managed && r < 0)
-                        child_lost(c, held, daemon_pidfd);
+                        child_lost(c, held, announced, daemon_pidfd, parent_store);
                 safe_close(daemon_pidfd);
+                safe_close(parent_store);
                 if (r < 0) {
                         /* carry on unmanaged; the daemon still serves the
                          * pages it holds for us through the uffd it got */

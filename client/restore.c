@@ -6,6 +6,7 @@
  * stdio, no client handle.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -48,6 +49,11 @@
 /* One address space being filled: ours, or a child's. */
 typedef struct RestoreTarget {
         int uffd;
+        /* our own memory, no longer registered: written in place (no uffd) */
+        bool direct;
+        int pagemap;      /* direct: /proc/self/pagemap, which says what is in place */
+        const ZswapSpan *spans; /* direct: the ranges we had registered, the only ones written */
+        size_t nspans;
         StoreEvent *ev;   /* the events read from uffd, in order (mmap()ed) */
         size_t nev, cap;
         unsigned depth;   /* 0: ours */
@@ -227,6 +233,8 @@ static void restore_child(Restore *R, RestoreTarget *parent, int ufd);
  * queued). PAGEFAULT messages need nothing: our copy or the final
  * unregister wakes their thread. */
 static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
+        if (t->direct)
+                return;
         for (;;) {
                 struct pollfd p = { .fd = t->uffd, .events = POLLIN };
                 struct uffd_msg m;
@@ -248,10 +256,44 @@ static void target_drain(Restore *R, RestoreTarget *t, int wait_ms) {
         }
 }
 
+/* Is anything in place at addr in our own memory (a page, or one the
+ * kernel swapped out)? -1: not a page of ours to write (outside the
+ * ranges we had registered, not mapped, a file's), or cannot tell. */
+static int page_in_place(const RestoreTarget *t, uint64_t addr) {
+        uint64_t pm;
+        unsigned char v;
+        bool ours = false;
+
+        for (size_t i = 0; i < t->nspans && !ours; i++)
+                ours = addr >= t->spans[i].start && addr < t->spans[i].end;
+        if (!ours || mincore((void *)(uintptr_t)addr, ZSWAP_PAGE_SIZE, &v) < 0)
+                return -1;
+        if (pread(t->pagemap, &pm, sizeof(pm), (off_t)(addr / ZSWAP_PAGE_SIZE) * 8) != (ssize_t)sizeof(pm) ||
+            (pm & PM_FILE))
+                return -1;
+        return (pm & (PM_PRESENT | PM_SWAP)) != 0;
+}
+
 /* Install src at the page the store knows as addr. */
 static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const void *src) {
         bool child = t->depth > 0;
 
+        if (t->direct) {
+                /* our memory, unregistered: a page in place is ours since
+                 * the fork (it was not evicted then), anything else the
+                 * page the store holds */
+                uint64_t dst;
+                int in = target_where(t, addr, &dst) ? page_in_place(t, dst) : -1;
+                if (in < 0)
+                        R->st->gone++;
+                else if (in)
+                        R->st->present++;
+                else {
+                        memcpy((void *)(uintptr_t)dst, src, ZSWAP_PAGE_SIZE);
+                        R->st->restored++;
+                }
+                return;
+        }
         for (unsigned tries = 0;; tries++) {
                 uint64_t dst;
                 if (!target_where(t, addr, &dst))
@@ -283,6 +325,13 @@ static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const vo
 static void target_poison(Restore *R, RestoreTarget *t, uint64_t addr) {
         uint64_t dst;
 
+        if (t->direct) {
+                /* in place, it is ours; else it is lost (no uffd to poison
+                 * it with): counted, the caller decides */
+                if (target_where(t, addr, &dst) && page_in_place(t, dst) == 0)
+                        R->st->tier++;
+                return;
+        }
         if (t->depth == 0)
                 R->st->tier++;
         if (!target_where(t, addr, &dst))
@@ -360,7 +409,7 @@ static void restore_walk(Restore *R) {
  * EEXIST). Then its uffd is closed: ours was the only reference, so the
  * kernel unregisters its memory and wakes its waiters. */
 static void restore_child(Restore *R, RestoreTarget *parent, int ufd) {
-        RestoreTarget child = { .uffd = ufd, .depth = parent->depth + 1, .blind = parent->blind };
+        RestoreTarget child = { .uffd = ufd, .pagemap = -1, .depth = parent->depth + 1, .blind = parent->blind };
 
         if (child.depth <= RESTORE_FORK_DEPTH && target_grow(&child, MAX(parent->nev, (size_t)1)) &&
             (child.page = zswap_scratch_alloc(ZSWAP_PAGE_SIZE))) {
@@ -391,7 +440,7 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
         Restore *R = zswap_scratch_alloc(sizeof(Restore));
         StoreRange *sr = NULL;
         CodecDCtx *own = NULL;
-        RestoreTarget t = { .uffd = uffd };
+        RestoreTarget t = { .uffd = uffd, .pagemap = -1 };
         int r, n = 0;
 
         if (!R)
@@ -446,3 +495,65 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
         return r;
 }
 
+
+int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
+                               uint64_t staging_len, const ZswapSpan *ranges, size_t nranges,
+                               ZswapRestoreStats *st) {
+        Restore *R = zswap_scratch_alloc(sizeof(Restore));
+        RestoreTarget t = { .uffd = -1, .direct = true, .pagemap = -1, .spans = ranges, .nspans = nranges };
+        CodecDCtx *own = NULL;
+        int r;
+
+        if (!R)
+                return -ENOMEM;
+        r = store_map(store_fd, false, &R->map);
+        if (r == 0)
+                r = store_check(R->map, NULL, 0);
+        StoreSuper *s = r == 0 ? store_super(R->map) : NULL;
+        /* acquire: the daemon wrote it before it changed anything more */
+        /* only the store of the daemon our fork was announced to: from the
+         * fork's instant until that daemon read its event, the kernel
+         * refuses every install in the parent (UFFDIO_COPY and ZEROPAGE
+         * fail with EAGAIN while a fork event is pending), nothing of it
+         * was evicted (FORK_PREPARE), and from the event on it was held
+         * (fork_held()); unless it says it served the parent again */
+        if (r == 0 && (fork_token == 0 || atomic_load_explicit(&s->fork_announced, memory_order_acquire) != fork_token ||
+                       atomic_load_explicit(&s->fork_served, memory_order_acquire) == fork_token ||
+                       atomic_load_explicit(&s->state, memory_order_relaxed) != STORE_ACTIVE))
+                r = -ESTALE;
+        if (r == 0 && (t.pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0)
+                r = -errno;
+        if (r == 0) {
+                uint32_t codec = store_super(R->map)->codec;
+                R->dctx = dctx ? dctx[codec] : NULL;
+                if (!R->dctx)
+                        r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, &own);
+                if (!R->dctx)
+                        R->dctx = own;
+        }
+        if (r == 0) {
+                R->staging = staging;
+                R->nslots = staging_len / ZSWAP_PAGE_SIZE;
+                R->st = st;
+                R->t = &t;
+                t.page = R->page;
+                StoreEvent ev;
+                if (store_journal_event(R->map, &ev) > 0)
+                        target_event(&t, ev.start, ev.end, ev.to);
+                restore_walk(R);
+                /* read again: a daemon that served the parent meanwhile
+                 * (it cannot have: it is gone, but the check is cheap)
+                 * makes what we read worthless */
+                if (atomic_load_explicit(&s->fork_served, memory_order_acquire) == fork_token)
+                        r = -ESTALE;
+                else if (st->tier || st->bad || t.blind)
+                        r = -EREMOTE;
+        }
+        safe_close(t.pagemap);
+        zswap_scratch_free(t.ev, t.cap * sizeof(*t.ev));
+        codec_dctx_free(own);
+        if (R)
+                store_unmap(R->map);
+        zswap_scratch_free(R, sizeof(Restore));
+        return r;
+}

@@ -101,7 +101,20 @@ typedef struct StoreSuper {
         _Atomic uint32_t nranges[2];
         _Atomic uint32_t leaves;  /* directory slots handed out (a bound, not a count) */
         uint32_t reserved;
-        uint64_t reserved2[8];
+        /* the fork token (ZMsgFork) of the last announced fork after which
+         * the daemon changed this store again before that fork's child had
+         * attached (daemon/fault.c, fork_hold_end()): such a child, whose
+         * daemon died, cannot restore itself from its parent's store
+         * (client/libzswap.c, child_lost()) */
+        _Atomic uint64_t fork_served;
+        /* the token of the last fork this store's daemon answered a
+         * FORK_PREPARE for (daemon/manager.c), written before the answer:
+         * a child may restore itself only from a store that names its
+         * fork here, the one whose daemon the fork was announced to; a
+         * store the library held before an adoption it had not finished
+         * names none */
+        _Atomic uint64_t fork_announced;
+        uint64_t reserved2[6];
 } StoreSuper;
 
 /*

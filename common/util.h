@@ -12,6 +12,12 @@
  * reporting of every parser and opener that says what went wrong. */
 int errorf(int r, char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* The bits of a /proc/PID/pagemap word (Documentation/admin-guide/mm/pagemap.rst) */
+#define PM_PRESENT ((uint64_t)1 << 63)
+#define PM_SWAP ((uint64_t)1 << 62)
+#define PM_FILE ((uint64_t)1 << 61)
+#define PM_PFN(pm) ((pm) & ((1ull << 55) - 1))
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t now_ns(void);
 

@@ -762,7 +762,8 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         }
         if (!op)
                 return false;
-        if (mm->fork_paused || !mm->conn || mm->nlanes == 0)
+        if (mm->fork_paused || atomic_load_explicit(&mm->fork_hold, memory_order_acquire) || !mm->conn ||
+            mm->nlanes == 0)
                 return false;
         for (li = 0; li < mm->nlanes && mm->lanes[li].state != LANE_FREE; li++)
                 ;

@@ -632,6 +632,11 @@ static void kill_point(const char *where) {
 }
 
 static ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
+        if (atomic_load_explicit(&mm->fork_hold, memory_order_relaxed)) {
+                /* held for a forked child (fork_held()): read nothing */
+                errno = EAGAIN;
+                return -1;
+        }
         ssize_t n = read(mm->uffd, mm->journal, sizeof(*msg));
 
         if (n != (ssize_t)sizeof(*msg))
@@ -1535,6 +1540,16 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         /* the token of this fork was read at FORK_PREPARE: reading it now
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
+        if (child->fork_token && atomic_exchange_explicit(&mm->fork_announced, false, memory_order_relaxed)) {
+                /* the library announced it: its child attaches soon, and
+                 * until then the parent's store stays as it is now
+                 * (fork_held()) */
+                child->fork_parent = mmclient_ref(mm);
+                mm->fork_hold_until = now_ns() + FORK_HOLD_NS;
+                /* relaxed: only this thread, under serve_lock, reads the
+                 * uffd, and the manager's checks are hints it takes again */
+                atomic_store_explicit(&mm->fork_hold, child->fork_token, memory_order_relaxed);
+        }
         child->parent_pid = mm->pid;
         /* its parent may exit before it attaches (daemon(3) does at once):
          * then it is matched by its token and its user alone */
@@ -1580,6 +1595,46 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
 }
 
 /* Read and handle messages until the uffd is empty. */
+/* ---- a parent held for its forked child ---- */
+
+/*
+ * A fork the library announced (FORK_PREPARE) gives its child an address
+ * space whose evicted pages this daemon holds, through a uffd only this
+ * daemon has until the child attaches (CHILD_ATTACH hands it over). Should
+ * the daemon die before, the kernel unregisters the child's memory, and
+ * the child restores those pages itself from its parent's store, which it
+ * inherited (libzswap.c, child_lost()). That store must then be as it was
+ * at the fork, so until the child attaches nothing of it changes: the
+ * parent's uffd is not read and its retries wait (here), nothing of it is
+ * evicted (evict.c, reclaim.c), and it is kept if the parent goes first
+ * (mmclient.c). Only the parent waits, and for FORK_HOLD_NS at most; a
+ * hold that ends so writes the fork's token in the store (fork_served)
+ * before anything changes, and the child then knows not to use it.
+ * Under serve_lock. True: held, look again later.
+ */
+static bool fork_held(FaultThread *ft, MMClient *mm) {
+        uint64_t token = atomic_load_explicit(&mm->fork_hold, memory_order_acquire);
+
+        if (!token)
+                return false;
+        if (now_ns() < mm->fork_hold_until) {
+                /* run_due_retries() looks every millisecond, and reads
+                 * what the uffd has once the hold is over: its epoll event
+                 * (edge-triggered) has come and gone */
+                atomic_store_explicit(&mm->fork_unread, true, memory_order_relaxed);
+                ft->retry_due = true;
+                return true;
+        }
+        log_info("pid %d: its forked child did not attach within %llu s: served again", (int)mm->pid,
+                 FORK_HOLD_NS / 1000000000);
+        if (mm->store)
+                /* release: before anything of the store changes */
+                atomic_store_explicit(&store_super(mm->store)->fork_served, token, memory_order_release);
+        atomic_compare_exchange_strong_explicit(&mm->fork_hold, &token, 0, memory_order_acq_rel,
+                                                memory_order_relaxed);
+        return false;
+}
+
 /* ---- revoking the agent's moves ---- */
 
 /*
@@ -1751,6 +1806,9 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
          * millisecond, and when they come). No wait at all where no lane
          * is moving (a move then has nowhere to go), or for an agent that
          * was this slow at the last read: it is revoked at once. */
+        if (fork_held(ft, mm))
+                return;
+        atomic_store_explicit(&mm->fork_unread, false, memory_order_relaxed);
         uint64_t now = now_ns();
         bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);
         bool may_wait = !held && !mm->agent_slow && atomic_load_explicit(&mm->lanes_moving, memory_order_relaxed);
@@ -1793,6 +1851,8 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
 
 /* Under mm->serve_lock. A copy that fails again goes back on the list. */
 static void run_retries(FaultThread *ft, MMClient *mm) {
+        if (fork_held(ft, mm))
+                return; /* an install would change the held store */
         Retry *list = mm->retries;
         mm->retries = NULL;
         atomic_store_explicit(&mm->has_retries, false, memory_order_relaxed);
@@ -1884,7 +1944,8 @@ static void run_due_retries(FaultThread *ft) {
         for (size_t i = 0; i < ft->nowned; i++) {
                 MMClient *mm = ft->owned[i];
                 if (!atomic_load_explicit(&mm->has_retries, memory_order_relaxed) &&
-                    !atomic_load_explicit(&mm->read_deferred, memory_order_relaxed))
+                    !atomic_load_explicit(&mm->read_deferred, memory_order_relaxed) &&
+                    !atomic_load_explicit(&mm->fork_unread, memory_order_relaxed))
                         continue;
                 if (pthread_mutex_trylock(&mm->serve_lock) != 0) {
                         ft->retry_due = true; /* the holder may leave them; look again */
@@ -2078,6 +2139,14 @@ static void run_restores(FaultThread *ft) {
         while (list) {
                 Work *w = list;
                 list = w->next;
+                if (atomic_load_explicit(&w->mm->fork_hold, memory_order_acquire)) {
+                        /* its store is held for a forked child (fork_held()):
+                         * the restore waits until the child attached */
+                        w->next = ft->restores;
+                        ft->restores = w;
+                        ft->retry_due = true;
+                        continue;
+                }
                 if (work_restore(ft, w))
                         restore_done(ft, w);
                 else {

@@ -201,6 +201,12 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 /* nothing of ours is in flight, every event and hand-back
                  * so far is handled: the token of this fork counts now */
                 atomic_store_explicit(&mm->next_fork_token, mm->fork_token_announced, memory_order_relaxed);
+                atomic_store_explicit(&mm->fork_announced, mm->fork_token_announced != 0, memory_order_relaxed);
+                if (mm->store)
+                        /* before the answer, so before the fork (release:
+                         * after everything the store holds now) */
+                        atomic_store_explicit(&store_super(mm->store)->fork_announced, mm->fork_token_announced,
+                                              memory_order_release);
                 return 0;
         }
         if (type == ZMSG_REGISTER) {
@@ -717,6 +723,9 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
          * from now on */
         reply_store(c, ch->hdr.id, found, 0, &found->uffd, 1);
         log_info("forked child pid %d attached", (int)c->pid);
+        /* it has its uffd and store now, whatever happens to us: its
+         * parent is served again (fault.c, fork_held()) */
+        mmclient_fork_release(found);
         return 1; /* replied */
 }
 

@@ -330,6 +330,19 @@ static int drop_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
+void mmclient_fork_release(MMClient *child) {
+        MMClient *parent = child->fork_parent;
+        uint64_t token = child->fork_token;
+
+        if (!parent)
+                return;
+        child->fork_parent = NULL;
+        /* relaxed: the parent's fault threads look again every millisecond */
+        atomic_compare_exchange_strong_explicit(&parent->fork_hold, &token, 0, memory_order_relaxed,
+                                                memory_order_relaxed);
+        mmclient_unref(parent);
+}
+
 MMClient *mmclient_unref(MMClient *mm) {
         if (!mm)
                 return NULL;
@@ -339,6 +352,13 @@ MMClient *mmclient_unref(MMClient *mm) {
         if (atomic_fetch_sub_explicit(&mm->refs, 1, memory_order_acq_rel) != 1)
                 return NULL;
 
+        /* an orphan that never attached: its parent is served again */
+        mmclient_fork_release(mm);
+        /* a parent whose forked child has not attached: its store stays as
+         * it is, for the child to restore itself from if we die */
+        bool held = atomic_load_explicit(&mm->fork_hold, memory_order_relaxed) != 0;
+        if (held)
+                mm->keep_store = true;
         fault_mm_free_retries(mm);
         for (unsigned i = 0; i < mm->nlanes; i++)
                 evict_lane_drop_keeps(mm, &mm->lanes[i]);

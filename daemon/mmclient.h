@@ -27,6 +27,8 @@ typedef struct Conn Conn;
 typedef struct PageoutOp PageoutOp;
 
 #define LANES_MAX 8
+/* how long a parent's store is held for a forked child that has not attached */
+#define FORK_HOLD_NS (10ull * 1000000000)
 #define LANE_SLOTS ZSWAP_BATCH_MAX
 
 typedef enum LaneState {
@@ -134,6 +136,26 @@ typedef struct MMClient {
          * relaxed, the sync orders it */
         _Atomic uint64_t next_fork_token;
         pid_t parent_pid;    /* children: who forked them (by value: the parent may go first) */
+        /* children of an announced fork: the parent, whose store is held
+         * for us until we attach (a reference; fault.c, fork_hold) */
+        struct MMClient *fork_parent;
+        /* parents: the token of an announced fork whose child has not
+         * attached yet, 0: none. While it is set, nothing of this client's
+         * store changes (its uffd is not read, its retries wait, nothing
+         * is evicted, its store is kept if it dies), so that the child,
+         * should this daemon die before it attaches, can restore itself
+         * from it (libzswap.c, child_lost()). Set by the fault thread that
+         * handles the fork, ended by the manager when the child attaches
+         * or its orphan goes, or by a fault thread after FORK_HOLD_NS
+         * (fork_hold_until, under serve_lock) */
+        _Atomic uint64_t fork_hold;
+        uint64_t fork_hold_until;
+        /* its uffd was not read for a hold: read it once the hold is over
+         * (a hint any fault thread takes, relaxed) */
+        _Atomic bool fork_unread;
+        /* the manager answered a FORK_PREPARE: the next fork event is that
+         * fork's (set by the manager, taken by the fault thread) */
+        _Atomic bool fork_announced;
         int parent_pidfd;    /* children: the parent's pidfd at the fork (-1 if none): has it exited? */
         uint64_t origin_staging; /* children: the parent client's staging area, which names
                                   * the client when a process has several */
@@ -223,6 +245,10 @@ int mmclient_new(Manager *m, int uffd, MMClient **ret);
 /* A read-only descriptor of mm's store for its process (store_reopen_ro()). */
 int mmclient_store_fd_ro(MMClient *mm);
 MMClient *mmclient_ref(MMClient *mm);
+/* A forked child attached, or its orphan goes: its parent's store is no
+ * longer held for it (fault.c, fork_held()). Drops the reference to the
+ * parent. */
+void mmclient_fork_release(MMClient *child);
 MMClient *mmclient_unref(MMClient *mm);
 
 /* Map the client's sync page from memfd fd (sealed against shrinking,
@@ -301,10 +327,6 @@ void mmclient_slot_poison(MMClient *mm, uint32_t slot);
 /* The same, UFFDIO_ZEROPAGE only: 0 or -errno (-EAGAIN: an event is
  * queued, unread). */
 int mmclient_slot_zero(MMClient *mm, uint32_t slot);
-#define PM_PRESENT ((uint64_t)1 << 63)
-#define PM_SWAP ((uint64_t)1 << 62)
-#define PM_FILE ((uint64_t)1 << 61)
-#define PM_PFN(pm) ((pm) & ((1ull << 55) - 1))
 
 /* The pagemap words of npages pages from start. 0, -errno, -EIO if short. */
 int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm);

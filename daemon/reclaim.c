@@ -279,6 +279,7 @@ static int drop_clean_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 
 static bool client_managed(MMClient *mm) {
         return mm->conn && mm->nlanes > 0 && !mm->rc.off && !mm->fork_paused &&
+               !atomic_load_explicit(&mm->fork_hold, memory_order_acquire) &&
                !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
                !(atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) &&
                  memread_stuck(mm->uid) > 0); /* not evicted meanwhile (evict.c) */

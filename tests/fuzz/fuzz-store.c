@@ -885,6 +885,12 @@ static void check_restore(const Model *m) {
                            "zswap_store_restore of a refused store counted something");
                 return;
         }
+        /* a forked child's restore of the same store, with no range of
+         * ours to write to: it decodes what it meets and writes nothing */
+        ZswapRestoreStats fst = { 0 };
+        (void)zswap_store_restore_forked(store_fd, dctx, 1, staging, nslots * ZSWAP_PAGE_SIZE, NULL, 0, &fst);
+        FUZZ_CHECK(!fst.restored && !fst.present && !fst.children,
+                   "zswap_store_restore_forked wrote %llu pages outside every range", (unsigned long long)fst.restored);
         model_walk(m, dctx[m->s.codec], nslots, &entries, &bad, &gone, &tier);
         FUZZ_CHECK(!st.restored && !st.present && !st.children && st.bad == bad && st.gone == gone && st.tier == tier,
                    "zswap_store_restore: restored %llu present %llu children %llu bad %llu gone %llu tier %llu; the "
