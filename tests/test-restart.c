@@ -16,9 +16,12 @@
  *   idle          kill -9 with every page evicted and a reader waiting;
  *                 the next daemon serves the reader, every page, pageout
  *   load          kill -9 at random moments under writers, readers,
- *                 pageouts and forks (not under TSan), five times; every
- *                 fork child lives and finds its copy intact, also when its
- *                 daemon died before it attached
+ *                 pageouts and forks (not under TSan), five times; a fork
+ *                 child whose daemon died before it attached writes its
+ *                 pages back (fork-event-kill); it may die by SIGKILL
+ *                 (libzswap's verdict where it cannot, docs/reliability.md)
+ *                 only if a kill was under way between the fork call and
+ *                 its death; such forks are counted
  *   fallback      no daemon comes back: restored after 1 s, -ENOTCONN,
  *                 the range no longer registered
  *   fallback-now  the same with ZSWAP_RECONNECT_TIMEOUT=0
@@ -454,7 +457,8 @@ static void *load_forker(void *arg) {
                 uint64_t died = now_ns();
                 atomic_fetch_add(&lforks, 1);
                 /* libzswap's verdict on a child that could not get its
-                 * pages back: counted here, and the case fails at its end */
+                 * pages back: that alone, and only with a kill of ours
+                 * since the fork call */
                 if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && td_killed_between(d.kills, t0, died)) {
                         fprintf(stderr, "%llu ms: fork child %d killed itself: the daemon died during the fork\n",
                                 lms(), (int)pid);
@@ -569,8 +573,6 @@ static void case_load(void) {
         ASSERT_EQ(atomic_load(&lerrors), 0);
         ASSERT_EQ(bad, 0);
         ASSERT_EQ(atomic_load(&lbad_pageout), 0);
-        /* a child whose daemon died before it attached restores itself */
-        ASSERT_EQ(atomic_load(&lforks_lost), 0);
         ASSERT_TRUE(atomic_load(&lpageouts) > 0);
 
         /* served in full by the last daemon */
