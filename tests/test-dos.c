@@ -72,7 +72,6 @@
  * client is served while the move is held.
  */
 #include <fcntl.h>
-#include <pthread.h>
 #include <linux/userfaultfd.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -81,7 +80,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -143,52 +141,6 @@ static bool send_with(int sock, uint16_t type, const int *fds, size_t nfds) {
         return zmsg_send(sock, out, ((ZMsgHeader *)out)->size, fds, nfds) == 0;
 }
 
-typedef struct Closing {
-        int fd;
-        _Atomic pid_t tid;
-        _Atomic bool done;
-} Closing;
-
-static void *close_main(void *arg) {
-        Closing *c = arg;
-        atomic_store(&c->tid, (pid_t)syscall(SYS_gettid));
-        close(c->fd);
-        atomic_store(&c->done, true);
-        return NULL;
-}
-
-/* Close the attacker's copy of a lingering socket it sent, in a thread of
- * its own; returns once that close is over (the daemon still holds the
- * socket: its own close will be the last and linger) or lingers (the
- * daemon closed its copy first, as its closer thread may on a loaded
- * machine: ours is the last). Whether the daemon's will linger. */
-static bool close_before_daemon(int fd) {
-        static Closing c[8];
-        static unsigned n;
-        char path[64], w[64] = "";
-        pthread_t t;
-
-        ASSERT_TRUE(n < ELEMENTSOF(c));
-        Closing *cl = &c[n++];
-        cl->fd = fd;
-        ASSERT_OK(-pthread_create(&t, NULL, close_main, cl));
-        pthread_detach(t);
-        WAIT_UNTIL(atomic_load(&cl->tid) > 0, TEST_WAIT_S, "the closing thread never started");
-        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)atomic_load(&cl->tid));
-        for (;;) {
-                if (atomic_load(&cl->done))
-                        return true;
-                FILE *f = fopen(path, "re");
-                if (f) {
-                        (void)!fgets(w, sizeof(w), f);
-                        fclose(f);
-                }
-                if (strstr(w, "wait_close") || strstr(w, "wait_woken"))
-                        return false;
-                usleep(1000);
-        }
-}
-
 /* The attack, as U_ATTACKER; the attacker's copies closed. The three
  * connections are made first: the daemon refuses new ones of this user
  * once the second message is in. */
@@ -197,17 +149,10 @@ static int attack(void) {
         int s = raw_connect(), s2 = raw_connect(), s3 = raw_connect();
         ASSERT_TRUE(s >= 0 && s2 >= 0 && s3 >= 0);
 
-        /* one with a message the daemon refuses (HELLO carries none):
-         * again until the daemon's close of it is the last, which then
-         * lingers in its closer thread, and every close of a descriptor
-         * we send from here on waits behind it, ours done long before */
-        for (int tries = 0;; tries++) {
-                ASSERT_TRUE(tries < 8);
-                fds[0] = lingering_socket();
-                (void)send_with(s, ZMSG_HELLO, fds, 1);
-                if (close_before_daemon(fds[0]))
-                        break;
-        }
+        /* one with a message the daemon refuses (HELLO carries none) */
+        fds[0] = lingering_socket();
+        (void)send_with(s, ZMSG_HELLO, fds, 1);
+        close(fds[0]);
 
         /* twenty in one message */
         for (int i = 0; i < 20; i++)
@@ -312,10 +257,8 @@ static bool user_served(uid_t uid) {
 }
 
 static void case_linger(void) {
-        /* a listener with a tiny receive buffer that never reads;
-         * non-blocking, so that waiting for the attacker's connections
-         * has a bound (accept4's SOCK_NONBLOCK is the new socket's) */
-        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        /* a listener with a tiny receive buffer that never reads */
+        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int small = 4096;
         ASSERT_OK(setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
         struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -332,19 +275,15 @@ static void case_linger(void) {
                 int a = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (a >= 0)
                         accepted[naccepted++] = a;
-                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
-                        char cmd[64];
-                        snprintf(cmd, sizeof(cmd), "cat /proc/%d/stack >&2", (int)att);
-                        fprintf(stderr, "the attacker (pid %d) waits in:\n", (int)att);
-                        (void)!system(cmd);
-                        test_fail("only %d of the attacker's 22 sockets connected in %d s", naccepted, TEST_WAIT_S);
-                }
+                if (now_ns() - t0 > 60 * 1000000000ull)
+                        test_fail("only %d of the attacker's 22 sockets connected", naccepted);
         }
         /* the daemon has been handed them: the attacker's user has more
          * waiting to be closed than it may, and is turned away */
-        WAIT_UNTIL(td_log_has(&d, "too many descriptors sent whose close waits"), TEST_WAIT_S,
-                   "the daemon never said the attacker has too many closes waiting");
+        for (int i = 0; i < TEST_WAIT_S * 20 && !td_log_has(&d, "too many descriptors sent whose close waits"); i++)
+                usleep(50000);
         double attacked = run_honest("under attack");
+        ASSERT_TRUE(td_log_has(&d, "too many descriptors sent whose close waits"));
         ASSERT_TRUE(!user_served(U_ATTACKER));
         ASSERT_TRUE(td_log_has(&d, "refused: its user sent descriptors whose close still waits"));
 
@@ -355,9 +294,10 @@ static void case_linger(void) {
                 setsockopt(accepted[i], SOL_SOCKET, SO_LINGER, &rst, sizeof(rst));
                 close(accepted[i]);
         }
-        for (uint64_t t0 = now_ns(); !user_served(U_ATTACKER); usleep(100000))
-                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull)
-                        test_fail("the attacker's user is still refused %d s after its closes ended", TEST_WAIT_S);
+        bool served = false;
+        for (int i = 0; i < TEST_WAIT_S * 10 && !(served = user_served(U_ATTACKER)); i++)
+                usleep(100000);
+        ASSERT_TRUE(served);
 
         kill(att, SIGKILL);
         waitpid(att, NULL, 0);
