@@ -9,7 +9,10 @@
  * (uid U_ATTACKER, not in any allow list) sends such sockets to the
  * daemon and closes its own copies, three ways:
  *  - one with a message (the daemon refuses the message and has to close
- *    the descriptor);
+ *    the descriptor); its close must be the daemon's, the last, so the
+ *    attacker runs at a real-time priority where allowed and, should the
+ *    daemon still close its copy first, interrupts its own lingering
+ *    close and sends another on a new connection;
  *  - twenty in one message (more than a receiver that takes only a few
  *    lets in: the kernel would drop the rest in the receiving thread);
  *  - one queued behind enough malformed messages to have the connection
@@ -72,6 +75,8 @@
  * client is served while the move is held.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <linux/userfaultfd.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -80,6 +85,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -141,22 +147,108 @@ static bool send_with(int sock, uint16_t type, const int *fds, size_t nfds) {
         return zmsg_send(sock, out, ((ZMsgHeader *)out)->size, fds, nfds) == 0;
 }
 
+/* What the attacker tells the test (a shared page): how many lingering
+ * sockets it connected to the listener, and that it has sent them all. */
+typedef struct AttackShared {
+        _Atomic int sockets;
+        _Atomic bool sent;
+        _Atomic bool go; /* the test has set our scheduling policy */
+} AttackShared;
+static AttackShared *attack_shared;
+
+static int attack_socket(void) {
+        int fd = lingering_socket();
+        atomic_fetch_add(&attack_shared->sockets, 1);
+        return fd;
+}
+
+/* A watcher of the attacker's main thread while it closes its copy of a
+ * socket it sent: if that close lingers (the daemon got to close its copy
+ * first: ours is the last), the watcher interrupts it with a signal. */
+static struct {
+        pid_t tid;              /* the main thread */
+        pthread_t main;
+        _Atomic bool closing;   /* main is in the close */
+        _Atomic bool lingered;  /* and it lingered: interrupted */
+} watch;
+
+static void on_interrupt(int sig) {
+        (void)sig;
+}
+
+static void *watch_main(void *arg) {
+        char path[64], w[64];
+        (void)arg;
+        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)watch.tid);
+        for (;; usleep(1000)) {
+                if (!atomic_load(&watch.closing))
+                        continue;
+                w[0] = 0;
+                FILE *f = fopen(path, "re");
+                if (f) {
+                        (void)!fgets(w, sizeof(w), f);
+                        fclose(f);
+                }
+                if (atomic_load(&watch.closing) && (strstr(w, "wait_close") || strstr(w, "wait_woken"))) {
+                        atomic_store(&watch.lingered, true);
+                        pthread_kill(watch.main, SIGUSR1);
+                }
+        }
+        return NULL;
+}
+
+/* Close our copy of a lingering socket just sent. Whether the close was
+ * over at once (the daemon still holds the socket: its close will be the
+ * last and linger), not interrupted lingering. */
+static bool close_before_daemon(int fd) {
+        atomic_store(&watch.lingered, false);
+        atomic_store(&watch.closing, true);
+        close(fd);
+        atomic_store(&watch.closing, false);
+        return !atomic_load(&watch.lingered);
+}
+
 /* The attack, as U_ATTACKER; the attacker's copies closed. The three
  * connections are made first: the daemon refuses new ones of this user
  * once the second message is in. */
 static int attack(void) {
         int fds[20];
-        int s = raw_connect(), s2 = raw_connect(), s3 = raw_connect();
-        ASSERT_TRUE(s >= 0 && s2 >= 0 && s3 >= 0);
+        int s2 = raw_connect(), s3 = raw_connect();
+        ASSERT_TRUE(s2 >= 0 && s3 >= 0);
 
-        /* one with a message the daemon refuses (HELLO carries none) */
-        fds[0] = lingering_socket();
-        (void)send_with(s, ZMSG_HELLO, fds, 1);
-        close(fds[0]);
+        /* one with a message the daemon refuses (HELLO carries none). Its
+         * close in the daemon must be the last, so that it lingers in the
+         * closer thread and every descriptor sent from here on waits
+         * behind it, our copies closed long before. Between our send and
+         * our close the daemon may receive and close its copy (its threads
+         * preempt us on a loaded machine): the send and the close run at a
+         * real-time priority where the system allows it, and if the
+         * daemon still closed first (our close lingers), the close is
+         * interrupted and it all begins again on a new connection (the
+         * daemon drops one that sent a HELLO with descriptors). */
+        struct sigaction sa = { .sa_handler = on_interrupt }; /* no SA_RESTART */
+        ASSERT_OK(sigaction(SIGUSR1, &sa, NULL));
+        watch.tid = (pid_t)syscall(SYS_gettid);
+        watch.main = pthread_self();
+        pthread_t watcher;
+        ASSERT_OK(-pthread_create(&watcher, NULL, watch_main, NULL));
+        WAIT_UNTIL(atomic_load(&attack_shared->go), TEST_WAIT_S, "the test never let the attacker start");
+        bool realtime = sched_getscheduler(0) == SCHED_FIFO;
+        for (int tries = 0;; tries++) {
+                ASSERT_TRUE(tries < 16);
+                int s = raw_connect();
+                ASSERT_TRUE(s >= 0);
+                fds[0] = attack_socket();
+                bool sent = send_with(s, ZMSG_HELLO, fds, 1);
+                if (close_before_daemon(fds[0]))
+                        break;
+                fprintf(stderr, "attacker: our close of socket %d was the last (%s, %s); again\n", tries + 1,
+                        sent ? "sent" : "the send failed", realtime ? "real-time" : "not real-time");
+        }
 
         /* twenty in one message */
         for (int i = 0; i < 20; i++)
-                fds[i] = lingering_socket();
+                fds[i] = attack_socket();
         (void)send_with(s2, ZMSG_STATUS, fds, 20);
         for (int i = 0; i < 20; i++)
                 close(fds[i]);
@@ -169,11 +261,16 @@ static int attack(void) {
                 if (send(s3, garbage, sizeof(garbage), MSG_NOSIGNAL) < 0)
                         break;
         }
-        fds[0] = lingering_socket();
+        fds[0] = attack_socket();
         (void)send_with(s3, ZMSG_STATUS, fds, 1);
+        atomic_store(&attack_shared->sent, true);
+        /* the last close of this one may be ours (the daemon may have
+         * dropped the connection before the send, having too many of
+         * ours to close): then it lingers here, which is no matter */
         close(fds[0]);
         /* the connections stay open: the daemon decides when they close */
-        pause();
+        for (;;)
+                pause();
         return 0;
 }
 
@@ -257,31 +354,50 @@ static bool user_served(uid_t uid) {
 }
 
 static void case_linger(void) {
-        /* a listener with a tiny receive buffer that never reads */
-        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        /* a listener with a tiny receive buffer that never reads;
+         * non-blocking, so that waiting for the attacker's connections
+         * has a bound (accept4's SOCK_NONBLOCK is the new socket's) */
+        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         int small = 4096;
         ASSERT_OK(setsockopt(listener, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
         struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
         ASSERT_OK(bind(listener, (struct sockaddr *)&sa, sizeof(sa)));
         ASSERT_OK(listen(listener, 64));
+        attack_shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(attack_shared != MAP_FAILED);
 
         double alone = run_honest("alone");
 
         pid_t att = td_fork_as(U_ATTACKER, 0);
         if (att == 0)
                 _exit(attack());
-        /* the attacker's 22 connections reach our listener */
-        for (uint64_t t0 = now_ns(); naccepted < 22; usleep(1000)) {
+        /* at a real-time priority where the system allows it (attack());
+         * it runs only to send, close, and wait */
+        struct sched_param rt = { .sched_priority = 1 };
+        (void)sched_setscheduler(att, SCHED_FIFO, &rt);
+        atomic_store(&attack_shared->go, true);
+        /* the attacker's sockets, all sent, reach our listener */
+        for (uint64_t t0 = now_ns(); !atomic_load(&attack_shared->sent) || naccepted < atomic_load(&attack_shared->sockets);
+             usleep(1000)) {
                 int a = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (a >= 0)
+                if (a >= 0) {
+                        ASSERT_TRUE(naccepted < (int)ELEMENTSOF(accepted));
                         accepted[naccepted++] = a;
-                if (now_ns() - t0 > 60 * 1000000000ull)
-                        test_fail("only %d of the attacker's 22 sockets connected", naccepted);
+                }
+                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
+                        char cmd[64];
+                        snprintf(cmd, sizeof(cmd), "cat /proc/%d/stack >&2", (int)att);
+                        fprintf(stderr, "the attacker (pid %d) waits in:\n", (int)att);
+                        (void)!system(cmd);
+                        test_fail("%d of the attacker's %d sockets connected in %d s (%s)", naccepted,
+                                  atomic_load(&attack_shared->sockets), TEST_WAIT_S,
+                                  atomic_load(&attack_shared->sent) ? "all sent" : "not all sent");
+                }
         }
         /* the daemon has been handed them: the attacker's user has more
          * waiting to be closed than it may, and is turned away */
-        for (int i = 0; i < TEST_WAIT_S * 20 && !td_log_has(&d, "too many descriptors sent whose close waits"); i++)
-                usleep(50000);
+        WAIT_UNTIL(td_log_has(&d, "too many descriptors sent whose close waits"), TEST_WAIT_S,
+                   "the daemon never said the attacker has too many closes waiting");
         double attacked = run_honest("under attack");
         ASSERT_TRUE(td_log_has(&d, "too many descriptors sent whose close waits"));
         ASSERT_TRUE(!user_served(U_ATTACKER));
@@ -294,10 +410,9 @@ static void case_linger(void) {
                 setsockopt(accepted[i], SOL_SOCKET, SO_LINGER, &rst, sizeof(rst));
                 close(accepted[i]);
         }
-        bool served = false;
-        for (int i = 0; i < TEST_WAIT_S * 10 && !(served = user_served(U_ATTACKER)); i++)
-                usleep(100000);
-        ASSERT_TRUE(served);
+        for (uint64_t t0 = now_ns(); !user_served(U_ATTACKER); usleep(100000))
+                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull)
+                        test_fail("the attacker's user is still refused %d s after its closes ended", TEST_WAIT_S);
 
         kill(att, SIGKILL);
         waitpid(att, NULL, 0);
