@@ -434,43 +434,69 @@ static void unregister_span(int uffd, uint64_t start, uint64_t end) {
                 (void)ioctl(uffd, UFFDIO_UNREGISTER, &r);
 }
 
-int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
-                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st) {
-        const size_t sr_size = STORE_RANGES_MAX * sizeof(StoreRange);
+/* The store mapped and checked, and a decompression context for its
+ * codec: the caller's (dctx[codec]) or, failing that, one made now in
+ * *own (which is not fork-safe). *out is set whenever it was allocated,
+ * for restore_close(). */
+static int restore_open(int store_fd, CodecDCtx *const *dctx, Restore **out, CodecDCtx **own) {
         Restore *R = zswap_scratch_alloc(sizeof(Restore));
-        StoreRange *sr = NULL;
-        CodecDCtx *own = NULL;
-        RestoreTarget t = { .uffd = uffd, .pagemap = -1 };
-        int r, n = 0;
+        int r;
 
+        *out = R;
+        *own = NULL;
         if (!R)
-                r = -ENOMEM;
-        else
-                r = store_map(store_fd, false, &R->map);
+                return -ENOMEM;
+        r = store_map(store_fd, false, &R->map);
         if (r == 0)
                 r = store_check(R->map, NULL, 0);
         if (r == 0) {
                 uint32_t codec = store_super(R->map)->codec;
                 R->dctx = dctx ? dctx[codec] : NULL;
-                /* not made beforehand: only now, which is not fork-safe */
                 if (!R->dctx)
-                        r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, &own);
+                        r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, own);
                 if (!R->dctx)
-                        R->dctx = own;
+                        R->dctx = *own;
         }
+        return r;
+}
+
+/* Every page of the store into target t: an event the daemon read and
+ * died before it finished comes first (a bad one, which only this client
+ * could have written, is ignored), then the page index. */
+static void restore_run(Restore *R, RestoreTarget *t, uint64_t staging, uint64_t staging_len,
+                        ZswapRestoreStats *st) {
+        StoreEvent ev;
+
+        R->staging = staging;
+        R->nslots = staging_len / ZSWAP_PAGE_SIZE;
+        R->st = st;
+        R->t = t;
+        t->page = R->page;
+        if (store_journal_event(R->map, &ev) > 0)
+                target_event(t, ev.start, ev.end, ev.to);
+        restore_walk(R);
+}
+
+static void restore_close(Restore *R, RestoreTarget *t, CodecDCtx *own) {
+        zswap_scratch_free(t->ev, t->cap * sizeof(*t->ev));
+        codec_dctx_free(own);
+        if (R)
+                store_unmap(R->map);
+        zswap_scratch_free(R, sizeof(Restore));
+}
+
+int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
+                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st) {
+        const size_t sr_size = STORE_RANGES_MAX * sizeof(StoreRange);
+        RestoreTarget t = { .uffd = uffd, .pagemap = -1 };
+        StoreRange *sr = NULL;
+        CodecDCtx *own;
+        Restore *R;
+        int n = 0;
+
+        int r = restore_open(store_fd, dctx, &R, &own);
         if (r == 0) {
-                R->staging = staging;
-                R->nslots = staging_len / ZSWAP_PAGE_SIZE;
-                R->st = st;
-                R->t = &t;
-                t.page = R->page;
-                /* an event the daemon read and died before it finished
-                 * comes first; a bad one only this client could have
-                 * written is ignored */
-                StoreEvent ev;
-                if (store_journal_event(R->map, &ev) > 0)
-                        target_event(&t, ev.start, ev.end, ev.to);
-                restore_walk(R);
+                restore_run(R, &t, staging, staging_len, st);
                 sr = zswap_scratch_alloc(sr_size);
                 n = sr ? store_ranges(R->map, sr, STORE_RANGES_MAX) : 0;
                 /* events still pending: a fork to serve, remaps to follow */
@@ -486,37 +512,27 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
         for (size_t i = 0; i < t.nev; i++)
                 if (t.ev[i].to != STORE_EVENT_GONE)
                         unregister_span(uffd, t.ev[i].to, t.ev[i].to + (t.ev[i].end - t.ev[i].start));
-        zswap_scratch_free(t.ev, t.cap * sizeof(*t.ev));
         zswap_scratch_free(sr, sr_size);
-        codec_dctx_free(own);
-        if (R)
-                store_unmap(R->map);
-        zswap_scratch_free(R, sizeof(Restore));
+        restore_close(R, &t, own);
         return r;
 }
-
 
 int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
                                uint64_t staging_len, const ZswapSpan *ranges, size_t nranges,
                                ZswapRestoreStats *st) {
-        Restore *R = zswap_scratch_alloc(sizeof(Restore));
         RestoreTarget t = { .uffd = -1, .direct = true, .pagemap = -1, .spans = ranges, .nspans = nranges };
-        CodecDCtx *own = NULL;
-        int r;
+        CodecDCtx *own;
+        Restore *R;
 
-        if (!R)
-                return -ENOMEM;
-        r = store_map(store_fd, false, &R->map);
-        if (r == 0)
-                r = store_check(R->map, NULL, 0);
+        int r = restore_open(store_fd, dctx, &R, &own);
         StoreSuper *s = r == 0 ? store_super(R->map) : NULL;
-        /* acquire: the daemon wrote it before it changed anything more */
-        /* only the store of the daemon our fork was announced to: from the
-         * fork's instant until that daemon read its event, the kernel
-         * refuses every install in the parent (UFFDIO_COPY and ZEROPAGE
-         * fail with EAGAIN while a fork event is pending), nothing of it
-         * was evicted (FORK_PREPARE), and from the event on it was held
-         * (fork_held()); unless it says it served the parent again */
+        /* only the store of the daemon our fork was announced to (acquire:
+         * it wrote that before it changed anything more): from the fork's
+         * instant until that daemon read its event, the kernel refuses
+         * every install in the parent (UFFDIO_COPY and ZEROPAGE fail with
+         * EAGAIN while a fork event is pending), nothing of it was evicted
+         * (FORK_PREPARE), and from the event on it was held (fork_held());
+         * unless it says it served the parent again */
         if (r == 0 && (fork_token == 0 || atomic_load_explicit(&s->fork_announced, memory_order_acquire) != fork_token ||
                        atomic_load_explicit(&s->fork_served, memory_order_acquire) == fork_token ||
                        atomic_load_explicit(&s->state, memory_order_relaxed) != STORE_ACTIVE))
@@ -524,23 +540,7 @@ int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fo
         if (r == 0 && (t.pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0)
                 r = -errno;
         if (r == 0) {
-                uint32_t codec = store_super(R->map)->codec;
-                R->dctx = dctx ? dctx[codec] : NULL;
-                if (!R->dctx)
-                        r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, &own);
-                if (!R->dctx)
-                        R->dctx = own;
-        }
-        if (r == 0) {
-                R->staging = staging;
-                R->nslots = staging_len / ZSWAP_PAGE_SIZE;
-                R->st = st;
-                R->t = &t;
-                t.page = R->page;
-                StoreEvent ev;
-                if (store_journal_event(R->map, &ev) > 0)
-                        target_event(&t, ev.start, ev.end, ev.to);
-                restore_walk(R);
+                restore_run(R, &t, staging, staging_len, st);
                 /* read again: a daemon that served the parent meanwhile
                  * (it cannot have: it is gone, but the check is cheap)
                  * makes what we read worthless */
@@ -550,10 +550,6 @@ int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fo
                         r = -EREMOTE;
         }
         safe_close(t.pagemap);
-        zswap_scratch_free(t.ev, t.cap * sizeof(*t.ev));
-        codec_dctx_free(own);
-        if (R)
-                store_unmap(R->map);
-        zswap_scratch_free(R, sizeof(Restore));
+        restore_close(R, &t, own);
         return r;
 }
