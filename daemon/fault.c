@@ -446,6 +446,24 @@ static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
         return true;
 }
 
+/* Submit op, a read of len bytes at off in src's memory into buf, on this
+ * thread's read queue, with a descriptor of the read's own: the ring's
+ * worker opens the read's fd when it starts, and the client's could be
+ * closed and its number reused by then. false: not submitted (the caller
+ * undoes what it took for it). */
+static bool read_submit(FaultThread *ft, MMClient *src, MemReadOp *op, uint64_t off, void *buf, size_t len,
+                        int tag) {
+        int fd = fcntl(src->mem_fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return false;
+        *op = (MemReadOp){ .fd = fd, .off = off, .buf = buf, .len = len, .uid = src->uid, .tag = tag };
+        if (memread_queue_submit(ft->reads, op) < 0) {
+                close(fd);
+                return false;
+        }
+        return true;
+}
+
 /* The retry of mm's page at addr whose content is read from src's staging
  * slot (src is mm, or a forked child's parent: then the retry holds a
  * reference to it for the pin), READING; NULL: not now. */
@@ -456,14 +474,6 @@ static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uin
         Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
         if (!r)
                 return NULL;
-        /* an fd of the read's own: the ring's worker opens the read's fd
-         * when it starts, and the client's could be closed and its number
-         * reused by then */
-        int fd = fcntl(src->mem_fd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0) {
-                free(r);
-                return NULL;
-        }
         r->reserved = false;
         r->addr = addr;
         r->loading = loading;
@@ -473,10 +483,7 @@ static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uin
         r->mm = mmclient_ref(mm);
         r->pin_mm = src != mm ? mmclient_ref(src) : NULL;
         atomic_init(&r->state, RS_READING);
-        r->op = (MemReadOp){ .fd = fd, .off = mmclient_slot_addr(src, slot), .buf = r->page, .len = ZSWAP_PAGE_SIZE,
-                             .uid = src->uid, .tag = READ_SLOT };
-        if (memread_queue_submit(ft->reads, &r->op) < 0) {
-                close(fd);
+        if (!read_submit(ft, src, &r->op, mmclient_slot_addr(src, slot), r->page, ZSWAP_PAGE_SIZE, READ_SLOT)) {
                 mmclient_unref(mm);
                 if (r->pin_mm)
                         mmclient_unref(r->pin_mm);
@@ -1682,19 +1689,10 @@ static bool revoke_submit(FaultThread *ft, MMClient *mm, unsigned li) {
         RevokeRead *rr = INJECT_ALLOC(malloc(sizeof(*rr)));
         if (!rr)
                 return false;
-        /* an fd of the read's own, as slot_read_submit()'s */
-        int fd = fcntl(mm->mem_fd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0) {
-                free(rr);
-                return false;
-        }
         rr->mm = mmclient_ref(mm);
-        rr->op = (MemReadOp){ .fd = fd, .off = off, .buf = ft->revoke_buf, .len = REVOKE_LEN, .uid = mm->uid,
-                              .tag = READ_REVOKE };
         atomic_fetch_add_explicit(&mm->revoke_reads, 1, memory_order_relaxed);
-        if (memread_queue_submit(ft->reads, &rr->op) < 0) {
+        if (!read_submit(ft, mm, &rr->op, off, ft->revoke_buf, REVOKE_LEN, READ_REVOKE)) {
                 atomic_fetch_sub_explicit(&mm->revoke_reads, 1, memory_order_relaxed);
-                close(fd);
                 mmclient_unref(mm);
                 free(rr);
                 return false;
