@@ -58,6 +58,14 @@ void tier_job_free(Job *j) {
         free(j);
 }
 
+/* A client about to fork (fork_paused, the manager's: only tier_tick()
+ * reads it) or held for a fork child (fork_hold): its store must stay as
+ * at the fork, for a child that has to restore itself from it should
+ * this daemon die, and a child cannot read the second tier. */
+static bool tier_fork_held(MMClient *mm) {
+        return atomic_load_explicit(&mm->fork_hold, memory_order_acquire) != 0;
+}
+
 void tier_tick(Tier *t, MMClient *mms) {
         uint64_t bound = atomic_load_explicit(&t->m->pool_bound, memory_order_relaxed);
         uint64_t resume = atomic_load_explicit(&t->m->pool_resume, memory_order_relaxed);
@@ -87,7 +95,7 @@ void tier_tick(Tier *t, MMClient *mms) {
         }
         for (MMClient *mm = mms; mm; mm = mm->next)
                 if (mm->pool && atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) &&
-                    !atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                    !atomic_load_explicit(&mm->dead, memory_order_relaxed) && !mm->fork_paused && !tier_fork_held(mm))
                         j->mms[j->n++] = mmclient_ref(mm);
         /* object bytes: the pool's own bytes come down as its chunks empty */
         j->want = ps.pool_bytes - lo;
@@ -175,9 +183,11 @@ static void extent_publish(Tier *t, Extent *x) {
                 PoolHandle h;
                 uint64_t v = o->v;
 
-                if (!e || atomic_load_explicit(e, memory_order_relaxed) != v || pool_alloc_over(mm->pool, sizeof(TierStub), &h) < 0) {
-                        /* taken meanwhile (or no room for a stub): it stays
-                         * what it is; only our reference goes */
+                if (!e || atomic_load_explicit(e, memory_order_relaxed) != v || tier_fork_held(mm) ||
+                    pool_alloc_over(mm->pool, sizeof(TierStub), &h) < 0) {
+                        /* taken meanwhile, its client held for a fork
+                         * child, or no room for a stub: it stays what it
+                         * is; only our reference goes */
                         if (e)
                                 atomic_compare_exchange_strong_explicit(e, &v, v & ~PE_WB, memory_order_relaxed,
                                                                         memory_order_relaxed);
@@ -343,7 +353,7 @@ static int take_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
 
         if (p->taken >= p->want || atomic_load_explicit(&t->stop, memory_order_relaxed) ||
-            atomic_load_explicit(&mm->dead, memory_order_relaxed))
+            atomic_load_explicit(&mm->dead, memory_order_relaxed) || tier_fork_held(mm))
                 return 1;
         if (!takeable(v) || MIN(bucket(p, stamp_of(mm, addr)), HIST - 1) > p->cutoff)
                 return 0;

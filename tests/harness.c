@@ -196,7 +196,7 @@ void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
         close(fd);
 }
 
-void td_clients_tier(const TestDaemon *d, uint64_t *pages, uint64_t *bytes) {
+void td_clients_tier(const TestDaemon *d, pid_t pid, uint64_t *pages, uint64_t *bytes) {
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
         ZMsgClientsReq q = { .after = 0 };
         const ZMsgClientsReply *rep = (const ZMsgClientsReply *)buf;
@@ -209,6 +209,8 @@ void td_clients_tier(const TestDaemon *d, uint64_t *pages, uint64_t *bytes) {
                 ASSERT_EQ(rep->status, 0);
                 ASSERT_LE(rep->count, ZSWAP_CLIENTS_PER_MSG);
                 for (uint32_t i = 0; i < rep->count; i++) {
+                        if (pid && rep->rec[i].pid != pid)
+                                continue;
                         *pages += rep->rec[i].tier_pages;
                         *bytes += rep->rec[i].tier_bytes;
                         ASSERT_LE(rep->rec[i].tier_pages, rep->rec[i].stored_pages);

@@ -81,8 +81,9 @@ void td_stats(struct zswap_client *c, struct zswap_stats *s);
 struct ZMsgStatusReply;
 void td_status(const TestDaemon *d, struct ZMsgStatusReply *st);
 /* Sum of the CLIENTS records (what zswapctl clients lists) of every
- * client: pages on the second tier and their compressed bytes there. */
-void td_clients_tier(const TestDaemon *d, uint64_t *pages, uint64_t *bytes);
+ * client (pid 0) or of pid's: pages on the second tier and their
+ * compressed bytes there. */
+void td_clients_tier(const TestDaemon *d, pid_t pid, uint64_t *pages, uint64_t *bytes);
 
 /*
  * Start a daemon again on d's socket, with its arguments and log, after

@@ -26,6 +26,14 @@
  *   nbd-down-restart  the daemon killed and the server down: the next
  *                 daemon starts without it, adopts, and serves every page
  *                 once the server is back
+ *   fork-hold     a client forks while its evicted pages are all in RAM;
+ *                 its child stops before it can attach, so the daemon
+ *                 holds the parent; another client fills the pool and the
+ *                 writer runs: it must take none of the held parent's
+ *                 pages (the child could not read them from the tier).
+ *                 Then the daemon is killed and the child continued: it
+ *                 restores its memory from the parent's store and reads
+ *                 every page back, instead of being killed
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -34,6 +42,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -146,7 +155,7 @@ static void clients_add_up(TestDaemon *d) {
         uint64_t pages = 0, bytes = 0;
 
         for (int i = 0; i < 100; i++, a = b) {
-                td_clients_tier(d, &pages, &bytes);
+                td_clients_tier(d, 0, &pages, &bytes);
                 b = status(d);
                 if (a.tier_pages == b.tier_pages && a.tier_bytes == b.tier_bytes && a.tier_written == b.tier_written)
                         break;
@@ -911,6 +920,123 @@ static void case_unsafe_backing(void) {
         ASSERT_EQ(sb.st_size, 16 << 20);
 }
 
+/* ---- fork-hold ---- */
+
+#define HOLD_PAGES 256u
+static _Atomic bool stop_in_child;
+
+/* Registered before the library's own handler (it registers on the first
+ * connect), so it runs first in the child: the child stops before it can
+ * attach, and the daemon holds its parent meanwhile. */
+static void child_stops(void) {
+        if (atomic_load(&stop_in_child)) {
+                /* a test that fails leaves no stopped child (holding its
+                 * output open, so that meson waits for it) */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                raise(SIGSTOP);
+        }
+}
+
+static void case_fork_hold(void) {
+        const size_t plen = HOLD_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t phashes[HOLD_PAGES], fhashes[NPAGES];
+        int go[2], done[2], st;
+        TestDaemon d;
+
+#if defined(__SANITIZE_THREAD__)
+        test_skip("fork-hold: not under TSan (a child of a multi-threaded fork starts threads)");
+#endif
+        ASSERT_OK(pthread_atfork(NULL, NULL, child_stops));
+        backing_file("64M");
+        start_daemon(&d);
+        /* the filler: a client of its own whose data is four times the
+         * pool's bound, paged out when told */
+        ASSERT_OK(pipe(go));
+        ASSERT_OK(pipe(done));
+        pid_t filler = fork();
+        ASSERT_TRUE(filler >= 0);
+        if (filler == 0) {
+                char b;
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                struct zswap_client *fc = td_connect(&d);
+                uint8_t *fbuf = td_region(fc, DATA, 0xf111, fhashes);
+                if (read(go[0], &b, 1) != 1)
+                        _exit(2);
+                int n = zswap_pageout(fc, fbuf, DATA);
+                (void)!write(done[1], &b, 1);
+                if (read(go[0], &b, 1) < 0)
+                        _exit(3);
+                zswap_disconnect(fc);
+                _exit(n > 0 ? 0 : 1);
+        }
+
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, plen, 0x4f1d, phashes);
+        ZMsgStatusReply s0;
+        for (uint64_t t0 = now_ns();; usleep(20000)) {
+                ASSERT_TRUE(zswap_pageout(c, buf, plen) >= 0);
+                s0 = status(&d);
+                if (s0.stats.stored_pages + s0.stats.same_pages >= HOLD_PAGES * 9 / 10)
+                        break;
+                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull)
+                        test_fail("%llu of the parent's %u pages evicted after %d s",
+                                  (unsigned long long)(s0.stats.stored_pages + s0.stats.same_pages), HOLD_PAGES,
+                                  TEST_WAIT_S);
+        }
+        uint64_t tp, tb;
+        td_clients_tier(&d, getpid(), &tp, &tb);
+        ASSERT_EQ(tp, 0); /* all in RAM: the pool is far under its bound */
+        /* the parent's pages a second older than the filler's: the
+         * writer takes the oldest first */
+        usleep(1100000);
+
+        atomic_store(&stop_in_child, true);
+        pid_t child = fork();
+        ASSERT_TRUE(child >= 0);
+        if (child == 0) {
+                size_t bad = verify_pages(buf, plen, phashes);
+                fprintf(stderr, "fork-hold child: %zu pages differ\n", bad);
+                _exit(bad ? 1 : 0);
+        }
+        atomic_store(&stop_in_child, false);
+        ASSERT_EQ(waitpid(child, &st, WUNTRACED), child);
+        ASSERT_TRUE(WIFSTOPPED(st));
+
+        /* the pool fills past the tier's mark: the writer runs */
+        uint64_t written0 = status(&d).tier_written_pages;
+        char b = 1;
+        ASSERT_EQ(write(go[1], &b, 1), 1);
+        ASSERT_EQ(read(done[0], &b, 1), 1);
+        ZMsgStatusReply s1;
+        /* a pass that takes anything takes the oldest first: the parent's
+         * pages, were they the writer's to take */
+        WAIT_UNTIL((s1 = status(&d)).tier_written_pages > written0, TEST_WAIT_S, "the writer wrote nothing");
+        tier_settled(&d);
+        if (td_log_has(&d, "did not attach within"))
+                test_fail("the parent's hold ended before the writer was done (a machine too slow for this test)");
+        td_clients_tier(&d, getpid(), &tp, &tb);
+        if (tp != 0)
+                test_fail("the writer took %llu pages of a parent held for its fork child", (unsigned long long)tp);
+
+        /* the daemon dies before the child attaches: the child restores
+         * itself from its parent's store */
+        ASSERT_EQ(write(go[1], &b, 1), 1);
+        ASSERT_EQ(waitpid(filler, &st, 0), filler);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        td_kill(&d);
+        ASSERT_OK(kill(child, SIGCONT));
+        ASSERT_EQ(waitpid(child, &st, 0), child);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                test_fail("the fork child: status %#x (%s)", st,
+                          WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? "killed by its library" : "pages differ");
+        td_respawn(&d);
+        size_t bad = verify_pages(buf, plen, phashes);
+        if (bad)
+                test_fail("in the parent, adopted after the fork: %zu of %u pages differ", bad, HOLD_PAGES);
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
 /* A page the daemon could not give back is poisoned: its read is a
  * SIGBUS. Outside the corrupt case (which catches its own) that is a lost
  * page: say which, and show the daemon's log (not async-signal-safe, but
@@ -933,6 +1059,7 @@ int main(int argc, char **argv) {
                 { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
                 { "nbd-down-restart", case_nbd_down_restart }, { "unsafe-backing", case_unsafe_backing },
+                { "fork-hold", case_fork_hold },
         };
 
         test_require_root();
