@@ -119,12 +119,11 @@ struct zswap_client {
 
         pthread_t agent;
         bool agent_running; /* set before the agent starts, cleared after join */
-        /* the last FORK_PREPARE was answered on connection generation
-         * fork_gen: a child that finds gen still at it was forked with
-         * no other daemon in between (child_lost()); written by the
-         * forking thread under clients_lock */
+        /* the last FORK_PREPARE was answered (by the daemon of the
+         * connection generation it was sent on): a child may restore
+         * itself from its store (child_lost()); written by the forking
+         * thread under clients_lock */
         bool fork_ok;
-        uint64_t fork_gen;
 
         pthread_mutex_t send_lock; /* taken before lock; held around sends of requests */
         pthread_mutex_t lock; /* protects everything below */
@@ -1482,18 +1481,41 @@ static void atfork_prepare(void) {
                  * somebody reads its event): only a daemon that got our
                  * FORK_PREPARE knows the token the child will name. The
                  * agent never takes clients_lock. */
-                pthread_mutex_lock(&c->lock);
-                while (c->recovering)
-                        pthread_cond_wait(&c->cond, &c->lock);
-                uint64_t gen = c->gen;
-                pthread_mutex_unlock(&c->lock);
-                zmsg_init(&h.hdr, ZMSG_FORK_PREPARE, 0, sizeof(h));
-                /* waits until no page of ours is in flight; a dead daemon
-                 * answers at once with ENOTCONN, a stuck one times out */
-                int r = request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
+                uint64_t gen;
+                int r;
+                for (int tries = 0;; tries++) {
+                        pthread_mutex_lock(&c->lock);
+                        while (c->recovering)
+                                pthread_cond_wait(&c->cond, &c->lock);
+                        gen = c->gen;
+                        bool dead = c->dead;
+                        pthread_mutex_unlock(&c->lock);
+                        zmsg_init(&h.hdr, ZMSG_FORK_PREPARE, 0, sizeof(h));
+                        /* waits until no page of ours is in flight; a dead
+                         * daemon answers at once with ENOTCONN, a stuck one
+                         * times out */
+                        r = request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
+                        if (r != -ENOTCONN || dead || tries == 2)
+                                break;
+                        /* the daemon died before it answered (pages of ours
+                         * may have been in flight): to the next one, once
+                         * the agent has seen the loss (a second at most) and
+                         * found it; a child can restore itself only from a
+                         * store whose daemon the fork was announced to */
+                        struct timespec until;
+                        clock_gettime(CLOCK_MONOTONIC, &until);
+                        until.tv_sec += 1;
+                        pthread_mutex_lock(&c->lock);
+                        while (c->gen == gen && !c->dead &&
+                               pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
+                                ;
+                        bool seen = c->gen != gen;
+                        pthread_mutex_unlock(&c->lock);
+                        if (!seen)
+                                break;
+                }
                 pthread_mutex_lock(&c->lock);
                 c->fork_ok = r == 0 && c->gen == gen;
-                c->fork_gen = gen;
                 pthread_mutex_unlock(&c->lock);
         }
 }
@@ -1639,9 +1661,13 @@ static bool ranges_registered(struct zswap_client *c) {
  * attached (daemon/fault.c, fork_held()): we write those pages back in
  * place from it (zswap_store_restore_forked()) and carry on unmanaged.
  * That store is as it was at the fork only if our fork was announced
- * (FORK_PREPARE answered) to the daemon whose store it is, and no other
- * daemon took the parent over before the fork (announced): another would
- * have evicted into a store we do not hold. Only if that cannot be done
+ * (FORK_PREPARE answered: announced) and the store names it: its daemon
+ * answered that FORK_PREPARE, or adopted the parent between the answer
+ * and the fork and took the fork as announced to itself (daemon/manager.c
+ * do_adopt(): it evicted nothing until the fork was done). A daemon that
+ * took the parent over otherwise may have evicted into a store we do not
+ * hold. If the daemon died before it answered, the FORK_PREPARE went to
+ * the next (atfork_prepare()). Only if that cannot be done
  * (not announced so, the daemon served the parent again after waiting for
  * us too long, a page was on its second tier, the store is broken) is the
  * loss never let pass silently: we say so and die, as a
@@ -1694,10 +1720,11 @@ static void atfork_child(void) {
                  * store held pages now, at the fork, and who its daemon
                  * is, in case we cannot attach */
                 bool held = managed && parent_held_pages(c->store_fd);
-                /* our fork was announced to the daemon whose store we
-                 * hold, and no other daemon took the parent over before
-                 * the fork (its evictions would be in no store of ours) */
-                bool announced = c->fork_ok && c->gen == c->fork_gen;
+                /* our fork was announced: whether the store we hold is
+                 * as at the fork, the store says (it names our fork only
+                 * if its daemon answered our FORK_PREPARE, or adopted the
+                 * parent while it forked: zswap_store_restore_forked()) */
+                bool announced = c->fork_ok;
                 int daemon_pidfd = managed ? peer_pidfd(c->sock) : -1;
                 int parent_store = c->store_fd;
                 c->store_fd = -1;

@@ -114,7 +114,13 @@ typedef struct StoreSuper {
          * store the library held before an adoption it had not finished
          * names none */
         _Atomic uint64_t fork_announced;
-        uint64_t reserved2[6];
+        /* the token of the last announced fork whose event this store's
+         * daemon read, or whose FORK_DONE came: that fork's instant is
+         * past. A daemon adopting a store that names a fork announced and
+         * not evented, the fork the library names in its ADOPT, takes the
+         * fork as announced to itself (daemon/manager.c, do_adopt()) */
+        _Atomic uint64_t fork_evented;
+        uint64_t reserved2[5];
 } StoreSuper;
 
 /*

@@ -1552,6 +1552,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                  * until then the parent's store stays as it is now
                  * (fork_held()) */
                 child->fork_parent = mmclient_ref(mm);
+                mmclient_fork_evented(mm, child->fork_token);
                 mm->fork_hold_until = now_ns() + FORK_HOLD_NS;
                 /* relaxed: only this thread, under serve_lock, reads the
                  * uffd, and the manager's checks are hints it takes again */

@@ -193,6 +193,7 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         if (type == ZMSG_STATS)
                 return report_stats_reply(m, c, id, (uint32_t)s);
         if (type == ZMSG_FORK_DONE) {
+                mmclient_fork_evented(mm, mm->fork_token_announced);
                 mm->fork_paused = false;
                 evict_pump(m, mm);
                 return 1; /* no reply */
@@ -583,6 +584,18 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return -EBADMSG;
         }
         r = adopt_check(m, old, why, sizeof(why));
+        /* the dead daemon answered the FORK_PREPARE of the fork the library
+         * names and never read that fork's event: the fork may be under
+         * way (the library forks once the answer is in; its agent may
+         * adopt before the fork's instant). It is announced to us now:
+         * nothing of the client is evicted until its FORK_DONE, and its
+         * event, when we read it, holds it for the child (fork_held()),
+         * as if the FORK_PREPARE had come to us, so that the child can
+         * restore itself from the store we hand the client now, should we
+         * die before it attaches (docs/reliability.md) */
+        bool forking = r == 0 && a->fork_token != 0 &&
+                       atomic_load_explicit(&store_super(old)->fork_announced, memory_order_acquire) == a->fork_token &&
+                       atomic_load_explicit(&store_super(old)->fork_evented, memory_order_acquire) != a->fork_token;
         n = r < 0 ? r : adopt_ranges(old, &ranges, &ev, &has_ev, why, sizeof(why));
         if (n < 0) {
                 store_unmap(old);
@@ -647,6 +660,20 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
                 return r == -ENOMEM || r == -EDQUOT || r == -EINVAL ? r : -EBADMSG;
+        }
+        if (forking) {
+                /* before the uffd is watched: its fork event may be there */
+                mm->fork_token_announced = a->fork_token;
+                mm->fork_paused = true;
+                mm->fork_paused_at = now_ns();
+                atomic_store_explicit(&mm->fork_announced, true, memory_order_relaxed);
+                if (mm->store)
+                        /* release: after every entry adopted into it */
+                        atomic_store_explicit(&store_super(mm->store)->fork_announced, a->fork_token,
+                                              memory_order_release);
+                log_info("pid %d: adopted while it forks (its FORK_PREPARE went to the dead daemon): eviction paused "
+                         "until the fork is done",
+                         (int)c->pid);
         }
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
@@ -1134,6 +1161,7 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                                 return 1;
                         }
                 }
+                mmclient_fork_evented(mm, mm->fork_token_announced);
                 mm->fork_paused = false;
                 evict_pump(m, mm);
                 return 1;

@@ -249,6 +249,13 @@ MMClient *mmclient_ref(MMClient *mm);
  * longer held for it (fault.c, fork_held()). Drops the reference to the
  * parent. */
 void mmclient_fork_release(MMClient *child);
+/* The instant of mm's announced fork token is past (its event read, or
+ * its FORK_DONE come): said in mm's store (StoreSuper.fork_evented), for
+ * a daemon that adopts it. */
+static inline void mmclient_fork_evented(MMClient *mm, uint64_t token) {
+        if (mm->store && token)
+                atomic_store_explicit(&store_super(mm->store)->fork_evented, token, memory_order_release);
+}
 MMClient *mmclient_unref(MMClient *mm);
 
 /* Map the client's sync page from memfd fd (sealed against shrinking,

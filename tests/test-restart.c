@@ -37,6 +37,13 @@
  *                 ours); the next daemon adopts the parent and reads the
  *                 event: the child must attach to it and read every page
  *                 (not under TSan)
+ *   fork-adopt-kill  the daemon killed after answering FORK_PREPARE; the
+ *                 next adopts the parent before the fork's instant (the
+ *                 fork waits for that in a handler of ours), reads the
+ *                 event, and is killed before the child attaches (the
+ *                 child stops first): the child must write its pages back
+ *                 from the store that daemon handed the parent, and read
+ *                 every page (neither zeros nor a kill; not under TSan)
  *   event-kill    the daemon killed (ZSWAPD_INJECT kill_event) once it has
  *                 read an mremap, MADV_DONTNEED or munmap event of an
  *                 evicted range, and while it handles one (an mremap: with
@@ -69,6 +76,7 @@
 #include <spawn.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -918,6 +926,101 @@ static void case_fork_kill(void) {
         pthread_join(t, NULL);
 }
 
+/* ---- fork-adopt-kill: the next daemon adopts the parent before the fork's
+ * instant, and dies before the child attaches ---- */
+
+static _Atomic bool fa_armed, fa_respawned, fa_done;
+
+/* After libzswap's prepare handler (registered before it): FORK_PREPARE
+ * was answered. The daemon dies, and the fork waits until the next one
+ * has adopted the parent (its agent does that meanwhile). */
+static void fa_prepare(void) {
+        if (!atomic_load(&fa_armed))
+                return;
+        td_kill(&d);
+        atomic_store(&fk_killed, true);
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull;
+             !td_log_has(&d, " adopted: "); usleep(1000))
+                if (now_ns() > end) {
+                        fprintf(stderr, "fork-adopt-kill: the next daemon did not adopt the parent within %d s\n",
+                                TEST_WAIT_S);
+                        _exit(1);
+                }
+}
+
+/* Before libzswap's child handler: the child stops before it attaches. */
+static void fa_child(void) {
+        if (atomic_load(&fa_armed)) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                raise(SIGSTOP);
+        }
+}
+
+/* Starts the next daemon (posix_spawn: not a fork of ours); its check that
+ * the daemon accepts connects a client, which waits for the fork to end */
+static void *fa_respawn_main(void *arg) {
+        while (!atomic_load(&fk_killed))
+                usleep(1000);
+        td_respawn(&d);
+        atomic_store(&fa_respawned, true);
+        while (!atomic_load(&fa_done))
+                usleep(10000);
+        return NULL;
+}
+
+static void case_fork_adopt_kill(void) {
+        const size_t len = FK_PAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t hashes[FK_PAGES];
+        pthread_t t;
+        int st;
+
+#if defined(__SANITIZE_THREAD__)
+        test_skip("fork-adopt-kill: not under TSan (a child of a multi-threaded fork starts threads)");
+#endif
+        ASSERT_OK(-pthread_atfork(fa_prepare, NULL, fa_child));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 71, hashes);
+        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+
+        ASSERT_OK(-pthread_create(&t, NULL, fa_respawn_main, NULL));
+        atomic_store(&step, "fork-adopt-kill: fork, the daemon killed after FORK_PREPARE, the next adopts");
+        atomic_store(&fa_armed, true);
+        pid_t pid = fork();
+        if (pid == 0) {
+                size_t bad = verify_pages(buf, len, hashes);
+                fprintf(stderr, "fork-adopt-kill child: %zu pages differ\n", bad);
+                _exit(bad ? 1 : 0);
+        }
+        atomic_store(&fa_armed, false);
+        ASSERT_TRUE(pid > 0);
+        ASSERT_EQ(waitpid(pid, &st, WUNTRACED), pid);
+        ASSERT_TRUE(WIFSTOPPED(st));
+        WAIT_UNTIL(atomic_load(&fa_respawned), TEST_WAIT_S, "the next daemon never accepted");
+        bool told = td_log_has(&d, "adopted while it forks");
+        /* it read the fork's event (fork() returned): it alone holds the
+         * child's uffd, and it dies before the child can attach */
+        atomic_store(&step, "fork-adopt-kill: the adopting daemon dies; the child goes on");
+        td_kill(&d);
+        ASSERT_OK(kill(pid, SIGCONT));
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        fprintf(stderr, "child %d: status %#x\n", (int)pid, st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                td_log_dump(&d);
+                test_fail("a child forked while the next daemon adopted its parent, that daemon dead before the "
+                          "child attached: status %#x (%s)",
+                          st, WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL ? "killed by its library" : "pages differ");
+        }
+        ASSERT_TRUE(told); /* the fork was taken as announced to the adopting daemon */
+        td_respawn(&d);
+        wait_served(c);
+        assert_verified(buf, len, hashes, "in the parent, adopted again after the fork");
+        zswap_disconnect(c);
+        td_stop(&d);
+        atomic_store(&fa_done, true);
+        pthread_join(t, NULL);
+}
+
 /* ---- one process per case ---- */
 
 /* ---- event-kill: the daemon killed while it handles an event ---- */
@@ -1226,7 +1329,7 @@ static void case_fork_event_kill(void) {
 
 static const char *const cases[] = { "idle",   "load",       "fallback", "fallback-now", "planned",
                                      "tamper", "disconnect", "fork-kill", "event-kill", "fork-event-kill",
-                                     "remap-kill" };
+                                     "remap-kill", "fork-adopt-kill" };
 
 static void run_case(const char *name) {
         watchdog_start(3 * TEST_WAIT_S); /* above every wait's own bound */
@@ -1252,6 +1355,8 @@ static void run_case(const char *name) {
                 case_fork_event_kill();
         else if (strcmp(name, "remap-kill") == 0)
                 case_remap_kill();
+        else if (strcmp(name, "fork-adopt-kill") == 0)
+                case_fork_adopt_kill();
         else
                 test_fail("no case %s", name);
         atomic_store(&watchdog_off, true);
