@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "protocol.h"
 
 #define NPAGES 2048
 
@@ -24,6 +25,32 @@ static size_t held(struct zswap_client *c) {
         struct zswap_stats s;
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
         return (size_t)(s.stored_pages + s.same_pages);
+}
+
+static uint64_t revoked(const TestDaemon *d) {
+        ZMsgStatusReply st;
+        td_status(d, &st);
+        return st.moves_revoked;
+}
+
+/* Page out [p, p + len) until every page is held. A pageout must evict
+ * every page by itself, unless the daemon revoked a move of the agent
+ * meanwhile (an agent too slow to finish one, as under valgrind on a busy
+ * machine: those pages stay resident, and the next pageout takes them). */
+static void pageout_all(const TestDaemon *d, struct zswap_client *c, uint8_t *p, size_t len, const char *what) {
+        for (unsigned round = 1;; round++) {
+                uint64_t r0 = revoked(d);
+                int n = zswap_pageout(c, p, len);
+                size_t h = held(c);
+                fprintf(stderr, "%s: pageout %u: %d pages evicted, %zu of %d held\n", what, round, n, h, NPAGES);
+                ASSERT_TRUE(n >= 0);
+                if (h == NPAGES)
+                        return;
+                if (revoked(d) == r0)
+                        test_fail("%s: a pageout left %zu of %d pages resident, and no move was revoked", what,
+                                  NPAGES - h, NPAGES);
+                ASSERT_TRUE(round < 1000);
+        }
 }
 
 int main(void) {
@@ -45,9 +72,7 @@ int main(void) {
                 _exit(0);
         ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
         ASSERT_OK(zswap_register(c, a, len));
-        int n = zswap_pageout(c, a, len);
-        fprintf(stderr, "after a fork and exit: %d of %d pages evicted, %zu held\n", n, NPAGES, held(c));
-        ASSERT_EQ((size_t)n, (size_t)NPAGES);
+        pageout_all(&d, c, a, len, "after a fork and exit");
         ASSERT_EQ(verify_pages(a, len, hashes), 0);
         ASSERT_OK(zswap_unregister(c, a, len));
 
@@ -73,9 +98,7 @@ int main(void) {
         close(go[0]);
         close(result[1]);
         ASSERT_OK(zswap_register(c, b, len));
-        n = zswap_pageout(c, b, len);
-        fprintf(stderr, "shared with a live child: %d of %d pages evicted\n", n, NPAGES);
-        ASSERT_EQ((size_t)n, (size_t)NPAGES);
+        pageout_all(&d, c, b, len, "shared with a live child");
         ASSERT_EQ(write(go[1], "g", 1), 1);
         size_t child_bad = SIZE_MAX;
         ASSERT_EQ(read(result[0], &child_bad, sizeof(child_bad)), (ssize_t)sizeof(child_bad));
