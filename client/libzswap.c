@@ -1514,8 +1514,10 @@ static void atfork_prepare(void) {
                         if (!seen)
                                 break;
                 }
+                /* answered: its daemon wrote our token into its store
+                 * before it answered, whatever happened to it since */
                 pthread_mutex_lock(&c->lock);
-                c->fork_ok = r == 0 && c->gen == gen;
+                c->fork_ok = r == 0;
                 pthread_mutex_unlock(&c->lock);
         }
 }
@@ -1607,8 +1609,13 @@ static bool parent_held_pages(int store_fd) {
         uint8_t *map;
         bool held = false;
 
-        if (store_fd < 0 || store_map(store_fd, false, &map) < 0)
+        if (store_fd < 0)
                 return false;
+        /* a descriptor we do not have (the agent received it between the
+         * fork's copy of our descriptors and its copy of our memory), or
+         * not a store: it may have held pages, which we cannot tell */
+        if (store_map(store_fd, false, &map) < 0)
+                return true;
         if (store_check(map, NULL, 0) == 0)
                 held = store_walk(map, held_cb, NULL) == 1;
         store_unmap(map);
@@ -1725,6 +1732,11 @@ static void atfork_child(void) {
                  * if its daemon answered our FORK_PREPARE, or adopted the
                  * parent while it forked: zswap_store_restore_forked()) */
                 bool announced = c->fork_ok;
+                /* the agent between two daemons at the fork: the next
+                 * one may be serving the parent already while the store
+                 * we hold is the last one's, which events (an unmap, a
+                 * DONTNEED) no longer reach: not to be trusted */
+                bool adopting = c->recovering;
                 int daemon_pidfd = managed ? peer_pidfd(c->sock) : -1;
                 int parent_store = c->store_fd;
                 c->store_fd = -1;
@@ -1743,7 +1755,7 @@ static void atfork_child(void) {
                 cond_init_monotonic(&c->cond);
                 int r = managed ? child_reconnect(c) : -ENOTCONN;
                 if (managed && r < 0)
-                        child_lost(c, held, announced, daemon_pidfd, parent_store);
+                        child_lost(c, held, announced && !adopting, daemon_pidfd, parent_store);
                 safe_close(daemon_pidfd);
                 safe_close(parent_store);
                 if (r < 0) {

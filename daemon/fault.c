@@ -1512,6 +1512,10 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         MMClient *child = NULL;
         int r;
 
+        /* this fork's instant is past: a daemon that adopts the parent from
+         * now on must not take it as still to come (do_adopt()) */
+        if (atomic_load_explicit(&mm->fork_announced, memory_order_relaxed))
+                mmclient_fork_evented(mm, atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed));
         fd_set_nonblock(child_fd, true);
         r = mmclient_new(mm->m, child_fd, &child);
         if (r < 0) {
@@ -1552,7 +1556,6 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                  * until then the parent's store stays as it is now
                  * (fork_held()) */
                 child->fork_parent = mmclient_ref(mm);
-                mmclient_fork_evented(mm, child->fork_token);
                 mm->fork_hold_until = now_ns() + FORK_HOLD_NS;
                 /* relaxed: only this thread, under serve_lock, reads the
                  * uffd, and the manager's checks are hints it takes again */

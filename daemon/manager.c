@@ -194,6 +194,10 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 return report_stats_reply(m, c, id, (uint32_t)s);
         if (type == ZMSG_FORK_DONE) {
                 mmclient_fork_evented(mm, mm->fork_token_announced);
+                /* a fork that failed, or one a daemon adopting us took as
+                 * announced and whose event the dead one had read: no
+                 * event of it will come (the fault thread is past any) */
+                atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
                 evict_pump(m, mm);
                 return 1; /* no reply */
@@ -1162,6 +1166,10 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                         }
                 }
                 mmclient_fork_evented(mm, mm->fork_token_announced);
+                /* a fork that failed, or one a daemon adopting us took as
+                 * announced and whose event the dead one had read: no
+                 * event of it will come (the fault thread is past any) */
+                atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
                 evict_pump(m, mm);
                 return 1;

@@ -63,7 +63,10 @@ void tier_job_free(Job *j) {
  * at the fork, for a child that has to restore itself from it should
  * this daemon die, and a child cannot read the second tier. */
 static bool tier_fork_held(MMClient *mm) {
-        return atomic_load_explicit(&mm->fork_hold, memory_order_acquire) != 0;
+        /* fork_announced: from the FORK_PREPARE answer until its event is
+         * read; fork_hold from the end of that event's handling */
+        return atomic_load_explicit(&mm->fork_announced, memory_order_acquire) ||
+               atomic_load_explicit(&mm->fork_hold, memory_order_acquire) != 0;
 }
 
 void tier_tick(Tier *t, MMClient *mms) {

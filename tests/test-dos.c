@@ -169,6 +169,7 @@ static struct {
         pid_t tid;              /* the main thread */
         pthread_t main;
         _Atomic bool closing;   /* main is in the close */
+        _Atomic uint64_t since; /* since when (now_ns()) */
         _Atomic bool lingered;  /* and it lingered: interrupted */
 } watch;
 
@@ -189,7 +190,12 @@ static void *watch_main(void *arg) {
                         (void)!fgets(w, sizeof(w), f);
                         fclose(f);
                 }
-                if (atomic_load(&watch.closing) && (strstr(w, "wait_close") || strstr(w, "wait_woken"))) {
+                /* a close that is not the last returns at once: one
+                 * still running after a second lingers, whatever wchan
+                 * says (it says 0 where kernel symbols are hidden) */
+                bool long_close = now_ns() - atomic_load(&watch.since) > 1000000000ull;
+                if (atomic_load(&watch.closing) &&
+                    (strstr(w, "wait_close") || strstr(w, "wait_woken") || long_close)) {
                         atomic_store(&watch.lingered, true);
                         pthread_kill(watch.main, SIGUSR1);
                 }
@@ -202,6 +208,7 @@ static void *watch_main(void *arg) {
  * last and linger), not interrupted lingering. */
 static bool close_before_daemon(int fd) {
         atomic_store(&watch.lingered, false);
+        atomic_store(&watch.since, now_ns());
         atomic_store(&watch.closing, true);
         close(fd);
         atomic_store(&watch.closing, false);

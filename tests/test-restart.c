@@ -930,22 +930,36 @@ static void case_fork_kill(void) {
  * instant, and dies before the child attaches ---- */
 
 static _Atomic bool fa_armed, fa_respawned, fa_done;
+static int fa_report = -1; /* the library's recovery lines (ZSWAP_RECOVERY_FD), non-blocking */
 
 /* After libzswap's prepare handler (registered before it): FORK_PREPARE
- * was answered. The daemon dies, and the fork waits until the next one
- * has adopted the parent (its agent does that meanwhile). */
+ * was answered. The daemon dies, and the fork waits until the library has
+ * been adopted by the next one (its agent does that meanwhile) and uses
+ * the store that one handed it. */
 static void fa_prepare(void) {
+        char buf[512];
+        size_t len = 0;
+
         if (!atomic_load(&fa_armed))
                 return;
         td_kill(&d);
         atomic_store(&fk_killed, true);
-        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull;
-             !td_log_has(&d, " adopted: "); usleep(1000))
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull;; usleep(1000)) {
+                ssize_t n = read(fa_report, buf + len, sizeof(buf) - 1 - len);
+                if (n > 0) {
+                        len += (size_t)n;
+                        buf[len] = 0;
+                        if (strstr(buf, "adopted by a new daemon"))
+                                return;
+                        if (len > sizeof(buf) / 2)
+                                len = 0;
+                }
                 if (now_ns() > end) {
                         fprintf(stderr, "fork-adopt-kill: the next daemon did not adopt the parent within %d s\n",
                                 TEST_WAIT_S);
                         _exit(1);
                 }
+        }
 }
 
 /* Before libzswap's child handler: the child stops before it attaches. */
@@ -979,7 +993,14 @@ static void case_fork_adopt_kill(void) {
 #endif
         ASSERT_OK(-pthread_atfork(fa_prepare, NULL, fa_child));
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        int rp[2];
+        char fdnum[16];
+        ASSERT_OK(pipe2(rp, O_CLOEXEC | O_NONBLOCK));
+        fa_report = rp[0];
+        snprintf(fdnum, sizeof(fdnum), "%d", rp[1]);
+        ASSERT_OK(setenv("ZSWAP_RECOVERY_FD", fdnum, 1));
         struct zswap_client *c = td_connect(&d);
+        ASSERT_OK(unsetenv("ZSWAP_RECOVERY_FD"));
         uint8_t *buf = td_region(c, len, 71, hashes);
         ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
 

@@ -1013,7 +1013,10 @@ static void case_fork_hold(void) {
         WAIT_UNTIL((s1 = status(&d)).tier_written_pages > written0, TEST_WAIT_S, "the writer wrote nothing");
         tier_settled(&d);
         if (td_log_has(&d, "did not attach within"))
-                test_fail("the parent's hold ended before the writer was done (a machine too slow for this test)");
+                /* the hold lasts 10 s at most: the writer may take the
+                 * parent's pages after it, as it should */
+                test_skip("fork-hold: the parent's hold ended before the writer was done: this machine is too slow "
+                          "for the case");
         td_clients_tier(&d, getpid(), &tp, &tb);
         if (tp != 0)
                 test_fail("the writer took %llu pages of a parent held for its fork child", (unsigned long long)tp);
