@@ -1633,16 +1633,25 @@ static int peer_pidfd(int sock) {
         return (int)syscall(SYS_pidfd_open, cr.pid, 0);
 }
 
-/* Is every range we had registered still registered for missing faults
- * (VmFlags "um")? Somebody then holds our uffd and serves our faults. */
+/* Does somebody still hold our uffd (and serve our faults)? When its last
+ * reference goes the kernel unregisters every range of it at once, so one
+ * range still registered for missing faults ("um" in VmFlags), or the
+ * staging area for write-protect faults ("uw"), says so. One is enough:
+ * our list of ranges does not follow mremap(), and may name a place a
+ * range left (a child whose live daemon was still copying its pages gave
+ * up attaching, took that for its memory unregistered, and was killed). */
 static bool ranges_registered(struct zswap_client *c) {
         FILE *f = fopen("/proc/self/smaps", "re");
+        uint64_t lo = 0, hi = 0, staging = (uintptr_t)c->staging;
         char line[512];
-        uint64_t lo = 0, hi = 0;
         size_t ok = 0;
 
         if (!f)
                 return true; /* cannot tell: do not kill on a guess */
+        if (c->nranges == 0 && !c->staging) {
+                fclose(f);
+                return true;
+        }
         while (fgets(line, sizeof(line), f)) {
                 unsigned long long s, e;
                 if (sscanf(line, "%llx-%llx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' ')) {
@@ -1650,13 +1659,17 @@ static bool ranges_registered(struct zswap_client *c) {
                         hi = e;
                         continue;
                 }
-                if (strncmp(line, "VmFlags:", 8) || !strstr(line, " um"))
+                if (strncmp(line, "VmFlags:", 8))
                         continue;
-                for (size_t i = 0; i < c->nranges; i++)
-                        ok += c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
+                if (strstr(line, " um"))
+                        for (size_t i = 0; i < c->nranges; i++)
+                                ok += c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
+                /* the staging area: registered for write-protect faults */
+                if (staging && staging >= lo && staging < hi && (strstr(line, " uw") || strstr(line, " um")))
+                        ok++;
         }
         fclose(f);
-        return ok >= c->nranges;
+        return ok > 0;
 }
 
 /*
