@@ -58,10 +58,11 @@ void tier_job_free(Job *j) {
         free(j);
 }
 
-/* A client about to fork (fork_paused, the manager's: only tier_tick()
- * reads it) or held for a fork child (fork_hold): its store must stay as
- * at the fork, for a child that has to restore itself from it should
- * this daemon die, and a child cannot read the second tier. */
+/* A client whose announced fork is under way (fork_announced) or held
+ * for a fork child (fork_hold): its store must stay as at the fork, for
+ * a child that has to restore itself from it should this daemon die, and
+ * a child cannot read the second tier. tier_tick() also leaves out one
+ * that asked to fork and has no answer yet (fork_paused, the manager's). */
 static bool tier_fork_held(MMClient *mm) {
         /* fork_announced: from the FORK_PREPARE answer until its event is
          * read; fork_hold from the end of that event's handling */
