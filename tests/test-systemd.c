@@ -369,6 +369,25 @@ static void test_activation(void) {
         fprintf(stderr, "activation: ok\n");
 }
 
+/* Is a socket bound at path listening? /proc/net/unix marks it with
+ * __SO_ACCEPTCON (0x10000) in its flags column. */
+static bool unix_listening(const char *path) {
+        FILE *f = fopen("/proc/net/unix", "re");
+        char line[512];
+        bool found = false;
+
+        ASSERT_TRUE(f != NULL);
+        while (!found && fgets(line, sizeof(line), f)) {
+                unsigned long flags;
+                char name[256];
+                if (sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %255s", &flags, name) == 2 &&
+                    strcmp(name, path) == 0 && (flags & 0x10000))
+                        found = true;
+        }
+        fclose(f);
+        return found;
+}
+
 /* The same under systemd's own activator: it binds, listens and execs zswapd. */
 static void test_socket_activate_tool(void) {
         static const char *tools[] = { "/usr/bin/systemd-socket-activate", "/bin/systemd-socket-activate",
@@ -414,8 +433,10 @@ static void test_socket_activate_tool(void) {
                 _exit(127);
         }
         /* It listens, and execs zswapd (in its own process: same pid) at
-         * the first connection: the client's connect starts the daemon. */
-        for (unsigned i = 0; stat(path, &st) < 0; i++) {
+         * the first connection: the client's connect starts the daemon.
+         * The file is there from its bind(); a connect before its listen()
+         * is refused, so wait for the kernel to list it as listening. */
+        for (unsigned i = 0; !unix_listening(path); i++) {
                 if (i == 6000)
                         test_fail("%s never listened on %s", tool, path);
                 usleep(10000);
