@@ -1641,18 +1641,16 @@ static int peer_pidfd(int sock) {
  * range left (a child whose live daemon was still copying its pages gave
  * up attaching, took that for its memory unregistered, and was killed). */
 static bool ranges_registered(struct zswap_client *c) {
-        FILE *f = fopen("/proc/self/smaps", "re");
         uint64_t lo = 0, hi = 0, staging = (uintptr_t)c->staging;
         char line[512];
-        size_t ok = 0;
+        bool ok = false;
 
+        if (c->nranges == 0 && !c->staging)
+                return true;
+        FILE *f = fopen("/proc/self/smaps", "re");
         if (!f)
                 return true; /* cannot tell: do not kill on a guess */
-        if (c->nranges == 0 && !c->staging) {
-                fclose(f);
-                return true;
-        }
-        while (fgets(line, sizeof(line), f)) {
+        while (!ok && fgets(line, sizeof(line), f)) {
                 unsigned long long s, e;
                 if (sscanf(line, "%llx-%llx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' ')) {
                         lo = s;
@@ -1662,14 +1660,14 @@ static bool ranges_registered(struct zswap_client *c) {
                 if (strncmp(line, "VmFlags:", 8))
                         continue;
                 if (strstr(line, " um"))
-                        for (size_t i = 0; i < c->nranges; i++)
-                                ok += c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
+                        for (size_t i = 0; i < c->nranges && !ok; i++)
+                                ok = c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
                 /* the staging area: registered for write-protect faults */
                 if (staging && staging >= lo && staging < hi && (strstr(line, " uw") || strstr(line, " um")))
-                        ok++;
+                        ok = true;
         }
         fclose(f);
-        return ok > 0;
+        return ok;
 }
 
 /*
