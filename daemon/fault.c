@@ -1730,6 +1730,9 @@ static bool revoke_moves(FaultThread *ft, MMClient *mm) {
         if (!mm->revoking) {
                 mm->revoking = true;
                 mm->revoke_left = atomic_load_explicit(&mm->lanes_moving, memory_order_acquire);
+                /* counted as it begins: before any move it revokes can
+                 * fail, so before the pageout that made the move returns */
+                atomic_fetch_add_explicit(&ft->m->moves_revoked, 1, memory_order_relaxed);
         }
         while (mm->revoke_left) {
                 unsigned li = (unsigned)__builtin_ctz(mm->revoke_left);
@@ -1828,7 +1831,6 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
                         return;
                 }
                 mm->agent_slow = true;
-                atomic_fetch_add_explicit(&ft->m->moves_revoked, 1, memory_order_relaxed);
         } else
                 mm->agent_slow = false;
         /* `reading` is raised, and no move can take a page any more */
