@@ -247,6 +247,9 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("workers", K_COUNT, st->workers);
         ADD("protocol_errors", K_COUNT, st->protocol_errors);
         ADD("moves_revoked", K_COUNT, st->moves_revoked);
+        ADD("zero_ahead", K_COUNT, st->zero_ahead);
+        ADD("write_scans", K_COUNT, st->write_scans);
+        ADD("write_zones_out", K_COUNT, st->write_zones_out);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
         f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };
@@ -655,6 +658,12 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
                 { "zswapd_moves_revoked_total", "counter",
                   "Page moves a client's agent left unfinished, revoked so its faults could be served.",
                   st->moves_revoked },
+                { "zswapd_zero_ahead_pages_total", "counter",
+                  "Fresh pages mapped to the zero page after a first touch (faults the programs did not take).",
+                  st->zero_ahead },
+                { "zswapd_write_scans_total", "counter", "Write-tracking scans of a client's memory.", st->write_scans },
+                { "zswapd_write_zones_out_total", "counter",
+                  "Zones (2 MiB) left out of a write scan because they are written all the time.", st->write_zones_out },
                 { "zswapd_tier_capacity_bytes", "gauge", "Bytes of the second tier's backing store for pages (0: none).",
                   st->tier_capacity },
                 { "zswapd_tier_used_bytes", "gauge", "Blocks of the second tier holding live pages, in bytes.",

@@ -55,6 +55,8 @@ struct pm_scan_arg {
 };
 #define PAGE_IS_WRITTEN (1 << 1)
 #define PAGE_IS_PRESENT (1 << 3)
+#define PAGE_IS_SWAPPED (1 << 4)
+#define PAGE_IS_PFNZERO (1 << 5)
 #define PM_SCAN_WP_MATCHING (1 << 0)
 #define PM_SCAN_CHECK_WPASYNC (1 << 1)
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)

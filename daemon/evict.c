@@ -649,6 +649,9 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         /* present, private, not in swap: the only pages worth moving */
                         if ((pm[i] & (PM_PRESENT | PM_FILE)) != PM_PRESENT)
                                 continue;
+                        /* the zero page (zero-fill-around): nothing to take */
+                        if (mm->m && mm->m->zero_pfn && PM_PFN(pm[i]) == mm->m->zero_pfn)
+                                continue;
                         if (op->reclaim) {
                                 if (op->want == 0 && !op->idle_before)
                                         break;

@@ -112,6 +112,7 @@ struct FaultThread {
         MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
         void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
+        Work *deferred;     /* FW_INSTALL and FW_SYNC that found serve_lock taken, this thread only */
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
         size_t nowned;
         bool retry_due;     /* this thread left retries on some mm; this thread only */
@@ -392,23 +393,90 @@ static int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) 
         return codec_decompress(ft->dctx, src, clen, dst);
 }
 
-static void serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
+/* True if the page was zero-filled by this call. */
+static bool serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write) {
         /* a write fault gets a real zeroed page at once instead of the zero
          * page followed by a copy-on-write fault */
         int r = write ? uffd_copy(mm->uffd, addr, ft->zero, 0) : uffd_zeropage(mm->uffd, addr);
         TRACE(TR_ZERO, addr, write, r);
         if (r == -EAGAIN) {
                 retry_add(ft, mm, addr, 0, NULL);
-                return;
+                return false;
         }
         if (r < 0) {
                 /* EEXIST: installed meanwhile (fault-around, a racing
                  * fault): nothing was zero-filled, just wake the thread */
                 uffd_wake(mm->uffd, addr);
-                return;
+                return false;
         }
         atomic_fetch_add_explicit(&mm->st.faults_zero, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->m->faults_zero, 1, memory_order_relaxed);
+        return true;
+}
+
+#define ZA_MIN 16  /* pages zero-filled after a first touch */
+#define ZA_MAX 512 /* and at most, doubling while first touches come where the last fill ended */
+
+/*
+ * Zero-fill-ahead. A first touch of fresh memory (no entry: never
+ * evicted) is a round trip to us, which the same program without zswapd
+ * does not make; programs touch fresh memory in runs (a heap that grows,
+ * a table filled after its allocation). So the fresh pages after the
+ * touched one are mapped to the kernel's zero page in the same round
+ * trip, one UFFDIO_ZEROPAGE for the run: no memory is spent (the zero
+ * page is shared; a write to one of them is an ordinary kernel
+ * copy-on-write fault, as a first write without zswapd is an ordinary
+ * fault), and the program's next touches there never reach us. The run
+ * grows from ZA_MIN to ZA_MAX pages while first touches come where the
+ * last one ended, and shrinks when they scatter, so sparse touches of a
+ * huge mapping map little.
+ *
+ * Safe because we hold serve_lock with `reading` raised (drain_uffd()):
+ * no agent move runs, so no page leaves the client meanwhile, and only
+ * pages whose entry is 0 (never evicted, nothing on its way) are filled.
+ * The run stops at the first page with an entry; the kernel stops the
+ * fill at the first page mapped or in swap (EEXIST), which ends it too.
+ * An munmap, mremap or madvise under way makes the kernel refuse every
+ * fill (EAGAIN) until we have read its event. A run past the end of the
+ * mapping (ENOENT: a fill stays within one) is tried again shorter.
+ * Nothing of the client is read: only the page index and the uffd.
+ */
+static void zero_ahead(MMClient *mm, uint64_t addr) {
+        const uint64_t page = ZSWAP_PAGE_SIZE;
+        uint64_t start = addr + page;
+        unsigned w = mm->za_window ? mm->za_window : ZA_MIN;
+
+        if (mm->za_end && start > mm->za_end - page && start <= mm->za_end + page)
+                w = MIN(w * 2, (unsigned)ZA_MAX); /* the reader went on from where the last run ended */
+        else if (mm->za_end)
+                w = MAX(w / 2, (unsigned)ZA_MIN);
+        mm->za_window = w;
+
+        size_t n = 0;
+        while (n < w && start + n * page < PINDEX_MAX_ADDR) {
+                _Atomic uint64_t *e = pindex_entry(mm->index, start + n * page, false);
+                if (e && atomic_load_explicit(e, memory_order_acquire) != 0)
+                        break;
+                n++;
+        }
+        uint64_t filled = 0;
+        while (n > 0) {
+                struct uffdio_zeropage z = { .range = { .start = start, .len = n * page } };
+                int r = INJECT(INJ_UFFD_ZEROPAGE) ? -EAGAIN
+                        : ioctl(mm->uffd, UFFDIO_ZEROPAGE, &z) == 0 ? 0 : negative_errno();
+                if (r == 0)
+                        filled = n;
+                else if (z.zeropage > 0)
+                        filled = (uint64_t)z.zeropage / page; /* up to a page mapped or in swap */
+                else if (z.zeropage == -ENOENT && n > 1) {
+                        n /= 2; /* past the end of the mapping */
+                        continue;
+                }
+                break; /* EEXIST: the next page is mapped; EAGAIN: an event is queued */
+        }
+        mm->za_end = start + (filled ? filled : 1) * page;
+        TRACE(TR_ZERO, addr, 2, filled);
+        atomic_fetch_add_explicit(&mm->m->zero_ahead, filled, memory_order_relaxed);
 }
 
 /* Serve a page held in a staging slot (MOVING or STAGED entry v). Returns
@@ -905,10 +973,12 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                         if (!atomic_compare_exchange_strong_explicit(e, &v, 0, memory_order_acq_rel,
                                                                      memory_order_acquire))
                                 continue;
-                        serve_zero(ft, mm, addr, write);
+                        if (serve_zero(ft, mm, addr, write) && around)
+                                zero_ahead(mm, addr);
                         return;
                 case PE_EMPTY:
-                        serve_zero(ft, mm, addr, write);
+                        if (serve_zero(ft, mm, addr, write) && around)
+                                zero_ahead(mm, addr);
                         return;
                 case PE_CLEAN:
                         /* the page was resident and is gone without an event
@@ -1962,12 +2032,15 @@ static void run_due_retries(FaultThread *ft) {
         }
 }
 
-static void work_install(FaultThread *ft, Work *w) {
+/* False if another thread holds serve_lock: the caller tries again later
+ * (run_deferred()), since its holder may be in a second tier's read. */
+static bool work_install(FaultThread *ft, Work *w) {
         MMClient *mm = w->mm;
         _Atomic uint64_t *e = pindex_entry(mm->index, w->a, false);
         uint64_t v = w->v;
 
-        pthread_mutex_lock(&mm->serve_lock);
+        if (pthread_mutex_trylock(&mm->serve_lock) != 0)
+                return false;
         if (e && atomic_load_explicit(e, memory_order_acquire) == v) {
                 /* the worker found the page incompressible (or the pool full):
                  * it goes back where it was, marked so we do not retry it on
@@ -1978,6 +2051,46 @@ static void work_install(FaultThread *ft, Work *w) {
         serve_unlock(ft, mm);
         /* the worker pinned the lane for us until now */
         atomic_fetch_sub_explicit(&mm->lanes[w->lane].users, 1, memory_order_release);
+        return true;
+}
+
+/* FW_SYNC: every uffd message read before it was posted has been handled
+ * completely once serve_lock is ours (a reader holds it from its read
+ * until the message is handled). False: taken, try again later. */
+static bool work_sync(FaultThread *ft, Work *w) {
+        if (pthread_mutex_trylock(&w->mm->serve_lock) != 0)
+                return false;
+        serve_unlock(ft, w->mm);
+        w->type = MW_SYNC_DONE;
+        manager_post(ft->m, w);
+        return true;
+}
+
+/* Run an install or a sync, or keep it for later: no fault thread waits
+ * for a serve_lock another thread holds, so one client's slow page (a
+ * second tier's read) never stops the clients this thread serves. */
+static void work_locked(FaultThread *ft, Work *w) {
+        if (w->type == FW_INSTALL ? work_install(ft, w) : work_sync(ft, w)) {
+                if (w->type == FW_INSTALL)
+                        work_free(w);
+                return;
+        }
+        /* at the tail: installs and syncs keep the order they came in */
+        Work **p = &ft->deferred;
+        while (*p)
+                p = &(*p)->next;
+        w->next = NULL;
+        *p = w;
+}
+
+static void run_deferred(FaultThread *ft) {
+        Work *list = ft->deferred;
+        ft->deferred = NULL;
+        while (list) {
+                Work *w = list;
+                list = w->next;
+                work_locked(ft, w);
+        }
 }
 
 typedef struct RestoreCtx {
@@ -2031,7 +2144,8 @@ static bool work_restore(FaultThread *ft, Work *w) {
          * not back yet */
         if (w->v < w->a)
                 w->v = w->a;
-        pthread_mutex_lock(&w->mm->serve_lock);
+        if (pthread_mutex_trylock(&w->mm->serve_lock) != 0)
+                return false; /* its holder may be in a slow read: the next pass */
         int more = pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c);
         serve_unlock(ft, w->mm);
         w->lane += (uint32_t)c.busy;
@@ -2108,21 +2222,12 @@ static void run_inbox(FaultThread *ft) {
                         work_free(w);
                         break;
                 case FW_INSTALL:
-                        work_install(ft, w);
-                        work_free(w);
+                case FW_SYNC:
+                        work_locked(ft, w);
                         break;
                 case FW_KICK:
                         service(ft, w->mm);
                         work_free(w);
-                        break;
-                case FW_SYNC:
-                        /* every uffd message read before this point has been
-                         * handled completely: a reader holds serve_lock from
-                         * its read until the message is handled */
-                        pthread_mutex_lock(&w->mm->serve_lock);
-                        serve_unlock(ft, w->mm);
-                        w->type = MW_SYNC_DONE;
-                        manager_post(ft->m, w);
                         break;
                 case FW_RESTORE:
                         w->next = ft->restores;
@@ -2235,7 +2340,7 @@ static void *fault_thread_main(void *arg) {
                  * ~60 us here (KERNEL.md). Bounded by fault_spin_us per
                  * fault; 0 turns it off. */
                 bool spinning = spin_ns && now_ns() < spin_until;
-                int timeout = spinning ? 0 : (ft->retry_due || ft->restores) ? 1 : -1;
+                int timeout = spinning ? 0 : (ft->retry_due || ft->restores || ft->deferred) ? 1 : -1;
                 int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
@@ -2268,6 +2373,8 @@ static void *fault_thread_main(void *arg) {
                         run_due_retries(ft);
                 if (ft->restores)
                         run_restores(ft);
+                if (ft->deferred)
+                        run_deferred(ft);
         }
         return NULL;
 }
@@ -2360,6 +2467,11 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 Work *n = ft->restores->next;
                 work_free(ft->restores);
                 ft->restores = n;
+        }
+        while (ft->deferred) {
+                Work *n = ft->deferred->next;
+                work_free(ft->deferred);
+                ft->deferred = n;
         }
         /* the slot reads still in flight come back (or are left to the
          * kernel, with what they hold, if a client's file system keeps

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
@@ -1580,6 +1581,16 @@ static void probe_features(Manager *m) {
         int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
         struct pm_scan_arg arg = { .size = sizeof(arg), .start = 0x10000, .end = 0x10000 };
         m->pagemap_scan = pm >= 0 && ioctl(pm, PAGEMAP_SCAN, &arg) >= 0;
+        /* the zero page's frame: a read of fresh memory maps it */
+        volatile uint8_t *z = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint64_t word = 0;
+        if (z != MAP_FAILED) {
+                (void)z[0];
+                if (pm >= 0 && pread(pm, &word, sizeof(word), (off_t)((uintptr_t)z >> ZSWAP_PAGE_SHIFT) * 8) == 8 &&
+                    (word & PM_PRESENT))
+                        m->zero_pfn = PM_PFN(word);
+                munmap((void *)z, ZSWAP_PAGE_SIZE);
+        }
         safe_close(pm);
         if (!m->pagemap_scan)
                 m->wp_async = false; /* writes could not be read back */

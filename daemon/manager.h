@@ -109,7 +109,8 @@ struct Manager {
         MMClient *orphans;
 
         /* global counters, relaxed atomics */
-        _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked;
+        _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked, zero_ahead;
+        _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
 
         /* reclaim (reclaim.c): tunables owned by the manager thread, and
@@ -117,6 +118,7 @@ struct Manager {
         Tunables tun;
         bool wp_async;         /* the kernel offers UFFD_FEATURE_WP_ASYNC: writes are tracked */
         bool pagemap_scan;     /* PAGEMAP_SCAN works on pagemap */
+        uint64_t zero_pfn;     /* the zero page's frame as pagemap shows it (0: not shown) */
         bool uffd_poison;      /* UFFD_FEATURE_POISON: a lost page becomes a SIGBUS (tier.c) */
         _Atomic bool keep_clean;
         _Atomic uint32_t clean_max_permille; /* tun.clean_max, for the fault threads */

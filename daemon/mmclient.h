@@ -86,6 +86,7 @@ typedef struct MMReclaim {
         PageoutOp *op;          /* the policy eviction in progress, or NULL */
         uint64_t idle_swept_ms; /* last whole idle sweep */
         uint64_t written_ms;    /* last write scan */
+        uint32_t write_scans;   /* write scans made (reclaim.c write_scan()) */
         uint64_t thrash_ms;     /* last look at the zones' refault rates */
         uint64_t pressure_want; /* pages the pressure controller asks of this client (new this period) */
         uint64_t pressure_left; /* of what it asked, pages not yet planned */
@@ -181,6 +182,11 @@ typedef struct MMClient {
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */
+        /* zero-fill-ahead (fault.c zero_ahead()): where the last run of
+         * fresh pages mapped to the zero page ended, and the next run's
+         * length in pages */
+        uint64_t za_end;
+        unsigned za_window;
         struct uffd_msg stash; /* a message fault-around read and left to handle next */
         bool has_stash;
         /* where each message is read to (under serve_lock): the store's

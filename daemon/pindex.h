@@ -34,6 +34,13 @@ typedef struct PageMeta {
         uint64_t seen_ms;                    /* when that was */
         uint64_t backoff_until_ms;           /* thrash back-off: not evicted before */
         uint8_t backoff_level;               /* the next back-off is base << level */
+        /* write tracking's back-off (reclaim.c write_scan()) */
+        uint64_t written[PMETA_PAGES / 64];  /* pages written at the zone's last write scan */
+        uint16_t nwritten;                   /* how many */
+        uint8_t wp_level;                    /* scans written densely in a row, capped */
+        uint8_t wp_skip;                     /* write scans the zone sits out */
+        bool wp_out;                         /* sat out scan wp_seen */
+        uint32_t wp_seen, wp_judged;         /* the client's write scan that last looked, judged */
 } PageMeta;
 static inline unsigned pmeta_idx(uint64_t addr) {
         return (unsigned)(addr >> 12) & (PMETA_PAGES - 1);

@@ -44,7 +44,9 @@ uint64_t reclaim_t0_ms;
 
 typedef void (*ScanFn)(MMClient *mm, uint64_t start, uint64_t end, void *ud);
 
-/* Call fn for each run of [start, end) that has all of `mask`; with wp,
+/* Call fn for each run of [start, end) that has all of `mask` and is not
+ * mapped to the zero page (zero-fill-around maps fresh pages there: they
+ * take no memory, hold nothing, and were never written); with wp,
  * write-protect them as well. -errno if the scan is refused. */
 static int pm_scan(MMClient *mm, uint64_t start, uint64_t end, uint64_t mask, bool wp, ScanFn fn, void *ud) {
         struct page_region vec[256];
@@ -57,7 +59,8 @@ static int pm_scan(MMClient *mm, uint64_t start, uint64_t end, uint64_t mask, bo
                         .end = end,
                         .vec = (uintptr_t)vec,
                         .vec_len = ELEMENTSOF(vec),
-                        .category_mask = mask,
+                        .category_inverted = PAGE_IS_PFNZERO,
+                        .category_mask = mask | PAGE_IS_PFNZERO,
                         .return_mask = mask,
                 };
                 long n = ioctl(mm->pagemap_fd, PAGEMAP_SCAN, &a);
@@ -87,7 +90,8 @@ static uint64_t count_present_pread(MMClient *mm, uint64_t start, uint64_t end) 
                 if (mmclient_pagemap(mm, a, k, pm) < 0)
                         break;
                 for (size_t i = 0; i < k; i++)
-                        n += (pm[i] & (PM_PRESENT | PM_FILE)) == PM_PRESENT;
+                        n += (pm[i] & (PM_PRESENT | PM_FILE)) == PM_PRESENT &&
+                             !(mm->m->zero_pfn && PM_PFN(pm[i]) == mm->m->zero_pfn);
                 a += k * ZSWAP_PAGE_SIZE;
         }
         return n;
@@ -107,6 +111,10 @@ static void written_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
                 atomic_store_explicit(&meta->stamp[i], stamp, memory_order_relaxed);
                 if (atomic_load_explicit(&meta->hot[i], memory_order_relaxed) == 0)
                         atomic_store_explicit(&meta->hot[i], 1, memory_order_relaxed);
+                if (!(meta->written[i / 64] & (1ull << (i % 64)))) {
+                        meta->written[i / 64] |= 1ull << (i % 64);
+                        meta->nwritten++;
+                }
                 _Atomic uint64_t *e = pindex_entry(mm->index, a, false);
                 uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
                 if (pe_state(v) == PE_CLEAN) {
@@ -135,23 +143,118 @@ static size_t regions_snapshot(MMClient *mm, Region **ret) {
         return n;
 }
 
+/*
+ * Write tracking's back-off. Each page written since the last scan took
+ * one kernel write-protect fault, and takes another at its first write
+ * after this scan protects it again: a program that writes most of its
+ * memory all the time would pay that on every page every write_scan. So
+ * a zone (2 MiB) found densely written (WP_DENSE of its pages) sits out
+ * the next scans, 1, 3, 7 ... up to WP_SKIP_MAX in a row while it stays
+ * so: its pages stay unprotected meanwhile (writes cost nothing), and
+ * the pages written at its last scan count as written at each scan it
+ * sits out, so ageing still sees them in use. A zone written sparsely is
+ * scanned every time (its few faults are cheap). A kept copy (CLEAN) of
+ * a page written unseen is only dropped later: its content is compared
+ * before it is ever reused (evict.c keep_matches()).
+ */
+#define WP_DENSE (PMETA_PAGES / 8)
+#define WP_LEVEL_MAX 5 /* sits out at most 2^5 - 1 = 31 scans */
+
+/* A zone sitting out this scan: its pages written last time are in use. */
+static void wp_sit_out(PageMeta *meta, uint32_t stamp) {
+        for (unsigned w = 0; w < ELEMENTSOF(meta->written); w++)
+                for (uint64_t b = meta->written[w]; b; b &= b - 1) {
+                        unsigned i = w * 64 + (unsigned)__builtin_ctzll(b);
+                        atomic_store_explicit(&meta->stamp[i], stamp, memory_order_relaxed);
+                        if (atomic_load_explicit(&meta->hot[i], memory_order_relaxed) == 0)
+                                atomic_store_explicit(&meta->hot[i], 1, memory_order_relaxed);
+                }
+}
+
+/* Is the zone at z scanned by write scan seq? The first region that
+ * reaches a zone decides (a zone can straddle two regions). */
+static bool wp_zone_due(MMClient *mm, uint64_t z, uint32_t seq, uint32_t stamp) {
+        PageMeta *meta = pindex_meta(mm->index, z, false);
+        if (!meta)
+                return true;
+        if (meta->wp_seen == seq)
+                return !meta->wp_out;
+        meta->wp_seen = seq;
+        meta->wp_out = meta->wp_skip > 0;
+        if (meta->wp_out) {
+                atomic_fetch_add_explicit(&mm->m->write_zones_out, 1, memory_order_relaxed);
+                meta->wp_skip--;
+                wp_sit_out(meta, stamp);
+                return false;
+        }
+        memset(meta->written, 0, sizeof(meta->written));
+        meta->nwritten = 0;
+        return true;
+}
+
+/* After the scan: a zone written densely again sits out longer; one
+ * written sparsely, not at all. */
+static void wp_judge(MMClient *mm, uint64_t start, uint64_t end, uint32_t seq) {
+        const uint64_t zone = (uint64_t)PMETA_PAGES * ZSWAP_PAGE_SIZE;
+
+        for (uint64_t z = start & ~(zone - 1); z < end; z += zone) {
+                PageMeta *meta = pindex_meta(mm->index, z, false);
+                if (!meta || meta->wp_judged == seq || (meta->wp_seen == seq && meta->wp_out))
+                        continue;
+                meta->wp_judged = seq;
+                if (meta->nwritten >= WP_DENSE) {
+                        if (meta->wp_level < WP_LEVEL_MAX)
+                                meta->wp_level++;
+                        meta->wp_skip = (uint8_t)((1u << meta->wp_level) - 1);
+                } else
+                        meta->wp_level = meta->wp_skip = 0;
+        }
+}
+
+/* The write scan of [start, end): zones due are scanned (and protected
+ * again) in runs, one PAGEMAP_SCAN each; the others sit out. */
+static int write_scan(MMClient *mm, uint64_t start, uint64_t end, uint32_t seq, uint32_t stamp) {
+        const uint64_t zone = (uint64_t)PMETA_PAGES * ZSWAP_PAGE_SIZE;
+        uint64_t run = start;
+
+        for (uint64_t z = start & ~(zone - 1); z < end; z += zone) {
+                uint64_t zs = MAX(z, start), ze = MIN(z + zone, end);
+                if (wp_zone_due(mm, z, seq, stamp))
+                        continue;
+                if (run < zs) {
+                        int r = pm_scan(mm, run, zs, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true, written_cb, &stamp);
+                        if (r < 0)
+                                return r;
+                }
+                run = ze;
+        }
+        if (run < end)
+                return pm_scan(mm, run, end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true, written_cb, &stamp);
+        return 0;
+}
+
 /* Resident pages of mm, and the write scan if it is due. */
-static uint64_t scan_client(Manager *m, MMClient *mm, uint64_t now, bool write_scan) {
+static uint64_t scan_client(Manager *m, MMClient *mm, uint64_t now, bool do_write_scan) {
         _cleanup_free_ Region *rg = NULL;
         size_t n = regions_snapshot(mm, &rg);
         uint64_t resident = 0;
         uint32_t stamp = reclaim_stamp();
 
+        uint32_t seq = do_write_scan ? ++mm->rc.write_scans : 0;
+
         for (size_t i = 0; i < n; i++) {
-                if (write_scan && mm->wp_async &&
-                    pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true, written_cb,
-                            &stamp) < 0)
-                        write_scan = false;
+                if (do_write_scan && mm->wp_async && write_scan(mm, rg[i].start, rg[i].end, seq, stamp) < 0)
+                        do_write_scan = false;
                 if (!m->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_PRESENT, false, count_cb,
                                                 &resident) < 0)
                         resident += count_present_pread(mm, rg[i].start, rg[i].end);
         }
-        if (write_scan)
+        if (do_write_scan && mm->wp_async) {
+                for (size_t i = 0; i < n; i++)
+                        wp_judge(mm, rg[i].start, rg[i].end, seq);
+                atomic_fetch_add_explicit(&m->write_scans, 1, memory_order_relaxed);
+        }
+        if (do_write_scan)
                 mm->rc.written_ms = now;
         return resident;
 }

@@ -204,6 +204,9 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.pool_bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
         rep.protocol_errors = atomic_load_explicit(&m->protocol_errors, memory_order_relaxed);
         rep.moves_revoked = atomic_load_explicit(&m->moves_revoked, memory_order_relaxed);
+        rep.zero_ahead = atomic_load_explicit(&m->zero_ahead, memory_order_relaxed);
+        rep.write_scans = atomic_load_explicit(&m->write_scans, memory_order_relaxed);
+        rep.write_zones_out = atomic_load_explicit(&m->write_zones_out, memory_order_relaxed);
         status_rates(m, &rep);
         status_latency(m, &rep);
         status_tier(m, &rep);

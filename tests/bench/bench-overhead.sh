@@ -1,0 +1,119 @@
+#!/bin/bash
+# bench-overhead: what zswapd costs a program it never evicts from.
+#
+# Runs each workload plainly and under zswap-run (a daemon of BUILD_DIR on
+# a private socket, no limit, no pageout, the daemon's default policy),
+# alternating, REPS times each, and prints the median wall time of each
+# and their ratio (zswap-run / plain: 1.00 is free). With --variant
+# KEY=VALUE the daemon runs with that policy key too (zswapd --set), e.g.
+# write_scan=0 to see what write tracking costs.
+#
+#   sudo tests/bench/bench-overhead.sh [--reps N] [--only NAME] [--variant KEY=VALUE] [BUILD_DIR]
+#
+# Workloads (those whose program is missing are skipped, with a line):
+#   perl     a hash of 2M keys
+#   python   a dict of 2M keys
+#   node     a Map of 500k entries
+#   java     a HashMap of 1.5M entries (java runs the source file itself)
+#   redis    redis-server loaded with 500k keys by redis-benchmark
+#   cc       a parallel build (ninja -j2) of this project's daemon
+# Needs root (the daemon does).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+src=$(pwd)
+reps=3 only= variant=()
+while [ $# -gt 0 ]; do
+        case $1 in
+        --reps) reps=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
+        --variant) variant+=(--set "$2"); shift 2 ;;
+        *) break ;;
+        esac
+done
+build=$(cd "${1:-build}" && pwd)
+
+if [ "$(id -u)" != 0 ]; then
+        echo "bench-overhead: needs root (zswapd does)" >&2
+        exit 1
+fi
+work=$(mktemp -d /tmp/bench-overhead.XXXXXX)
+sock=$work/zswapd.sock
+dpid=
+cleanup() {
+        [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+        rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$build/daemon/zswapd" --socket "$sock" --no-config "${variant[@]}" 2> "$work/zswapd.log" &
+dpid=$!
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { echo "bench-overhead: the daemon did not start:"; cat "$work/zswapd.log"; exit 1; }
+
+cat > "$work/Bench.java" <<'EOF'
+import java.util.HashMap;
+public class Bench {
+    public static void main(String[] a) {
+        HashMap<String, Integer> m = new HashMap<>();
+        for (int i = 0; i < 1500000; i++) m.put("key" + i, i);
+        long s = 0;
+        for (int i = 0; i < 1500000; i++) s += m.get("key" + i);
+        System.out.println(m.size() + " " + s);
+    }
+}
+EOF
+
+# each workload: a check that it can run, and its command (run by bash -c)
+declare -A cmd have
+have[perl]="command -v perl"
+cmd[perl]="perl -e 'my %h; \$h{\$_} = \$_ for 1 .. 2000000; my \$s = 0; \$s += \$h{\$_} for 1 .. 2000000; print scalar(keys %h), \" \$s\n\"'"
+have[python]="command -v python3"
+cmd[python]="python3 -c 'd = {i: str(i) for i in range(2000000)}; print(len(d), sum(len(v) for v in d.values()))'"
+have[node]="command -v node"
+cmd[node]="node -e 'const m = new Map(); for (let i = 0; i < 500000; i++) m.set(\"k\" + i, { i, s: \"v\" + i }); let t = 0; for (const [k, v] of m) t += v.i; console.log(m.size, t)'"
+have[java]="command -v java"
+cmd[java]="java -Xmx2g $work/Bench.java"
+have[redis]="command -v redis-server && command -v redis-benchmark && command -v redis-cli"
+cmd[redis]="redis-server --port 0 --unixsocket $work/redis.sock --save '' --appendonly no --daemonize no >/dev/null & p=\$!; \
+for i in \$(seq 100); do redis-cli -s $work/redis.sock ping >/dev/null 2>&1 && break; sleep 0.05; done; \
+redis-benchmark -s $work/redis.sock -q -t set -n 500000 -r 500000 -d 64 -P 16 >/dev/null; \
+n=\$(redis-cli -s $work/redis.sock dbsize); redis-cli -s $work/redis.sock shutdown nosave >/dev/null 2>&1; wait \$p; echo \$n keys"
+have[cc]="command -v ninja && command -v meson"
+cmd[cc]="ninja -C $work/ccbuild -j2 daemon/zswapd >/dev/null && ninja -C $work/ccbuild -t clean >/dev/null && echo built"
+
+echo "bench-overhead: $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
+     "hypervisor: $(systemd-detect-virt 2>/dev/null || echo unknown); reps $reps; daemon defaults${variant[*]:+ with ${variant[*]}}"
+printf '%-8s %10s %10s %7s  %s\n' workload plain_s zswap_s ratio "output (plain | zswap-run)"
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+timed() { # timed OUTFILE CMD...: wall seconds on stdout
+        local t0 t1 out=$1
+        shift
+        t0=$(date +%s.%N)
+        "$@" > "$out.out" 2>&1
+        t1=$(date +%s.%N)
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
+}
+
+for w in perl python node java redis cc; do
+        [ -n "$only" ] && [ "$only" != "$w" ] && continue
+        if ! bash -c "${have[$w]}" >/dev/null 2>&1; then
+                printf '%-8s skipped: not installed\n' "$w"
+                continue
+        fi
+        if [ "$w" = cc ] && [ ! -d "$work/ccbuild" ]; then
+                meson setup "$work/ccbuild" "$src" >/dev/null 2>&1 || { printf '%-8s skipped: meson setup failed\n' "$w"; continue; }
+                ninja -C "$work/ccbuild" -t clean >/dev/null 2>&1
+        fi
+        plain=() managed=()
+        for r in $(seq "$reps"); do
+                # shellcheck disable=SC2206
+                plain+=($(timed "$work/plain" bash -c "${cmd[$w]}" dummy))
+                managed+=($(timed "$work/managed" "$build/client/zswap-run" --socket "$sock" -- bash -c "${cmd[$w]}"))
+        done
+        p=$(printf '%s\n' "${plain[@]}" | median)
+        m=$(printf '%s\n' "${managed[@]}" | median)
+        printf '%-8s %10.2f %10.2f %7.2f  %s | %s\n' "$w" "$p" "$m" "$(awk -v a="$m" -v b="$p" 'BEGIN { print a / b }')" \
+               "$(tail -c 60 "$work/plain.out" | tr '\n' ' ')" "$(tail -c 60 "$work/managed.out" | tr '\n' ' ')"
+done
+echo "daemon: $("$build/client/zswapctl" --socket "$sock" status 2>/dev/null | grep -E '^(faults|faults_zero_fill|zero_ahead|evictions) ' | tr -s ' ' | paste -sd, -)"
