@@ -38,6 +38,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_KILL_EVENT] = { "kill_event", EINTR },
         [INJ_TIER_WRITE] = { "tier_write", EIO },
         [INJ_TIER_READ] = { "tier_read", EIO },
+        [INJ_LOCK_BUSY] = { "lock_busy", EBUSY },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

@@ -34,6 +34,7 @@ typedef enum InjectSite {
         INJ_KILL_EVENT,     /* SIGKILL to the daemon while it handles a uffd event (fault.c) */
         INJ_TIER_WRITE,     /* a write to the second tier's backing store (tier.c): -EIO */
         INJ_TIER_READ,      /* a fault's read from the backing store: -EIO */
+        INJ_LOCK_BUSY,      /* a client's serve_lock found taken where the work is put off (mmclient_serve_trylock()) */
         _INJ_MAX,
 } InjectSite;
 

@@ -766,7 +766,7 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         if (!op)
                 return false;
         if (mm->fork_paused || atomic_load_explicit(&mm->fork_hold, memory_order_acquire) || !mm->conn ||
-            mm->nlanes == 0)
+            mm->nlanes == 0 || atomic_load_explicit(&mm->sync_swap, memory_order_acquire))
                 return false;
         for (li = 0; li < mm->nlanes && mm->lanes[li].state != LANE_FREE; li++)
                 ;

@@ -36,6 +36,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -2039,7 +2040,7 @@ static bool work_install(FaultThread *ft, Work *w) {
         _Atomic uint64_t *e = pindex_entry(mm->index, w->a, false);
         uint64_t v = w->v;
 
-        if (pthread_mutex_trylock(&mm->serve_lock) != 0)
+        if (mmclient_serve_trylock(mm) != 0)
                 return false;
         if (e && atomic_load_explicit(e, memory_order_acquire) == v) {
                 /* the worker found the page incompressible (or the pool full):
@@ -2058,7 +2059,7 @@ static bool work_install(FaultThread *ft, Work *w) {
  * completely once serve_lock is ours (a reader holds it from its read
  * until the message is handled). False: taken, try again later. */
 static bool work_sync(FaultThread *ft, Work *w) {
-        if (pthread_mutex_trylock(&w->mm->serve_lock) != 0)
+        if (mmclient_serve_trylock(w->mm) != 0)
                 return false;
         serve_unlock(ft, w->mm);
         w->type = MW_SYNC_DONE;
@@ -2066,12 +2067,35 @@ static bool work_sync(FaultThread *ft, Work *w) {
         return true;
 }
 
+/* FW_SYNC_SWAP: the manager found serve_lock taken. False: still taken. */
+static bool work_sync_swap(FaultThread *ft, Work *w) {
+        if (mmclient_serve_trylock(w->mm) != 0)
+                return false;
+        mmclient_swap_sync(w->mm, (ZSync *)(uintptr_t)w->v, (int)w->a);
+        w->v = 0;
+        /* release: the planner that sees it clear sees the new page */
+        atomic_store_explicit(&w->mm->sync_swap, false, memory_order_release);
+        serve_unlock(ft, w->mm);
+        work_free(w);
+        return true;
+}
+
+/* A work item dropped undone (the thread is going away): what it holds. */
+static void work_discard(Work *w) {
+        if (w->type == FW_SYNC_SWAP && w->v) {
+                munmap((void *)(uintptr_t)w->v, ZSWAP_SYNC_SIZE);
+                close((int)w->a);
+        }
+        work_free(w);
+}
+
 /* Run an install or a sync, or keep it for later: no fault thread waits
  * for a serve_lock another thread holds, so one client's slow page (a
  * second tier's read) never stops the clients this thread serves. */
 static void work_locked(FaultThread *ft, Work *w) {
-        if (w->type == FW_INSTALL ? work_install(ft, w) : work_sync(ft, w)) {
-                if (w->type == FW_INSTALL)
+        int type = w->type;
+        if (type == FW_INSTALL ? work_install(ft, w) : type == FW_SYNC ? work_sync(ft, w) : work_sync_swap(ft, w)) {
+                if (type == FW_INSTALL)
                         work_free(w);
                 return;
         }
@@ -2144,7 +2168,7 @@ static bool work_restore(FaultThread *ft, Work *w) {
          * not back yet */
         if (w->v < w->a)
                 w->v = w->a;
-        if (pthread_mutex_trylock(&w->mm->serve_lock) != 0)
+        if (mmclient_serve_trylock(w->mm) != 0)
                 return false; /* its holder may be in a slow read: the next pass */
         int more = pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c);
         serve_unlock(ft, w->mm);
@@ -2223,6 +2247,7 @@ static void run_inbox(FaultThread *ft) {
                         break;
                 case FW_INSTALL:
                 case FW_SYNC:
+                case FW_SYNC_SWAP:
                         work_locked(ft, w);
                         break;
                 case FW_KICK:
@@ -2460,7 +2485,7 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         fault_thread_stop(ft);
         for (Work *w = inbox_take(&ft->inbox); w;) {
                 Work *n = w->next;
-                work_free(w);
+                work_discard(w);
                 w = n;
         }
         while (ft->restores) {
@@ -2470,7 +2495,7 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         }
         while (ft->deferred) {
                 Work *n = ft->deferred->next;
-                work_free(ft->deferred);
+                work_discard(ft->deferred);
                 ft->deferred = n;
         }
         /* the slot reads still in flight come back (or are left to the

@@ -16,6 +16,7 @@ enum {
         FW_ADOPT,      /* start watching mm's uffd (sent to every thread) */
         FW_SYNC,       /* bounce back to the manager once every event read so far is handled */
         FW_KICK,       /* read mm's uffd: a kick was left while a non-fault thread held serve_lock */
+        FW_SYNC_SWAP,  /* a forked child's own sync page (mapped at v, memfd a) replaces its parent's */
 };
 
 int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret);

@@ -241,6 +241,39 @@ static bool mm_sync_now(MMClient *mm) {
         return true;
 }
 
+/*
+ * A forked child's own sync page replaces its parent's. Every reader of
+ * mm->sync holds serve_lock; the manager never waits for it (a fault
+ * thread may hold it across a slow read of this client's page), so if it
+ * is taken the child's home thread swaps the page in (FW_SYNC_SWAP), and
+ * no move is planned for the child until it has (mm->sync_swap). Takes
+ * fd.
+ */
+static int mm_replace_sync(MMClient *mm, int fd) {
+        ZSync *p;
+        int r = mmclient_map_sync(fd, &p);
+        if (r < 0)
+                return r;
+        if (mmclient_serve_trylock(mm) == 0) {
+                mmclient_swap_sync(mm, p, fd);
+                pthread_mutex_unlock(&mm->serve_lock);
+                if (atomic_load(&mm->kick) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                        log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mm->pid);
+                return 0;
+        }
+        Work *w = work_new(FW_SYNC_SWAP, mm);
+        if (!w) {
+                munmap(p, ZSWAP_SYNC_SIZE);
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        w->v = (uintptr_t)p;
+        w->a = (uint64_t)fd;
+        atomic_store_explicit(&mm->sync_swap, true, memory_order_relaxed);
+        fault_thread_post(mm->ft, w);
+        return 0;
+}
+
 static void sync_done(Manager *m, Work *w) {
         for (Conn *c = m->conns; c; c = c->next) {
                 if (c->serial != w->v || c->dying || c->mm != w->mm)
@@ -741,7 +774,7 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
                 return r;
         }
         if (nfds == 1) {
-                r = mmclient_replace_sync(found, fds[0]);
+                r = mm_replace_sync(found, fds[0]);
                 fds[0] = -1;
                 if (r < 0)
                         log_warn("pid %d: cannot map its sync page: it runs without the move/unmap handshake",

@@ -432,14 +432,17 @@ int mmclient_set_sync(MMClient *mm, int fd) {
         return 0;
 }
 
-int mmclient_replace_sync(MMClient *mm, int fd) {
+int mmclient_map_sync(int fd, ZSync **ret) {
         void *p = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
                 safe_close(fd);
                 return -ENOMEM;
         }
-        /* every reader of mm->sync holds serve_lock (drain_uffd()) */
-        pthread_mutex_lock(&mm->serve_lock);
+        *ret = p;
+        return 0;
+}
+
+void mmclient_swap_sync(MMClient *mm, ZSync *p, int fd) {
         ZSync *old = mm->sync;
         int old_fd = mm->sync_fd;
         if (old && atomic_load_explicit(&mm->read_deferred, memory_order_relaxed)) {
@@ -453,11 +456,9 @@ int mmclient_replace_sync(MMClient *mm, int fd) {
         mm->agent_slow = false;
         mm->sync = p;
         mm->sync_fd = fd;
-        pthread_mutex_unlock(&mm->serve_lock);
         if (old)
                 munmap(old, ZSWAP_SYNC_SIZE);
         safe_close(old_fd);
-        return 0;
 }
 
 bool mmclient_alive(MMClient *mm) {

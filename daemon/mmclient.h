@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "inject.h"
 #include "pindex.h"
 #include "pool.h"
 #include "store.h"
@@ -223,6 +224,10 @@ typedef struct MMClient {
         bool wp_async;          /* regions registered in WP mode too (write tracking) */
         struct ZSync *sync;     /* the page shared with the client's agent (zsync.h), or NULL */
         int sync_fd;            /* its memfd, for a fork child's mapping; -1 if none */
+        /* a forked child's own sync page is on its way to `sync` (a fault
+         * thread swaps it in, FW_SYNC_SWAP): no move is planned meanwhile.
+         * Set by the manager, cleared by that thread (release) */
+        _Atomic bool sync_swap;
         bool sync_warned;       /* under serve_lock: the agent was too slow once, said so */
         /* a move was under way: the uffd waits to be read, with our
          * `reading` raised on the sync page (drain_uffd()); written under
@@ -268,9 +273,20 @@ MMClient *mmclient_unref(MMClient *mm);
  * at least ZSWAP_SYNC_SIZE): takes fd. -EBADF if it is not such a memfd. */
 int mmclient_set_sync(MMClient *mm, int fd);
 bool mmclient_sync_fd_ok(int fd);
-/* A forked child's own sync page (fd checked with mmclient_sync_fd_ok()),
- * in place of its parent's it had since the fork; takes fd. Any thread. */
-int mmclient_replace_sync(MMClient *mm, int fd);
+/* Try serve_lock where finding it taken puts the work off (0: ours): the
+ * manager, and a fault thread's installs, syncs and restores. Never in a
+ * uffd reader's service(), whose kick needs a real holder. */
+static inline int mmclient_serve_trylock(MMClient *mm) {
+        return INJECT(INJ_LOCK_BUSY) ? EBUSY : pthread_mutex_trylock(&mm->serve_lock);
+}
+
+/* Map a sync page's memfd (checked with mmclient_sync_fd_ok()); takes fd
+ * (closed on failure). */
+int mmclient_map_sync(int fd, struct ZSync **ret);
+/* A forked child's own sync page p (memfd fd), in place of its parent's it
+ * had since the fork; takes both. The caller holds serve_lock (every
+ * reader of mm->sync does). */
+void mmclient_swap_sync(MMClient *mm, struct ZSync *p, int fd);
 
 /* Bind the process of pidfd (pid its number, as the connection gave it):
  * a pidfd of its own, /proc/PID/mem, pagemap and maps, all bound to
