@@ -59,7 +59,7 @@ static void reader_free(Reader *r) {
         if (!r)
                 return;
         if (r->ring_ok)
-                io_uring_queue_exit(&r->ring);
+                uring_exit(&r->ring);
         free(r->buf);
         free(r);
 }
@@ -452,6 +452,6 @@ void memread_queue_free(MemReadQueue *q, MemReadOp **left) {
                 log_warn("%u reads of clients' memory still wait at exit: left to the kernel", q->inflight);
                 return;
         }
-        io_uring_queue_exit(&q->ring);
+        uring_exit(&q->ring);
         free(q);
 }

@@ -606,7 +606,7 @@ NbdConn *nbd_close(NbdConn *c) {
         }
         /* the ring first: its exit cancels whatever still uses the socket */
         if (c->ring_ok)
-                io_uring_queue_exit(&c->ring);
+                uring_exit(&c->ring);
         safe_close(c->fd);
         free(c);
         return NULL;

@@ -85,23 +85,10 @@ const char *tier_state_name(int state) {
 
 /* ---- making and unmaking rings ---- */
 
-/*
- * Rings are made and unmade under one lock: liburing maps and unmaps a
- * ring's queues with raw system calls that ThreadSanitizer does not see,
- * so a ring made at the address of one another thread unmade looks like
- * a race on the same memory. The lock orders each unmaking before the
- * next making (an NBD connection has a ring of its own too). Rare: at
- * start, and when a connection is made again.
- */
-static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
-
+/* A connection's ring is made and unmade with it (uring.h): nothing here
+ * holds a lock across a connect, a handshake or a disconnect. */
 NbdConn *tier_conn_close(NbdConn *c) {
-        if (!c)
-                return NULL;
-        pthread_mutex_lock(&ring_lock);
-        nbd_close(c);
-        pthread_mutex_unlock(&ring_lock);
-        return NULL;
+        return nbd_close(c);
 }
 
 /* ---- io_uring rounds ---- */
@@ -117,9 +104,7 @@ NbdConn *tier_conn_close(NbdConn *c) {
  * would otherwise go out later, into a buffer that has moved on.
  */
 static int ring_init(Ring *g, unsigned entries, void *buf, size_t buflen) {
-        pthread_mutex_lock(&ring_lock);
         int r = uring_init(entries, &g->ring, 0);
-        pthread_mutex_unlock(&ring_lock);
         if (r < 0)
                 return r;
         g->ok = true;
@@ -134,10 +119,8 @@ static int ring_init(Ring *g, unsigned entries, void *buf, size_t buflen) {
 }
 
 static void ring_exit(Ring *g) {
-        pthread_mutex_lock(&ring_lock);
         if (g->ok)
-                io_uring_queue_exit(&g->ring);
-        pthread_mutex_unlock(&ring_lock);
+                uring_exit(&g->ring);
         g->ok = false;
 }
 
@@ -450,9 +433,7 @@ static int open_file(Tier *t, char *err, size_t errlen) {
  * still be what it was.
  */
 int tier_connect_nbd(Tier *t, NbdConn **ret, int timeout_ms, char *err, size_t errlen) {
-        pthread_mutex_lock(&ring_lock); /* its ring: see ring_lock */
         int r = nbd_connect(&t->nbd, timeout_ms, ret, err, errlen);
-        pthread_mutex_unlock(&ring_lock);
         if (r < 0)
                 return r;
         if (nbd_read_only(*ret))

@@ -1,6 +1,7 @@
 /*
- * uring.h: making an io_uring (the second tier's rings and every NBD
- * connection's) in a way ThreadSanitizer can live with.
+ * uring.h: making and unmaking an io_uring (the second tier's rings, every
+ * NBD connection's, the memory readers') in a way ThreadSanitizer can live
+ * with, and without a lock anyone else waits on.
  *
  * A ring's queues are memory the kernel shares with us, which liburing
  * maps with raw system calls TSan does not see. TSan then keeps whatever
@@ -12,28 +13,20 @@
  * had on the tier). The kernel's side of the queues is invisible to TSan
  * anyway, and each ring has one user at a time (the tier's rings: their
  * thread; an NBD connection: whoever holds it), so uring_init() tells TSan
- * to expect races on the queues. Without TSan it is io_uring_queue_init().
+ * to expect races on the queues.
+ *
+ * Under TSan only, making and unmaking are also ordered by one lock (so an
+ * unmaking happens before a making at the same address), held for the
+ * system calls alone, never across a connect or any I/O. The other builds
+ * take no lock: the kernel orders mmap and munmap itself, and a fault
+ * thread that makes a ring never waits for another thread's.
  */
 #pragma once
 
 #include <liburing.h>
 #include <stddef.h>
 
-#if defined(__SANITIZE_THREAD__)
-/* ThreadSanitizer's own annotation (libtsan) */
-void AnnotateBenignRaceSized(const char *file, int line, const volatile void *mem, size_t size, const char *desc);
-#define URING_SHARED(p, n) AnnotateBenignRaceSized(__FILE__, __LINE__, (p), (n), "io_uring queue")
-#else
-#define URING_SHARED(p, n) ((void)0)
-#endif
-
-static inline int uring_init(unsigned entries, struct io_uring *ring, unsigned flags) {
-        int r = io_uring_queue_init(entries, ring, flags);
-        if (r < 0)
-                return r;
-        URING_SHARED(ring->sq.ring_ptr, ring->sq.ring_sz);
-        URING_SHARED(ring->sq.sqes, (size_t)ring->sq.ring_entries * sizeof(struct io_uring_sqe));
-        if (ring->cq.ring_ptr != ring->sq.ring_ptr)
-                URING_SHARED(ring->cq.ring_ptr, ring->cq.ring_sz);
-        return 0;
-}
+/* io_uring_queue_init(); negative errno */
+int uring_init(unsigned entries, struct io_uring *ring, unsigned flags);
+/* io_uring_queue_exit() */
+void uring_exit(struct io_uring *ring);
