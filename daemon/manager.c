@@ -71,12 +71,27 @@ void manager_post(Manager *m, Work *w) {
         inbox_push(&m->inbox, w);
 }
 
+/* A fault thread hands over a fork child: a push, never a wait for the
+ * manager (which may be in pool_reclaim or madvise). */
 void manager_adopt_orphan(Manager *m, MMClient *child) {
-        pthread_mutex_lock(&m->orphans_lock);
-        child->next = m->orphans;
         child->fork_paused_at = now_ns();
-        m->orphans = child;
-        pthread_mutex_unlock(&m->orphans_lock);
+        MMClient *head = atomic_load_explicit(&m->orphans_new, memory_order_relaxed);
+        do
+                child->next = head;
+        /* release: the manager that takes the child sees it whole */
+        while (!atomic_compare_exchange_weak_explicit(&m->orphans_new, &head, child, memory_order_release,
+                                                      memory_order_relaxed));
+}
+
+MMClient *manager_orphans(Manager *m) {
+        MMClient *n = atomic_exchange_explicit(&m->orphans_new, NULL, memory_order_acquire);
+        while (n) {
+                MMClient *next = n->next;
+                n->next = m->orphans;
+                m->orphans = n;
+                n = next;
+        }
+        return m->orphans;
 }
 
 static void reply_send(Conn *c, const void *msg, size_t len, const int *fds, size_t nfds) {
@@ -305,7 +320,7 @@ static void run_inbox(Manager *m) {
 }
 
 static void tick_orphans(Manager *m) {
-        pthread_mutex_lock(&m->orphans_lock);
+        manager_orphans(m);
         for (MMClient **p = &m->orphans; *p;) {
                 MMClient *mm = *p;
                 if (uffd_mm_alive(mm->uffd)) {
@@ -313,14 +328,11 @@ static void tick_orphans(Manager *m) {
                         continue;
                 }
                 *p = mm->next;
-                pthread_mutex_unlock(&m->orphans_lock);
                 /* the child exited without ever attaching */
                 mm_link(m, mm);
                 mm_retire(m, mm);
-                pthread_mutex_lock(&m->orphans_lock);
                 p = &m->orphans;
         }
-        pthread_mutex_unlock(&m->orphans_lock);
 }
 
 static int epoll_add(int epfd, int fd, uint64_t tag);
@@ -397,11 +409,9 @@ void manager_pool_reclaim(Manager *m) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mm->pool)
                         pool_reclaim(mm->pool);
-        pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 if (mm->pool)
                         pool_reclaim(mm->pool);
-        pthread_mutex_unlock(&m->orphans_lock);
 }
 
 /* Root, or a member of [users] admin_group: may steer every client and
@@ -736,8 +746,7 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
         if (proc_ppid(c->pid, &ppid) < 0)
                 return -ESRCH;
         unsigned matches = 0;
-        pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 /* the forked child of its parent, or, once that parent
                  * exited (the child has another parent now), a process of
                  * the same user: the token, a secret of the two processes,
@@ -754,7 +763,6 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
                                 *p = found->next;
                                 break;
                         }
-        pthread_mutex_unlock(&m->orphans_lock);
         if (matches > 1) {
                 /* never guess which address space a process is */
                 log_warn("pid %d: fork token %llu matches %u children: refused", (int)c->pid,
@@ -1653,7 +1661,6 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         probe_features(m);
         reclaim_init(m);
         m->inbox.efd = -1;
-        pthread_mutex_init(&m->orphans_lock, NULL);
         r = pool_shared_new(cfg->pool_max, &m->pools);
         if (r < 0)
                 goto fail;
@@ -1735,7 +1742,7 @@ Manager *manager_free(Manager *m) {
         run_inbox(m);
         while (m->mms)
                 mm_retire(m, m->mms);
-        while (m->orphans) {
+        while (manager_orphans(m)) {
                 MMClient *mm = m->orphans;
                 m->orphans = mm->next;
                 mmclient_unref(mm);
@@ -1763,7 +1770,6 @@ Manager *manager_free(Manager *m) {
         safe_close(m->timer_fd);
         safe_close(m->epfd);
         safe_close(m->inbox.efd);
-        pthread_mutex_destroy(&m->orphans_lock);
         users_free(m);
         config_free(&m->conf);
         free(m);

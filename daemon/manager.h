@@ -104,8 +104,10 @@ struct Manager {
         uint64_t next_conn_serial;
 
         /* children created by UFFD_EVENT_FORK that no process has claimed
-         * yet; protected by orphans_lock (fault threads add, manager takes) */
-        pthread_mutex_t orphans_lock;
+         * yet: a fault thread pushes one onto orphans_new without a lock
+         * (manager_adopt_orphan); the manager moves them to orphans, its
+         * own list, whenever it looks (manager_orphans) */
+        _Atomic(MMClient *) orphans_new;
         MMClient *orphans;
 
         /* global counters, relaxed atomics */
@@ -158,6 +160,8 @@ void manager_post(Manager *m, Work *w);
 
 /* From any thread: hand a new fork child to the manager. */
 void manager_adopt_orphan(Manager *m, MMClient *child);
+/* manager thread: the orphans, with those pushed since the last look */
+MMClient *manager_orphans(Manager *m);
 
 /* Send a reply to a request (manager thread). */
 void conn_reply(Conn *c, uint32_t id, int status, int64_t value);

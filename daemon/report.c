@@ -86,10 +86,8 @@ void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
                 stats_add_mm(s, mm);
                 s->clients++;
         }
-        pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 stats_add_mm(s, mm);
-        pthread_mutex_unlock(&m->orphans_lock);
         /* releases are deferred (the fault path never takes the pool's
          * locks): settle them so the figures are current */
         manager_pool_reclaim(m);

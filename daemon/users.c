@@ -178,10 +178,8 @@ static void users_pool(Manager *m) {
         /* forked children not attached yet hold their copies too: a
          * process that forks and whose children never attach must not
          * get its user's pool past max_pool */
-        pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 users_pool_add(m, mm);
-        pthread_mutex_unlock(&m->orphans_lock);
         for (UserState *u = m->users; u; u = u->next) {
                 uint64_t max = u->lim.v[UKEY_MAX_POOL];
                 /* hysteresis as at the daemon's bound: resume 10 % under it */
@@ -197,10 +195,8 @@ static void users_pool(Manager *m) {
          * attaches, and its children's copies are paid from its share */
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 users_share(m, mm);
-        pthread_mutex_lock(&m->orphans_lock);
-        for (MMClient *mm = m->orphans; mm; mm = mm->next)
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 users_share(m, mm);
-        pthread_mutex_unlock(&m->orphans_lock);
 }
 
 int64_t users_pool_left(Manager *m, uid_t uid) {
@@ -247,10 +243,8 @@ void users_tick(Manager *m) {
                 for (MMClient *mm = m->mms; mm && !used; mm = mm->next)
                         used = mm->uid == u->uid;
                 /* a forked child not attached yet holds pool bytes too */
-                pthread_mutex_lock(&m->orphans_lock);
-                for (MMClient *mm = m->orphans; mm && !used; mm = mm->next)
+                for (MMClient *mm = manager_orphans(m); mm && !used; mm = mm->next)
                         used = mm->uid == u->uid;
-                pthread_mutex_unlock(&m->orphans_lock);
                 if (used) {
                         p = &u->next;
                         continue;
