@@ -67,6 +67,7 @@ int mmclient_new(Manager *m, int uffd, MMClient **ret) {
         mm->pagemap_fd = -1;
         mm->mem_fd = -1;
         mm->maps_fd = -1;
+        mm->bound.pidfd = mm->bound.pagemap_fd = mm->bound.mem_fd = -1;
         mm->ops_tail = &mm->ops;
         mm->rc.idle_age_ms = -1; /* the daemon's */
         mm->sync_fd = -1;
@@ -133,20 +134,30 @@ int mmclient_bind(MMClient *mm, int pidfd, pid_t pid) {
          * now is caught by mmclient_prove()) */
         if (pidfd_exited(pfd) != 0)
                 return -ESRCH;
-        mm->pidfd = TAKE_FD(pfd);
-        mm->mem_fd = TAKE_FD(mem);
-        mm->pagemap_fd = TAKE_FD(pagemap);
+        mmclient_unbind(mm);
+        mm->bound.pidfd = TAKE_FD(pfd);
+        mm->bound.mem_fd = TAKE_FD(mem);
+        mm->bound.pagemap_fd = TAKE_FD(pagemap);
         mm->maps_fd = TAKE_FD(maps);
-        mm->pid = pid;
+        mm->bound.pid = pid;
         return 0;
 }
 
 void mmclient_unbind(MMClient *mm) {
-        mm->pidfd = safe_close(mm->pidfd);
-        mm->mem_fd = safe_close(mm->mem_fd);
-        mm->pagemap_fd = safe_close(mm->pagemap_fd);
+        mm->bound.pidfd = safe_close(mm->bound.pidfd);
+        mm->bound.mem_fd = safe_close(mm->bound.mem_fd);
+        mm->bound.pagemap_fd = safe_close(mm->bound.pagemap_fd);
+        mm->bound.pid = 0;
         mm->maps_fd = safe_close(mm->maps_fd);
-        mm->pid = 0;
+}
+
+/* What mmclient_bind() opened, proven: for every thread to see. */
+static void bind_publish(MMClient *mm) {
+        mm->pidfd = TAKE_FD(mm->bound.pidfd);
+        mm->mem_fd = TAKE_FD(mm->bound.mem_fd);
+        mm->pagemap_fd = TAKE_FD(mm->bound.pagemap_fd);
+        mm->pid = mm->bound.pid;
+        mm->bound.pid = 0;
 }
 
 /*
@@ -268,7 +279,11 @@ int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len) {
                 return seen;
         if (r < 0)
                 return r;
-        return seen == 1 ? 0 : -EPERM;
+        if (seen != 1)
+                return -EPERM;
+        if (mm->mem_fd < 0)
+                bind_publish(mm);
+        return 0;
 }
 
 MMClient *mmclient_ref(MMClient *mm) {
@@ -394,7 +409,7 @@ MMClient *mmclient_unref(MMClient *mm) {
         safe_close(mm->parent_pidfd);
         safe_close(mm->pagemap_fd);
         safe_close(mm->mem_fd);
-        safe_close(mm->maps_fd);
+        mmclient_unbind(mm); /* maps_fd, and what was never proven */
         pthread_mutex_destroy(&mm->regions_lock);
         pthread_mutex_destroy(&mm->serve_lock);
         free(mm->regions);

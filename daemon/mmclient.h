@@ -100,14 +100,27 @@ typedef struct MMReclaim {
 typedef struct MMClient {
         _Atomic int refs;
         Manager *m;
-        uint64_t id;
+        uint64_t id;     /* the manager's: given when the client is linked (zswapctl names it) */
 
-        int uffd;        /* the daemon's reference; the client keeps its own */
-        pid_t pid;       /* 0: a fork child that has not attached yet */
-        int pidfd;       /* -1 until pid is known */
-        int pagemap_fd;  /* /proc/PID/pagemap, bound to this mm at open */
-        int mem_fd;      /* /proc/PID/mem, the same: every read of the client's memory */
-        int maps_fd;     /* /proc/PID/maps, the same */
+        int uffd;        /* the daemon's reference, set at creation, closed at free; the client keeps its own */
+        /*
+         * The process, as mmclient_prove() published it: written once by
+         * the manager, read by every thread. A fork child's fault threads
+         * already watch it when it attaches, so these are _Atomic (every
+         * plain access is a seq_cst load or store: they are read for a
+         * system call or a log line, never on a counted path) and each is
+         * published only after the proof, never closed before the
+         * MMClient is freed: a thread sees -1/0 or the process's own fd.
+         */
+        _Atomic pid_t pid;       /* 0: a fork child that has not attached yet */
+        _Atomic int pidfd;       /* -1 until pid is known */
+        _Atomic int pagemap_fd;  /* /proc/PID/pagemap, bound to this mm at open */
+        _Atomic int mem_fd;      /* /proc/PID/mem, the same: every read of the client's memory */
+        int maps_fd;             /* /proc/PID/maps, the same; the manager's only */
+        struct {
+                pid_t pid;
+                int pidfd, pagemap_fd, mem_fd;
+        } bound; /* the manager's: opened by mmclient_bind(), not proven yet */
         PageIndex *index;
         /* the client's store (store.h): its pool, the index's leaves and
          * the ranges live there; NULL/-1 for an MMClient of a test */
@@ -294,14 +307,15 @@ void mmclient_swap_sync(MMClient *mm, struct ZSync *p, int fd);
  * (the pid may name another process by now). Nothing is proven yet about
  * mm->uffd: mmclient_prove(). */
 int mmclient_bind(MMClient *mm, int pidfd, pid_t pid);
-/* Undo mmclient_bind(). */
+/* Undo mmclient_bind() (before mmclient_prove() succeeded). */
 void mmclient_unbind(MMClient *mm);
 /* Prove that mm->uffd acts on the address space mmclient_bind() bound: a
  * page of [staging, staging+len) picked at random, registered on the uffd
  * for missing faults, must show as a mapping of its own through the maps
  * fd; it is left registered write-protect only, as the client's staging
- * area is. 0; -EPERM: another address space; -ESRCH: it is gone; -EBUSY:
- * no page to prove it with; -ENOMEM. */
+ * area is. On success the bound pid and fds are published (mm->pid,
+ * mm->mem_fd, ...), for good. 0; -EPERM: another address space; -ESRCH: it
+ * is gone; -EBUSY: no page to prove it with; -ENOMEM. */
 int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len);
 
 /* Regions. All take regions_lock. */
