@@ -51,6 +51,7 @@
 #include "manager.h"
 #include "reclaim.h"
 #include "tier.h"
+#include "tier-pump.h"
 #include "uffd-compat.h"
 #include "util.h"
 #include "trace.h"
@@ -94,6 +95,10 @@ typedef struct Retry {
          * given up as soon as the read is back (the page is ours then) */
         MMClient *pin_mm;
         MemReadOp op;      /* READING: the read, into page */
+        /* a read of the second tier (tier_read_async()): instead of op,
+         * the pump's job, into page; READY with tj.res and tj.win */
+        bool tier;
+        TierJob tj;
         uint8_t page[ZSWAP_PAGE_SIZE];
 } Retry;
 
@@ -105,7 +110,9 @@ struct FaultThread {
         int epfd;
         Inbox inbox;
         CodecDCtx *dctx;
-        TierReader *tier;   /* reads from the second tier, or NULL (tier.h) */
+        TierReader *tier;   /* reads from the second tier here and now (a fork's copies), or NULL (tier.h) */
+        TierPump *pump;     /* reads from the second tier for faults, or NULL (tier-pump.h) */
+        int pump_fd;        /* eventfd: the pump's jobs are back */
         uint64_t tier_warned_ns; /* last "cannot read the second tier" line; this thread only */
         uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not */
         unsigned lost_logged, lost_unlogged;
@@ -223,6 +230,8 @@ static void retry_free(FaultThread *ft, Retry *r) {
                 return;
         retry_unpin(r->pin);
         r->pin = NULL;
+        if (r->tier)
+                tier_window_free(&r->tj.win);
         if (r->reserved) {
                 r->next = ft->reserve;
                 ft->reserve = r;
@@ -252,6 +261,7 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
         r->mm = NULL;
         r->pin_mm = NULL;
         r->op.res = 0;
+        r->tier = false;
         r->t0 = ft->fault_t0; /* the fault still waits: its time runs on */
         TRACE(TR_RETRY, addr, loading, 0);
         if (page)
@@ -266,6 +276,8 @@ void fault_mm_free_retries(MMClient *mm) {
         while (mm->retries) {
                 Retry *r = mm->retries;
                 mm->retries = r->next;
+                if (r->tier)
+                        tier_window_free(&r->tj.win);
                 free(r); /* reserve entries too: the thread that lent it gets by with one less */
         }
 }
@@ -551,6 +563,7 @@ static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uin
         r->refault = refault;
         r->mm = mmclient_ref(mm);
         r->pin_mm = src != mm ? mmclient_ref(src) : NULL;
+        r->tier = false;
         atomic_init(&r->state, RS_READING);
         if (!read_submit(ft, src, &r->op, mmclient_slot_addr(src, slot), r->page, ZSWAP_PAGE_SIZE, READ_SLOT)) {
                 mmclient_unref(mm);
@@ -909,12 +922,14 @@ static void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic ui
  * The read that brought a page back from the second tier brought the
  * objects packed next to it too, written out together because they were
  * neighbours. Install those of the pages around it (without waking
- * anyone) that are in the window and open (tier-seal.c); the rest keep
- * their entries.
+ * anyone) that are in the read's window w and open (tier-seal.c); the
+ * rest keep their entries.
  */
-static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
+static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow *w) {
         unsigned got = 0;
 
+        if (!w->buf)
+                return;
         for (int dir = 1; dir >= -1; dir -= 2) {
                 for (unsigned i = 1; i <= TIER_AROUND; i++) {
                         uint64_t a = addr + (uint64_t)(int64_t)(dir * (int)i) * ZSWAP_PAGE_SIZE;
@@ -924,17 +939,17 @@ static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                         uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
                         TierStub s;
                         if (pe_state(v) != PE_STORED || !pe_is_tier(v) || tier_stub(mm, v, &s) < 0 ||
-                            !tier_window_has(ft->tier, &s))
+                            s.off < w->off || s.off + tier_rec_len(&s) > w->off + w->len)
                                 continue;
                         uint64_t loading = pe_make_loading(v);
                         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
                                                                      memory_order_acquire))
                                 continue;
                         /* ours now: the stub cannot change under us */
-                        const uint8_t *obj = tier_stub(mm, v, &s) == 0 ? tier_window_object(ft->tier, &s, mm->uid) : NULL;
-                        int r = !obj ? -EBADMSG
-                                : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], obj, ZSWAP_PAGE_SIZE), 0)
-                                                           : codec_decompress(ft->dctx, obj, s.len, ft->ra_buf[0]);
+                        bool open = tier_stub(mm, v, &s) == 0 && tier_window_open(mm->m->tier, w, &s, mm->uid, ft->page);
+                        int r = !open ? -EBADMSG
+                                : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], ft->page, ZSWAP_PAGE_SIZE), 0)
+                                                           : codec_decompress(ft->dctx, ft->page, s.len, ft->ra_buf[0]);
                         if (r == 0)
                                 r = uffd_copy(mm->uffd, a, ft->ra_buf[0], UFFDIO_COPY_MODE_DONTWAKE);
                         if (r < 0) {
@@ -955,6 +970,83 @@ out:
         atomic_fetch_add_explicit(&mm->st.prefetches, got, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->m->prefetches, got, memory_order_relaxed);
         tier_note_prefetch(mm->m->tier, got);
+}
+
+#define TIER_READS_CLIENT 64 /* a client's pages one pump reads at once */
+
+/*
+ * A client with TIER_READS_CLIENT reads of the second tier out: true, and
+ * the page waits for one of them to be back (a program's fault in a
+ * retry; a restore comes back to it by itself).
+ */
+static bool tier_reads_full(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        /* relaxed: a bound, read under serve_lock as it is raised */
+        if (atomic_load_explicit(&mm->tier_reads, memory_order_relaxed) < TIER_READS_CLIENT)
+                return false;
+        if (ft->fault_t0 && !retry_find(mm, addr))
+                retry_add(ft, mm, addr, 0, NULL);
+        return true;
+}
+
+/*
+ * A page of the second tier, its entry LOADING (loading, from v) and ours:
+ * its read goes to this thread's pump (tier-pump.h), and this thread goes
+ * on serving every other fault while the backing store answers (or does
+ * not: an NBD server that stops answering holds the pump alone). The retry
+ * made here holds the page's place as a slot read's does: events that drop
+ * or move the page find it (remove_cb(), remap_cb()), a fork copies the
+ * object's stub (fork_cb()), and run_retries() installs the page once
+ * tier_read_done() has made it READY. False: no memory for it (the caller
+ * reads here and now).
+ */
+static bool tier_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t v, uint64_t loading,
+                            bool refault) {
+        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        if (!r)
+                return false;
+        if (tier_stub(mm, v, &r->tj.stub) < 0) {
+                free(r); /* the read here finds it lost */
+                return false;
+        }
+        r->reserved = false;
+        r->addr = addr;
+        r->loading = loading;
+        r->pin = NULL;
+        r->t0 = ft->fault_t0; /* timed to the install */
+        r->refault = refault;
+        r->mm = mmclient_ref(mm);
+        r->pin_mm = NULL;
+        r->op.res = 0;
+        r->tier = true;
+        r->tj.owner = mm->uid;
+        r->tj.page = r->page;
+        r->tj.res = 0;
+        r->tj.win = (TierWindow){ 0 };
+        atomic_init(&r->state, RS_READING);
+        TRACE(TR_RETRY, addr, loading, 2);
+        atomic_fetch_add_explicit(&mm->tier_reads, 1, memory_order_relaxed);
+        r->next = mm->retries;
+        mm->retries = r;
+        ft->fault_t0 = 0;
+        tier_pump_submit(ft->pump, &r->tj);
+        return true;
+}
+
+/* A read of this thread's pump is back (or given up: -ECANCELED). As
+ * slot_read_done(): only the retry's state changes here. */
+static void tier_read_done(FaultThread *ft, TierJob *j) {
+        Retry *r = container_of(j, Retry, tj);
+        MMClient *mm = r->mm;
+
+        atomic_fetch_sub_explicit(&mm->tier_reads, 1, memory_order_relaxed);
+        if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_acq_rel) == RS_CANCELLED) {
+                tier_window_free(&r->tj.win);
+                free(r);
+        } else {
+                atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
+                ft->retry_due = true;
+        }
+        mmclient_unref(mm);
 }
 
 /* Serve a fault at addr (or take a page back for a restore or an event:
@@ -1002,10 +1094,15 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                         continue;
                 case PE_STORED:
                 case PE_SAME: {
+                        bool tiered = pe_state(v) == PE_STORED && pe_is_tier(v) && ft->pump;
+                        if (tiered && tier_reads_full(ft, mm, addr))
+                                return;
                         uint64_t loading = pe_make_loading(v);
                         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
                                                                      memory_order_acquire))
                                 continue;
+                        if (tiered && tier_read_async(ft, mm, addr, v, loading, around))
+                                return;
                         int r = decode(ft, mm, v, ft->page);
                         if (r < 0 && pe_is_tier(v)) {
                                 tier_failed(ft, mm, addr, e, v, loading, r);
@@ -1020,9 +1117,12 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);
-                        if (pe_is_tier(v))
-                                tier_around(ft, mm, addr);
-                        else if (around)
+                        if (pe_is_tier(v)) {
+                                TierWindow w;
+                                if (tier_window_copy(ft->tier, &w))
+                                        tier_around(ft, mm, addr, &w);
+                                tier_window_free(&w);
+                        } else if (around)
                                 fault_around(ft, mm, addr);
                         return;
                 }
@@ -1058,7 +1158,7 @@ static bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *
 static void slot_poison(MMClient *mm, uint32_t slot);
 
 static void retry_poison(MMClient *mm, Retry *r) {
-        if (atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING)
+        if (!r->tier && atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING)
                 slot_poison(mm, pe_slot(r->loading));
 }
 
@@ -1440,6 +1540,14 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint64_t tier = 0;
         TierStub stub;
 
+        if (pe_state(v) == PE_LOADING) {
+                /* a read of the second tier under way: the child takes a
+                 * reference to the object, as from a page still there (the
+                 * stub is the parent's until its install releases it) */
+                Retry **p = retry_find(c->mm, addr);
+                if (p && (*p)->tier)
+                        v = pe_loading_origin(v);
+        }
         switch (pe_state(v)) {
         case PE_EMPTY:
                 nv = v; /* keeps the incompressible mark */
@@ -1945,7 +2053,19 @@ static void run_retries(FaultThread *ft, MMClient *mm) {
                 ft->fault_t0 = r->t0;
                 if (!r->loading)
                         serve(ft, mm, r->addr, true, false);
-                else if (r->op.res < 0) {
+                else if (r->tier) {
+                        /* the pump's read is back: the page, or why not */
+                        _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
+                        if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading) {
+                                if (r->tj.res < 0) {
+                                        tier_failed(ft, mm, r->addr, e, pe_loading_origin(r->loading), r->loading,
+                                                    r->tj.res);
+                                } else {
+                                        install(ft, mm, r->addr, e, r->loading, r->page, 0, false, r->refault);
+                                        tier_around(ft, mm, r->addr, &r->tj.win);
+                                }
+                        }
+                } else if (r->op.res < 0) {
                         /* the slot read failed: the client is gone or broke
                          * its staging area; nothing to install */
                         _Atomic uint64_t *e = pindex_entry(mm->index, r->addr, false);
@@ -2320,6 +2440,18 @@ static void pin_to_cpu(FaultThread *ft) {
 }
 
 static char reads_tag; /* epoll: the slot read queue's fd (the inbox's is NULL) */
+static char pump_tag;  /* epoll: the tier pump's eventfd */
+
+/* The second tier's reads that are back. */
+static void run_pump(FaultThread *ft) {
+        uint64_t n;
+        (void)!read(ft->pump_fd, &n, sizeof(n)); /* before the take: a later push writes again */
+        for (TierJob *j = tier_pump_done(ft->pump); j;) {
+                TierJob *next = j->next;
+                tier_read_done(ft, j);
+                j = next;
+        }
+}
 
 /* Slot reads that are back, and those past their bound (memread.h): a
  * client whose read waits that long loses its process, and its user is
@@ -2370,7 +2502,7 @@ static void *fault_thread_main(void *arg) {
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
                 int n = epoll_wait(ft->epfd, evs, ELEMENTSOF(evs), timeout);
-                bool inbox = false, reads = false;
+                bool inbox = false, reads = false, pump = false;
 
                 if (n > 0 && spin_ns)
                         spin_until = now_ns() + spin_ns;
@@ -2386,10 +2518,16 @@ static void *fault_thread_main(void *arg) {
                                 reads = true;
                                 continue;
                         }
+                        if (evs[i].data.ptr == &pump_tag) {
+                                pump = true;
+                                continue;
+                        }
                         service(ft, evs[i].data.ptr);
                 }
                 if (ft->reads)
                         run_reads(ft, reads);
+                if (pump)
+                        run_pump(ft);
                 /* an mm may be disowned by the inbox: only after this batch
                  * of events, whose pointers refer to it, is done */
                 if (inbox)
@@ -2413,6 +2551,7 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
                 return -ENOMEM;
         ft->m = m;
         ft->idx = idx;
+        ft->pump_fd = -1;
         ft->epfd = epoll_create1(EPOLL_CLOEXEC);
         if (ft->epfd < 0 || inbox_init(&ft->inbox) < 0) {
                 r = negative_errno();
@@ -2421,8 +2560,18 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
         r = codec_dctx_new(m->cfg.codec, &ft->dctx);
         if (r < 0)
                 goto fail;
-        if (m->tier && (r = tier_reader_new(m->tier, &ft->tier)) < 0)
+        if (m->tier && (r = tier_reader_new(m->tier, false, &ft->tier)) < 0)
                 goto fail;
+        if (m->tier) {
+                struct epoll_event pev = { .events = EPOLLIN, .data.ptr = &pump_tag };
+                ft->pump_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+                if (ft->pump_fd < 0 || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->pump_fd, &pev) < 0) {
+                        r = negative_errno();
+                        goto fail;
+                }
+                if ((r = tier_pump_new(m->tier, m->cfg.codec, ft->pump_fd, &ft->pump)) < 0)
+                        goto fail;
+        }
         for (int i = 0; i < RETRY_RESERVE; i++) {
                 Retry *rr = calloc(1, sizeof(*rr));
                 if (!rr) {
@@ -2483,6 +2632,13 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         if (!ft)
                 return NULL;
         fault_thread_stop(ft);
+        /* the second tier's reads: the one under way ends within the
+         * tier's timeout, the rest come back cancelled */
+        if (ft->pump) {
+                tier_pump_stop(ft->pump);
+                run_pump(ft);
+                ft->pump = tier_pump_free(ft->pump);
+        }
         for (Work *w = inbox_take(&ft->inbox); w;) {
                 Work *n = w->next;
                 work_discard(w);
@@ -2520,6 +2676,7 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         free(ft->owned);
         codec_dctx_free(ft->dctx);
         tier_reader_free(ft->tier);
+        safe_close(ft->pump_fd);
         safe_close(ft->epfd);
         safe_close(ft->inbox.efd);
         free(ft);

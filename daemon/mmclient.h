@@ -187,6 +187,7 @@ typedef struct MMClient {
         struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
         _Atomic bool has_retries; /* retries != NULL, readable without the lock */
         _Atomic unsigned slot_reads; /* of the retries, reads of a staging slot in flight (fault.c) */
+        _Atomic unsigned tier_reads; /* of the retries, reads of the second tier in flight (fault.c) */
         /* staging slots to poison once the events queued before them are
          * read (UFFDIO_ZEROPAGE met EAGAIN: fault.c slot_poison()), under
          * serve_lock */

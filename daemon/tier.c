@@ -70,6 +70,7 @@ struct TierReader {
         uint8_t *buf;        /* READ_BUF, block aligned */
         uint64_t win_off;    /* what buf holds: [win_off, win_off + win_len) */
         uint32_t win_len;
+        bool patient;        /* a pump's: the whole timeout for an NBD answer */
         NbdConn *conn;
         uint64_t next_connect_ns;
         /* after a failed read, faults retried every millisecond get its
@@ -682,13 +683,14 @@ bool tier_get(Tier *t, const TierStub *s) {
 
 static int reader_conn(TierReader *r);
 
-int tier_reader_new(Tier *t, TierReader **ret) {
+int tier_reader_new(Tier *t, bool patient, TierReader **ret) {
         TierReader *r = calloc(1, sizeof(*r));
         int e;
 
         if (!r)
                 return -ENOMEM;
         r->t = t;
+        r->patient = patient;
         if (posix_memalign((void **)&r->buf, TIER_BLOCK, READ_BUF) != 0) {
                 free(r);
                 return -ENOMEM;
@@ -716,9 +718,11 @@ TierReader *tier_reader_free(TierReader *r) {
         return NULL;
 }
 
-/* The reader's NBD connection, made again at most every RECONNECT_MS: a
- * fault thread serves every client on its CPU and may not sit in connect()
- * for each fault while the server is down. */
+/* The reader's NBD connection, made again at most every RECONNECT_MS. A
+ * fault thread's reader waits at most 1 s for the server (the thread
+ * serves every client); a pump's (tier-pump.h) holds nobody else up and
+ * waits the tier's whole timeout, so a slow server is not taken for a
+ * dead one. */
 static int reader_conn(TierReader *r) {
         Tier *t = r->t;
         char why[256];
@@ -729,7 +733,8 @@ static int reader_conn(TierReader *r) {
         uint64_t now = now_ns();
         if (now < r->next_connect_ns)
                 return -ENOTCONN;
-        int e = tier_connect_nbd(t, &r->conn, (int)MIN(t->conf.timeout_ms, 1000u), why, sizeof(why));
+        int e = tier_connect_nbd(t, &r->conn, (int)(r->patient ? t->conf.timeout_ms : MIN(t->conf.timeout_ms, 1000u)),
+                                 why, sizeof(why));
         if (e < 0) {
                 r->next_connect_ns = now + RECONNECT_MS * 1000000ull;
                 return e;
@@ -777,15 +782,37 @@ void tier_note_prefetch(Tier *t, unsigned n) {
                 stat_add(&t->st.prefetched, n);
 }
 
+static bool window_has(Tier *t, uint64_t win_off, uint32_t win_len, const TierStub *s) {
+        return tier_stub_check(t, s) == 0 && s->off >= win_off && s->off + tier_rec_len(s) <= win_off + win_len;
+}
+
 bool tier_window_has(TierReader *r, const TierStub *s) {
-        return tier_stub_check(r->t, s) == 0 && s->off >= r->win_off &&
-               s->off + tier_rec_len(s) <= r->win_off + r->win_len;
+        return window_has(r->t, r->win_off, r->win_len, s);
 }
 
 const uint8_t *tier_window_object(TierReader *r, const TierStub *s, uint32_t owner) {
         if (!tier_window_has(r, s))
                 return NULL;
         return tier_unseal(r->t, s, owner, r->buf + (s->off - r->win_off), r->plain) ? r->plain : NULL;
+}
+
+bool tier_window_copy(TierReader *r, TierWindow *w) {
+        *w = (TierWindow){ 0 };
+        if (r->win_len == 0 || !(w->buf = malloc(r->win_len)))
+                return false;
+        memcpy(w->buf, r->buf, r->win_len);
+        w->off = r->win_off;
+        w->len = r->win_len;
+        return true;
+}
+
+void tier_window_free(TierWindow *w) {
+        free(w->buf);
+        *w = (TierWindow){ 0 };
+}
+
+bool tier_window_open(Tier *t, const TierWindow *w, const TierStub *s, uint32_t owner, uint8_t *out) {
+        return w->buf && window_has(t, w->off, w->len, s) && tier_unseal(t, s, owner, w->buf + (s->off - w->off), out);
 }
 
 int tier_read(TierReader *r, const TierStub *s, uint32_t owner, const uint8_t **obj) {

@@ -136,8 +136,10 @@ void tier_put(Tier *t, const TierStub *s);
  * would overflow (the caller copies the page instead). Any thread. */
 bool tier_get(Tier *t, const TierStub *s);
 
-/* Fault threads: one reader each (its own ring, buffer and connection). */
-int tier_reader_new(Tier *t, TierReader **ret);
+/* Fault threads and their pumps: one reader each (its own ring, buffer
+ * and connection). A patient reader (a pump's) waits for an NBD answer as
+ * long as the tier's timeout; another (on a fault thread) at most 1 s. */
+int tier_reader_new(Tier *t, bool patient, TierReader **ret);
 TierReader *tier_reader_free(TierReader *r);
 /*
  * Read the object of s (checked with tier_stub_check() first). 0 and
@@ -155,3 +157,18 @@ void tier_note_prefetch(Tier *t, unsigned n);
 const uint8_t *tier_window_object(TierReader *r, const TierStub *s, uint32_t owner);
 /* Whether the same read brought s's record in whole (nothing opened). */
 bool tier_window_has(TierReader *r, const TierStub *s);
+
+/* What a read brought, copied out of its reader (for another thread):
+ * [off, off + len) of the backing store, in buf (malloc'd, or NULL). */
+typedef struct TierWindow {
+        uint8_t *buf;
+        uint64_t off;
+        uint32_t len;
+} TierWindow;
+/* After a tier_read() that returned 0: a copy of its window. false: no
+ * memory (w empty). */
+bool tier_window_copy(TierReader *r, TierWindow *w);
+void tier_window_free(TierWindow *w);
+/* s's object from w, opened into out (ZSWAP_PAGE_SIZE bytes): false if w
+ * does not hold its record whole, or it does not open (tier-seal.c). */
+bool tier_window_open(Tier *t, const TierWindow *w, const TierStub *s, uint32_t owner, uint8_t *out);

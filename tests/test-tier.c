@@ -26,6 +26,14 @@
  *   nbd-down-restart  the daemon killed and the server down: the next
  *                 daemon starts without it, adopts, and serves every page
  *                 once the server is back
+ *   nbd-stall     nbd-server stops answering (SIGSTOP) while a client
+ *                 faults on its tier pages; the daemon has one fault
+ *                 thread. Another client's 4096 faults (same-filled pages
+ *                 read in random order, one fault each) must all be served
+ *                 while the read stays stalled (a fault thread that read
+ *                 the tier itself would wait up to a second for each);
+ *                 then the server goes on and the stalled client reads
+ *                 every page
  *   fork-hold     a client forks while its evicted pages are all in RAM;
  *                 its child stops before it can attach, so the daemon
  *                 holds the parent; another client fills the pool and the
@@ -94,11 +102,16 @@ static void write_conf(const char *backing_spec, const char *extra) {
         fclose(f);
 }
 
-static void start_daemon(TestDaemon *d) {
+static void start_daemon_with(TestDaemon *d, const char *extra) {
         char args[256];
-        snprintf(args, sizeof(args), "--config %s --pool-max %u%s", conf_path, POOL_MAX, getenv("TIER_VERBOSE") ? " -v" : "");
+        snprintf(args, sizeof(args), "--config %s --pool-max %u%s%s", conf_path, POOL_MAX,
+                 getenv("TIER_VERBOSE") ? " -v" : "", extra);
         td_start_logged(d, args);
         cur = d;
+}
+
+static void start_daemon(TestDaemon *d) {
+        start_daemon_with(d, "");
 }
 
 static ZMsgStatusReply status(TestDaemon *d) {
@@ -753,6 +766,147 @@ static void case_nbd_restart(void) {
         write_again_and_end(&d, c, buf, hashes, 1, "after the server came back");
 }
 
+/* SIGSTOP or SIGCONT to every nbd-server process of ours: a stopped
+ * server keeps its connections open and answers nothing. */
+static void nbd_signal(const char *sig) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "pkill -%s -f -- 'nbd-serve[r] -C %s/nbd.conf'", sig, nbd_dir);
+        ASSERT_EQ(system(cmd), 0);
+}
+
+#define HONEST_PAGES 4096u
+
+typedef struct Honest {
+        uint8_t *same; /* evicted same-filled pages: nothing of them is on the tier */
+        _Atomic unsigned checked, bad;
+        _Atomic bool done;
+} Honest;
+
+/* In random order: no fault-around, each page a fault of its own. */
+static void *honest_main(void *arg) {
+        static uint32_t order[HONEST_PAGES];
+        Honest *h = arg;
+        uint64_t seed = 0x40e57;
+
+        for (uint32_t i = 0; i < HONEST_PAGES; i++)
+                order[i] = i;
+        for (uint32_t i = HONEST_PAGES - 1; i > 0; i--) {
+                uint32_t j = (uint32_t)(xorshift(&seed) % (i + 1)), t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+        }
+        for (unsigned n = 0; n < HONEST_PAGES; n++) {
+                unsigned i = order[n];
+                const uint32_t *p = (const uint32_t *)(h->same + (size_t)i * ZSWAP_PAGE_SIZE);
+                bool ok = true;
+                for (size_t k = 0; k < ZSWAP_PAGE_SIZE / 4; k++)
+                        ok &= p[k] == 0x5a000000u + i;
+                atomic_fetch_add(&h->bad, !ok);
+                atomic_fetch_add(&h->checked, 1);
+        }
+        atomic_store(&h->done, true);
+        return NULL;
+}
+
+typedef struct Stalled {
+        uint8_t *buf;
+        const uint64_t *hashes;
+        _Atomic unsigned at; /* pages read so far */
+        _Atomic size_t bad;
+        _Atomic bool done;
+} Stalled;
+
+static void *stalled_main(void *arg) {
+        Stalled *s = arg;
+        for (unsigned i = 0; i < NPAGES; i++) {
+                atomic_fetch_add(&s->bad, page_hash(s->buf + (size_t)i * ZSWAP_PAGE_SIZE) != s->hashes[i]);
+                atomic_store(&s->at, i + 1);
+        }
+        atomic_store(&s->done, true);
+        return NULL;
+}
+
+/* One client's read of the second tier stalls (the NBD server stops
+ * answering, the read's timeout is 10 min): another client's faults are
+ * served meanwhile, by the daemon's only fault thread. */
+static void case_nbd_stall(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+        char spec[128];
+
+        nbd_setup();
+        snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd_port);
+        write_conf(spec, "timeout = 10m\nsize = 64M\n");
+        start_daemon_with(&d, " --fault-threads 1");
+        struct zswap_client *hc = td_connect(&d), *sc = td_connect(&d);
+        /* the honest client's pages go out first, same-filled: they live in
+         * the index alone, never in the pool, so never on the tier */
+        Honest h = { 0 };
+        size_t hlen = (size_t)HONEST_PAGES * ZSWAP_PAGE_SIZE;
+        h.same = mmap(NULL, hlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(h.same != MAP_FAILED);
+        for (unsigned i = 0; i < HONEST_PAGES; i++) {
+                uint32_t *p = (uint32_t *)(h.same + (size_t)i * ZSWAP_PAGE_SIZE);
+                for (size_t k = 0; k < ZSWAP_PAGE_SIZE / 4; k++)
+                        p[k] = 0x5a000000u + i;
+        }
+        ASSERT_OK(zswap_register(hc, h.same, hlen));
+        ZMsgStatusReply st;
+        for (int i = 0; (st = status(&d)).stats.same_pages < HONEST_PAGES; i++) {
+                ASSERT_TRUE(i < TEST_WAIT_S * 10);
+                ASSERT_OK(zswap_pageout(hc, h.same, hlen));
+                usleep(100000);
+        }
+        /* the stalled client's pages, a quarter of them on the tier */
+        uint8_t *buf = td_region(sc, DATA, 0x57a1, hashes);
+        page_all_out(&d, sc, buf, NPAGES / 4);
+        tier_settled(&d);
+        nbd_signal("STOP");
+        Stalled s = { .buf = buf, .hashes = hashes };
+        pthread_t st_t, h_t;
+        ASSERT_EQ(pthread_create(&st_t, NULL, stalled_main, &s), 0);
+        /* until it waits in a fault that does not come back: a page of the
+         * tier (its progress stands still for a second) */
+        unsigned at = ~0u;
+        for (int i = 0;; i++) {
+                ASSERT_TRUE(i < TEST_WAIT_S * 10 && !atomic_load(&s.done));
+                unsigned now = atomic_load(&s.at);
+                if (now == at && i % 10 == 9)
+                        break;
+                if (i % 10 == 0)
+                        at = now;
+                usleep(100000);
+        }
+        /* meanwhile the honest client reads its pages; the stalled read
+         * stays one read, unanswered, all along: no read of the tier ends
+         * (a read that timed out and was tried again, as when the thread
+         * that serves the faults reads the tier itself and gives up after
+         * a second to serve the others, counts an error) */
+        uint64_t errors = status(&d).tier_read_errors;
+        ASSERT_EQ(pthread_create(&h_t, NULL, honest_main, &h), 0);
+        WAIT_UNTIL(atomic_load(&h.done), TEST_WAIT_S,
+                   "with the stalled client's read of the tier waiting at page %u, the other client's faults "
+                   "were served for %u of %u pages", atomic_load(&s.at), atomic_load(&h.checked), HONEST_PAGES);
+        ASSERT_EQ(pthread_join(h_t, NULL), 0);
+        ASSERT_EQ(atomic_load(&h.bad), 0);
+        st = status(&d);
+        if (st.tier_read_errors != errors)
+                td_log_dump(&d);
+        if (st.tier_read_errors != errors)
+                test_fail("the other client was served, but between reads of the stalled tier: %llu of them "
+                          "gave up meanwhile", (unsigned long long)(st.tier_read_errors - errors));
+        ASSERT_TRUE(!atomic_load(&s.done)); /* it was stalled all along */
+        td_log_mark(&d, "the honest client read its pages; the nbd server goes on");
+        nbd_signal("CONT");
+        ASSERT_EQ(pthread_join(st_t, NULL), 0);
+        if (atomic_load(&s.bad))
+                td_log_dump(&d);
+        ASSERT_EQ(atomic_load(&s.bad), 0);
+        zswap_disconnect(hc);
+        zswap_disconnect(sc);
+        td_stop(&d);
+}
+
 /* The daemon killed with pages on the server, and the server down too: the
  * next daemon starts all the same (the size is in its configuration),
  * adopts the client, whose faults on the tier wait; the server comes
@@ -1062,7 +1216,7 @@ int main(int argc, char **argv) {
                 { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
                 { "nbd-down-restart", case_nbd_down_restart }, { "unsafe-backing", case_unsafe_backing },
-                { "fork-hold", case_fork_hold },
+                { "fork-hold", case_fork_hold },  { "nbd-stall", case_nbd_stall },
         };
 
         test_require_root();
