@@ -50,7 +50,10 @@ Pool *pool_free(Pool *p);
 /* Allocate an object of len bytes. Returns 0 and a handle in *ret, -EINVAL
  * for len 0 or > POOL_MAX_OBJECT, -ENOSPC if it would take pool_bytes past
  * max_bytes, -ENOMEM if out of memory or address space. May block on a
- * per-size-class mutex; call it from worker threads, not the fault path. */
+ * per-size-class mutex; call it from worker threads, not the fault path,
+ * except on a pool no other thread can see yet: a fork child's, filled by
+ * the fault thread that read the fork event before it hands the child on
+ * (fault.c event_fork()), whose locks nobody else can hold. */
 int pool_alloc(Pool *p, size_t len, PoolHandle *ret);
 
 /* pool_alloc() that may take pool_bytes past max_bytes (one chunk per
