@@ -17,8 +17,10 @@
  * Counters, not flags: a forked child shares the page with its parent
  * until it attaches with a page of its own.
  *
- * The daemon never trusts the page, and never waits long for a move: one
- * still under way after ZSYNC_READ_WAIT_NS is revoked (daemon/fault.c,
+ * The daemon never trusts the page, and never waits for a move: a read
+ * that finds one under way is put off (zsync_read_begin() with wait_ns 0)
+ * and tried again while the fault thread serves others, and a move still
+ * under way after ZSYNC_READ_WAIT_NS is revoked (daemon/fault.c,
  * revoke_moves(): every slot it may be moving into is filled, so the move
  * fails when it runs), and the uffd is read then. However long an agent
  * stays descheduled, stopped or frozen, only its own faults wait, and
@@ -33,7 +35,7 @@
 #include <time.h>
 
 #define ZSWAP_SYNC_SIZE 4096
-#define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: longest wait for a move before it revokes it */
+#define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: how long a read is put off for a move before it revokes it */
 #define ZSYNC_MOVE_WAIT_NS (20 * 1000 * 1000ull) /* agent: longest wait for a reader */
 #define ZSYNC_MOVE_CHUNK 64                      /* pages per move between checks */
 

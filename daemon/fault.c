@@ -124,6 +124,7 @@ struct FaultThread {
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
         size_t nowned;
         bool retry_due;     /* this thread left retries on some mm; this thread only */
+        bool read_soon;     /* a read waits for a move to end: look again in READ_RECHECK_NS; this thread only */
         _Atomic bool stop; /* written by the manager, read by the thread */
         /* when the page fault being handled was read (now_ns()), 0: the
          * work at hand is no program's fault; this thread only */
@@ -1980,25 +1981,35 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
 /* Every read of the uffd happens in here (fault-around's look-ahead
  * too), so no agent move runs between a read and the handling of what it
  * read (zsync.h): an UNMAP is handled before the program can map anew. */
+#define READ_RECHECK_NS 50000 /* how soon a read put off for a move looks again */
+
 static void drain_uffd(FaultThread *ft, MMClient *mm) {
-        /* A move of the client's agent still under way after 2 ms is not
-         * waited for: a fault thread serves every client on its CPU, and
-         * no client may hold the others up. It is revoked instead
-         * (revoke_moves()), our `reading` raised meanwhile so that the
-         * agent starts no other move, and the uffd is read once the
-         * revocation's reads are back (run_due_retries() looks every
-         * millisecond, and when they come). No wait at all where no lane
-         * is moving (a move then has nowhere to go), or for an agent that
-         * was this slow at the last read: it is revoked at once. */
+        /* A fault thread never sleeps for a client's agent. A read that
+         * finds a move under way is put off, our `reading` raised so that
+         * the agent starts no other move, and looked at again every
+         * READ_RECHECK_NS while this thread serves the others. A move
+         * still under way after 2 ms is revoked (revoke_moves()), and the
+         * uffd is read once the revocation's reads are back
+         * (run_due_retries() looks every millisecond, and when they come).
+         * No grace at all where no lane is moving (a move then has
+         * nowhere to go), or for an agent that was this slow at the last
+         * read: it is revoked at once. */
         if (fork_held(ft, mm))
                 return;
         atomic_store_explicit(&mm->fork_unread, false, memory_order_relaxed);
         uint64_t now = now_ns();
         bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);
-        bool may_wait = !held && !mm->agent_slow && atomic_load_explicit(&mm->lanes_moving, memory_order_relaxed);
+        bool may_wait = !mm->revoking && !mm->agent_slow && atomic_load_explicit(&mm->lanes_moving, memory_order_relaxed);
 
-        if (!zsync_read_begin(mm->sync, may_wait ? ZSYNC_READ_WAIT_NS : 0, held)) {
-                if (!held && may_wait && !mm->sync_warned) {
+        if (!zsync_read_begin(mm->sync, 0, held)) {
+                if (!held)
+                        mm->read_wait_t0 = now;
+                if (may_wait && now - mm->read_wait_t0 < ZSYNC_READ_WAIT_NS) {
+                        atomic_store_explicit(&mm->read_deferred, true, memory_order_relaxed);
+                        ft->read_soon = true;
+                        return;
+                }
+                if (may_wait && !mm->sync_warned) {
                         log_warn("pid %d: its agent left a page move unfinished for over %llu ms: such moves are revoked "
                                  "(their pages stay resident)",
                                  (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
@@ -2136,6 +2147,7 @@ static void serve_unlock(FaultThread *ft, MMClient *mm) {
  * on whichever mm they are. */
 static void run_due_retries(FaultThread *ft) {
         ft->retry_due = false;
+        ft->read_soon = false;
         for (size_t i = 0; i < ft->nowned; i++) {
                 MMClient *mm = ft->owned[i];
                 if (!atomic_load_explicit(&mm->has_retries, memory_order_relaxed) &&
@@ -2501,7 +2513,10 @@ static void *fault_thread_main(void *arg) {
                 int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
-                int n = epoll_wait(ft->epfd, evs, ELEMENTSOF(evs), timeout);
+                struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000 };
+                if (ft->read_soon && timeout != 0)
+                        ts = (struct timespec){ 0, READ_RECHECK_NS };
+                int n = epoll_pwait2(ft->epfd, evs, ELEMENTSOF(evs), timeout < 0 && !ft->read_soon ? NULL : &ts, NULL);
                 bool inbox = false, reads = false, pump = false;
 
                 if (n > 0 && spin_ns)
@@ -2532,7 +2547,7 @@ static void *fault_thread_main(void *arg) {
                  * of events, whose pointers refer to it, is done */
                 if (inbox)
                         run_inbox(ft);
-                if (ft->retry_due)
+                if (ft->retry_due || ft->read_soon)
                         run_due_retries(ft);
                 if (ft->restores)
                         run_restores(ft);

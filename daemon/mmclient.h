@@ -260,6 +260,7 @@ typedef struct MMClient {
          * last read; agent_slow: a revocation was needed at the last read */
         uint32_t revoke_left;
         bool revoking, agent_slow;
+        uint64_t read_wait_t0; /* under serve_lock: since when a read waits for a move to end */
         /* reads of lanes for a revocation in flight (fault threads' queues) */
         _Atomic unsigned revoke_reads;
 } MMClient;
