@@ -118,6 +118,11 @@ void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret);
  * from the library. initial-exec: read from a signal handler's close(). */
 extern __thread bool zswap_self __attribute__((tls_model("initial-exec")));
 
+/* Install the library's fork handlers now (zswap_connect() does it
+ * otherwise): a caller whose own handlers must run around them registers
+ * its own after this call. */
+void zswap_atfork_init(void);
+
 /* The descriptors c lives on (its socket, uffd, store, sync page), at
  * most cap of them into out; their count. Safe from any thread and from a
  * signal handler: the fields are read without the lock, so a descriptor

@@ -1232,6 +1232,10 @@ static bool agent_recover(struct zswap_client *c) {
         return false;
 }
 
+void zswap_atfork_init(void) {
+        pthread_once(&atfork_once, atfork_install);
+}
+
 _public_ int zswap_connect(const char *socket_path, struct zswap_client **ret) {
         int saved = errno, r;
         struct zswap_client *c;

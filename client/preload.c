@@ -2,8 +2,9 @@
  * preload.c: libzswap-preload.so, zswapd for programs that were never
  * linked with libzswap (zswap-run sets LD_PRELOAD to it).
  *
- * At load the shim connects to the daemon (libzswap, linked in statically)
- * and hands it every private, anonymous, writable mapping of the process:
+ * ZSWAP_ATTACH_MS (100 ms) after load the shim's scanner thread connects
+ * to the daemon (libzswap, linked in statically) and hands it every
+ * private, anonymous, writable mapping of the process:
  * the brk heap, malloc arenas and mmap'd chunks, jemalloc/tcmalloc extents,
  * thread stacks. A scanner thread keeps that true: it reads /proc/self/maps
  * every ZSWAP_SCAN_MS (200 ms) and right after the program maps anonymous
@@ -25,6 +26,13 @@
  * Interposed calls stay what they were: the real system call is made
  * directly, errno is what it set, nothing allocates, and the only extra
  * work is one write(2) to an eventfd, which is async-signal-safe.
+ *
+ * A process that exits before then (a compiler's passes, a shell's
+ * commands, a wrapper script) never costs the daemon a client; it had no
+ * cold memory to give. While the scanner connects, a fork waits for it
+ * (the fork handlers then see a client or none, never half of one), and
+ * so does a program that closes descriptors (close_range(), closefrom(),
+ * close(), dup2()), which must not close the new ones.
  *
  * It fails open: no daemon, a refusal or an error leaves the program
  * running unmanaged, with one line on stderr. ZSWAP_LIMIT (zswap-run
@@ -58,6 +66,7 @@
 #include "util.h"
 
 #define SCAN_MS_DEFAULT 200
+#define ATTACH_MS_DEFAULT 100
 #define MIN_SPAN (16 * 1024)        /* smaller mappings are not worth a region */
 #define OWN_MAX (8 + ZSWAP_OWN_MAPS)
 
@@ -66,9 +75,20 @@ typedef struct Spans {
         size_t n, cap;
 } Spans;
 
+/* the scanner's, and under scan_lock anyone's (give_up()) */
 static struct zswap_client *client;
+/* the client whose descriptors are kept from the program: published once
+ * connected (release), read by any thread (own_fds()) */
+static _Atomic(struct zswap_client *) fds_client;
+/* the scanner connecting: a fork (connect_prepare()) and a program
+ * closing descriptors (closers_enter()) wait for connect_lock */
+static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool connecting;
+static atomic_uint closers;       /* program threads between closers_enter() and closers_leave() */
 static int poke_fd = -1;          /* mmap/mremap -> scanner */
+static atomic_bool attach_failed; /* said so: fork children do not try again */
 static unsigned scan_ms = SCAN_MS_DEFAULT;
+static unsigned attach_ms = ATTACH_MS_DEFAULT;
 static uint64_t limit_bytes;      /* 0: no limit */
 static ZswapSpan scanner_stack;
 /* under scan_lock: the scanner thread, and a program thread giving memory
@@ -150,10 +170,33 @@ _public_ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 #define OWN_FDS 8
 
 static size_t own_fds(int *out) {
-        size_t n = client ? zswap_client_fds(client, out, OWN_FDS - 1) : 0;
+        struct zswap_client *c = atomic_load_explicit(&fds_client, memory_order_acquire);
+        size_t n = c ? zswap_client_fds(c, out, OWN_FDS - 1) : 0;
         if (poke_fd >= 0)
                 out[n++] = poke_fd;
         return n;
+}
+
+/*
+ * A program thread about to close or replace descriptors: never while the
+ * scanner connects, whose new descriptors are not known yet. Either this
+ * thread sees `connecting` and waits for the connect to end, or the
+ * scanner sees this thread counted and waits for it to leave before it
+ * makes any (seq_cst on both sides: one of the two sees the other).
+ */
+static void closers_enter(void) {
+        for (;;) {
+                atomic_fetch_add(&closers, 1);
+                if (!atomic_load(&connecting))
+                        return;
+                atomic_fetch_sub(&closers, 1);
+                pthread_mutex_lock(&connect_lock);
+                pthread_mutex_unlock(&connect_lock);
+        }
+}
+
+static void closers_leave(void) {
+        atomic_fetch_sub(&closers, 1);
 }
 
 static bool is_own(int fd) {
@@ -172,25 +215,29 @@ static void say_kept(void) {
 }
 
 _public_ int close(int fd) {
-        if (fd >= 0 && !zswap_self && is_own(fd)) {
+        if (fd < 0 || zswap_self)
+                return (int)syscall(SYS_close, fd);
+        closers_enter();
+        if (is_own(fd)) {
+                closers_leave();
                 say_kept();
                 return 0;
         }
-        return (int)syscall(SYS_close, fd);
+        int r = (int)syscall(SYS_close, fd);
+        closers_leave();
+        return r;
 }
 
 static int int_cmp(const void *a, const void *b) {
         return *(const int *)a - *(const int *)b;
 }
 
-_public_ int close_range(unsigned first, unsigned last, int flags) {
+static int close_range_around(unsigned first, unsigned last, int flags) {
         int own[OWN_FDS];
         size_t n = zswap_self ? 0 : own_fds(own);
         unsigned lo = first;
         int saved = errno;
 
-        if (flags & CLOSE_RANGE_CLOEXEC) /* ours are close-on-exec already */
-                return (int)syscall(SYS_close_range, first, last, flags);
         qsort(own, n, sizeof(*own), int_cmp);
         for (size_t i = 0; i < n; i++) {
                 unsigned o = (unsigned)own[i];
@@ -210,6 +257,19 @@ _public_ int close_range(unsigned first, unsigned last, int flags) {
         return 0;
 }
 
+_public_ int close_range(unsigned first, unsigned last, int flags) {
+        if (flags & CLOSE_RANGE_CLOEXEC) /* ours are close-on-exec already */
+                return (int)syscall(SYS_close_range, first, last, flags);
+        if (zswap_self)
+                return close_range_around(first, last, flags);
+        closers_enter();
+        int r = close_range_around(first, last, flags);
+        int saved = errno;
+        closers_leave();
+        errno = saved;
+        return r;
+}
+
 _public_ void closefrom(int lowfd) {
         int saved = errno;
         (void)close_range(lowfd < 0 ? 0 : (unsigned)lowfd, ~0U, 0);
@@ -226,15 +286,25 @@ static int refuse_dup(int newfd) {
 }
 
 _public_ int dup2(int oldfd, int newfd) {
-        if (oldfd != newfd && newfd >= 0 && !zswap_self && is_own(newfd))
-                return refuse_dup(newfd);
-        return (int)syscall(SYS_dup2, oldfd, newfd);
+        if (oldfd == newfd || newfd < 0 || zswap_self)
+                return (int)syscall(SYS_dup2, oldfd, newfd);
+        closers_enter();
+        int r = is_own(newfd) ? refuse_dup(newfd) : (int)syscall(SYS_dup2, oldfd, newfd);
+        int saved = errno;
+        closers_leave();
+        errno = saved;
+        return r;
 }
 
 _public_ int dup3(int oldfd, int newfd, int flags) {
-        if (newfd >= 0 && !zswap_self && is_own(newfd))
-                return refuse_dup(newfd);
-        return (int)syscall(SYS_dup3, oldfd, newfd, flags);
+        if (newfd < 0 || zswap_self)
+                return (int)syscall(SYS_dup3, oldfd, newfd, flags);
+        closers_enter();
+        int r = is_own(newfd) ? refuse_dup(newfd) : (int)syscall(SYS_dup3, oldfd, newfd, flags);
+        int saved = errno;
+        closers_leave();
+        errno = saved;
+        return r;
 }
 
 static int spans_add(Spans *s, uint64_t start, uint64_t end);
@@ -567,6 +637,54 @@ static void apply_limit(void) {
         limit_sent = want;
 }
 
+/* Connect (the scanner, once attach_ms have passed): the new client's
+ * descriptors are made while no program thread closes any, and no fork
+ * runs meanwhile (connect_prepare()). True: connected. */
+static bool attach(void) {
+        struct zswap_client *c = NULL;
+
+        pthread_mutex_lock(&connect_lock);
+        atomic_store(&connecting, true);
+        while (atomic_load(&closers))
+                sched_yield(); /* a close under way: it sees `connecting` next time */
+        int r = zswap_connect(NULL, &c);
+        if (r == 0) {
+                pthread_mutex_lock(&scan_lock);
+                client = c;
+                pthread_mutex_unlock(&scan_lock);
+                atomic_store_explicit(&fds_client, c, memory_order_release);
+        }
+        atomic_store(&connecting, false);
+        pthread_mutex_unlock(&connect_lock);
+        if (r < 0) {
+                atomic_store(&attach_failed, true);
+                const char *sock = getenv("ZSWAP_SOCKET");
+                say("not managing memory: %s (zswapd at %s)%s", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET,
+                    r == -EPERM ? ": the socket is not served by root (nor $ZSWAP_DAEMON_UID), or zswapd does not "
+                                  "admit this user or hands it no /dev/userfaultfd (allow, userfaultfd_device in "
+                                  "zswapd.conf(5)); its log says which"
+                                : "");
+                return false;
+        }
+        return true;
+}
+
+/* Sleep until attach_ms after start (pokes before then change nothing:
+ * the first scan sees every mapping). */
+static void attach_wait(uint64_t start_ns) {
+        for (;;) {
+                uint64_t now = now_ns(), due = start_ns + (uint64_t)attach_ms * 1000000ull;
+                if (now >= due)
+                        return;
+                struct pollfd p = { .fd = poke_fd, .events = POLLIN };
+                uint64_t v;
+                if (poll(&p, 1, (int)((due - now + 999999) / 1000000)) > 0)
+                        (void)!read(poke_fd, &v, sizeof(v));
+        }
+}
+
+static uint64_t loaded_ns; /* when this process (or fork child) started its scanner */
+
 static void *scanner_main(void *arg) {
         zswap_self = true; /* the library's own work */
         pthread_attr_t a;
@@ -578,6 +696,12 @@ static void *scanner_main(void *arg) {
                 if (pthread_attr_getstack(&a, &stack, &size) == 0)
                         scanner_stack = (ZswapSpan){ (uintptr_t)stack, (uintptr_t)stack + size };
                 pthread_attr_destroy(&a);
+        }
+        if (!client) {
+                attach_wait(loaded_ns);
+                if (!attach())
+                        return NULL;
+                apply_limit();
         }
         while (client) {
                 struct pollfd p = { .fd = poke_fd, .events = POLLIN };
@@ -609,8 +733,6 @@ static int scanner_start(void) {
         return -r;
 }
 
-/* The child of a fork: libzswap's own handler (registered first, so run
- * first) has attached the child's client; only our thread is missing. */
 /* Runs first in a fork child (registered before libzswap's handlers), so
  * that libzswap's own child handler may close what the child inherited. */
 static void atfork_child_first(void) {
@@ -619,13 +741,32 @@ static void atfork_child_first(void) {
         pthread_mutex_init(&scan_lock, NULL);
 }
 
+/* Around a fork (registered after libzswap's handlers, so this prepare
+ * runs before theirs and this parent handler after theirs): never while
+ * the scanner connects, so that libzswap's handlers and ours see the
+ * client whole or not at all. */
+static void connect_prepare(void) {
+        pthread_mutex_lock(&connect_lock);
+}
+
+static void connect_parent(void) {
+        pthread_mutex_unlock(&connect_lock);
+}
+
+/* The child of a fork: libzswap's own handler has attached the child's
+ * client if the parent had one; only our thread is missing. A parent
+ * that had not connected yet leaves the child to connect on its own. */
 static void atfork_child(void) {
-        if (client) {
+        pthread_mutex_init(&connect_lock, NULL);
+        atomic_store(&closers, 0);
+        if (poke_fd >= 0 && !atomic_load(&attach_failed)) {
                 safe_close(poke_fd);
                 poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                 limit_sent = 0;
-                apply_limit(); /* the child is a client of its own */
-                if (scanner_start() < 0)
+                loaded_ns = now_ns();
+                if (client)
+                        apply_limit(); /* the child is a client of its own */
+                if (poke_fd < 0 || scanner_start() < 0)
                         say("cannot start the scanner in the child: new memory stays unmanaged");
         }
         zswap_self = false; /* the program's thread again */
@@ -644,37 +785,36 @@ static bool is_daemon(void) {
 __attribute__((constructor)) static void preload_init(void) {
         int saved = errno;
         const char *v;
-        int r;
 
         if (is_daemon())
-                goto out; /* the daemon must never wait on a fault of its own */
+                return; /* the daemon must never wait on a fault of its own */
         if ((v = getenv("ZSWAP_SCAN_MS")) && atoi(v) > 0)
                 scan_ms = (unsigned)atoi(v);
         if ((v = getenv("ZSWAP_LIMIT")) && *v && parse_size(v, &limit_bytes) < 0) {
                 say("ZSWAP_LIMIT=%s is not a size: no limit", v);
                 limit_bytes = 0;
         }
-        pthread_atfork(NULL, NULL, atfork_child_first);
+        if ((v = getenv("ZSWAP_ATTACH_MS")) && *v)
+                attach_ms = (unsigned)MIN(strtoul(v, NULL, 10), 60000ul);
         zswap_self = true;
-        r = zswap_connect(NULL, &client);
-        zswap_self = false;
-        if (r < 0) {
-                const char *sock = getenv("ZSWAP_SOCKET");
-                say("not managing memory: %s (zswapd at %s)%s", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET,
-                    r == -EPERM ? ": the socket is not served by root (nor $ZSWAP_DAEMON_UID), or zswapd does not "
-                                  "admit this user or hands it no /dev/userfaultfd (allow, userfaultfd_device in "
-                                  "zswapd.conf(5)); its log says which"
-                                : "");
-                client = NULL;
-                goto out;
-        }
+        pthread_atfork(NULL, NULL, atfork_child_first);
+        zswap_atfork_init();
+        pthread_atfork(connect_prepare, connect_parent, atfork_child);
+        loaded_ns = now_ns();
         poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        pthread_atfork(NULL, NULL, atfork_child);
-        apply_limit();
-        if (poke_fd < 0 || scanner_start() < 0) {
-                say("cannot start the scanner: not managing memory");
-                client = NULL;
+        if (attach_ms == 0) {
+                /* now, before main() */
+                if (!attach())
+                        poke_fd = safe_close(poke_fd);
+                else
+                        apply_limit();
         }
-out:
+        zswap_self = false;
+        if (poke_fd >= 0 && scanner_start() < 0) {
+                say("cannot start the scanner: not managing memory");
+                pthread_mutex_lock(&scan_lock);
+                client = NULL;
+                pthread_mutex_unlock(&scan_lock);
+        }
         errno = saved;
 }

@@ -3,18 +3,24 @@
  * not open itself, as a daemon does, for test-preload-fds (run under
  * zswap-run).
  *
- *   fds-victim close_range|closefrom|close-loop|dup2|uffd
+ *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race
  *
  * It fills 16 MiB, closes its descriptors above 2 the way argv says (dup2:
  * puts /dev/null over every descriptor from 3 to 63 instead; uffd: waits
  * until the shim has registered the 16 MiB, then registers its first half
  * with a userfaultfd of its own for missing pages, and prints "uffd ok" or
- * "uffd ERRNO"), prints
+ * "uffd ERRNO"; close-race: from its start, while the shim's scanner
+ * attaches, closes every descriptor above 2 and forks a child that checks
+ * every byte, again and again until the shim has registered the 16 MiB
+ * and 50 times more, then prints "close-race children N bad M"), prints
  * "ready PID" and waits for a line on stdin; then it checks every byte and
  * prints "ok" or "bad N" (N words differ), and exits 0 or 1.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <linux/userfaultfd.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +29,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +55,19 @@ static int uffd_registered(const void *p) {
         }
         fclose(f);
         return r;
+}
+
+static atomic_bool closing = true;
+static atomic_long closes;
+
+/* close-race: every descriptor above 2, closed again and again */
+static void *closer_main(void *arg) {
+        (void)arg;
+        while (atomic_load(&closing)) {
+                close_range(3, ~0U, 0);
+                atomic_fetch_add(&closes, 1);
+        }
+        return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -87,6 +107,34 @@ int main(int argc, char **argv) {
                         printf("uffd %d\n", errno);
                 else
                         printf("uffd ok\n");
+        } else if (strcmp(argv[1], "close-race") == 0) {
+                int children = 0, bad = 0, after = 0, before = 0;
+                pthread_t closer;
+                if (pthread_create(&closer, NULL, closer_main, NULL) != 0)
+                        return 2;
+                for (int i = 0; i < 20000 && after < 50; i++) {
+                        int reg = uffd_registered(p);
+                        after += reg;
+                        before += !reg;
+                        close_range(3, ~0U, 0);
+                        pid_t c = fork();
+                        if (c < 0)
+                                return 2;
+                        if (c == 0) {
+                                size_t b = 0; /* a word of each page */
+                                for (size_t k = 0; k < LEN / 8; k += 512)
+                                        b += p[k] != k * 0x9e3779b97f4a7c15ull + 1;
+                                _exit(b != 0);
+                        }
+                        int st;
+                        if (waitpid(c, &st, 0) != c)
+                                return 2;
+                        children++;
+                        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+                }
+                atomic_store(&closing, false);
+                pthread_join(closer, NULL);
+                printf("close-race children %d bad %d managed %d before %d\n", children, bad, after >= 50, before);
         } else
                 return 2;
         printf("ready %d\n", (int)getpid());

@@ -655,8 +655,8 @@ static void server_start(Server *s) {
                         nbd_close(c);
                         break;
                 }
-                if (ms_since(t0) > 5000)
-                        test_fail("nbd-server not ready after 5 s (pid %d): %s", s->pid, err);
+                if (ms_since(t0) > TEST_WAIT_S * 1000ull)
+                        test_fail("nbd-server not ready after %d s (pid %d): %s", TEST_WAIT_S, s->pid, err);
                 usleep(10000);
         }
 }

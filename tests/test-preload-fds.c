@@ -15,6 +15,13 @@
  * dup2 over one of the shim's descriptors is refused with EBUSY and one
  * line on stderr.
  *
+ * close-race: the program closes every descriptor and forks, again and
+ * again, from its start while the shim attaches (ZSWAP_ATTACH_MS=200; the
+ * other cases attach before main, so that the program closes what the
+ * shim lives on): the shim's new descriptors are made while no close runs
+ * and no fork sees a half-made client, so the program ends up managed
+ * and every child reads its memory intact.
+ *
  * uffd: the program registers half of its memory with a userfaultfd of
  * its own after the shim has registered it (the kernel allows one uffd per
  * range: EBUSY). The shim gives that memory up, its pages back first, says
@@ -25,6 +32,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
@@ -86,6 +94,7 @@ static void run(const char *mode) {
                 dup2(i[0], 0);
                 dup2(o[1], 1);
                 dup2(e[1], 2);
+                setenv("ZSWAP_ATTACH_MS", strcmp(mode, "close-race") == 0 ? "200" : "0", 1);
                 execl(run_path, run_path, "--socket", d.sock, "--", victim_path, mode, (char *)NULL);
                 _exit(127);
         }
@@ -103,6 +112,25 @@ static void run(const char *mode) {
                 ASSERT_TRUE(fgets(line, sizeof(line), out));
                 if (strcmp(line, "uffd ok\n") != 0)
                         test_fail("uffd: the program's UFFDIO_REGISTER: %s", line);
+        }
+        if (strcmp(mode, "close-race") == 0) {
+                int children = 0, bad = -1, managed = 0, before = 0;
+                struct pollfd pf = { .fd = o[0], .events = POLLIN };
+                if (poll(&pf, 1, TEST_WAIT_S * 1000) != 1) {
+                        td_log_dump(&d);
+                        test_fail("close-race: the program did not finish in %d s (hung while the shim attached)",
+                                  TEST_WAIT_S);
+                }
+                ASSERT_TRUE(fgets(line, sizeof(line), out) &&
+                            sscanf(line, "close-race children %d bad %d managed %d before %d", &children, &bad, &managed,
+                                   &before) == 4);
+                fprintf(stderr, "close-race: %d children (%d before the shim had registered the memory), %d read "
+                        "their memory wrong; managed %d\n", children, before, bad, managed);
+                if (bad || !managed) {
+                        td_log_dump(&d);
+                        test_fail("close-race: %d of %d children read wrong, the program %s managed", bad, children,
+                                  managed ? "is" : "never got");
+                }
         }
         int vpid = 0;
         ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "ready %d", &vpid) == 1);

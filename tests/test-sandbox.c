@@ -315,7 +315,7 @@ static void sandboxed(void) {
          * socket, a fault thread execve (NULL: unrefused it would say
          * EFAULT) */
         ASSERT_EQ(inject(d.pid, SYS_socket, AF_INET, SOCK_STREAM, 0), -EPERM);
-        ASSERT_EQ(inject(other_thread(d.pid, SYS_epoll_wait), SYS_execve, 0, 0, 0), -EPERM);
+        ASSERT_EQ(inject(other_thread(d.pid, SYS_epoll_pwait2), SYS_execve, 0, 0, 0), -EPERM);
         /* an allowed call goes through: socket(AF_UNIX) gives an fd */
         long fd = inject(d.pid, SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         ASSERT_TRUE(fd >= 0);
