@@ -491,9 +491,32 @@ static int read_candidates(Spans *out) {
         return r;
 }
 
-/* Mappings the program mlocked (smaps VmFlags "lo"), in address order. */
+/* A field of /proc/self/status, in kB ("VmLck", "RssAnon"); 0 if absent. */
+static uint64_t status_kb(const char *field) {
+        size_t len, n = strlen(field);
+        char *buf = read_file("/proc/self/status", &len), *p = buf;
+        uint64_t kb = 0;
+
+        while (p && (p = strstr(p, field)))
+                if ((p == buf || p[-1] == '\n') && p[n] == ':') {
+                        kb = strtoull(p + n + 1, NULL, 10);
+                        break;
+                } else
+                        p += n;
+        free(buf);
+        return kb;
+}
+
+/* Mappings the program mlocked (smaps VmFlags "lo"), in address order.
+ * smaps walks every page of every mapping (a read costs time in
+ * proportion to the process's resident memory: with a heap of 200 MB,
+ * most of a busy python's system time), so it is read only when the
+ * process has locked memory at all (VmLck counts the size of every
+ * mlocked mapping, resident or not). */
 static int read_locked(Spans *out) {
         size_t len;
+        if (status_kb("VmLck") == 0)
+                return 0;
         char *buf = read_file("/proc/self/smaps", &len);
         uint64_t s = 0, e = 0;
         int r = 0;
@@ -595,14 +618,7 @@ out:
 
 
 static uint64_t rss_anon(void) {
-        size_t len;
-        char *buf = read_file("/proc/self/status", &len), *p;
-        uint64_t kb = 0;
-
-        if (buf && (p = strstr(buf, "\nRssAnon:")))
-                kb = strtoull(p + 9, NULL, 10);
-        free(buf);
-        return kb * 1024;
+        return status_kb("RssAnon") * 1024;
 }
 
 /*

@@ -3,7 +3,7 @@
  * not open itself, as a daemon does, for test-preload-fds (run under
  * zswap-run).
  *
- *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race
+ *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race|mlock
  *
  * It fills 16 MiB, closes its descriptors above 2 the way argv says (dup2:
  * puts /dev/null over every descriptor from 3 to 63 instead; uffd: waits
@@ -12,7 +12,9 @@
  * "uffd ERRNO"; close-race: from its start, while the shim's scanner
  * attaches, closes every descriptor above 2 and forks a child that checks
  * every byte, again and again until the shim has registered the 16 MiB
- * and 50 times more, then prints "close-race children N bad M"), prints
+ * and 50 times more, then prints "close-race children N bad M"; mlock:
+ * locks the second half before anything else, waits until the shim has
+ * registered the first, and prints "mlock locked-managed 0|1"), prints
  * "ready PID" and waits for a line on stdin; then it checks every byte and
  * prints "ok" or "bad N" (N words differ), and exits 0 or 1.
  */
@@ -76,6 +78,11 @@ int main(int argc, char **argv) {
         uint64_t *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
                 return 2;
+        /* mlock: at once, long before the shim attaches (ZSWAP_ATTACH_MS) */
+        if (strcmp(argv[1], "mlock") == 0 && mlock((char *)p + LEN / 2, LEN / 2) < 0) {
+                printf("mlock %d\n", errno);
+                return 4;
+        }
         for (size_t i = 0; i < LEN / 8; i++)
                 p[i] = i * 0x9e3779b97f4a7c15ull + 1;
         if (strcmp(argv[1], "close_range") == 0)
@@ -107,6 +114,15 @@ int main(int argc, char **argv) {
                         printf("uffd %d\n", errno);
                 else
                         printf("uffd ok\n");
+        } else if (strcmp(argv[1], "mlock") == 0) {
+                for (int i = 0; i < 12000 && !uffd_registered(p); i++)
+                        usleep(10000);
+                if (!uffd_registered(p)) {
+                        printf("mlock never managed\n");
+                        return 4;
+                }
+                usleep(300000); /* a scan or two more */
+                printf("mlock locked-managed %d\n", uffd_registered((char *)p + LEN / 2));
         } else if (strcmp(argv[1], "close-race") == 0) {
                 int children = 0, bad = 0, after = 0, before = 0;
                 pthread_t closer;

@@ -22,6 +22,10 @@
  * and no fork sees a half-made client, so the program ends up managed
  * and every child reads its memory intact.
  *
+ * mlock: the program mlocks half of its memory before the shim attaches:
+ * the shim registers the other half and never the locked one (the
+ * program asked for it to stay in RAM).
+ *
  * uffd: the program registers half of its memory with a userfaultfd of
  * its own after the shim has registered it (the kernel allows one uffd per
  * range: EBUSY). The shim gives that memory up, its pages back first, says
@@ -94,7 +98,10 @@ static void run(const char *mode) {
                 dup2(i[0], 0);
                 dup2(o[1], 1);
                 dup2(e[1], 2);
-                setenv("ZSWAP_ATTACH_MS", strcmp(mode, "close-race") == 0 ? "200" : "0", 1);
+                /* close-race: attach while the program runs; mlock: long
+                 * after it locked; the others before main */
+                setenv("ZSWAP_ATTACH_MS",
+                       strcmp(mode, "close-race") == 0 ? "200" : strcmp(mode, "mlock") == 0 ? "1000" : "0", 1);
                 execl(run_path, run_path, "--socket", d.sock, "--", victim_path, mode, (char *)NULL);
                 _exit(127);
         }
@@ -112,6 +119,12 @@ static void run(const char *mode) {
                 ASSERT_TRUE(fgets(line, sizeof(line), out));
                 if (strcmp(line, "uffd ok\n") != 0)
                         test_fail("uffd: the program's UFFDIO_REGISTER: %s", line);
+        }
+        if (strcmp(mode, "mlock") == 0) {
+                int managed = -1;
+                ASSERT_TRUE(fgets(line, sizeof(line), out));
+                if (sscanf(line, "mlock locked-managed %d", &managed) != 1 || managed != 0)
+                        test_fail("mlock: %s", line);
         }
         if (strcmp(mode, "close-race") == 0) {
                 int children = 0, bad = -1, managed = 0, before = 0;
