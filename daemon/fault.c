@@ -2485,6 +2485,26 @@ static void run_reads(FaultThread *ft, bool ready) {
         }
 }
 
+/* epoll_pwait2() where it exists (timeouts finer than a millisecond for
+ * a read put off: READ_RECHECK_NS); epoll_wait() where it does not (a
+ * kernel before 5.11, valgrind before 3.21), whose put-off reads then look
+ * again every millisecond. */
+static atomic_bool no_pwait2;
+
+static int wait_events(FaultThread *ft, struct epoll_event *evs, int n, int timeout_ms) {
+        bool soon = ft->read_soon && timeout_ms != 0;
+        if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+                struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000 };
+                if (soon)
+                        ts = (struct timespec){ 0, READ_RECHECK_NS };
+                int r = epoll_pwait2(ft->epfd, evs, n, timeout_ms < 0 && !soon ? NULL : &ts, NULL);
+                if (r >= 0 || errno != ENOSYS)
+                        return r;
+                atomic_store_explicit(&no_pwait2, true, memory_order_relaxed);
+        }
+        return epoll_wait(ft->epfd, evs, n, soon ? 1 : timeout_ms);
+}
+
 static void *fault_thread_main(void *arg) {
         FaultThread *ft = arg;
         struct epoll_event evs[16];
@@ -2513,10 +2533,7 @@ static void *fault_thread_main(void *arg) {
                 int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
-                struct timespec ts = { timeout / 1000, (long)(timeout % 1000) * 1000000 };
-                if (ft->read_soon && timeout != 0)
-                        ts = (struct timespec){ 0, READ_RECHECK_NS };
-                int n = epoll_pwait2(ft->epfd, evs, ELEMENTSOF(evs), timeout < 0 && !ft->read_soon ? NULL : &ts, NULL);
+                int n = wait_events(ft, evs, ELEMENTSOF(evs), timeout);
                 bool inbox = false, reads = false, pump = false;
 
                 if (n > 0 && spin_ns)
