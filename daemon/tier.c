@@ -65,7 +65,7 @@ typedef struct TierHeader {
 
 struct TierReader {
         Tier *t;
-        uint8_t plain[ZSWAP_PAGE_SIZE]; /* the last object opened (tier_window_object) */
+        uint8_t plain[ZSWAP_PAGE_SIZE]; /* the last object opened (tier_read) */
         Ring ring;           /* a file's: buf registered */
         uint8_t *buf;        /* READ_BUF, block aligned */
         uint64_t win_off;    /* what buf holds: [win_off, win_off + win_len) */
@@ -786,16 +786,6 @@ static bool window_has(Tier *t, uint64_t win_off, uint32_t win_len, const TierSt
         return tier_stub_check(t, s) == 0 && s->off >= win_off && s->off + tier_rec_len(s) <= win_off + win_len;
 }
 
-bool tier_window_has(TierReader *r, const TierStub *s) {
-        return window_has(r->t, r->win_off, r->win_len, s);
-}
-
-const uint8_t *tier_window_object(TierReader *r, const TierStub *s, uint32_t owner) {
-        if (!tier_window_has(r, s))
-                return NULL;
-        return tier_unseal(r->t, s, owner, r->buf + (s->off - r->win_off), r->plain) ? r->plain : NULL;
-}
-
 bool tier_window_copy(TierReader *r, TierWindow *w) {
         *w = (TierWindow){ 0 };
         if (r->win_len == 0 || !(w->buf = malloc(r->win_len)))
@@ -844,7 +834,8 @@ int tier_read(TierReader *r, const TierStub *s, uint32_t owner, const uint8_t **
                 stat_add(&t->st.read_bytes, stop - start);
                 r->win_off = start;
                 r->win_len = (uint32_t)(stop - start);
-                *obj = tier_window_object(r, s, owner);
+                TierWindow w = { r->buf, r->win_off, r->win_len };
+                *obj = tier_window_open(t, &w, s, owner, r->plain) ? r->plain : NULL;
                 if (*obj)
                         return 0;
                 /* read again: a torn read of a flaky device is not yet a

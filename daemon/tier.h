@@ -150,13 +150,6 @@ TierReader *tier_reader_free(TierReader *r);
 int tier_read(TierReader *r, const TierStub *s, uint32_t owner, const uint8_t **obj);
 /* Pages installed from another page's read (statistics). */
 void tier_note_prefetch(Tier *t, unsigned n);
-/* After tier_read(): s's object, opened (tier-seal.c), if the same read
- * brought its record in whole and it opens, else NULL. For installing
- * neighbours. The object is in the reader's buffer, valid until its next
- * tier_read() or tier_window_object(). */
-const uint8_t *tier_window_object(TierReader *r, const TierStub *s, uint32_t owner);
-/* Whether the same read brought s's record in whole (nothing opened). */
-bool tier_window_has(TierReader *r, const TierStub *s);
 
 /* What a read brought, copied out of its reader (for another thread):
  * [off, off + len) of the backing store, in buf (malloc'd, or NULL). */
