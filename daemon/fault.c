@@ -546,6 +546,27 @@ static bool read_submit(FaultThread *ft, MMClient *src, MemReadOp *op, uint64_t 
         return true;
 }
 
+/* A retry of mm's page at addr, READING (a read nobody waits for is
+ * about to be made for it), holding a reference to mm; timed from the
+ * fault being served. NULL: no memory. */
+static Retry *retry_reading_new(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, bool refault) {
+        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        if (!r)
+                return NULL;
+        r->reserved = false;
+        r->addr = addr;
+        r->loading = loading;
+        r->pin = NULL;
+        r->t0 = ft->fault_t0; /* timed to the install */
+        r->refault = refault;
+        r->mm = mmclient_ref(mm);
+        r->pin_mm = NULL;
+        r->op.res = 0;
+        r->tier = false;
+        atomic_init(&r->state, RS_READING);
+        return r;
+}
+
 /* The retry of mm's page at addr whose content is read from src's staging
  * slot (src is mm, or a forked child's parent: then the retry holds a
  * reference to it for the pin), READING; NULL: not now. */
@@ -553,19 +574,11 @@ static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uin
                                uint32_t slot, Lane *lane, bool refault) {
         if (!ft->reads || !memread_queue_has_room(ft->reads) || src->mem_fd < 0)
                 return NULL;
-        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        Retry *r = retry_reading_new(ft, mm, addr, loading, refault);
         if (!r)
                 return NULL;
-        r->reserved = false;
-        r->addr = addr;
-        r->loading = loading;
         r->pin = lane;
-        r->t0 = ft->fault_t0; /* timed to the install */
-        r->refault = refault;
-        r->mm = mmclient_ref(mm);
         r->pin_mm = src != mm ? mmclient_ref(src) : NULL;
-        r->tier = false;
-        atomic_init(&r->state, RS_READING);
         if (!read_submit(ft, src, &r->op, mmclient_slot_addr(src, slot), r->page, ZSWAP_PAGE_SIZE, READ_SLOT)) {
                 mmclient_unref(mm);
                 if (r->pin_mm)
@@ -1002,28 +1015,18 @@ static bool tier_reads_full(FaultThread *ft, MMClient *mm, uint64_t addr) {
  */
 static bool tier_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t v, uint64_t loading,
                             bool refault) {
-        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        TierStub stub;
+        if (tier_stub(mm, v, &stub) < 0)
+                return false; /* the read here finds it lost */
+        Retry *r = retry_reading_new(ft, mm, addr, loading, refault);
         if (!r)
                 return false;
-        if (tier_stub(mm, v, &r->tj.stub) < 0) {
-                free(r); /* the read here finds it lost */
-                return false;
-        }
-        r->reserved = false;
-        r->addr = addr;
-        r->loading = loading;
-        r->pin = NULL;
-        r->t0 = ft->fault_t0; /* timed to the install */
-        r->refault = refault;
-        r->mm = mmclient_ref(mm);
-        r->pin_mm = NULL;
-        r->op.res = 0;
         r->tier = true;
+        r->tj.stub = stub;
         r->tj.owner = mm->uid;
         r->tj.page = r->page;
         r->tj.res = 0;
         r->tj.win = (TierWindow){ 0 };
-        atomic_init(&r->state, RS_READING);
         TRACE(TR_RETRY, addr, loading, 2);
         atomic_fetch_add_explicit(&mm->tier_reads, 1, memory_order_relaxed);
         r->next = mm->retries;
