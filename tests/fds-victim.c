@@ -59,6 +59,13 @@ static int uffd_registered(const void *p) {
         return r;
 }
 
+/* Until the shim has registered p, for at most tries x 10 ms: whether it has. */
+static int wait_registered(const void *p, int tries) {
+        for (int i = 0; i < tries && !uffd_registered(p); i++)
+                usleep(10000);
+        return uffd_registered(p);
+}
+
 static atomic_bool closing = true;
 static atomic_long closes;
 
@@ -100,9 +107,7 @@ int main(int argc, char **argv) {
                                 refused++;
                 printf("dup2 refused %d\n", refused);
         } else if (strcmp(argv[1], "uffd") == 0) {
-                for (int i = 0; i < 3000 && !uffd_registered(p); i++)
-                        usleep(10000);
-                if (!uffd_registered(p)) {
+                if (!wait_registered(p, 3000)) {
                         printf("uffd never managed\n");
                         return 4;
                 }
@@ -115,9 +120,7 @@ int main(int argc, char **argv) {
                 else
                         printf("uffd ok\n");
         } else if (strcmp(argv[1], "mlock") == 0) {
-                for (int i = 0; i < 12000 && !uffd_registered(p); i++)
-                        usleep(10000);
-                if (!uffd_registered(p)) {
+                if (!wait_registered(p, 12000)) {
                         printf("mlock never managed\n");
                         return 4;
                 }
