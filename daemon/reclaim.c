@@ -486,10 +486,32 @@ void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {
         atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(m, mm), memory_order_relaxed);
 }
 
+/*
+ * Does the tick look at this client's memory at all? Not while no policy
+ * can evict from it (no limit, no idle age, the pressure controller off,
+ * no policy eviction under way) and it holds nothing (nothing evicted, no
+ * kept copy): a program that is never evicted then pays for no write
+ * tracking (no write-protect fault per written page per write_scan) and
+ * no page-table walk each tick. Explicit pageouts need neither (they take
+ * every present page asked for); what they leave held turns the ticks on.
+ * Once a policy applies, the first tick's write scan finds every page
+ * written since the client registered it: in use, as far as ageing knows.
+ */
+static bool reclaim_watches(Manager *m, MMClient *mm, uint64_t limit, int64_t idle) {
+        const Tunables *t = &m->tun;
+        return limit || idle > 0 || t->pressure_target > 0 || t->min_free || mm->rc.op || held_pages(mm) ||
+               atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed);
+}
+
 static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
         const Tunables *t = &m->tun;
-        bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
+        uint64_t limit = reclaim_client_limit(m, mm);
+        int64_t idle = mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)t->idle_age_ms;
 
+        atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
+        if (!reclaim_watches(m, mm, limit, idle))
+                return;
+        bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
         mm->rc.resident = scan_client(m, mm, now, write_scan);
         mm->rc.measured_ms = now;
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
@@ -499,13 +521,10 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
                 mm->rc.thrash_ms = now;
         }
 
-        uint64_t limit = reclaim_client_limit(m, mm);
         uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT, want_limit = 0;
-        atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
         if (limit && mm->rc.resident > limit_pages)
                 /* down to a little under the limit, so that batches stay whole */
                 want_limit = mm->rc.resident - (limit_pages - limit_pages / 64);
-        int64_t idle = mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)t->idle_age_ms;
         uint32_t idle_before = 0;
         if (idle > 0 && now - mm->rc.idle_swept_ms >= MAX((uint64_t)idle / 4, (uint64_t)1000) &&
             now > (uint64_t)idle) {

@@ -11,6 +11,12 @@
  * page per scan. The zones must be seen sitting scans out, every page
  * holds what was last written, and the region still evicts and reads back
  * whole.
+ *
+ * Before that, while no policy can evict from the client (no limit, no
+ * idle age, no pressure controller) and it holds nothing, it is not
+ * tracked at all: a second of writing every page takes no fault and sees
+ * no write scan. The scans begin once the client has a limit (1 GiB here,
+ * which evicts nothing).
  */
 #include <sys/resource.h>
 
@@ -47,7 +53,25 @@ int main(void) {
         fill_pages(p, len, 9);
         ASSERT_OK(zswap_register(c, p, len));
 
-        /* write tracking needs UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN */
+        /* no policy, nothing held: no write tracking */
+        long nf0 = minflt();
+        uint64_t npass = 0;
+        for (time_t t = time(NULL); time(NULL) - t < 2;) {
+                npass++;
+                for (size_t i = 0; i < NPAGES; i++)
+                        ((volatile uint64_t *)(p + i * ZSWAP_PAGE_SIZE))[3] = npass;
+                usleep(10000);
+        }
+        long nfaults = minflt() - nf0;
+        status(&d, &scans, &out);
+        fprintf(stderr, "no policy: %llu passes over every page, %ld minor faults, %llu write scans\n",
+                (unsigned long long)npass, nfaults, (unsigned long long)scans);
+        ASSERT_EQ(scans, 0);
+        ASSERT_TRUE(nfaults < NPAGES / 16);
+
+        /* a limit: the scans begin. Write tracking needs
+         * UFFD_FEATURE_WP_ASYNC and PAGEMAP_SCAN */
+        ASSERT_OK(zswap_set_limit(c, 1ull << 30));
         time_t t0 = time(NULL);
         do {
                 usleep(50000);
