@@ -17,6 +17,8 @@
 #   java     a HashMap of 1.5M entries (java runs the source file itself)
 #   redis    redis-server loaded with 500k keys by redis-benchmark
 #   cc       a parallel build (ninja -j2) of this project's daemon
+#   sh       a shell running /bin/true 500 times (fork and exec: what
+#            each short-lived process costs)
 # Needs root (the daemon does).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,6 +81,8 @@ for i in \$(seq 100); do redis-cli -s $work/redis.sock ping >/dev/null 2>&1 && b
 redis-benchmark -s $work/redis.sock -q -t set -n 500000 -r 500000 -d 64 -P 16 >/dev/null; \
 n=\$(redis-cli -s $work/redis.sock dbsize); redis-cli -s $work/redis.sock shutdown nosave >/dev/null 2>&1; wait \$p; echo \$n keys"
 have[cc]="command -v ninja && command -v meson"
+have[sh]="true"
+cmd[sh]="for i in \$(seq 500); do /bin/true; done; echo 500 runs"
 cmd[cc]="ninja -C $work/ccbuild -j2 daemon/zswapd >/dev/null && ninja -C $work/ccbuild -t clean >/dev/null && echo built"
 
 echo "bench-overhead: $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
@@ -95,7 +99,7 @@ timed() { # timed OUTFILE CMD...: wall seconds on stdout
         awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
-for w in perl python node java redis cc; do
+for w in perl python node java redis cc sh; do
         [ -n "$only" ] && [ "$only" != "$w" ] && continue
         if ! bash -c "${have[$w]}" >/dev/null 2>&1; then
                 printf '%-8s skipped: not installed\n' "$w"
