@@ -1639,8 +1639,8 @@ static int peer_pidfd(int sock) {
 
 /* Does somebody still hold our uffd (and serve our faults)? When its last
  * reference goes the kernel unregisters every range of it at once, so one
- * range still registered for missing faults ("um" in VmFlags), or the
- * staging area for write-protect faults ("uw"), says so. One is enough:
+ * range still registered ("um" in VmFlags, or "uw" for a range registered
+ * for write-protect faults only), or the staging area ("uw"), says so. One is enough:
  * our list of ranges does not follow mremap(), and may name a place a
  * range left (a child whose live daemon was still copying its pages gave
  * up attaching, took that for its memory unregistered, and was killed). */
@@ -1663,7 +1663,9 @@ static bool ranges_registered(struct zswap_client *c) {
                 }
                 if (strncmp(line, "VmFlags:", 8))
                         continue;
-                if (strstr(line, " um"))
+                /* missing faults (armed) or write-protect ones alone
+                 * (never evicted from: daemon/mmclient.c) */
+                if (strstr(line, " um") || strstr(line, " uw"))
                         for (size_t i = 0; i < c->nranges && !ok; i++)
                                 ok = c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
                 /* the staging area: registered for write-protect faults */

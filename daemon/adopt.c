@@ -569,8 +569,10 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
  * A dead daemon may have read an event and died before it acted on it: an
  * munmap() then left its range in the store's table, with entries that a
  * new mapping at that address must never see. So the table is cut to what
- * is still mapped and registered for missing faults in the client (VmFlags
- * "um" in /proc/PID/smaps), but only when no event is pending: the kernel
+ * is still mapped and registered in the client (VmFlags "um", or "uw" for
+ * a range never evicted from: mmclient_region_arm(); /proc/PID/smaps; the
+ * staging area is in no range of the table), but only when no event is
+ * pending: the kernel
  * counts an address-space change from before it happens until its event
  * is read (mmap_changing), and UFFDIO_WRITEPROTECT says EAGAIN while the
  * count is not 0. A pending event (an mremap, say, whose range must keep
@@ -594,7 +596,7 @@ int adopt_live_ranges(MMClient *mm, StoreRange *r, int n) {
                         cur = (StoreRange){ s, e };
                         continue;
                 }
-                if (strncmp(line, "VmFlags:", 8) || !strstr(line, " um"))
+                if (strncmp(line, "VmFlags:", 8) || (!strstr(line, " um") && !strstr(line, " uw")))
                         continue;
                 if (nv == nvmax) {
                         StoreRange *g = realloc(v, (nvmax = nvmax ? 2 * nvmax : 64) * sizeof(*v));

@@ -620,8 +620,15 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
         while (p->lane->npages < limit && op_has_more(op) && *budget > 0) {
                 uint64_t s = op->cursor, e = op->end;
                 uint32_t region_stamp = 0;
-                if (!mmclient_region_clip_stamp(mm, &s, &e, &region_stamp)) {
+                bool armed = false;
+                if (!mmclient_region_clip_stamp(mm, &s, &e, &region_stamp, &armed)) {
                         op->cursor = op->end;
+                        continue;
+                }
+                if (!armed && mmclient_region_arm(mm, s) < 0) {
+                        /* not registered for missing faults: none of its
+                         * pages may leave (this pass) */
+                        op->cursor = e;
                         continue;
                 }
                 p->new_run = true; /* a region of its own */

@@ -698,7 +698,9 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
         int admit = adopt_admit(m, mm, ranges, n, why, sizeof(why));
         r = admit;
         for (int i = 0; r == 0 && i < n; i++)
-                r = mmclient_region_add(mm, ranges[i].start, ranges[i].end);
+                /* armed or not as the dead daemon left it: armed again
+                 * before a page leaves (a no-op for the kernel if it is) */
+                r = mmclient_region_add(mm, ranges[i].start, ranges[i].end, false);
         if (r < 0 && admit == 0)
                 snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
         if (r == 0)
@@ -828,7 +830,7 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
         r = mmclient_uffd_register(mm, s, e);
         if (r < 0)
                 return r == -EBUSY ? -EEXIST : r;
-        r = mmclient_region_add(mm, s, e);
+        r = mmclient_region_add(mm, s, e, r > 0);
         if (r < 0)
                 mmclient_uffd_unregister(mm, s, e);
         mm->rc.measured_ms = 0; /* the next statistics count afresh */

@@ -571,18 +571,18 @@ static void regions_persist(MMClient *mm) {
         store_ranges_commit(mm->store, n);
 }
 
-static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end, uint32_t stamp) {
+static int regions_insert(MMClient *mm, size_t at, uint64_t start, uint64_t end, uint32_t stamp, bool armed) {
         Region *n = INJECT_ALLOC(realloc(mm->regions, (mm->nregions + 1) * sizeof(Region)));
         if (!n)
                 return -ENOMEM;
         mm->regions = n;
         memmove(&n[at + 1], &n[at], (mm->nregions - at) * sizeof(Region));
-        n[at] = (Region){ start, end, stamp };
+        n[at] = (Region){ start, end, stamp, armed };
         mm->nregions++;
         return 0;
 }
 
-static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_t stamp) {
+static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_t stamp, bool armed) {
         size_t i = 0;
 
         while (i < mm->nregions && mm->regions[i].end <= start)
@@ -593,7 +593,7 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_
                 return -ENOSPC;
         if (mm->registered_bytes + (end - start) > mm->m->cfg.max_registered)
                 return -ENOSPC;
-        int r = regions_insert(mm, i, start, end, stamp);
+        int r = regions_insert(mm, i, start, end, stamp, armed);
         if (r < 0)
                 return r;
         mm->registered_bytes += end - start;
@@ -601,16 +601,17 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_
         return 0;
 }
 
-int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end) {
+int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end, bool armed) {
         pthread_mutex_lock(&mm->regions_lock);
         /* a page never seen used counts as used when it was registered */
-        int r = region_add_locked(mm, start, end, reclaim_stamp());
+        int r = region_add_locked(mm, start, end, reclaim_stamp(), armed);
         regions_persist(mm);
         pthread_mutex_unlock(&mm->regions_lock);
         return r;
 }
 
 static int region_remove_locked(MMClient *mm, uint64_t start, uint64_t end, bool must_exist) {
+        mm->regions_cut++;
         if (must_exist) {
                 /* the whole range must be registered, in one region */
                 size_t i = 0;
@@ -629,7 +630,7 @@ static int region_remove_locked(MMClient *mm, uint64_t start, uint64_t end, bool
                         /* cut a hole: split in two */
                         uint64_t old_end = g->end;
                         g->end = start;
-                        int r = regions_insert(mm, i + 1, end, old_end, g->stamp);
+                        int r = regions_insert(mm, i + 1, end, old_end, g->stamp, g->armed);
                         if (r < 0) {
                                 g->end = old_end;
                                 return r;
@@ -675,7 +676,7 @@ int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len)
                 Region *g = &mm->regions[i];
                 uint64_t cs = MAX(g->start, from), ce = MIN(g->end, from + len);
                 if (cs < ce)
-                        parts[nparts++] = (Region){ cs, ce, g->stamp };
+                        parts[nparts++] = (Region){ cs, ce, g->stamp, g->armed };
         }
         region_remove_locked(mm, from, from + len, false);
         for (size_t i = 0; i < nparts; i++) {
@@ -683,7 +684,7 @@ int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len)
                 /* the destination may already be registered (it was mapped
                  * over): the kernel moved the registration, so do we */
                 region_remove_locked(mm, s, e, false);
-                int q = region_add_locked(mm, s, e, parts[i].stamp);
+                int q = region_add_locked(mm, s, e, parts[i].stamp, parts[i].armed);
                 if (q < 0 && r == 0)
                         r = q;
         }
@@ -730,10 +731,10 @@ bool mmclient_region_has_locked(MMClient *mm, uint64_t addr) {
 }
 
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end) {
-        return mmclient_region_clip_stamp(mm, start, end, NULL);
+        return mmclient_region_clip_stamp(mm, start, end, NULL, NULL);
 }
 
-bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp) {
+bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp, bool *armed) {
         bool found = false;
 
         pthread_mutex_lock(&mm->regions_lock);
@@ -747,6 +748,8 @@ bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, ui
                 *end = MIN(*end, g->end);
                 if (stamp)
                         *stamp = g->stamp;
+                if (armed)
+                        *armed = g->armed;
                 found = true;
                 break;
         }
@@ -879,19 +882,68 @@ bool uffd_mm_alive(int uffd) {
         return !(ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == ESRCH);
 }
 
-int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
-        /* write-protect mode as well where the uffd has WP_ASYNC: writes
-         * then never stop the program, and PAGEMAP_SCAN tells which pages
-         * were written (reclaim.c) */
+/*
+ * Where the uffd has WP_ASYNC a range is registered for write-protect
+ * faults only: writes never stop the program (the kernel resolves them),
+ * PAGEMAP_SCAN tells which pages were written (reclaim.c), and the events
+ * (UNMAP, REMOVE, REMAP, FORK) come as for any registered range, while
+ * every first touch of fresh memory is the kernel's own fault, never a
+ * round trip to us. Missing faults are added when a page first has to
+ * leave the range (mmclient_region_arm()). Without WP_ASYNC: missing
+ * faults at once (armed).
+ */
+static int uffd_register(MMClient *mm, uint64_t start, uint64_t end, bool missing) {
         struct uffdio_register reg = { .range = { .start = start, .len = end - start },
-                                       .mode = UFFDIO_REGISTER_MODE_MISSING |
+                                       .mode = (missing ? UFFDIO_REGISTER_MODE_MISSING : 0) |
                                                (mm->wp_async ? UFFDIO_REGISTER_MODE_WP : 0) };
         int inj = INJECT(INJ_UFFD_REGISTER);
         if (inj)
                 return -inj;
         if (ioctl(mm->uffd, UFFDIO_REGISTER, &reg) < 0)
                 return negative_errno();
-        return 0;
+        return missing;
+}
+
+int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
+        return uffd_register(mm, start, end, !mm->wp_async);
+}
+
+int mmclient_region_arm(MMClient *mm, uint64_t addr) {
+        uint64_t s = addr, e = addr + 1, cut;
+        bool armed = false;
+
+        pthread_mutex_lock(&mm->regions_lock);
+        bool found = mmclient_region_has_locked(mm, addr);
+        for (size_t i = 0; found && i < mm->nregions; i++)
+                if (mm->regions[i].start <= addr && addr < mm->regions[i].end) {
+                        s = mm->regions[i].start;
+                        e = mm->regions[i].end;
+                        armed = mm->regions[i].armed;
+                }
+        cut = mm->regions_cut;
+        pthread_mutex_unlock(&mm->regions_lock);
+        if (!found)
+                return -ENOENT;
+        if (armed)
+                return 0;
+        /* the whole region, as registered: a part would split its vma. An
+         * event handled meanwhile may have taken the range away or moved
+         * another here: then the mark waits for the next try */
+        int r = uffd_register(mm, s, e, true);
+        if (r < 0)
+                return r;
+        r = -EAGAIN;
+        pthread_mutex_lock(&mm->regions_lock);
+        for (size_t i = 0; mm->regions_cut == cut && i < mm->nregions; i++)
+                if (mm->regions[i].start == s && mm->regions[i].end == e) {
+                        mm->regions[i].armed = true;
+                        r = 0;
+                }
+        pthread_mutex_unlock(&mm->regions_lock);
+        if (r == 0)
+                log_debug("pid %d: [%#llx, %#llx) registered for missing faults: its pages may leave", (int)mm->pid,
+                          (unsigned long long)s, (unsigned long long)e);
+        return r;
 }
 
 int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end) {

@@ -59,6 +59,10 @@ typedef struct Lane {
 typedef struct Region {
         uint64_t start, end;
         uint32_t stamp; /* when it was registered (reclaim_stamp()) */
+        /* registered for missing faults (mmclient_region_arm()): only then
+         * may a page leave it. Carried by splits, moves and forks, as the
+         * kernel carries the vmas' flags */
+        bool armed;
 } Region;
 
 typedef struct MMClientStats {
@@ -137,6 +141,7 @@ typedef struct MMClient {
         Region *regions;
         size_t nregions;
         uint64_t registered_bytes;
+        uint64_t regions_cut; /* counts removals and moves: mmclient_region_arm() */
 
         /* staging: written once by the manager before the first batch */
         uint64_t staging_addr;
@@ -320,16 +325,25 @@ void mmclient_unbind(MMClient *mm);
  * is gone; -EBUSY: no page to prove it with; -ENOMEM. */
 int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len);
 
-/* Regions. All take regions_lock. */
-int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end);
+/* Regions. All take regions_lock. A region added is armed if armed says
+ * so (registered for missing faults already). */
+int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end, bool armed);
 int mmclient_region_remove(MMClient *mm, uint64_t start, uint64_t end, bool must_exist);
 int mmclient_region_move(MMClient *mm, uint64_t from, uint64_t to, uint64_t len);
 int mmclient_regions_copy(MMClient *dst, MMClient *src);
 /* Clip [*start, *end) to the first registered part at or after *start;
  * false if none. Takes regions_lock. */
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
-/* The same, also giving the region's registration stamp. */
-bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp);
+/* The same, also giving the region's registration stamp and whether it
+ * is armed. */
+bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp, bool *armed);
+/* Register the region holding addr for missing faults too, before any of
+ * its pages may leave: a page moved out of a region that is not would be
+ * refilled with zeros by the kernel at its next touch. Manager thread
+ * only. 0 (armed); -EAGAIN: the region changed meanwhile (an munmap or
+ * mremap event), ask again; -ENOENT: no region there; -errno of the
+ * ioctl. */
+int mmclient_region_arm(MMClient *mm, uint64_t addr);
 /* Is addr inside a registered region? Caller holds regions_lock. */
 bool mmclient_region_has_locked(MMClient *mm, uint64_t addr);
 
@@ -410,6 +424,9 @@ int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n);
  * UFFDIO_WRITEPROTECT probe: -ESRCH once the mm is gone.) */
 bool uffd_mm_alive(int uffd);
 
-/* Register / unregister [start, end) in the client's uffd (MISSING mode). */
+/* Register [start, end) in the client's uffd: for write-protect faults
+ * only where the uffd has WP_ASYNC (so the kernel serves every first
+ * touch: unarmed; 0 or -errno), else for missing faults too (armed: 1).
+ * Unregister it. */
 int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end);
 int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end);

@@ -37,8 +37,8 @@
 
 #define LEN ((size_t)16 << 20)
 
-/* Whether the mapping holding p is registered with a userfaultfd for
- * missing pages (VmFlags "um" in /proc/self/smaps). */
+/* Whether the mapping holding p is registered with a userfaultfd (VmFlags
+ * "um" in /proc/self/smaps, or "uw" alone for memory never evicted from). */
 static int uffd_registered(const void *p) {
         FILE *f = fopen("/proc/self/smaps", "re");
         char line[512];
@@ -51,7 +51,7 @@ static int uffd_registered(const void *p) {
                 if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
                         in = (uintptr_t)p >= s && (uintptr_t)p < e;
                 else if (in && strncmp(line, "VmFlags:", 8) == 0) {
-                        r = strstr(line, " um") != NULL;
+                        r = strstr(line, " um") != NULL || strstr(line, " uw") != NULL;
                         break;
                 }
         }

@@ -421,15 +421,23 @@ bool vma_flags(const void *addr, char *buf, size_t len) {
         return found;
 }
 
-bool vma_uffd_missing(const void *addr) {
+static bool vma_has_flag(const void *addr, const char *flag) {
         char flags[256], *save = NULL;
 
         if (!vma_flags(addr, flags, sizeof(flags)))
                 return false;
         for (char *t = strtok_r(flags, " ", &save); t; t = strtok_r(NULL, " ", &save))
-                if (strcmp(t, "um") == 0)
+                if (strcmp(t, flag) == 0)
                         return true;
         return false;
+}
+
+bool vma_uffd_missing(const void *addr) {
+        return vma_has_flag(addr, "um");
+}
+
+bool vma_uffd_registered(const void *addr) {
+        return vma_has_flag(addr, "um") || vma_has_flag(addr, "uw");
 }
 
 pid_t td_fork_as(uid_t uid, gid_t group) {

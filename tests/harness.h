@@ -121,8 +121,10 @@ bool task_in_userfault(pid_t tid);
  * into buf, without the "VmFlags:" prefix; false if no mapping does. */
 bool vma_flags(const void *addr, char *buf, size_t len);
 /* Whether that mapping is registered with a userfaultfd for missing
- * pages (VmFlags "um"). */
+ * pages (VmFlags "um"), or at all ("um" or "uw": a range the daemon never
+ * evicted from is registered for write-protect faults only). */
 bool vma_uffd_missing(const void *addr);
+bool vma_uffd_registered(const void *addr);
 
 /* From now on, td_kill(d) records each kill in a memfd (close-on-exec):
  * returns its descriptor, for td_kills_map() in a program the test runs. */

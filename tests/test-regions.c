@@ -33,13 +33,13 @@ int main(void) {
 
         ASSERT_OK(mmclient_new(&m, -1, &mm));
 
-        ASSERT_OK(mmclient_region_add(mm, 10 * P, 20 * P));
-        ASSERT_OK(mmclient_region_add(mm, 30 * P, 40 * P));
-        ASSERT_OK(mmclient_region_add(mm, 0, 5 * P));
+        ASSERT_OK(mmclient_region_add(mm, 10 * P, 20 * P, true)); /* armed: kept by splits and moves */
+        ASSERT_OK(mmclient_region_add(mm, 30 * P, 40 * P, false));
+        ASSERT_OK(mmclient_region_add(mm, 0, 5 * P, false));
         expect(mm, (uint64_t[]){ 0, 5 * P, 10 * P, 20 * P, 30 * P, 40 * P }, 3);
-        ASSERT_ERROR(mmclient_region_add(mm, 15 * P, 35 * P), EEXIST);
-        ASSERT_ERROR(mmclient_region_add(mm, 19 * P, 21 * P), EEXIST);
-        ASSERT_OK(mmclient_region_add(mm, 20 * P, 30 * P)); /* touching is not overlapping */
+        ASSERT_ERROR(mmclient_region_add(mm, 15 * P, 35 * P, false), EEXIST);
+        ASSERT_ERROR(mmclient_region_add(mm, 19 * P, 21 * P, false), EEXIST);
+        ASSERT_OK(mmclient_region_add(mm, 20 * P, 30 * P, false)); /* touching is not overlapping */
 
         /* a hole in the middle splits; the ends shrink */
         ASSERT_OK(mmclient_region_remove(mm, 12 * P, 14 * P, false));
@@ -66,15 +66,25 @@ int main(void) {
         ASSERT_OK(mmclient_region_move(mm, 10 * P, 200 * P, 10 * P));
         expect(mm, (uint64_t[]){ 0, 3 * P, 20 * P, 30 * P, 30 * P, 38 * P, 201 * P, 202 * P, 204 * P, 205 * P,
                                  206 * P, 210 * P }, 6);
+        bool armed = false;
+        uint32_t stamp;
+        for (uint64_t a = 201; a < 210; a += 4) {
+                s = a * P, e = 300 * P;
+                ASSERT_TRUE(mmclient_region_clip_stamp(mm, &s, &e, &stamp, &armed));
+                ASSERT_TRUE(armed);
+        }
+        s = 20 * P, e = 300 * P;
+        ASSERT_TRUE(mmclient_region_clip_stamp(mm, &s, &e, &stamp, &armed));
+        ASSERT_TRUE(!armed);
 
         /* limits: regions and bytes */
-        ASSERT_OK(mmclient_region_add(mm, 300 * P, 301 * P));
-        ASSERT_OK(mmclient_region_add(mm, 302 * P, 303 * P));
-        ASSERT_ERROR(mmclient_region_add(mm, 304 * P, 305 * P), ENOSPC);
+        ASSERT_OK(mmclient_region_add(mm, 300 * P, 301 * P, false));
+        ASSERT_OK(mmclient_region_add(mm, 302 * P, 303 * P, false));
+        ASSERT_ERROR(mmclient_region_add(mm, 304 * P, 305 * P, false), ENOSPC);
         ASSERT_OK(mmclient_region_remove(mm, 0, 1000 * P, false));
         expect(mm, NULL, 0);
-        ASSERT_ERROR(mmclient_region_add(mm, 0, 1001 * P), ENOSPC);
-        ASSERT_OK(mmclient_region_add(mm, 0, 1000 * P));
+        ASSERT_ERROR(mmclient_region_add(mm, 0, 1001 * P, false), ENOSPC);
+        ASSERT_OK(mmclient_region_add(mm, 0, 1000 * P, false));
 
         mmclient_unref(mm);
         return 0;

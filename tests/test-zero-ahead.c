@@ -14,11 +14,29 @@
  *  3. A fresh region touched at random pages (first touches scattered):
  *     every page reads zero, then holds what was written.
  *
+ *  0. Before any of that, memory never evicted from is no business of the
+ *     daemon's: a fresh region, registered, is registered for write-protect
+ *     faults only (VmFlags "uw", not "um"), and first touches of half of
+ *     it (reads and writes) take no zero-fill round trip and no fill
+ *     ahead. Its first pageout registers it for missing faults ("um")
+ *     before any page leaves; then the untouched half reads as zeros
+ *     through the daemon, and the written half holds what was written.
+ *     (A kernel without UFFD_FEATURE_WP_ASYNC registers for missing faults
+ *     at once: that part is skipped, with a line.)
+ *
  * Without the index check (an entry means: held, do not fill), step 1
  * reads zeros where the evicted pages were.
  */
+#include <fcntl.h>
+#include <string.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "harness.h"
 #include "protocol.h"
+#include "uffd-compat.h"
 
 #define NPAGES 8192
 #define HELD(i) ((i) % 64 < 16)
@@ -29,6 +47,17 @@ static bool page_is_zero(const uint8_t *p) {
                 if (*(const uint64_t *)(p + i))
                         return false;
         return true;
+}
+
+/* Does this kernel's userfaultfd have WP_ASYNC (the daemon's condition
+ * for registering write-protect faults only)? */
+static bool kernel_wp_async(void) {
+        struct uffdio_api api = { .api = UFFD_API };
+        int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+        bool r = u >= 0 && ioctl(u, UFFDIO_API, &api) == 0 && (api.features & UFFD_FEATURE_WP_ASYNC);
+        if (u >= 0)
+                close(u);
+        return r;
 }
 
 static uint64_t status_zero_ahead(const TestDaemon *d) {
@@ -45,6 +74,47 @@ int main(void) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
+
+        /* 0 */
+        uint8_t *z = test_map(len);
+        ASSERT_OK(zswap_register(c, z, len));
+        ASSERT_TRUE(vma_uffd_registered(z));
+        if (!kernel_wp_async())
+                fprintf(stderr, "no UFFD_FEATURE_WP_ASYNC here: registered for missing faults at once, step 0 skipped\n");
+        else {
+                ASSERT_TRUE(!vma_uffd_missing(z));
+                td_stats(c, &s0);
+                uint64_t za = status_zero_ahead(&d);
+                for (size_t i = 0; i < NPAGES / 2; i++) {
+                        if (!page_is_zero(z + i * ZSWAP_PAGE_SIZE))
+                                test_fail("fresh page %zu reads nonzero", i);
+                        if (i % 2)
+                                fill_pages(z + i * ZSWAP_PAGE_SIZE, ZSWAP_PAGE_SIZE, 300 + i);
+                }
+                td_stats(c, &s1);
+                fprintf(stderr, "never evicted: %d first touches, %llu zero-fill round trips, %llu filled ahead\n",
+                        NPAGES / 2, (unsigned long long)(s1.faults_zero - s0.faults_zero),
+                        (unsigned long long)(status_zero_ahead(&d) - za));
+                ASSERT_EQ(s1.faults_zero, s0.faults_zero);
+                ASSERT_EQ(status_zero_ahead(&d), za);
+                ASSERT_TRUE(zswap_pageout(c, z, len) > 0);
+                ASSERT_TRUE(vma_uffd_missing(z));
+                td_stats(c, &s0);
+                for (size_t i = 0; i < NPAGES; i++) {
+                        const uint8_t *p = z + i * ZSWAP_PAGE_SIZE;
+                        if (i < NPAGES / 2 && i % 2) {
+                                uint8_t want[ZSWAP_PAGE_SIZE];
+                                fill_pages(want, ZSWAP_PAGE_SIZE, 300 + i);
+                                if (memcmp(p, want, ZSWAP_PAGE_SIZE))
+                                        test_fail("page %zu lost what was written before its eviction", i);
+                        } else if (!page_is_zero(p))
+                                test_fail("page %zu: never written, reads nonzero after the pageout", i);
+                }
+                td_stats(c, &s1);
+                fprintf(stderr, "after its first pageout: %llu zero-fill round trips reading it whole\n",
+                        (unsigned long long)(s1.faults_zero - s0.faults_zero));
+                ASSERT_TRUE(s1.faults_zero > s0.faults_zero);
+        }
 
         /* 1 */
         uint8_t *a = test_map(len);
