@@ -1665,11 +1665,11 @@ static bool ranges_registered(struct zswap_client *c) {
                         continue;
                 /* missing faults (armed) or write-protect ones alone
                  * (never evicted from: daemon/mmclient.c) */
-                if (strstr(line, " um") || strstr(line, " uw"))
+                if (vmflags_uffd_registered(line))
                         for (size_t i = 0; i < c->nranges && !ok; i++)
                                 ok = c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
                 /* the staging area: registered for write-protect faults */
-                if (staging && staging >= lo && staging < hi && (strstr(line, " uw") || strstr(line, " um")))
+                if (staging && staging >= lo && staging < hi && vmflags_uffd_registered(line))
                         ok = true;
         }
         fclose(f);

@@ -21,6 +21,10 @@ uint64_t now_ns(void) {
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+bool vmflags_uffd_registered(const char *line) {
+        return strstr(line, " um") || strstr(line, " uw");
+}
+
 int fd_is_userfaultfd(int fd) {
         char path[64], target[64];
         ssize_t n;

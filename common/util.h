@@ -24,6 +24,11 @@ uint64_t now_ns(void);
 /* 1 if fd is a userfaultfd, 0 if not, -errno on error. */
 int fd_is_userfaultfd(int fd);
 
+/* Does a "VmFlags:" line of /proc/PID/smaps say its vma is registered
+ * with a userfaultfd: for missing faults ("um"), or for write-protect
+ * faults alone ("uw": a range the daemon never evicted from)? */
+bool vmflags_uffd_registered(const char *line);
+
 /* Parent pid of pid from /proc/PID/stat. */
 int proc_ppid(pid_t pid, pid_t *ret);
 /* When process pid started, in clock ticks since boot (/proc/PID/stat field 22). */

@@ -65,6 +65,7 @@
 #include "tier.h"
 #include "uffd-compat.h"
 #include "users.h"
+#include "util.h"
 
 typedef struct AdoptCtx {
         MMClient *mm;
@@ -596,7 +597,7 @@ int adopt_live_ranges(MMClient *mm, StoreRange *r, int n) {
                         cur = (StoreRange){ s, e };
                         continue;
                 }
-                if (strncmp(line, "VmFlags:", 8) || (!strstr(line, " um") && !strstr(line, " uw")))
+                if (strncmp(line, "VmFlags:", 8) || !vmflags_uffd_registered(line))
                         continue;
                 if (nv == nvmax) {
                         StoreRange *g = realloc(v, (nvmax = nvmax ? 2 * nvmax : 64) * sizeof(*v));

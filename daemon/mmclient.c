@@ -909,16 +909,16 @@ int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end) {
 }
 
 int mmclient_region_arm(MMClient *mm, uint64_t addr) {
-        uint64_t s = addr, e = addr + 1, cut;
-        bool armed = false;
+        uint64_t s = 0, e = 0, cut;
+        bool found = false, armed = false;
 
         pthread_mutex_lock(&mm->regions_lock);
-        bool found = mmclient_region_has_locked(mm, addr);
-        for (size_t i = 0; found && i < mm->nregions; i++)
+        for (size_t i = 0; !found && i < mm->nregions; i++)
                 if (mm->regions[i].start <= addr && addr < mm->regions[i].end) {
                         s = mm->regions[i].start;
                         e = mm->regions[i].end;
                         armed = mm->regions[i].armed;
+                        found = true;
                 }
         cut = mm->regions_cut;
         pthread_mutex_unlock(&mm->regions_lock);
