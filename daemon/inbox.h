@@ -1,9 +1,8 @@
 /*
  * inbox.h: a multi-producer, single-consumer work list with an eventfd.
  *
- * Producers push with one compare-and-swap; the consumer takes the whole
- * list at once with an atomic exchange, which is ABA-free because nothing
- * is ever popped singly. No producer ever waits for the consumer or for
+ * An MPSC_LIST (mpsc.h): producers push with one compare-and-swap, the
+ * consumer takes the whole list at once. No producer ever waits for the consumer or for
  * another producer, so a compression worker can hand work to a fault
  * thread (and a fault thread to the manager) without a lock either side
  * could be preempted while holding.
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "mpsc.h"
 
 typedef struct Work Work;
 
@@ -34,6 +34,8 @@ struct Work {
         int status;
 };
 
+MPSC_LIST(work_list, Work, next)
+
 static inline int inbox_init(Inbox *ib) {
         atomic_init(&ib->head, NULL);
         ib->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -41,13 +43,7 @@ static inline int inbox_init(Inbox *ib) {
 }
 
 static inline void inbox_push(Inbox *ib, Work *w) {
-        /* release: the consumer's acquire exchange sees the item's fields */
-        Work *old = atomic_load_explicit(&ib->head, memory_order_relaxed);
-        do
-                w->next = old;
-        while (!atomic_compare_exchange_weak_explicit(&ib->head, &old, w, memory_order_release,
-                                                      memory_order_relaxed));
-        if (!old) {
+        if (work_list_push(&ib->head, w)) {
                 /* the list was empty: the consumer may be asleep */
                 uint64_t one = 1;
                 (void)!write(ib->efd, &one, sizeof(one));
@@ -56,14 +52,7 @@ static inline void inbox_push(Inbox *ib, Work *w) {
 
 /* Take everything, oldest first. Clear the eventfd before calling. */
 static inline Work *inbox_take(Inbox *ib) {
-        Work *w = atomic_exchange_explicit(&ib->head, NULL, memory_order_acquire), *rev = NULL;
-        while (w) {
-                Work *n = w->next;
-                w->next = rev;
-                rev = w;
-                w = n;
-        }
-        return rev;
+        return work_list_take(&ib->head);
 }
 
 static inline void inbox_clear(Inbox *ib) {

@@ -48,6 +48,7 @@
 #include "log.h"
 #include "manager.h"
 #include "memread.h"
+#include "mpsc.h"
 #include "pidfd-compat.h"
 #include "reclaim.h"
 #include "sandbox.h"
@@ -67,6 +68,8 @@
 static void conn_free(Manager *m, Conn *c);
 static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg);
 
+MPSC_LIST(orphan_list, MMClient, next)
+
 void manager_post(Manager *m, Work *w) {
         inbox_push(&m->inbox, w);
 }
@@ -75,21 +78,17 @@ void manager_post(Manager *m, Work *w) {
  * manager (which may be in pool_reclaim or madvise). */
 void manager_adopt_orphan(Manager *m, MMClient *child) {
         child->fork_paused_at = now_ns();
-        MMClient *head = atomic_load_explicit(&m->orphans_new, memory_order_relaxed);
-        do
-                child->next = head;
-        /* release: the manager that takes the child sees it whole */
-        while (!atomic_compare_exchange_weak_explicit(&m->orphans_new, &head, child, memory_order_release,
-                                                      memory_order_relaxed));
+        orphan_list_push(&m->orphans_new, child);
 }
 
 MMClient *manager_orphans(Manager *m) {
-        MMClient *n = atomic_exchange_explicit(&m->orphans_new, NULL, memory_order_acquire);
-        while (n) {
-                MMClient *next = n->next;
-                n->next = m->orphans;
-                m->orphans = n;
-                n = next;
+        MMClient *fresh = orphan_list_take(&m->orphans_new);
+        if (fresh) {
+                MMClient *tail = fresh;
+                while (tail->next)
+                        tail = tail->next;
+                tail->next = m->orphans;
+                m->orphans = fresh;
         }
         return m->orphans;
 }

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "macro.h"
+#include "mpsc.h"
 #include "tier-pump.h"
 
 struct TierPump {
@@ -24,28 +25,13 @@ struct TierPump {
         bool started;
 };
 
+MPSC_LIST(job_list, TierJob, next)
+
 static void push(_Atomic(TierJob *) *head, TierJob *j, int fd) {
-        TierJob *old = atomic_load_explicit(head, memory_order_relaxed);
-        do
-                j->next = old;
-        /* release: the taker's acquire exchange sees the job whole */
-        while (!atomic_compare_exchange_weak_explicit(head, &old, j, memory_order_release, memory_order_relaxed));
-        if (!old) {
+        if (job_list_push(head, j)) {
                 uint64_t one = 1;
                 (void)!write(fd, &one, sizeof(one));
         }
-}
-
-/* Everything pushed so far, oldest first. */
-static TierJob *take(_Atomic(TierJob *) *head) {
-        TierJob *j = atomic_exchange_explicit(head, NULL, memory_order_acquire), *fifo = NULL;
-        while (j) {
-                TierJob *n = j->next;
-                j->next = fifo;
-                fifo = j;
-                j = n;
-        }
-        return fifo;
 }
 
 static void run_job(TierPump *p, TierJob *j) {
@@ -67,7 +53,7 @@ static void *pump_main(void *arg) {
         TierPump *p = arg;
 
         for (;;) {
-                TierJob *j = take(&p->queue);
+                TierJob *j = job_list_take(&p->queue);
                 if (!j) {
                         /* relaxed: the eventfd orders it */
                         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
@@ -125,7 +111,7 @@ void tier_pump_stop(TierPump *p) {
         pthread_join(p->thread, NULL);
         p->started = false;
         /* what was queued after the thread's last look */
-        for (TierJob *j = take(&p->queue); j;) {
+        for (TierJob *j = job_list_take(&p->queue); j;) {
                 TierJob *n = j->next;
                 j->res = -ECANCELED;
                 j->win = (TierWindow){ 0 };
@@ -150,5 +136,5 @@ void tier_pump_submit(TierPump *p, TierJob *j) {
 }
 
 TierJob *tier_pump_done(TierPump *p) {
-        return take(&p->done);
+        return job_list_take(&p->done);
 }

@@ -11,7 +11,7 @@
  *
  * Threads: tier_pump_submit() and tier_pump_done() from the owning fault
  * thread only; the pump's thread does the rest. Jobs cross by two
- * lock-free stacks (a Treiber push, an exchange-all take), as in inbox.h.
+ * lock-free lists taken whole by their consumer (MPSC_LIST, mpsc.h).
  */
 #pragma once
 
