@@ -2,7 +2,8 @@
  * test-codec: the page codec on real heap pages and on hostile input.
  *
  * Every page of the corpus ($ZSWAP_CORPUS, three zstd-compressed heap
- * dumps) goes through lz4 and zstd and comes back byte for byte. The
+ * dumps; TEST_CORPUS_PAGES of each file when set, which the valgrind run
+ * uses) goes through lz4 and zstd and comes back byte for byte. The
  * decoder is fed truncated, extended, bit-flipped, random, empty and
  * oversized input: it must fail on anything that is not one whole 4 KiB
  * page and never read or write out of bounds: inputs and outputs end
@@ -72,8 +73,10 @@ static bool sources_load(void) {
                 return false;
         }
         /* the shared loader keeps the files one after the other */
+        size_t npages = MIN(test_env_uint("TEST_CORPUS_PAGES", CORPUS_FILE_PAGES), CORPUS_FILE_PAGES);
+        ASSERT_TRUE(npages > 0);
         for (size_t i = 0; i < ELEMENTSOF(corpus); i++) {
-                corpus[i].npages = CORPUS_FILE_PAGES;
+                corpus[i].npages = npages;
                 corpus[i].data = malloc(CORPUS_FILE_PAGES * PAGE);
                 ASSERT_TRUE(corpus[i].data);
                 memcpy(corpus[i].data, shared->data + i * CORPUS_FILE_PAGES * PAGE, CORPUS_FILE_PAGES * PAGE);

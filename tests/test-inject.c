@@ -14,6 +14,10 @@
  * can only check that nothing hangs or crashes and that no more pages go
  * than were injected.
  *
+ * TEST_INJECT_ROUNDS (6) and TEST_INJECT_RANGES (300) size each case's
+ * workload: the valgrind run, where every call is a hundred times
+ * slower, uses fewer, still enough for every site to fire.
+ *
  * Then the clients that do not play along: one that never reads its socket,
  * one whose agent never answers MOVE. Neither may stall another client,
  * and the second keeps its pages. And a pool far smaller than the data:
@@ -123,7 +127,7 @@ static size_t workload(int rounds, bool lossy) {
         }
         /* many small ranges come and go: each a REGISTER, a PAGEOUT, an
          * UNREGISTER, so their sites are hit hundreds of times too */
-        for (int i = 0; i < 300; i++) {
+        for (unsigned i = 0; i < test_env_uint("TEST_INJECT_RANGES", 300); i++) {
                 uint8_t *part = buf + (size_t)(i % (NPAGES / 16)) * 16 * P;
                 size_t off = (size_t)(part - buf) / P;
                 unregister_retry(c, buf, LEN);
@@ -195,7 +199,8 @@ static void inject_case(const char *spec, const char *sites, bool lossy) {
         ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
-        size_t bad = workload(6, lossy);
+        /* two at least: the fork is in the second */
+        size_t bad = workload((int)MAX(test_env_uint("TEST_INJECT_ROUNDS", 6), 2u), lossy);
         bad += fresh_client(lossy);
         td_stop(&d); /* fails the test unless the daemon exits cleanly */
         unsigned long long total = 0;

@@ -7,7 +7,7 @@
 
 int main(void) {
         TestDaemon d;
-        size_t mb = getenv("TEST_RSS_MB") ? strtoul(getenv("TEST_RSS_MB"), NULL, 10) : 1024;
+        size_t mb = test_env_uint("TEST_RSS_MB", 1024);
         size_t len = mb << 20;
         uint64_t *hashes = malloc(len / ZSWAP_PAGE_SIZE * sizeof(uint64_t));
         struct zswap_stats s;

@@ -65,11 +65,6 @@
 #define CLIENT_FORKS 1
 #endif
 
-static unsigned env_or(const char *name, unsigned dflt) {
-        const char *v = getenv(name);
-        return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
-}
-
 /* ---- a client ---- */
 
 #define REGIONS 4
@@ -582,8 +577,8 @@ int main(int argc, char **argv) {
         if (argc >= 2 && strcmp(argv[1], "client") == 0)
                 return client_main(argc, argv);
 
-        unsigned seconds = env_or("SOAK_SECONDS", 20), nclients = env_or("SOAK_CLIENTS", 3);
-        bool kill_daemon = env_or("SOAK_DAEMON_KILLS", 1) != 0;
+        unsigned seconds = test_env_uint("SOAK_SECONDS", 20), nclients = test_env_uint("SOAK_CLIENTS", 3);
+        bool kill_daemon = test_env_uint("SOAK_DAEMON_KILLS", 1) != 0;
         const char *env_seed = getenv("TEST_SEED");
         Slot slots[16];
         Soak s = { 0 };
@@ -594,7 +589,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "soak: %u s, %u clients, TEST_SEED=%#llx, starts at %llu ms\n", seconds, nclients,
                 (unsigned long long)s.seed, ms_now());
         char quota[512];
-        bool throttled = env_or("SOAK_THROTTLE", 1) && td_quota_cgroup(10, quota, sizeof(quota));
+        bool throttled = test_env_uint("SOAK_THROTTLE", 1) && td_quota_cgroup(10, quota, sizeof(quota));
         td_start_logged(&s.d, getenv("TEST_DAEMON_ARGS"));
         s.kills_fd = td_kills_record(&s.d);
         s.deadline = now_ns() + (uint64_t)seconds * 1000000000ull;

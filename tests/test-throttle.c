@@ -175,7 +175,7 @@ static void report(const Shared *sh, const TestDaemon *d) {
 
 int main(void) {
         TestDaemon d;
-        unsigned seconds = getenv("TEST_THROTTLE_SECONDS") ? (unsigned)atoi(getenv("TEST_THROTTLE_SECONDS")) : 60;
+        unsigned seconds = test_env_uint("TEST_THROTTLE_SECONDS", 60);
         char cgdir[512];
         pid_t pids[NCLIENTS] = { 0 };
         uint64_t rng = (uint64_t)getpid();

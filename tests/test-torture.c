@@ -92,18 +92,13 @@ static void *worker(void *arg) {
         return NULL;
 }
 
-static unsigned env_or(const char *name, unsigned dflt) {
-        const char *v = getenv(name);
-        return v ? (unsigned)strtoul(v, NULL, 10) : dflt;
-}
-
 int main(void) {
         TestDaemon d;
-        unsigned seconds = env_or("TORTURE_SECONDS", 60), mb = env_or("TORTURE_MB", 256);
+        unsigned seconds = test_env_uint("TORTURE_SECONDS", 60), mb = test_env_uint("TORTURE_MB", 256);
         pthread_t threads[16];
         uint64_t seed = 7, passes = 0, evicted = 0, daemon_evicted = 0;
 
-        nthreads = env_or("TORTURE_THREADS", 4);
+        nthreads = test_env_uint("TORTURE_THREADS", 4);
         if (mb < 4)
                 mb = 4;
         if (nthreads < 1 || nthreads > 16)

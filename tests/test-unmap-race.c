@@ -19,7 +19,7 @@
 
 int main(void) {
         TestDaemon d;
-        unsigned rounds = getenv("TEST_UNMAP_ROUNDS") ? (unsigned)strtoul(getenv("TEST_UNMAP_ROUNDS"), NULL, 10) : 2000;
+        unsigned rounds = test_env_uint("TEST_UNMAP_ROUNDS", 2000);
         size_t bad = 0, bad_rounds = 0;
 
         td_start(&d, "--set interval=10ms --set write_scan=0");

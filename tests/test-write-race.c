@@ -52,7 +52,7 @@ static void *reader(void *arg) {
 int main(void) {
         TestDaemon d;
         pthread_t w, r;
-        unsigned seconds = getenv("TORTURE_SECONDS") ? (unsigned)atoi(getenv("TORTURE_SECONDS")) / 3 + 1 : 10;
+        unsigned seconds = test_env_uint("TORTURE_SECONDS", 27) / 3 + 1;
         uint64_t passes = 0, evicted = 0;
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));

@@ -106,6 +106,13 @@ static inline uint64_t test_now_ns(void) {
                 }                                                               \
         } while (0)
 
+/* A test's size knob from the environment: name's value, or dflt when
+ * unset (the CI sizes some tests down under valgrind and the sanitizers). */
+static inline unsigned test_env_uint(const char *name, unsigned dflt) {
+        const char *v = getenv(name);
+        return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
 static inline void test_require_root(void) {
         if (geteuid() != 0)
                 test_skip("needs root (userfaultfd events, /dev/userfaultfd)");
