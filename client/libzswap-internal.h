@@ -138,3 +138,12 @@ bool zswap_client_recovering(struct zswap_client *c);
  * 64-bit value per fork, which the daemon matches at CHILD_ATTACH. For
  * tests. */
 uint64_t zswap_fork_token_last(void);
+/* Fork children whose parent held nothing out (the daemon's answer to the
+ * fork's FORK_PREPARE) put off attaching until zswap_child_attach() is
+ * called (zswap_child_pending() until then), or until they fork
+ * themselves: the preload's scanner does it after ZSWAP_ATTACH_MS, and a
+ * child that execs or exits first costs no round trip. Without the call,
+ * every child attaches in the fork, as the library's own users expect. */
+void zswap_child_attach_defer(void);
+bool zswap_child_pending(struct zswap_client *c);
+int zswap_child_attach(struct zswap_client *c);

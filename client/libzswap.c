@@ -124,6 +124,19 @@ struct zswap_client {
          * itself from its store (child_lost()); written by the forking
          * thread under clients_lock */
         bool fork_ok;
+        /* its answer: 1 + the pages the daemon held out for us then, 0:
+         * not known (no answer, or a daemon that does not say). Nothing
+         * is evicted from the answer to the fork, so 1 means the child
+         * inherits every page in place. Under clients_lock, as fork_ok */
+        int64_t fork_held;
+        /* a fork child whose parent held nothing out: it attaches when
+         * zswap_child_attach() is called (the preload's scanner, after
+         * ZSWAP_ATTACH_MS), or before it forks itself, rather than in the
+         * fork; until then the daemon serves its faults through the uffd
+         * it holds and evicts nothing. With the token of its fork. Under
+         * clients_lock */
+        bool child_pending;
+        uint64_t child_token;
 
         pthread_mutex_t send_lock; /* taken before lock; held around sends of requests */
         pthread_mutex_t lock; /* protects everything below */
@@ -768,6 +781,7 @@ static void client_free(struct zswap_client *c) {
 static void atfork_prepare(void);
 static void atfork_parent(void);
 static void atfork_child(void);
+static int child_attach_now(struct zswap_client *c);
 
 static void atfork_install(void) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -1477,9 +1491,15 @@ uint64_t zswap_fork_token_last(void) {
 
 static void atfork_prepare(void) {
         pthread_mutex_lock(&clients_lock);
+        /* a child that has not attached yet forks: it attaches now, so
+         * that its own child is forked from a client the daemon knows */
+        for (struct zswap_client *c = clients; c; c = c->next_client)
+                if (c->child_pending)
+                        child_attach_now(c);
         fork_token = fork_token_new(fork_token);
         for (struct zswap_client *c = clients; c; c = c->next_client) {
                 ZMsgFork h = { .token = fork_token };
+                int64_t held = 0;
                 /* While the agent looks for a new daemon, the fork waits for
                  * the outcome (it would wait in the kernel anyway, until
                  * somebody reads its event): only a daemon that got our
@@ -1498,7 +1518,7 @@ static void atfork_prepare(void) {
                         /* waits until no page of ours is in flight; a dead
                          * daemon answers at once with ENOTCONN, a stuck one
                          * times out */
-                        r = request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, NULL, 10);
+                        r = request_timed(c, &h, sizeof(h), NULL, 0, NULL, 0, NULL, &held, 10);
                         if (r != -ENOTCONN || dead || tries == 2)
                                 break;
                         /* the daemon died before it answered (pages of ours
@@ -1522,6 +1542,7 @@ static void atfork_prepare(void) {
                  * before it answered, whatever happened to it since */
                 pthread_mutex_lock(&c->lock);
                 c->fork_ok = r == 0;
+                c->fork_held = r == 0 && held > 0 ? held : 0;
                 pthread_mutex_unlock(&c->lock);
         }
 }
@@ -1547,7 +1568,7 @@ static bool ranges_registered(struct zswap_client *c);
 
 /* In the child: take over the address space the daemon tracks for us. */
 static int child_reconnect(struct zswap_client *c) {
-        ZMsgChild ch = { .fork_token = fork_token,
+        ZMsgChild ch = { .fork_token = c->child_token,
                          .staging_addr = (uintptr_t)c->staging };
         int devfd = -1, r;
 
@@ -1733,6 +1754,46 @@ static void child_lost(struct zswap_client *c, bool held, bool announced, int da
         raise(SIGKILL);
 }
 
+/* A child that put off attaching (child_pending) attaches. Under
+ * clients_lock; 0, or the error that leaves it unmanaged: the daemon
+ * still serves what it holds through the uffd it got. */
+static int child_attach_now(struct zswap_client *c) {
+        int r;
+
+        c->child_pending = false;
+        c->dead = false;
+        r = child_reconnect(c);
+        if (r < 0) {
+                c->sock = safe_close(c->sock);
+                c->dead = true;
+        }
+        return r;
+}
+
+static bool child_attach_deferred;
+
+void zswap_child_attach_defer(void) {
+        pthread_mutex_lock(&clients_lock);
+        child_attach_deferred = true;
+        pthread_mutex_unlock(&clients_lock);
+}
+
+bool zswap_child_pending(struct zswap_client *c) {
+        pthread_mutex_lock(&clients_lock);
+        bool pending = c && c->child_pending;
+        pthread_mutex_unlock(&clients_lock);
+        return pending;
+}
+
+int zswap_child_attach(struct zswap_client *c) {
+        int saved = errno;
+        pthread_mutex_lock(&clients_lock);
+        int r = c && c->child_pending ? child_attach_now(c) : 0;
+        pthread_mutex_unlock(&clients_lock);
+        errno = saved;
+        return r;
+}
+
 static void atfork_child(void) {
         int saved = errno;
 
@@ -1740,10 +1801,11 @@ static void atfork_child(void) {
                 /* a parent with no uffd (detached after a restore) had no
                  * fork event: the daemon knows nothing of us */
                 bool managed = c->uffd >= 0 && !c->dead;
-                /* what we inherited belongs to the parent: whether its
-                 * store held pages now, at the fork, and who its daemon
-                 * is, in case we cannot attach */
-                bool held = managed && parent_held_pages(c->store_fd);
+                /* what we inherited belongs to the parent: whether the
+                 * daemon held pages out for it at the fork (its answer to
+                 * our FORK_PREPARE, or else the parent's store now), and
+                 * who its daemon is, in case we cannot attach */
+                bool held = managed && (c->fork_held > 0 ? c->fork_held > 1 : parent_held_pages(c->store_fd));
                 /* our fork was announced: whether the store we hold is
                  * as at the fork, the store says (it names our fork only
                  * if its daemon answered our FORK_PREPARE, or adopted the
@@ -1770,6 +1832,18 @@ static void atfork_child(void) {
                 pthread_mutex_init(&c->send_lock, NULL);
                 pthread_mutex_init(&c->lock, NULL);
                 cond_init_monotonic(&c->cond);
+                c->child_token = fork_token;
+                c->child_pending = false;
+                if (managed && !held && announced && !adopting && child_attach_deferred) {
+                        /* nothing of ours is out of memory, and the daemon
+                         * holds no parent for us: attach later, if we live
+                         * that long (a shell's child execs first) */
+                        safe_close(daemon_pidfd);
+                        safe_close(parent_store);
+                        c->child_pending = true;
+                        c->dead = true; /* until then */
+                        continue;
+                }
                 int r = managed ? child_reconnect(c) : -ENOTCONN;
                 if (managed && r < 0)
                         child_lost(c, held, announced && !adopting, daemon_pidfd, parent_store);

@@ -685,6 +685,18 @@ static bool attach(void) {
         return true;
 }
 
+/* A fork child that put off attaching (libzswap's zswap_child_attach())
+ * attaches, as attach() connects: no program thread closes a descriptor
+ * meanwhile. Whether it is managed. */
+static bool child_attach(void) {
+        atomic_store(&connecting, true);
+        while (atomic_load(&closers))
+                sched_yield();
+        int r = zswap_child_attach(client);
+        atomic_store(&connecting, false);
+        return r == 0;
+}
+
 /* Sleep until attach_ms after start (pokes before then change nothing:
  * the first scan sees every mapping). */
 static void attach_wait(uint64_t start_ns) {
@@ -718,6 +730,16 @@ static void *scanner_main(void *arg) {
                 if (!attach())
                         return NULL;
                 apply_limit();
+        } else if (zswap_child_pending(client)) {
+                /* a fork child whose parent held nothing out: it attaches
+                 * now, unless it has exec'd or exited meanwhile (a fork
+                 * before then attaches in connect_prepare()) */
+                attach_wait(loaded_ns);
+                pthread_mutex_lock(&connect_lock);
+                bool ok = child_attach();
+                pthread_mutex_unlock(&connect_lock);
+                if (ok)
+                        apply_limit();
         }
         while (client) {
                 struct pollfd p = { .fd = poke_fd, .events = POLLIN };
@@ -763,6 +785,10 @@ static void atfork_child_first(void) {
  * client whole or not at all. */
 static void connect_prepare(void) {
         pthread_mutex_lock(&connect_lock);
+        /* a child that has not attached yet forks: it attaches first, so
+         * that its own child is forked from a client the daemon knows */
+        if (client && zswap_child_pending(client))
+                (void)child_attach();
 }
 
 static void connect_parent(void) {
@@ -780,7 +806,7 @@ static void atfork_child(void) {
                 poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                 limit_sent = 0;
                 loaded_ns = now_ns();
-                if (client)
+                if (client && !zswap_child_pending(client))
                         apply_limit(); /* the child is a client of its own */
                 if (poke_fd < 0 || scanner_start() < 0)
                         say("cannot start the scanner in the child: new memory stays unmanaged");
@@ -815,6 +841,7 @@ __attribute__((constructor)) static void preload_init(void) {
         zswap_self = true;
         pthread_atfork(NULL, NULL, atfork_child_first);
         zswap_atfork_init();
+        zswap_child_attach_defer(); /* the scanner attaches fork children */
         pthread_atfork(connect_prepare, connect_parent, atfork_child);
         loaded_ns = now_ns();
         poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

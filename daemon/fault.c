@@ -1734,10 +1734,14 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         /* the token of this fork was read at FORK_PREPARE: reading it now
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
-        if (child->fork_token && atomic_exchange_explicit(&mm->fork_announced, false, memory_order_relaxed)) {
-                /* the library announced it: its child attaches soon, and
-                 * until then the parent's store stays as it is now
-                 * (fork_held()) */
+        if (child->fork_token && atomic_exchange_explicit(&mm->fork_announced, false, memory_order_relaxed) &&
+            atomic_load_explicit(&mm->fork_held_pages, memory_order_relaxed) != 0) {
+                /* the library announced it and the parent held pages out:
+                 * its child attaches soon, and until then the parent's
+                 * store stays as it is now (fork_held()). A parent that
+                 * held nothing gives its child nothing to restore should
+                 * we die first, and is not held: its child may attach
+                 * when it likes (a shell's child execs first) */
                 child->fork_parent = mmclient_ref(mm);
                 mm->fork_hold_until = now_ns() + FORK_HOLD_NS;
                 /* relaxed: only this thread, under serve_lock, reads the

@@ -219,7 +219,9 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         }
         if (type == ZMSG_FORK_PREPARE) {
                 /* nothing of ours is in flight, every event and hand-back
-                 * so far is handled: the token of this fork counts now */
+                 * so far is handled: the token of this fork counts now,
+                 * and so do the pages held (sync_done() answers with them) */
+                atomic_store_explicit(&mm->fork_held_pages, mmclient_held_pages(mm), memory_order_relaxed);
                 atomic_store_explicit(&mm->next_fork_token, mm->fork_token_announced, memory_order_relaxed);
                 atomic_store_explicit(&mm->fork_announced, mm->fork_token_announced != 0, memory_order_relaxed);
                 if (mm->store)
@@ -295,8 +297,13 @@ static void sync_done(Manager *m, Work *w) {
                 if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
                         break;
                 int r = range_request(m, c, w->mm, w->status, w->id, w->a, w->b);
+                /* a FORK_PREPARE's answer: 1 + the pages held (0 is what a
+                 * daemon that does not say gives: unknown) */
+                int64_t v = r == 0 && w->status == ZMSG_FORK_PREPARE
+                                    ? 1 + (int64_t)atomic_load_explicit(&w->mm->fork_held_pages, memory_order_relaxed)
+                                    : 0;
                 if (r <= 0)
-                        conn_reply(c, w->id, r, 0);
+                        conn_reply(c, w->id, r, v);
                 break;
         }
         work_free(w);
@@ -715,6 +722,9 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 mm->fork_token_announced = a->fork_token;
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
+                /* what the dead daemon told the library is not known: the
+                 * child gets its parent held, as it would have from it */
+                atomic_store_explicit(&mm->fork_held_pages, UINT64_MAX, memory_order_relaxed);
                 atomic_store_explicit(&mm->fork_announced, true, memory_order_relaxed);
                 if (mm->store)
                         /* release: after every entry adopted into it */

@@ -176,6 +176,13 @@ typedef struct MMClient {
         /* the manager answered a FORK_PREPARE: the next fork event is that
          * fork's (set by the manager, taken by the fault thread) */
         _Atomic bool fork_announced;
+        /* the pages held out for the client when the manager answered
+         * that FORK_PREPARE (the answer says how many, and nothing is
+         * evicted until its FORK_DONE): its child needs the parent held
+         * only if there were any. Set by the manager before
+         * fork_announced, read by the fault thread at the fork event,
+         * which the client's fork orders after the answer: relaxed */
+        _Atomic uint64_t fork_held_pages;
         int parent_pidfd;    /* children: the parent's pidfd at the fork (-1 if none): has it exited? */
         uint64_t origin_staging; /* children: the parent client's staging area, which names
                                   * the client when a process has several */
@@ -288,6 +295,15 @@ static inline void mmclient_fork_evented(MMClient *mm, uint64_t token) {
                 atomic_store_explicit(&store_super(mm->store)->fork_evented, token, memory_order_release);
 }
 MMClient *mmclient_unref(MMClient *mm);
+
+/* Pages held out for the client: stored, same-filled and staged. Relaxed
+ * counters: exact only while nothing of it is in flight (the manager's
+ * FORK_PREPARE answer), a hint elsewhere (the reclaim tick). */
+static inline uint64_t mmclient_held_pages(MMClient *mm) {
+        return atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.staged_pages, memory_order_relaxed);
+}
 
 /* Map the client's sync page from memfd fd (sealed against shrinking,
  * at least ZSWAP_SYNC_SIZE): takes fd. -EBADF if it is not such a memfd. */

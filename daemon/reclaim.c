@@ -388,12 +388,6 @@ static bool client_managed(MMClient *mm) {
                  memread_stuck(mm->uid) > 0); /* not evicted meanwhile (evict.c) */
 }
 
-static uint64_t held_pages(MMClient *mm) {
-        return atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
-               atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed) +
-               atomic_load_explicit(&mm->st.staged_pages, memory_order_relaxed);
-}
-
 /*
  * Senpai-style control of how much the daemon holds out. Each period:
  * pressure above target (PSI memory "some" avg10) or MemAvailable under
@@ -413,7 +407,7 @@ static void pressure_period(Manager *m, uint64_t now) {
                 if (!client_managed(mm))
                         continue;
                 resident += mm->rc.resident;
-                held += held_pages(mm);
+                held += mmclient_held_pages(mm);
         }
         /* the stall share of this very period, from the cumulative total:
          * avg10 lags ~10 s behind, which made the controller overshoot
@@ -499,7 +493,7 @@ void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {
  */
 static bool reclaim_watches(Manager *m, MMClient *mm, uint64_t limit, int64_t idle) {
         const Tunables *t = &m->tun;
-        return limit || idle > 0 || t->pressure_target > 0 || t->min_free || mm->rc.op || held_pages(mm) ||
+        return limit || idle > 0 || t->pressure_target > 0 || t->min_free || mm->rc.op || mmclient_held_pages(mm) ||
                atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed);
 }
 

@@ -1,0 +1,214 @@
+/*
+ * test-fork-lazy: a fork child whose parent held nothing out attaches
+ * late, and loses nothing by it.
+ *
+ * With zswap_child_attach_defer() (what the preload shim asks for), a
+ * child of a parent that held no page out at the fork (the daemon's
+ * answer to FORK_PREPARE says how many it held) does not attach in the
+ * fork: a shell's child that execs at once then costs no round trip, and
+ * the daemon does not hold the parent for it. Checked here, each on its
+ * own memory (hashes of every page):
+ *
+ *   idle    the child is pending after the fork and reads its memory;
+ *           meanwhile the parent pages out and reads back, never held for
+ *           the child (the daemon's log never says "did not attach"); the
+ *           child then attaches, pages out its own pages, reads them back
+ *   nested  a pending child that forks attaches first, and its own child
+ *           (pending in turn) attaches and pages out too
+ *   held    a parent that held pages at the fork: its child attaches in
+ *           the fork as before, and reads every page
+ *   death   the daemon killed while a child is pending: the child's
+ *           memory is all in place, its attach fails, it lives on
+ *
+ * Built on libzswap's core (static) for the internal header.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "libzswap-internal.h"
+#include "util.h"
+
+#define NPAGES 2048
+#define LEN ((size_t)NPAGES * ZSWAP_PAGE_SIZE)
+
+static TestDaemon d;
+static uint64_t orig[NPAGES];
+
+static void put(int fd, char ch) {
+        ASSERT_EQ(write(fd, &ch, 1), 1);
+}
+
+static char get(int fd) {
+        char ch = 0;
+        ASSERT_EQ(read(fd, &ch, 1), 1);
+        return ch;
+}
+
+/* Page out in as many calls as it takes until half is out: the agent's
+ * moves may time out on a slow machine and leave pages resident. */
+static int evict_half(struct zswap_client *c, uint8_t *buf) {
+        int n = 0;
+        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull; n < NPAGES / 2;) {
+                int r = zswap_pageout(c, buf, LEN);
+                if (r < 0 || now_ns() > end) {
+                        fprintf(stderr, "pid %d: %d pages evicted, then %d\n", (int)getpid(), n, r);
+                        return -1;
+                }
+                n += r;
+        }
+        return n;
+}
+
+/* A pending child's life once told to go on: attach, evict, read back. */
+static int attach_and_evict(struct zswap_client *c, uint8_t *buf, const uint64_t *hashes) {
+        int r = zswap_child_attach(c);
+        if (r < 0) {
+                fprintf(stderr, "child %d: attach: %s\n", (int)getpid(), strerror(-r));
+                return 21;
+        }
+        if (zswap_child_pending(c))
+                return 22;
+        if (evict_half(c, buf) < 0)
+                return 23;
+        if (verify_pages(buf, LEN, hashes) != 0)
+                return 24;
+        return 0;
+}
+
+static void reap(pid_t pid, const char *what) {
+        int st;
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                test_fail("%s: child status %#x", what, st);
+}
+
+static void idle_parent(struct zswap_client *c, uint8_t *buf) {
+        int up[2], down[2];
+
+        fprintf(stderr, "-- idle: a parent holding nothing forks\n");
+        ASSERT_OK(pipe2(up, O_CLOEXEC));
+        ASSERT_OK(pipe2(down, O_CLOEXEC));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (!zswap_child_pending(c))
+                        _exit(20); /* attached in the fork after all */
+                if (verify_pages(buf, LEN, orig) != 0)
+                        _exit(25);
+                put(up[1], 'r');
+                get(down[0]);
+                _exit(attach_and_evict(c, buf, orig));
+        }
+        ASSERT_EQ(get(up[0]), 'r');
+        /* the child has not attached: the parent is not held for it */
+        int n = zswap_pageout(c, buf, LEN);
+        fprintf(stderr, "  parent: %d pages evicted while its child is pending\n", n);
+        ASSERT_TRUE(n > 0);
+        ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+        put(down[1], 'g');
+        reap(pid, "idle");
+        if (td_log_has(&d, "did not attach within"))
+                test_fail("the parent was held for a child that had nothing to restore");
+        close(up[0]), close(up[1]), close(down[0]), close(down[1]);
+}
+
+static void nested(struct zswap_client *c, uint8_t *buf) {
+        fprintf(stderr, "-- nested: a pending child forks\n");
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (!zswap_child_pending(c))
+                        _exit(20);
+                pid_t g = fork(); /* attaches this child first */
+                if (g < 0)
+                        _exit(30);
+                if (g == 0) {
+                        if (!zswap_child_pending(c))
+                                _exit(31);
+                        if (verify_pages(buf, LEN, orig) != 0)
+                                _exit(32);
+                        _exit(attach_and_evict(c, buf, orig));
+                }
+                int st, r = 0;
+                if (zswap_child_pending(c))
+                        r = 33;
+                else if (evict_half(c, buf) < 0 || verify_pages(buf, LEN, orig) != 0)
+                        r = 34;
+                if (waitpid(g, &st, 0) != g || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                        fprintf(stderr, "grandchild status %#x\n", st);
+                        r = 35;
+                }
+                _exit(r);
+        }
+        reap(pid, "nested");
+        ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+}
+
+static void held_parent(struct zswap_client *c, uint8_t *buf) {
+        fprintf(stderr, "-- held: a parent holding pages forks\n");
+        ASSERT_TRUE(evict_half(c, buf) > 0);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (zswap_child_pending(c))
+                        _exit(20); /* it must attach in the fork */
+                _exit(verify_pages(buf, LEN, orig) != 0 ? 25 : 0);
+        }
+        reap(pid, "held");
+        ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+}
+
+static void daemon_dies(struct zswap_client *c, uint8_t *buf) {
+        int up[2], down[2];
+
+        fprintf(stderr, "-- death: the daemon killed while a child is pending\n");
+        ASSERT_OK(pipe2(up, O_CLOEXEC));
+        ASSERT_OK(pipe2(down, O_CLOEXEC));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                if (!zswap_child_pending(c))
+                        _exit(20);
+                put(up[1], 'r');
+                get(down[0]);
+                /* its memory unregistered by the kernel with the daemon's
+                 * last reference: every page is in place all the same */
+                if (verify_pages(buf, LEN, orig) != 0)
+                        _exit(25);
+                if (zswap_child_attach(c) == 0)
+                        _exit(26); /* there is no daemon to attach to */
+                _exit(verify_pages(buf, LEN, orig) != 0 ? 27 : 0);
+        }
+        ASSERT_EQ(get(up[0]), 'r');
+        td_kill(&d);
+        put(down[1], 'g');
+        reap(pid, "death");
+        ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+        close(up[0]), close(up[1]), close(down[0]), close(down[1]);
+}
+
+int main(void) {
+#if defined(__SANITIZE_THREAD__)
+        /* the child starts its agent thread after a multi-threaded fork,
+         * which ThreadSanitizer's runtime cannot follow */
+        test_skip("fork children cannot start threads under ThreadSanitizer");
+#endif
+        test_require_root();
+        zswap_child_attach_defer();
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, LEN, 17, orig);
+
+        idle_parent(c, buf);
+        nested(c, buf);
+        held_parent(c, buf);
+        /* every page back in: the parent holds nothing again */
+        ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+        daemon_dies(c, buf);
+        zswap_disconnect(c);
+        unlink(d.log);
+        return 0;
+}
