@@ -8,7 +8,11 @@
  * random size registered, and a shadow copy of every page in memory it
  * never registers; it reads pages (each checked against the shadow),
  * writes them, drops them (MADV_DONTNEED), evicts them (zswap_pageout),
- * forks a child that checks its own copy, changes and evicts it, moves a
+ * forks a child that checks its own copy, changes and evicts it (half
+ * the forks right after reading every page back, so that the parent holds
+ * nothing and the child attaches late, from a random moment after the
+ * fork, as the preload shim's children do: zswap_child_attach_defer();
+ * SOAK_LAZY_FORKS=0: never), moves a
  * region elsewhere (mremap), and replaces a region by a new one (munmap,
  * with or without zswap_unregister first, then mmap and zswap_register).
  * Meanwhile the parent, at random moments, kills the daemon with SIGKILL
@@ -47,6 +51,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "libzswap-internal.h"
 #include "util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -94,6 +99,7 @@ typedef struct Client {
         Region r[REGIONS];
         uint64_t reads, writes, drops, pageouts, enotconn, forks, moves, replaced, bad, api_errors;
         uint64_t forks_lost;   /* children libzswap killed: the daemon died during the fork */
+        uint64_t forks_idle;   /* forks right after every page was read back */
         const TdKills *kills;  /* the parent's record of daemon kills */
         uint64_t child_since; /* in a fork child: when fork() returned in it (ms) */
         Event history[HISTORY];
@@ -268,6 +274,14 @@ static int fork_child(Client *cl) {
         cl->child_since = ms_now();
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         cl->api_errors = 0; /* the parent's, until now */
+        if (zswap_child_pending(cl->c)) {
+                /* its parent held nothing: it attaches when it likes, and
+                 * a daemon killed meanwhile leaves it unmanaged, every
+                 * page in place (pageouts then say -ENOTCONN) */
+                usleep((useconds_t)(xorshift(&cl->seed) % 20000));
+                int r = zswap_child_attach(cl->c);
+                note(cl, "late attach", -1, NULL, 0, 0, r);
+        }
         size_t bad = check_all(cl);
         if (bad) {
                 fprintf(stderr, "client %u fork child: %zu pages differ from the copy at the fork\n", cl->id, bad);
@@ -291,6 +305,11 @@ static int fork_child(Client *cl) {
 static void client_fork(Client *cl) {
         int st;
         uint64_t t0 = now_ns();
+        if (xorshift(&cl->seed) % 2) {
+                /* every page back in first: the parent holds nothing */
+                cl->bad += check_all(cl);
+                cl->forks_idle++;
+        }
         note(cl, "fork", -1, NULL, 0, 0, 0);
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
@@ -375,6 +394,8 @@ static int client_main(int argc, char **argv) {
         int fd = result_fd = atoi(argv[6]);
         cl.kills = td_kills_map(atoi(argv[7]));
         close(atoi(argv[7]));
+        if (test_env_uint("SOAK_LAZY_FORKS", 1))
+                zswap_child_attach_defer();
         int r = client_connect(&cl, argv[3]);
         if (r < 0)
                 test_fail("client %u: zswap_connect: %d (%s)", cl.id, r, strerror(-r));
@@ -395,11 +416,11 @@ static int client_main(int argc, char **argv) {
         verified *= 2;
         snprintf(line, sizeof(line),
                  "verified=%zu lost=%zu bad_reads=%llu api_errors=%llu reads=%llu writes=%llu drops=%llu "
-                 "pageouts=%llu enotconn=%llu forks=%llu forks_lost=%llu moves=%llu replaced=%llu\n",
+                 "pageouts=%llu enotconn=%llu forks=%llu forks_idle=%llu forks_lost=%llu moves=%llu replaced=%llu\n",
                  verified, lost, (unsigned long long)cl.bad, (unsigned long long)cl.api_errors,
                  (unsigned long long)cl.reads, (unsigned long long)cl.writes, (unsigned long long)cl.drops,
                  (unsigned long long)cl.pageouts, (unsigned long long)cl.enotconn, (unsigned long long)cl.forks,
-                 (unsigned long long)cl.forks_lost, (unsigned long long)cl.moves, (unsigned long long)cl.replaced);
+                 (unsigned long long)cl.forks_idle, (unsigned long long)cl.forks_lost, (unsigned long long)cl.moves, (unsigned long long)cl.replaced);
         fprintf(stderr, "client %u (pid %d): %s", cl.id, (int)getpid(), line);
         ASSERT_EQ(write(fd, line, strlen(line)), (long long)strlen(line));
         return lost || cl.bad || cl.api_errors ? 1 : 0;
