@@ -212,8 +212,10 @@ static void hostile(CodecKind kind) {
                         ASSERT_ERROR(decode_exact(dc, garbage, (size_t)n, out), EBADMSG);
         }
 
-        /* real objects: every truncation fails, flips never go out of bounds */
-        for (size_t k = 0; k < 24; k++) {
+        /* real objects: every truncation fails, flips never go out of
+         * bounds (TEST_CODEC_OBJECTS of them, 24) */
+        unsigned nobj = test_env_uint("TEST_CODEC_OBJECTS", 24);
+        for (size_t k = 0; k < nobj; k++) {
                 const Source *c = &corpus[k % 3];
                 const uint8_t *page = c->data + (next_rand() % c->npages) * PAGE;
                 int n = codec_compress(cc, page, obj, PAGE);

@@ -14,8 +14,8 @@
  * can only check that nothing hangs or crashes and that no more pages go
  * than were injected.
  *
- * TEST_INJECT_ROUNDS (6) and TEST_INJECT_RANGES (300) size each case's
- * workload: the valgrind run, where every call is a hundred times
+ * TEST_INJECT_ROUNDS (6), TEST_INJECT_RANGES (300) and TEST_INJECT_PAGES
+ * (2048) size each case's workload: the valgrind run, where every call is a hundred times
  * slower, uses fewer, still enough for every site to fire.
  *
  * Then the clients that do not play along: one that never reads its socket,
@@ -37,7 +37,6 @@
 #define NPAGES 2048 /* 8 MiB of heap pages */
 #define ZPAGES 256  /* never written: read faults get the zero page */
 #define P ZSWAP_PAGE_SIZE
-#define LEN ((size_t)NPAGES * P)
 #define LANE_BYTES ((uint64_t)ZSWAP_BATCH_MAX * P)
 
 static TestDaemon d;
@@ -84,17 +83,20 @@ static size_t zero_bad(const uint8_t *p, size_t len) {
 }
 
 /* Register, page out, read back, write, fork, unregister; returns pages
- * that did not read back as written (must be 0 unless lossy). */
+ * that did not read back as written (must be 0 unless lossy). Over
+ * TEST_INJECT_PAGES (NPAGES at most, a multiple of 64). */
 static size_t workload(int rounds, bool lossy) {
         static uint64_t hashes[NPAGES];
+        const size_t npages = MIN(MAX(test_env_uint("TEST_INJECT_PAGES", NPAGES) / 64 * 64, 64u), (unsigned)NPAGES);
+        const size_t len = npages * P;
         struct zswap_client *c = connect_retry();
-        uint8_t *buf = test_map(LEN), *zero = test_map(ZPAGES * P);
+        uint8_t *buf = test_map(len), *zero = test_map(ZPAGES * P);
         size_t bad = 0;
         long evicted = 0;
 
-        fill_pages(buf, LEN, 7);
-        hash_pages(buf, LEN, hashes);
-        register_retry(c, buf, LEN);
+        fill_pages(buf, len, 7);
+        hash_pages(buf, len, hashes);
+        register_retry(c, buf, len);
         register_retry(c, zero, ZPAGES * P);
         /* one page to take (a page of zeros, same-filled), so the range
          * is armed, registered for missing faults from then on: its
@@ -102,47 +104,47 @@ static size_t workload(int rounds, bool lossy) {
         zero[0] = 0;
         pageout(c, zero, ZPAGES * P);
         for (int round = 0; round < rounds; round++) {
-                evicted += pageout(c, buf, LEN);
-                bad += verify_pages(buf, LEN, hashes);
+                evicted += pageout(c, buf, len);
+                bad += verify_pages(buf, len, hashes);
                 /* first touches: zero page, then a write fault's fresh page */
                 bad += zero_bad(zero, ZPAGES * P) ? 1 : 0;
                 for (size_t i = 0; i < ZPAGES; i += 2)
                         zero[i * P + 8] = 0;
                 ASSERT_OK(madvise(zero, ZPAGES * P, MADV_DONTNEED));
                 /* write a quarter, evict again, read back */
-                fill_pages(buf + (size_t)(round % 4) * LEN / 4, LEN / 4, 100 + (uint64_t)round);
-                hash_pages(buf, LEN, hashes);
-                evicted += pageout(c, buf, LEN);
+                fill_pages(buf + (size_t)(round % 4) * len / 4, len / 4, 100 + (uint64_t)round);
+                hash_pages(buf, len, hashes);
+                evicted += pageout(c, buf, len);
 #if !defined(__SANITIZE_THREAD__) /* a forked child starts threads: TSan cannot */
                 if (round == 1) {
                         pid_t pid = fork();
                         ASSERT_TRUE(pid >= 0);
                         if (pid == 0)
-                                _exit(!lossy && verify_pages(buf, LEN, hashes) != 0 ? 1 : 0);
+                                _exit(!lossy && verify_pages(buf, len, hashes) != 0 ? 1 : 0);
                         int st;
                         ASSERT_EQ(waitpid(pid, &st, 0), pid);
                         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
                                 test_fail("forked child read different pages (status %#x)", st);
                 }
 #endif
-                bad += verify_pages(buf, LEN, hashes);
+                bad += verify_pages(buf, len, hashes);
         }
         /* many small ranges come and go: each a REGISTER, a PAGEOUT, an
          * UNREGISTER, so their sites are hit hundreds of times too */
         for (unsigned i = 0; i < test_env_uint("TEST_INJECT_RANGES", 300); i++) {
-                uint8_t *part = buf + (size_t)(i % (NPAGES / 16)) * 16 * P;
+                uint8_t *part = buf + (size_t)(i % (npages / 16)) * 16 * P;
                 size_t off = (size_t)(part - buf) / P;
-                unregister_retry(c, buf, LEN);
+                unregister_retry(c, buf, len);
                 register_retry(c, part, 16 * P);
                 evicted += pageout(c, part, 16 * P);
                 bad += verify_pages(part, 16 * P, hashes + off);
                 unregister_retry(c, part, 16 * P);
-                register_retry(c, buf, LEN);
+                register_retry(c, buf, len);
         }
-        evicted += pageout(c, buf, LEN);
-        unregister_retry(c, buf, LEN);
+        evicted += pageout(c, buf, len);
+        unregister_retry(c, buf, len);
         unregister_retry(c, zero, ZPAGES * P);
-        bad += verify_pages(buf, LEN, hashes);
+        bad += verify_pages(buf, len, hashes);
         /* unregistered memory is the program's own again: dropping it gives
          * zeros, whether or not the kernel still had the range registered */
         ASSERT_OK(madvise(buf, P, MADV_DONTNEED));
@@ -151,7 +153,7 @@ static size_t workload(int rounds, bool lossy) {
         fprintf(stderr, "  %ld pages evicted, %zu bad\n", evicted, bad);
         if (!lossy)
                 ASSERT_TRUE(evicted > 0);
-        munmap(buf, LEN);
+        munmap(buf, len);
         munmap(zero, ZPAGES * P);
         return bad;
 }
