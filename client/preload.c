@@ -786,9 +786,15 @@ static void atfork_child_first(void) {
 static void connect_prepare(void) {
         pthread_mutex_lock(&connect_lock);
         /* a child that has not attached yet forks: it attaches first, so
-         * that its own child is forked from a client the daemon knows */
-        if (client && zswap_child_pending(client))
+         * that its own child is forked from a client the daemon knows.
+         * The library's own work on the program's thread: its close() of
+         * what it replaces must not wait for `connecting` (ours) */
+        if (client && zswap_child_pending(client)) {
+                bool self = zswap_self;
+                zswap_self = true;
                 (void)child_attach();
+                zswap_self = self;
+        }
 }
 
 static void connect_parent(void) {

@@ -16,6 +16,11 @@
  *    query results after eviction.
  * 6. No daemon: the program runs unmanaged to the end, with one line on
  *    stderr.
+ * 7. A shell: bash attached at once (ZSWAP_ATTACH_MS=0) runs subshells,
+ *    each forking before it has attached (its parent held nothing, so it
+ *    attaches late: client/libzswap.c child_pending), and so attaching
+ *    in the fork's prepare handler; every command's output is right, and
+ *    the daemon saw the subshells attach.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -229,6 +234,17 @@ static char *sh(const char *fmt, ...) {
         return out;
 }
 
+static void shell(TestDaemon *d) {
+        unsigned before = td_log_count(d, "forked child pid");
+        char *out = sh("ZSWAP_ATTACH_MS=0 timeout %d %s --socket %s -- bash -c "
+                       "'for i in $(seq 40); do ( /bin/true; x=$(echo $i); [ \"$x\" = $i ] || exit 3 ); done; echo ok' 2>&1",
+                       TEST_WAIT_S, run_path, d->sock);
+        ASSERT_STREQ(out, "ok");
+        unsigned attached = td_log_count(d, "forked child pid") - before;
+        fprintf(stderr, "shell: 40 subshells, %u fork children attached\n", attached);
+        ASSERT_TRUE(attached >= 40);
+}
+
 static void wait_for(const char *path) {
         WAIT_UNTIL(access(path, F_OK) == 0, TEST_WAIT_S, "no %s", path);
 }
@@ -365,7 +381,7 @@ int main(void) {
         victim_path[n] = 0;
         strcpy(strrchr(victim_path, '/'), "/preload-victim");
 
-        td_start(&d, getenv("TEST_DAEMON_ARGS"));
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         uint64_t t = now_ns();
 #define PHASE(name, call)                                                                                  \
         do {                                                                                               \
@@ -373,6 +389,7 @@ int main(void) {
                 fprintf(stderr, "-- %s took %.1f s\n", name, (double)(now_ns() - t) / 1e9);                 \
                 t = now_ns();                                                                              \
         } while (0)
+        PHASE("shell", shell(&d));
         PHASE("churn", churn(&d));
         PHASE("python", python(&d, 0));
         PHASE("python --limit", python(&d, 64));
