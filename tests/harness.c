@@ -236,6 +236,24 @@ uint8_t *td_region(struct zswap_client *c, size_t len, uint64_t seed, uint64_t *
         return buf;
 }
 
+long td_pageout_want(struct zswap_client *c, void *buf, size_t len, long want) {
+        uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull;
+        long n = 0;
+        int calls = 0;
+
+        while (n < want) {
+                int r = zswap_pageout(c, buf, len);
+                calls++;
+                if (r < 0 || now_ns() > end) {
+                        fprintf(stderr, "pid %d: %ld of %ld pages out after %d pageouts, then %d (%s)\n", (int)getpid(),
+                                n, want, calls, r, r < 0 ? strerror(-r) : "out of time");
+                        return -1;
+                }
+                n += r;
+        }
+        return n;
+}
+
 uint64_t xorshift(uint64_t *s) {
         uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
         x ^= x << 13;

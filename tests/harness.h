@@ -61,6 +61,14 @@ struct zswap_client *td_connect(TestDaemon *d);
  * registered with c: where almost every test starts. */
 uint8_t *td_region(struct zswap_client *c, size_t len, uint64_t seed, uint64_t *hashes);
 
+/* zswap_pageout() of [buf, buf + len) until at least want pages have left
+ * in all: one pageout may leave some resident (a move revoked while the
+ * agent was descheduled, which loses nothing: docs/page-lifecycle.md), so
+ * a test that needs pages out asks again, for TEST_WAIT_S at most. The
+ * pages that left, or -1 (said on stderr, with how far it got) if a
+ * pageout failed or time ran out. */
+long td_pageout_want(struct zswap_client *c, void *buf, size_t len, long want);
+
 /* Anonymous private memory. */
 void *test_map(size_t len);
 /* Fill with real heap pages from the corpus (cycled), perturbed by seed so

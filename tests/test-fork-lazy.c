@@ -29,7 +29,6 @@
 
 #include "harness.h"
 #include "libzswap-internal.h"
-#include "util.h"
 
 #define NPAGES 2048
 #define LEN ((size_t)NPAGES * ZSWAP_PAGE_SIZE)
@@ -47,21 +46,6 @@ static char get(int fd) {
         return ch;
 }
 
-/* Page out in as many calls as it takes until half is out: the agent's
- * moves may time out on a slow machine and leave pages resident. */
-static int evict_half(struct zswap_client *c, uint8_t *buf) {
-        int n = 0;
-        for (uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull; n < NPAGES / 2;) {
-                int r = zswap_pageout(c, buf, LEN);
-                if (r < 0 || now_ns() > end) {
-                        fprintf(stderr, "pid %d: %d pages evicted, then %d\n", (int)getpid(), n, r);
-                        return -1;
-                }
-                n += r;
-        }
-        return n;
-}
-
 /* A pending child's life once told to go on: attach, evict, read back. */
 static int attach_and_evict(struct zswap_client *c, uint8_t *buf, const uint64_t *hashes) {
         int r = zswap_child_attach(c);
@@ -71,7 +55,7 @@ static int attach_and_evict(struct zswap_client *c, uint8_t *buf, const uint64_t
         }
         if (zswap_child_pending(c))
                 return 22;
-        if (evict_half(c, buf) < 0)
+        if (td_pageout_want(c, buf, LEN, NPAGES / 2) < 0)
                 return 23;
         if (verify_pages(buf, LEN, hashes) != 0)
                 return 24;
@@ -135,7 +119,7 @@ static void nested(struct zswap_client *c, uint8_t *buf) {
                 int st, r = 0;
                 if (zswap_child_pending(c))
                         r = 33;
-                else if (evict_half(c, buf) < 0 || verify_pages(buf, LEN, orig) != 0)
+                else if (td_pageout_want(c, buf, LEN, NPAGES / 2) < 0 || verify_pages(buf, LEN, orig) != 0)
                         r = 34;
                 if (waitpid(g, &st, 0) != g || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                         fprintf(stderr, "grandchild status %#x\n", st);
@@ -149,7 +133,7 @@ static void nested(struct zswap_client *c, uint8_t *buf) {
 
 static void held_parent(struct zswap_client *c, uint8_t *buf) {
         fprintf(stderr, "-- held: a parent holding pages forks\n");
-        ASSERT_TRUE(evict_half(c, buf) > 0);
+        ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES / 2) > 0);
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
         if (pid == 0) {

@@ -612,7 +612,7 @@ static void case_fallback(const char *timeout) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 23, hashes);
         ASSERT_TRUE(vma_uffd_registered(buf));
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > FB_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, FB_PAGES / 2 + 1) > FB_PAGES / 2);
         ASSERT_TRUE(vma_uffd_missing(buf)); /* armed before its pages left */
         /* every kind of page at the death: resident (read back), written
          * since, written and evicted again, dropped, evicted */
@@ -676,7 +676,7 @@ static void case_planned(void) {
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 31, hashes);
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > PL_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, PL_PAGES / 2 + 1) > PL_PAGES / 2);
 
         atomic_store(&step, "planned: stopping the daemon (SIGTERM)");
         td_stop(&d);
@@ -773,8 +773,8 @@ static void case_tamper(void) {
         uint8_t *buf = td_region(bad, len, 41, hashes);
         struct zswap_client *good = td_connect(&d);
         uint8_t *gbuf = td_region(good, len, 42, good_hashes);
-        ASSERT_TRUE(zswap_pageout(bad, buf, len) > TA_PAGES / 2);
-        ASSERT_TRUE(zswap_pageout(good, gbuf, len) > TA_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(bad, buf, len, TA_PAGES / 2 + 1) > TA_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(good, gbuf, len, TA_PAGES / 2 + 1) > TA_PAGES / 2);
         size_t nfds = find_stores(fds, 8);
         fprintf(stderr, "%zu stores held by this process\n", nfds);
         if (nfds == 0)
@@ -788,7 +788,7 @@ static void case_tamper(void) {
         td_respawn(&d);
         assert_verified(gbuf, len, good_hashes, "in the healthy client after the restart");
         wait_served(good);
-        ASSERT_TRUE(zswap_pageout(good, gbuf, len) > TA_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(good, gbuf, len, TA_PAGES / 2 + 1) > TA_PAGES / 2);
         assert_verified(gbuf, len, good_hashes, "in the healthy client after a pageout");
 
         /* the tampered client restores what it can: every other page */
@@ -822,7 +822,7 @@ static void case_disconnect(void) {
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 51, hashes);
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > DC_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, DC_PAGES / 2 + 1) > DC_PAGES / 2);
 
         atomic_store(&step, "disconnect: daemon killed, a reader waiting");
         td_kill(&d);
@@ -890,7 +890,7 @@ static void case_fork_kill(void) {
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 61, hashes);
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, FK_PAGES / 2 + 1) > FK_PAGES / 2);
 
         ASSERT_OK(-pthread_create(&t, NULL, fk_respawn_main, NULL));
         atomic_store(&step, "fork-kill: fork with the daemon killed after FORK_PREPARE");
@@ -919,7 +919,7 @@ static void case_fork_kill(void) {
         }
         assert_verified(buf, len, hashes, "in the parent after the fork");
         wait_served(c);
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, FK_PAGES / 2 + 1) > FK_PAGES / 2);
         assert_verified(buf, len, hashes, "in the parent after a pageout");
         zswap_disconnect(c);
         td_stop(&d);
@@ -1003,7 +1003,7 @@ static void case_fork_adopt_kill(void) {
         struct zswap_client *c = td_connect(&d);
         ASSERT_OK(unsetenv("ZSWAP_RECOVERY_FD"));
         uint8_t *buf = td_region(c, len, 71, hashes);
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, FK_PAGES / 2 + 1) > FK_PAGES / 2);
 
         ASSERT_OK(-pthread_create(&t, NULL, fa_respawn_main, NULL));
         atomic_store(&step, "fork-adopt-kill: fork, the daemon killed after FORK_PREPARE, the next adopts");
@@ -1137,7 +1137,7 @@ static void event_kill_one(EkOp op, unsigned point) {
         ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 90 + op * 2 + point, hashes), *fresh = NULL;
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > EK_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, EK_PAGES / 2 + 1) > EK_PAGES / 2);
         if (restore)
                 ASSERT_OK(zswap_set_reconnect_timeout(c, 0));
         pthread_t t = ek_watch(!restore);
@@ -1254,7 +1254,7 @@ static void remap_kill_one(unsigned hit, unsigned mix) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 120 + hit * 3 + mix, hashes);
         if (mix != 2)
-                ASSERT_TRUE(zswap_pageout(c, buf, len) > EK_PAGES / 2);
+                ASSERT_TRUE(td_pageout_want(c, buf, len, EK_PAGES / 2 + 1) > EK_PAGES / 2);
         if (mix == 1) {
                 volatile uint8_t sink = 0;
                 for (size_t p = EK_PAGES / 4; p < EK_PAGES / 2; p++)
@@ -1325,7 +1325,7 @@ static void case_fork_event_kill(void) {
         ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 67, hashes);
-        ASSERT_TRUE(zswap_pageout(c, buf, len) > FK_PAGES / 2);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, FK_PAGES / 2 + 1) > FK_PAGES / 2);
         t = ek_watch(true);
 
         atomic_store(&step, "fork-event-kill: fork, the daemon dies reading its event");
