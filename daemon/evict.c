@@ -625,6 +625,12 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         op->cursor = op->end;
                         continue;
                 }
+                if (!armed && mmclient_region_arm(mm, s) < 0) {
+                        /* not registered for missing faults: none of its
+                         * pages may leave (this pass) */
+                        op->cursor = e;
+                        continue;
+                }
                 p->new_run = true; /* a region of its own */
                 size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, limit - p->lane->npages);
                 PageMeta *meta = NULL;
@@ -645,7 +651,6 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         break;
                 }
                 size_t i;
-                bool unarmed = false;
                 for (i = 0; i < n; i++) {
                         uint64_t addr = s + i * ZSWAP_PAGE_SIZE;
                         /* present, private, not in swap: the only pages worth moving */
@@ -664,24 +669,11 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                                 if (!reclaim_takes(op, meta, addr, region_stamp))
                                         continue;
                         }
-                        /* the first page to leave the region: it is
-                         * armed first (a walk that takes nothing from a
-                         * region leaves it to the kernel's own first
-                         * touches); if it cannot be, none of its pages
-                         * may leave this pass */
-                        if (!armed && !(armed = mmclient_region_arm(mm, s) == 0)) {
-                                unarmed = true;
-                                break;
-                        }
                         uint32_t before = p->lane->npages;
                         if (!plan_add(mm, p, addr, pm[i]))
                                 break;
                         if (op->reclaim && p->lane->npages > before && op->want > 0)
                                 op->want--;
-                }
-                if (unarmed) {
-                        op->cursor = e;
-                        continue;
                 }
                 op->cursor = s + i * ZSWAP_PAGE_SIZE;
                 if (i < n)

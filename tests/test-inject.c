@@ -98,10 +98,8 @@ static size_t workload(int rounds, bool lossy) {
         hash_pages(buf, len, hashes);
         register_retry(c, buf, len);
         register_retry(c, zero, ZPAGES * P);
-        /* one page to take (a page of zeros, same-filled), so the range
-         * is armed, registered for missing faults from then on: its
-         * first touches are the daemon's to serve */
-        zero[0] = 0;
+        /* nothing to take, but the range is registered for missing faults
+         * from then on: its first touches are the daemon's to serve */
         pageout(c, zero, ZPAGES * P);
         for (int round = 0; round < rounds; round++) {
                 evicted += pageout(c, buf, len);

@@ -21,15 +21,13 @@
  *     ahead. Its first pageout registers it for missing faults ("um")
  *     before any page leaves; then the untouched half reads as zeros
  *     through the daemon, and the written half holds what was written.
- *     A pageout that takes nothing (a region never touched) leaves its
- *     region "uw". (A kernel without UFFD_FEATURE_WP_ASYNC registers for missing faults
+ *     (A kernel without UFFD_FEATURE_WP_ASYNC registers for missing faults
  *     at once: that part is skipped, with a line.)
  *
  * Without the index check (an entry means: held, do not fill), step 1
  * reads zeros where the evicted pages were.
  */
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <string.h>
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
@@ -116,18 +114,6 @@ int main(void) {
                 fprintf(stderr, "after its first pageout: %llu zero-fill round trips reading it whole\n",
                         (unsigned long long)(s1.faults_zero - s0.faults_zero));
                 ASSERT_TRUE(s1.faults_zero > s0.faults_zero);
-
-                /* a pageout that finds nothing to take (memory never
-                 * touched) leaves its region unarmed: first touches stay
-                 * the kernel's */
-                uint8_t *u = test_map(64 * ZSWAP_PAGE_SIZE);
-                ASSERT_OK(zswap_register(c, u, 64 * ZSWAP_PAGE_SIZE));
-                ASSERT_EQ(zswap_pageout(c, u, 64 * ZSWAP_PAGE_SIZE), 0);
-                if (vma_uffd_missing(u))
-                        test_fail("a pageout that took nothing armed its region");
-                ASSERT_TRUE(vma_uffd_registered(u));
-                ASSERT_OK(zswap_unregister(c, u, 64 * ZSWAP_PAGE_SIZE));
-                munmap(u, 64 * ZSWAP_PAGE_SIZE);
         }
 
         /* 1 */
