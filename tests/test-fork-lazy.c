@@ -69,17 +69,25 @@ static void reap(pid_t pid, const char *what) {
                 test_fail("%s: child status %#x", what, st);
 }
 
-static void idle_parent(struct zswap_client *c, uint8_t *buf) {
-        int up[2], down[2];
-
-        fprintf(stderr, "-- idle: a parent holding nothing forks\n");
+/* Fork with a pipe each way (up: child to parent, down: the other); in
+ * the child, which exits 20 unless it is pending (attached in the fork
+ * after all), 0. */
+static pid_t fork_pending(struct zswap_client *c, int up[2], int down[2]) {
         ASSERT_OK(pipe2(up, O_CLOEXEC));
         ASSERT_OK(pipe2(down, O_CLOEXEC));
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
+        if (pid == 0 && !zswap_child_pending(c))
+                _exit(20);
+        return pid;
+}
+
+static void idle_parent(struct zswap_client *c, uint8_t *buf) {
+        int up[2], down[2];
+
+        fprintf(stderr, "-- idle: a parent holding nothing forks\n");
+        pid_t pid = fork_pending(c, up, down);
         if (pid == 0) {
-                if (!zswap_child_pending(c))
-                        _exit(20); /* attached in the fork after all */
                 if (verify_pages(buf, LEN, orig) != 0)
                         _exit(25);
                 put(up[1], 'r');
@@ -149,13 +157,8 @@ static void daemon_dies(struct zswap_client *c, uint8_t *buf) {
         int up[2], down[2];
 
         fprintf(stderr, "-- death: the daemon killed while a child is pending\n");
-        ASSERT_OK(pipe2(up, O_CLOEXEC));
-        ASSERT_OK(pipe2(down, O_CLOEXEC));
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
+        pid_t pid = fork_pending(c, up, down);
         if (pid == 0) {
-                if (!zswap_child_pending(c))
-                        _exit(20);
                 put(up[1], 'r');
                 get(down[0]);
                 /* its memory unregistered by the kernel with the daemon's
