@@ -570,7 +570,12 @@ static int agent_start(struct zswap_client *c) {
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
         c->agent_running = true;
-        r = pthread_create(&c->agent, NULL, agent_main, c);
+        /* EAGAIN is also what the kernel answers while another thread of
+         * the process is in execve() (a fork child the shim attaches as
+         * it execs): that exec ends us soon; a real shortage outlasts
+         * the tries (at most 100 ms) */
+        for (int i = 0; (r = pthread_create(&c->agent, NULL, agent_main, c)) == EAGAIN && i < 100; i++)
+                usleep(1000);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (r != 0)
                 c->agent_running = false;

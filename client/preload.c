@@ -687,14 +687,14 @@ static bool attach(void) {
 
 /* A fork child that put off attaching (libzswap's zswap_child_attach())
  * attaches, as attach() connects: no program thread closes a descriptor
- * meanwhile. Whether it is managed. */
-static bool child_attach(void) {
+ * meanwhile. 0, or why it is not managed (-errno). */
+static int child_attach(void) {
         atomic_store(&connecting, true);
         while (atomic_load(&closers))
                 sched_yield();
         int r = zswap_child_attach(client);
         atomic_store(&connecting, false);
-        return r == 0;
+        return r;
 }
 
 /* Sleep until attach_ms after start (pokes before then change nothing:
@@ -736,10 +736,16 @@ static void *scanner_main(void *arg) {
                  * before then attaches in connect_prepare()) */
                 attach_wait(loaded_ns);
                 pthread_mutex_lock(&connect_lock);
-                bool ok = child_attach();
+                int r = child_attach();
                 pthread_mutex_unlock(&connect_lock);
-                if (ok)
-                        apply_limit();
+                if (r < 0) {
+                        /* the daemon still serves what it holds for us
+                         * through the uffd it got; nothing new is handed */
+                        say("the fork child could not attach to zswapd (%s): new memory stays unmanaged",
+                            strerror(-r));
+                        return NULL;
+                }
+                apply_limit();
         }
         while (client) {
                 struct pollfd p = { .fd = poke_fd, .events = POLLIN };
