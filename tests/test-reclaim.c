@@ -421,11 +421,21 @@ static void test_thrash(void) {
                         break;
                 sleep_ms(100);
         }
+        /* what was out when the last zone was backed off comes back
+         * within the reader's next full round (two, as one is under way):
+         * then nothing should be taken any more, for as long as the idle
+         * sweeps run (2 s, twice idle_age) and the reader goes round */
+        size_t round0 = atomic_load(&r.rounds);
+        WAIT_UNTIL(atomic_load(&r.rounds) >= round0 + 2, TEST_WAIT_S, "thrash: the reader made %zu rounds",
+                   atomic_load(&r.rounds) - round0);
         uint64_t rf0 = returns(c);
+        round0 = atomic_load(&r.rounds);
         sleep_ms(2000); /* inside the back-offs */
+        WAIT_UNTIL(atomic_load(&r.rounds) >= round0 + 3, TEST_WAIT_S, "thrash: the reader made %zu rounds",
+                   atomic_load(&r.rounds) - round0);
         uint64_t rf1 = returns(c);
         fprintf(stderr, "thrash: %llu pages came back before every zone was backed off; first back-off after %.2f s, "
-                "%llu back-offs (%llu zones); then %llu pages in 2 s\n", (unsigned long long)rf0, tb,
+                "%llu back-offs (%llu zones); then %llu pages in 2 s and 3 rounds\n", (unsigned long long)rf0, tb,
                 (unsigned long long)last, (unsigned long long)zones, (unsigned long long)(rf1 - rf0));
         ASSERT_TRUE(tb > 0);
         ASSERT_TRUE(last >= zones);
