@@ -297,10 +297,12 @@ static int honest_pageout(void *arg) {
         if (!hashes || zswap_connect(d.sock, &c) < 0)
                 return 30;
         uint8_t *buf = td_region(c, len, 5, hashes);
-        int n = zswap_pageout(c, buf, len);
+        /* until some are out: a move revoked while the agent was
+         * descheduled leaves its pages in place */
+        long n = td_pageout_want(c, buf, len, 1);
         if (zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s) < 0)
                 return 31;
-        fprintf(stderr, "honest uid %u: pageout evicted %d pages, %llu stored\n", getuid(), n,
+        fprintf(stderr, "honest uid %u: pageout evicted %ld pages, %llu stored\n", getuid(), n,
                 (unsigned long long)s.stored_pages);
         if (n <= 0 || s.stored_pages == 0)
                 return 32;
@@ -412,10 +414,10 @@ static int fork_parent(void *arg) {
         if (!hashes || zswap_connect(d.sock, &c) < 0 || pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)
                 return 50;
         uint8_t *buf = td_region(c, FORK_BYTES, 21, hashes);
-        int n = zswap_pageout(c, buf, FORK_BYTES);
+        long n = td_pageout_want(c, buf, FORK_BYTES, 1); /* as in honest_pageout() */
         if (n <= 0 || zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s) < 0)
                 return 51;
-        fprintf(stderr, "fork parent: %d pages evicted, %llu stored in %llu compressed bytes\n", n,
+        fprintf(stderr, "fork parent: %ld pages evicted, %llu stored in %llu compressed bytes\n", n,
                 (unsigned long long)s.stored_pages, (unsigned long long)s.compressed_bytes);
         for (int i = 0; i < FORK_CHILDREN; i++) {
                 kids[i] = fork();
@@ -512,7 +514,7 @@ static int orphan_parent(void *arg) {
         if (!hashes || zswap_connect(d.sock, &c) < 0 || pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)
                 return 80;
         uint8_t *buf = td_region(c, FORK_BYTES, 23, hashes);
-        if (zswap_pageout(c, buf, FORK_BYTES) <= 0)
+        if (td_pageout_want(c, buf, FORK_BYTES, 1) <= 0)
                 return 81;
         pid_t orphan = raw_fork();
         if (orphan < 0)
