@@ -1706,6 +1706,10 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                                      .tier_inet = strncmp(m->conf.tier.backing, "nbd://", 6) == 0 })) < 0)
                 goto fail;
         memread_thread_init(); /* the manager reads fork tokens and adopted slots */
+        if (m->tier && (r = tier_start(m->tier, err, sizeof(err))) < 0) {
+                log_error("second tier: %s", err);
+                goto fail;
+        }
         r = closer_new(&m->closer);
         if (r < 0)
                 goto fail;

@@ -51,7 +51,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -681,8 +683,17 @@ static void lookup_free(Lookup *l) {
 
 static void *lookup_thread(void *arg) {
         const struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+        struct __user_cap_header_struct caps = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = { 0 };
         Lookup *l = arg;
         struct addrinfo *res = NULL;
+
+        /* The first connect's lookup runs before the sandbox, with every
+         * capability of root (capabilities are per thread), and may
+         * outlive its caller's wait: it parses what a DNS server says.
+         * It needs none: this thread drops them all (capset may only
+         * lower them; the sandbox's filter allows it). */
+        (void)syscall(SYS_capset, &caps, none);
         int g = getaddrinfo(l->host, l->port, &hints, &res);
         bool abandoned;
 

@@ -4,8 +4,8 @@
  * never installed; everything else sees the tier through tier.h only.
  *
  * struct Tier says per field who writes it: the fields under "writer
- * thread only" belong to tier-writer.c once tier_open() has started the
- * thread, which tier_open() does last. The functions declared at the end
+ * thread only" belong to tier-writer.c once tier_start() has started the
+ * thread (after tier_open() and the sandbox). The functions declared at the end
  * are defined in tier.c, but for the last two (tier-writer.c).
  */
 #pragma once
@@ -151,7 +151,7 @@ int tier_ready(Tier *t);
 void tier_ref_block(Tier *t, uint64_t b);
 void tier_unref_block(Tier *t, uint64_t b);
 
-/* tier-writer.c: the writer thread (tier_open() starts it, tier_stop()
+/* tier-writer.c: the writer thread (tier_start() starts it, tier_stop()
  * ends it and frees the job it left) */
 void tier_job_free(Job *j);
 void *tier_writer_main(void *arg);

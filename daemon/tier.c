@@ -527,36 +527,39 @@ int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t er
         }
         for (unsigned i = 0; i < NEXT; i++)
                 t->ext[i].buf = t->wmem + (size_t)i * TIER_EXTENT;
-        /* the writer's ring: a file's writes (the NBD connection has its own) */
+        *ret = t;
+        return 0;
+fail:
+        tier_free(t);
+        return r;
+}
+
+int tier_start(Tier *t, char *err, size_t errlen) {
+        int r;
+
+        /* the writer's ring: a file's writes (the NBD connection has its
+         * own). Made here, not in tier_open(): the header's I/O through
+         * it may start an io_uring worker thread, which is a copy of the
+         * thread that submits, privileges included */
         r = ring_init(&t->ring, 2 * NEXT + 4, t->kind == BACKING_FILE ? t->wmem : NULL, NEXT * TIER_EXTENT + TIER_BLOCK);
-        if (r < 0) {
-                r = errorf(r, err, errlen, "io_uring: %s", strerror(-r));
-                goto fail;
-        }
+        if (r < 0)
+                return errorf(r, err, errlen, "io_uring: %s", strerror(-r));
         if (t->kind == BACKING_FILE && !t->ring.fixed)
                 log_warn("second tier: io_uring buffers not registered: plain writes");
         t->tokens_ns = now_ns();
         t->backoff_ms = BACKOFF_MIN_MS;
         if (t->kind == BACKING_FILE || t->wconn) {
                 r = tier_ready(t);
-                if (r < 0) {
-                        r = errorf(r, err, errlen, "backing %s: cannot read or write its header: %s", conf->backing,
-                                 strerror(-r));
-                        goto fail;
-                }
+                if (r < 0)
+                        return errorf(r, err, errlen, "backing %s: cannot read or write its header: %s",
+                                      t->conf.backing, strerror(-r));
         } else
                 set_state(t, TIER_DISCONNECTED);
         r = -pthread_create(&t->thread, NULL, tier_writer_main, t);
-        if (r < 0) {
-                r = errorf(r, err, errlen, "cannot start the writer: %s", strerror(-r));
-                goto fail;
-        }
+        if (r < 0)
+                return errorf(r, err, errlen, "cannot start the writer: %s", strerror(-r));
         t->started = true;
-        *ret = t;
         return 0;
-fail:
-        tier_free(t);
-        return r;
 }
 
 void tier_stop(Tier *t) {

@@ -108,8 +108,12 @@ typedef struct TierStats {
 } TierStats;
 
 /* Open (create a file if missing, sized conf->size) or connect, read or
- * write the header, start the writer. 0, or -errno with why in err. */
+ * write the header; no thread yet. 0, or -errno with why in err. Before
+ * the sandbox (it opens files and sockets the sandbox then forbids). */
 int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t errlen);
+/* Start the writer thread. After the sandbox, so that the thread is made
+ * with the privileges that are left (capabilities are per thread). */
+int tier_start(Tier *t, char *err, size_t errlen);
 /* Stop the writer: the batch in flight finishes (its pages stay in RAM
  * if it fails), the clients it holds are let go. */
 void tier_stop(Tier *t);

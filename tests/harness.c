@@ -1,6 +1,7 @@
 /*
  * harness.c: see harness.h.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
@@ -552,4 +553,49 @@ void td_cgroup_remove(const char *dir) {
         /* an exited member leaves it a moment after it is reaped */
         for (unsigned i = 0; rmdir(dir) < 0 && errno == EBUSY && i < 500; i++)
                 usleep(10000);
+}
+
+/* "Key:\t<hex>" of a /proc status file; ~0 if missing. */
+static unsigned long long status_hex(const char *path, const char *key) {
+        char line[256];
+        size_t klen = strlen(key);
+        unsigned long long v = ~0ull;
+        FILE *f = fopen(path, "re");
+
+        if (!f)
+                return v;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
+                        v = strtoull(line + klen + 1, NULL, 16);
+                        break;
+                }
+        fclose(f);
+        return v;
+}
+
+unsigned td_assert_threads_unprivileged(const TestDaemon *d) {
+        char dir[64], path[sizeof(dir) + 256 + 8];
+        unsigned n = 0;
+        struct dirent *e;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+        unsigned long long eff = status_hex(path, "CapEff"), prm = status_hex(path, "CapPrm");
+        ASSERT_TRUE(eff != ~0ull);
+        snprintf(dir, sizeof(dir), "/proc/%d/task", (int)d->pid);
+        DIR *dd = opendir(dir);
+        ASSERT_TRUE(dd != NULL);
+        while ((e = readdir(dd))) {
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/status", dir, e->d_name);
+                unsigned long long te = status_hex(path, "CapEff"), tp = status_hex(path, "CapPrm");
+                if (te == ~0ull)
+                        continue; /* gone meanwhile */
+                if (te != eff || tp != prm)
+                        test_fail("daemon thread %s: CapEff %#llx CapPrm %#llx, its main thread %#llx %#llx",
+                                  e->d_name, te, tp, eff, prm);
+                n++;
+        }
+        closedir(dd);
+        return n;
 }

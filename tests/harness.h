@@ -49,6 +49,10 @@ void td_start_logged(TestDaemon *d, const char *extra_args);
 bool td_log_has(const TestDaemon *d, const char *needle);
 /* How many of its lines do. */
 unsigned td_log_count(const TestDaemon *d, const char *needle);
+/* Every thread of the daemon (io_uring's workers included) holds the same
+ * capabilities as its main thread: none kept from before the sandbox.
+ * Fails the test otherwise; the number of threads looked at. */
+unsigned td_assert_threads_unprivileged(const TestDaemon *d);
 /* SIGTERM and wait; fails the test if the daemon crashed. */
 void td_stop(TestDaemon *d);
 /* SIGKILL and wait. */

@@ -90,6 +90,10 @@ static unsigned check_threads(pid_t pid, int seccomp, uint64_t want) {
                 if (e->d_name[0] == '.')
                         continue;
                 snprintf(path, sizeof(path), "%s/%s/status", dir, e->d_name);
+                char name[64] = "";
+                (void)status_field(path, "Name", name, sizeof(name));
+                fprintf(stderr, "thread %s (%s): CapEff %#llx\n", e->d_name, name,
+                        (unsigned long long)status_num(path, "CapEff", 16));
                 ASSERT_EQ(status_num(path, "Seccomp", 10), seccomp);
                 ASSERT_EQ(status_num(path, "NoNewPrivs", 10), seccomp ? 1 : 0);
                 ASSERT_EQ(status_num(path, "CapEff", 16), want);
@@ -358,6 +362,37 @@ static void realtime(void) {
         td_stop(&d);
 }
 
+/* A second tier (a backing file): its writer thread, which the tier
+ * starts, holds no more than the other threads, and pages go through. */
+static void tiered(void) {
+        const size_t len = 8 << 20;
+        uint64_t *h = malloc(len / ZSWAP_PAGE_SIZE * sizeof(uint64_t));
+        char conf[128], backing[128], args[300];
+        TestDaemon d;
+
+        snprintf(conf, sizeof(conf), "/tmp/zswap-test-sandbox-%d.conf", (int)getpid());
+        snprintf(backing, sizeof(backing), "/var/tmp/zswap-test-sandbox-%d.img", (int)getpid());
+        unlink(backing);
+        FILE *f = fopen(conf, "w");
+        ASSERT_TRUE(f);
+        fprintf(f, "[tier]\nbacking = %s\nsize = 16M\nkey = /tmp/zswap-test-tier.key\n", backing);
+        fclose(f);
+        snprintf(args, sizeof(args), "--config %s", conf);
+        start(&d, args);
+        unsigned base = check_threads(d.pid, 2, kept_caps(d.pid, true, false));
+        fprintf(stderr, "with a second tier: %u threads sandboxed\n", base);
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 10, h);
+        client_cycle(c, buf, len, h);
+        zswap_disconnect(c);
+        check_threads(d.pid, 2, kept_caps(d.pid, true, false));
+        td_stop(&d);
+        unlink(conf);
+        unlink(backing);
+        munmap(buf, len);
+        free(h);
+}
+
 /* --no-mlock: nothing locked, so no CAP_IPC_LOCK; --no-sandbox: nothing
  * dropped, no filter. Both still serve. */
 static void switched_off(void) {
@@ -400,6 +435,7 @@ int main(void) {
         unlink(log_path);
         sandboxed();
         realtime();
+        tiered();
         switched_off();
         unlink(log_path);
         return 0;
