@@ -12,8 +12,10 @@
  * -EPERM as the call's result when the handler returns, and puts the
  * registers back so the thread goes on where it was. The client paged
  * out before it reads every page back and checks it; the daemon's log
- * names each refused call. Without --no-mlock / with --no-sandbox the
- * same fields say so.
+ * names each refused call. With a second tier (a backing file), every
+ * thread, its writer and io_uring's kernel workers (iou-wrk) included,
+ * holds no more. Without --no-mlock / with --no-sandbox the same fields
+ * say so.
  */
 #include <dirent.h>
 #include <fcntl.h>
