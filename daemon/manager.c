@@ -130,11 +130,34 @@ static void mm_unlink(Manager *m, MMClient *mm) {
                 }
 }
 
+/* The ioctls take the client's mmap lock for writing, which the client
+ * may hold a long time: never under regions_lock, which fault threads
+ * take to handle the client's events (a copy is made under it). Without
+ * memory for a copy, one region at a time, looked up again each time. */
 static void mm_unregister_all(MMClient *mm) {
         pthread_mutex_lock(&mm->regions_lock);
-        for (size_t i = 0; i < mm->nregions; i++)
-                mmclient_uffd_unregister(mm, mm->regions[i].start, mm->regions[i].end);
+        size_t n = mm->nregions;
+        Region *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+        if (copy)
+                memcpy(copy, mm->regions, n * sizeof(*copy));
         pthread_mutex_unlock(&mm->regions_lock);
+        if (copy || n == 0) {
+                for (size_t i = 0; i < n; i++)
+                        mmclient_uffd_unregister(mm, copy[i].start, copy[i].end);
+                free(copy);
+                return;
+        }
+        for (size_t i = 0;; i++) {
+                Region g;
+                pthread_mutex_lock(&mm->regions_lock);
+                bool any = i < mm->nregions;
+                if (any)
+                        g = mm->regions[i];
+                pthread_mutex_unlock(&mm->regions_lock);
+                if (!any)
+                        return;
+                mmclient_uffd_unregister(mm, g.start, g.end);
+        }
 }
 
 /* Forget an address space: stop its fault thread reading it and drop the
