@@ -1,17 +1,18 @@
 /*
- * bench-contention.c: experiments 1 and 2 of issue 3, fault latency under
- * contention, zswapd against the kernel's zram and zswap in the same run.
+ * bench-contention.c: fault latency under contention (inversion, readers),
+ * zswapd against the kernel's zram and zswap in the same run.
  *
- * 1. Priority inversion, loads against stores (seed: zswap split requests).
- *    Per vCPU: four nice +10 workers page their buffer out and read it back
- *    in a loop, one nice 0 task spins, and one nice -19 reader pages out its
- *    own buffer and times each read of it. Reported: the slowest read per
- *    run as median (min-max) over the runs, and reads over 10 ms per run.
- * 2. Reader against reader (seed: zram shared decompression streams).
- *    Per vCPU: two nice 19 readers, one nice 0 CPU hog and one nice -19
- *    reader, every reader paging its buffer out and faulting it back.
- *    Reported: fault IOPS and latency avg/stdev/p50/p99/max of the nice -19
- *    readers.
+ * inversion  priority inversion, loads against stores (seed: zswap split
+ *            requests). Per vCPU: four nice +10 workers page their buffer
+ *            out and read it back in a loop, one nice 0 task spins, and one
+ *            nice -19 reader pages out its own buffer and times each read
+ *            of it. Reported: the slowest read per run as median (min-max)
+ *            over the runs, and reads over 10 ms per run.
+ * readers    reader against reader (seed: zram shared decompression
+ *            streams). Per vCPU: two nice 19 readers, one nice 0 CPU hog and
+ *            one nice -19 reader, every reader paging its buffer out and
+ *            faulting it back. Reported: fault IOPS and latency
+ *            avg/stdev/p50/p99/max of the nice -19 readers.
  *
  * Every participant is a process of its own, forked by this one after the
  * backend is set up (backend.h), pinned to its vCPU and given its nice value
@@ -1035,7 +1036,7 @@ static void print_inversion(const Options *o) {
         Experiment e = EXP_INVERSION;
         char s1[80], s2[80], s3[80], s4[80], s5[80];
 
-        printf("\nExperiment 1: priority inversion, loads vs stores. Per vCPU (%u): 4 workers nice +10 paging out and\n"
+        printf("\ninversion: priority inversion, loads vs stores. Per vCPU (%u): 4 workers nice +10 paging out and\n"
                "reading back, 1 spinner nice 0, 1 reader nice -19 timing each read; %u runs of %.1f s, %lu MiB per\n"
                "process, %s order. Figures: median (min-max) over the runs; reads = faults of the nice -19 readers;\n"
                "first pass = the readers' first read pass only (the same number of reads on every backend);\n"
@@ -1099,7 +1100,7 @@ static void print_readers(const Options *o) {
         Experiment e = EXP_READERS;
         char s1[80], s2[80], s3[80], s4[80], s5[80], s6[80], s7[80];
 
-        printf("\nExperiment 2: reader vs reader. Per vCPU (%u): 2 readers nice 19, 1 CPU hog nice 0, 1 reader\n"
+        printf("\nreaders: reader vs reader. Per vCPU (%u): 2 readers nice 19, 1 CPU hog nice 0, 1 reader\n"
                "nice -19; %u runs of %.1f s, %lu MiB per process, %s order. Figures of the nice -19 readers:\n"
                "median (min-max) over the runs. IOPS = faults / time in read passes, summed over the readers;\n"
                "rep = runs measured again because other programs took over %.0f %% of the CPU.\n\n",
@@ -1169,8 +1170,9 @@ static void help(void) {
                "                 [--backends zswapd-lz4,zswapd-zstd,zram-lz4,zswap-lzo] [--cpus N]\n"
                "                 [--no-pin] [--order random|seq] [--max-foreign PCT] [--zswapd PATH]\n"
                "                 [--corpus DIR]\n\n"
-               "Issue 3, experiments 1 (priority inversion: loads vs stores) and 2 (reader vs reader):\n"
-               "zswapd (default configuration) against kernel zram and zswap, in one run. Run as root.\n"
+               "Fault latency under contention, inversion (priority inversion: loads vs stores) and\n"
+               "readers (reader vs reader): zswapd (default configuration) against kernel zram and\n"
+               "zswap, in one run. Run as root.\n"
                "A run in which other programs took more than --max-foreign %% of the CPU (default 20)\n"
                "is measured again, at most half as many times as --runs per experiment and backend.\n");
 }

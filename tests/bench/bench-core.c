@@ -1,6 +1,6 @@
 /*
  * bench-core.c: zswapd against kernel zram and kernel zswap, one run, one
- * table (experiment 5 of issue 3).
+ * table.
  *
  * The same workload (real heap pages, corpus.c) goes through every backend
  * (backend.h) and is measured by the same code. Each phase sets its backend
@@ -430,7 +430,7 @@ static double target_ratio(const Result res[N_BACKENDS], int kernel, size_t offs
         return k != 0 ? z * scale / k : NAN;
 }
 
-/* The goals of issue 3, experiment 5: zswapd as a ratio to zram-lz4 in this run. */
+/* The project's targets against zram-lz4: zswapd as a ratio to it in this run. */
 static void print_targets(const Result res[N_BACKENDS], long workers) {
         const struct {
                 const char *name;
@@ -445,7 +445,7 @@ static void print_targets(const Result res[N_BACKENDS], long workers) {
         };
         char label[48], vz[16], vk[16];
 
-        printf("\ntargets (issue 3): %s as a ratio to %s in this run (%s for comparison); pageout per worker\n"
+        printf("\ntargets: %s as a ratio to %s in this run (%s for comparison); pageout per worker\n"
                "divides zswapd's MB/s by its %ld workers\n",
                res[ZSWAPD].name, res[ZRAM].name, res[KZSWAP].name, workers);
         printf("%-30s %8s %10s %-8s %10s\n", "target", "goal", "/zram", "", "/zswap");
@@ -477,7 +477,7 @@ static void help(void) {
         printf("bench-core [--zswapd PATH] [--size MiB] [--corpus DIR] [--compressor lz4|zstd]\n"
                "           [--workers N] [--skip-zram] [--skip-kzswap]\n\n"
                "Measure zswapd against kernel zram (lz4) and kernel zswap (lzo, in front of a swapfile)\n"
-               "on real heap pages, and print the targets of issue 3 as ratios to zram. Kernel phases\n"
+               "on real heap pages, and print the project's targets as ratios to zram. Kernel phases\n"
                "need root and take %s.\n", BACKEND_LOCK_FILE);
 }
 

@@ -1,6 +1,6 @@
 /*
  * bench-policy: the daemon's idle-age and pressure policies over time, and
- * what re-evicting clean pages costs (issue 5; docs/reclaim.md).
+ * what re-evicting clean pages costs (docs/reclaim.md).
  *
  *   bench-policy clean [--size MiB]
  *       page a region out, read it all back (every page keeps its copy),

@@ -1,6 +1,6 @@
 /*
  * bench-reclaim.c: how well does the daemon's automatic reclaim choose its
- * victims (issue 5)? A trace-driven benchmark.
+ * victims? A trace-driven benchmark.
  *
  * For each trace (Zipf(s) over the heap's pages for every skew of --skews,
  * the hot ranks scattered over the heap by a fixed random permutation, and
@@ -77,7 +77,7 @@
 #define SETTLE_SLACK 1.05   /* "at the limit": resident within 5 % above it */
 #define SETTLE_POLL_MS 50
 #define TICK_MS 250         /* the daemon's reclaim tick (tunable "interval") */
-#define GOAL_LRU_RATIO 1.5  /* issue 5: refaults at most 1.5 x LRU misses */
+#define GOAL_LRU_RATIO 1.5  /* the goal: refaults at most 1.5 x LRU misses */
 #define RESIDENT_SAMPLES 64 /* mincore() of the heap this often over the measured part */
 #define MIB (1024.0 * 1024.0)
 
@@ -343,7 +343,7 @@ static int set_limit(const Heap *h, uint64_t limit) {
 
         if (r == -EPROTO || r == -EINVAL || r == -EOPNOTSUPP || r == -ENOSYS)
                 fprintf(stderr, "bench-reclaim: zswap_set_limit() failed: %s. This daemon has no per-client "
-                        "resident limit (automatic reclaim, issue 5); nothing to measure.\n", strerror(-r));
+                        "resident limit (automatic reclaim); nothing to measure.\n", strerror(-r));
         else if (r < 0)
                 fprintf(stderr, "bench-reclaim: zswap_set_limit() failed: %s\n", strerror(-r));
         return r;

@@ -1,8 +1,8 @@
 /*
- * bench-redis.c: issue 4's benchmark. redis-server under zswap-run, GET/SET
- * throughput and p99 latency with 0 %, 50 % and 80 % of its memory
- * compressed, next to the same redis whose memory is paged out to kernel
- * zram-lz4 swap in the same proportion (process_madvise MADV_PAGEOUT).
+ * bench-redis.c: redis-server under zswap-run, GET/SET throughput and p99
+ * latency with 0 %, 50 % and 80 % of its memory compressed, next to the
+ * same redis whose memory is paged out to kernel zram-lz4 swap in the same
+ * proportion (process_madvise MADV_PAGEOUT).
  *
  * For each backend and fraction: a fresh redis-server (unix socket, no
  * persistence) is filled with --keys keys of --value bytes by

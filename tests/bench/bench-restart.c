@@ -1,13 +1,13 @@
 /*
- * bench-restart.c: what surviving the daemon costs (issue 7).
+ * bench-restart.c: what surviving the daemon costs.
  *
- * Since issue 7 every client's compressed pool and page entries live in a
- * store (a memfd the client keeps), so a daemon killed with SIGKILL loses
- * nothing: the client reconnects and the next daemon copies ("adopts") its
- * store, or, if none comes, the client restores every page from the store
- * itself. This bench measures those paths on real heap pages (corpus.c),
- * for each --sizes value, --reps times, every phase of one repetition run
- * back to back so that ratios are taken within one repetition:
+ * Every client's compressed pool and page entries live in a store (a memfd
+ * the client keeps), so a daemon killed with SIGKILL loses nothing: the
+ * client reconnects and the next daemon copies ("adopts") its store, or, if
+ * none comes, the client restores every page from the store itself. This
+ * bench measures those paths on real heap pages (corpus.c), for each
+ * --sizes value, --reps times, every phase of one repetition run back to
+ * back so that ratios are taken within one repetition:
  *
  *   undisturbed  a daemon of our own; the client maps N MiB, fills it,
  *                registers it, pages it all out (zswap_pageout), reads it

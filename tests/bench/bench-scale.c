@@ -1,6 +1,5 @@
 /*
- * bench-scale.c: experiment 4 of issue 3, scalability under concurrent
- * stores and loads.
+ * bench-scale.c: scalability under concurrent stores and loads.
  *
  * The seed (zswap: split the rb-tree into one tree per 64 MiB) measured a
  * kernel build in tmpfs, many tasks storing and loading at once: the
@@ -547,7 +546,7 @@ static void help(void) {
         printf("bench-scale [--threads LIST] [--duration S] [--pages N] [--chunk N] [--block N]\n"
                "            [--modes distinct,shared] [--repeat N] [--compressor lz4|zstd] [--zswapd PATH]\n"
                "            [--corpus DIR] [--skip-kernel] [--skip-zswapd]\n\n"
-               "Experiment 4 of issue 3: 2..16 threads (default 2,4,8,16) each page out a chunk\n"
+               "Scalability: 2..16 threads (default 2,4,8,16) each page out a chunk\n"
                "of its pages (default 64, in calls of 16), read them back and check them, for\n"
                "--duration s (default 1.5) per cell, in distinct regions and in one shared region\n"
                "(blocks interleaved); faults/s and sys time, zswapd next to kernel zram-lz4 and\n"

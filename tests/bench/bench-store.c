@@ -1,5 +1,5 @@
 /*
- * bench-store.c: experiment 3 of issue 3, batched store throughput.
+ * bench-store.c: batched store throughput.
  *
  * The seed (zswap: batched compression of large folios) measured usemem: 4
  * processes fill 1200 MiB each with the Silesia corpus and are pushed out
@@ -28,8 +28,8 @@
  *                  time from schedstat), and the 4 processes' own over their
  *                  pageout call (getrusage: the kernel compresses there; for
  *                  zswapd that is the library's agent moving pages).
- *   codec target   the issue asks for eviction throughput per worker thread
- *                  of at least 0.9x the raw codec speed on the same data.
+ *   codec target   eviction throughput per worker thread of at least 0.9x
+ *                  the raw codec speed on the same data.
  *                  Raw speed: this process compresses the same pages with
  *                  liblz4/libzstd exactly as a worker calls it, one thread,
  *                  bytes / thread CPU time, measured right before and after
@@ -705,7 +705,7 @@ static void print_cpu(const Config *cfg, const Result *m, unsigned n, const Resu
 
 /* The raw codec figures the workers are compared with. */
 typedef struct Raw {
-        CodecSpeed one;      /* 1 thread: the issue's "raw codec speed" */
+        CodecSpeed one;      /* 1 thread: the codec target's "raw codec speed" */
         CodecSpeed par;      /* as many threads as the most workers, at once; per thread */
         CodecSpeed copies;   /* 1 thread, with the worker's copies */
         unsigned par_threads;
@@ -727,7 +727,7 @@ static int raw_measure(const Options *o, const Corpus *corpus, Raw *raw) {
 static void print_codec(const Options *o, const Config *cfg, const Result *m, unsigned n, const Raw *raw) {
         const CodecSpeed *cs = &raw->one;
 
-        printf("\nCodec target (issue 3): eviction throughput per worker thread >= 0.9x the raw codec speed.\n"
+        printf("\nCodec target: eviction throughput per worker thread >= 0.9x the raw codec speed.\n"
                "Up front: %s compress of the same pages in this process, 1 thread: %.0f MB/s per CPU-second\n"
                "     (median of 3 passes, range %.0f-%.0f; wall %.0f MB/s; ratio %.2f, %zu pages over 3/4 page)\n",
                o->compressor, cs->cpu_mbs, cs->min_mbs, cs->max_mbs, cs->wall_mbs, cs->ratio, cs->incompressible);
@@ -742,7 +742,7 @@ static void print_codec(const Options *o, const Config *cfg, const Result *m, un
                "CPU time (schedstat of the threads at nice %d); \"sys\" is their stime (staging reads, pool page\n"
                "faults; from clock ticks, so approximate); user-s = CPU - sys, the codec's own share.\n"
                "per worker wall: bytes paged out / pageout wall time / workers (bounded by the workers only\n"
-               "when they are the bottleneck; with 1 worker it is the issue's \"wall time with 1 worker\").\n",
+               "when they are the bottleneck; with 1 worker it is the target measured on wall time).\n",
                RAW_QUICK_PAGES, WORKER_NICE);
         printf("%-24s %5s %6s %8s %6s %10s %6s %11s %6s %11s %6s\n", "config", "thr", "raw", "worker s",
                "sys s", "MB/s/CPU-s", "x raw", "MB/s/user-s", "x raw", "MB/s/worker", "x raw");
@@ -770,7 +770,7 @@ static void help(void) {
         printf("bench-store [--size MiB] [--procs N] [--batches LIST] [--workers LIST] [--cross]\n"
                "            [--repeat N] [--compressor lz4|zstd] [--poll-us N] [--zswapd PATH]\n"
                "            [--corpus DIR] [--skip-kernel] [--skip-zswapd]\n\n"
-               "Experiment 3 of issue 3: N processes (default 4) each fill --size MiB (default 256)\n"
+               "Batched store throughput: N processes (default 4) each fill --size MiB (default 256)\n"
                "of real heap pages and page it all out at once; throughput and time until their\n"
                "memory is free, for zswapd --batch LIST (default 1,8,32,512) at the most workers\n"
                "and --workers LIST (default 1,2) at the last batch size (--cross: every pair),\n"

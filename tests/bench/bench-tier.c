@@ -1,6 +1,6 @@
 /*
  * bench-tier.c: zswapd's second tier against kernel zswap's writeback to a
- * swapfile on the same disk (issue 8), one run, one table.
+ * swapfile on the same disk, one run, one table.
  *
  * Every backend gets the same workload: D MiB of real heap pages (corpus.c)
  * with its compressed pool bounded to about a quarter of D, so that about

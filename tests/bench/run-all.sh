@@ -1,16 +1,18 @@
 #!/bin/bash
-# Issue 3's five experiments (and the wake-up measurement that chose the
-# fault-thread layout), then issue 4's redis benchmark, one after the other,
-# each printing its own table of zswapd beside kernel zram-lz4 (and kernel
-# zswap-lzo) measured in the same run; last, issue 5's bench-reclaim, the
-# daemon's own reclaim under a resident limit against LRU, FIFO, CLOCK and
-# OPT on the same access traces. Needs root; sets up and tears down its own
-# swap (tests/bench/backend.c).
+# The benchmarks, one after the other: bench-wake (the wake-up measurement
+# that chose the fault-thread layout); bench-contention inversion and
+# readers, bench-store, bench-scale, bench-core and bench-redis, each
+# printing its own table of zswapd beside kernel zram-lz4 (and kernel
+# zswap-lzo) measured in the same run; last, bench-reclaim, the daemon's own
+# reclaim under a resident limit against LRU, FIFO, CLOCK and OPT on the
+# same access traces. bench-overhead.sh, bench-restart, bench-policy and
+# bench-tier are run on their own. Needs root; sets up and tears down its
+# own swap (tests/bench/backend.c).
 #
 #   sudo tests/bench/run-all.sh [BUILD_DIR]      (default: build)
 #
 # Takes ~18 minutes on 2 vCPUs (bench-reclaim ~3 of them). Run it on an
-# otherwise idle machine: every experiment compares within its own run, but
+# otherwise idle machine: every benchmark compares within its own run, but
 # a busy machine widens the spread. Output: the tables on stdout; a copy in
 # BUILD_DIR/bench-all.log.
 set -uo pipefail
@@ -37,7 +39,7 @@ run() {
 }
 
 {
-        echo "zswapd issue-3 benchmarks, $(date -u '+%F %T') UTC, $(uname -r), $(nproc) CPUs, git $(git rev-parse --short HEAD 2>/dev/null)"
+        echo "zswapd benchmarks, $(date -u '+%F %T') UTC, $(uname -r), $(nproc) CPUs, git $(git rev-parse --short HEAD 2>/dev/null)"
         run "$bench/bench-wake" 20000
         run "$bench/bench-contention" inversion
         run "$bench/bench-contention" readers
