@@ -747,6 +747,10 @@ static ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
         *msg = *mm->journal;
         if (msg->event == UFFD_EVENT_PAGEFAULT)
                 journal_done(mm);
+        /* staging_addr and nlanes of a fork child whose ATTACH the manager
+         * is handling are written meanwhile, unsynchronised (a data race,
+         * MMClient.staging_addr): only whether fault injection may kill
+         * here depends on them */
         else if (msg->event != UFFD_EVENT_REMOVE || msg->arg.remove.start < mm->staging_addr ||
                  msg->arg.remove.start >= mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE)
                 kill_point("with an event read"); /* the library's own staging releases do not count */
@@ -1757,7 +1761,11 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * (users.c): it may fork before it attaches. relaxed: a budget */
         atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),
                               memory_order_relaxed);
-        child->origin_staging = mm->staging_addr; /* which of the parent's clients it copies */
+        /* which of the parent's clients it copies. If mm is a fork child
+         * whose ATTACH the manager is handling, mm_set_staging() writes
+         * mm->staging_addr meanwhile, unsynchronised: a data race
+         * (MMClient.staging_addr) */
+        child->origin_staging = mm->staging_addr;
         child->ft = ft;
         fault_thread_own(ft, child);
         for (unsigned i = 0; mm->m->cfg.fault_shared && i < mm->m->nfts; i++)

@@ -6,7 +6,7 @@
  * It never serves a page fault and never compresses; it only decides and
  * hands work to the compression workers and to the fault threads, and
  * hears back through its inbox. Everything it owns is touched by no other
- * thread, except where a field says otherwise (mmclient.h).
+ * thread, except where a field says otherwise (manager.h, mmclient.h).
  *
  * Every message from a client is validated (protocol.c) and answered;
  * malformed ones get -EPROTO and are counted. A client is the process that
@@ -526,6 +526,18 @@ static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
         return 0;
 }
 
+/*
+ * Written once. For ATTACH and ADOPT before mm_serve() publishes mm; for a
+ * fork child at its ATTACH, which comes after CHILD_ATTACH, while fault
+ * threads already watch its uffd. Two of them read these two fields then
+ * with no lock and no atomic: a data race. uffd_read_msg() (every event
+ * of the child's uffd: is a REMOVE of the staging area?) decides only
+ * whether fault injection may kill there; event_fork() (the child itself
+ * forks meanwhile) copies staging_addr as the grandchild's
+ * origin_staging, which do_child_attach() matches. Every other reader
+ * comes after this write through something published later (mmclient.h,
+ * MMClient.staging_addr).
+ */
 static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
         mm->staging_addr = a->staging_addr;
         mm->nlanes = nlanes;

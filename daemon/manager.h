@@ -49,10 +49,17 @@ typedef struct ManagerConfig {
         const Config *conf;     /* the file as read at start (manager_new copies it) */
 } ManagerConfig;
 
+/*
+ * A control connection. Every field is the manager thread's: it accepts,
+ * reads, answers and frees connections, and no other thread ever sees a
+ * Conn (work coming back names one by its serial: sync_done()). Set at
+ * accept and constant: m, fd, pid, pidfd, uid, gid, groups, ngroups,
+ * serial; the rest as each says.
+ */
 struct Conn {
         Manager *m;
         int fd;
-        int role;          /* ZRole, 0 before HELLO */
+        int role;          /* ZRole, 0 before HELLO (set once, do_hello()) */
         pid_t pid;
         int pidfd;         /* the peer process, taken at connect (SO_PEERPIDFD): identity is this, not pid */
         uid_t uid;
@@ -67,18 +74,36 @@ struct Conn {
         bool dying;
         unsigned errors;   /* protocol errors so far */
         uint64_t serial;   /* unique for the daemon's life: conns are found by it */
-        Conn *next;
+        Conn *next;        /* m->conns */
 };
 
+/*
+ * The daemon. Threads: the manager (the thread in manager_run(), and
+ * manager_new()/manager_free() around it), the fault threads, the
+ * compression workers, the tier's writer and the closer. Each group of
+ * fields below says who writes it and how the others read it.
+ */
 struct Manager {
+        /* Set by manager_new() before it starts any other thread (fts,
+         * nfts, evictor: as it starts them, before any client exists, so
+         * before any thread can look at them), constant until
+         * manager_free() has stopped the threads: any thread reads them
+         * without a lock */
         ManagerConfig cfg;
-        PoolShared *pools;    /* counters and bound of every client's pool */
+        PoolShared *pools;    /* counters and bound of every client's pool (pool.c: its own atomics) */
         uint64_t daemon_id;   /* random, names this instance in the stores it owns */
+
+        /* manager thread only */
         bool handover;        /* exiting without restoring: clients wait for the next daemon */
         int epfd;
         int listen_fd;
-        Inbox inbox;       /* work from workers and fault threads */
-        Closer *closer;    /* closes what clients sent off this thread (closer.c) */
+
+        Inbox inbox;       /* work from workers and fault threads: any thread pushes, the manager takes (mpsc.h) */
+
+        /* set before the other threads start, constant (see cfg) */
+        Closer *closer;    /* closes what clients sent off this thread (closer.c); any thread hands it fds */
+
+        /* manager thread only */
         int timer_fd;      /* periodic maintenance */
         int signal_fd;
         bool exiting;
@@ -89,9 +114,10 @@ struct Manager {
         uint64_t watchdog_ns, watchdog_last_ns, status_last_ns;
         char status[128];
 
+        /* set before any client exists, constant (see cfg) */
         FaultThread **fts;
         unsigned nfts;
-        Evictor *evictor;
+        Evictor *evictor;     /* the manager's (evict.c submits to it) */
         Tier *tier;           /* the second tier ([tier] backing), or NULL (tier.h) */
 
         /* manager thread only */
@@ -110,23 +136,38 @@ struct Manager {
         _Atomic(MMClient *) orphans_new;
         MMClient *orphans;
 
-        /* global counters, relaxed atomics */
+        /* global counters, relaxed atomics: any thread adds, the manager
+         * reads them for statistics and logs; nothing is ordered by them */
         _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked, zero_ahead;
         _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
 
         /* reclaim (reclaim.c): tunables owned by the manager thread, and
          * the copies other threads read */
-        Tunables tun;
+        Tunables tun;          /* manager thread only */
+        /* what the kernel offers (probe_features()): set before the other
+         * threads start, constant (see cfg) */
         bool wp_async;         /* the kernel offers UFFD_FEATURE_WP_ASYNC: writes are tracked */
         bool pagemap_scan;     /* PAGEMAP_SCAN works on pagemap */
         uint64_t zero_pfn;     /* the zero page's frame as pagemap shows it (0: not shown) */
         bool uffd_poison;      /* UFFD_FEATURE_POISON: a lost page becomes a SIGBUS (tier.c) */
+        /* copies of tunables, written by the manager (reclaim_apply()),
+         * read by fault threads, workers and the tier's writer: relaxed,
+         * each is a setting on its own (a thread that reads the old one a
+         * moment longer acts as if it had read it a moment earlier;
+         * pool_bound and pool_resume may be seen from two applies, and
+         * both are hints the pool's own counters decide) */
         _Atomic bool keep_clean;
         _Atomic uint32_t clean_max_permille; /* tun.clean_max, for the fault threads */
         _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */
+        /* the pool is at its bound: set and cleared by whichever of the
+         * workers and the manager sees the pool cross pool_bound or
+         * pool_resume (reclaim_pool_accepts(): an exchange, so one of
+         * them logs it), and by the manager when the bound changes;
+         * relaxed, a hint that the pool's own counters decide */
         _Atomic bool pool_full;
-        _Atomic uint64_t pool_full_events;
+        _Atomic uint64_t pool_full_events; /* times it was set: a relaxed counter */
+        /* manager thread only (reclaim.c) */
         uint64_t reclaim_last_ms, pressure_last_ms;
         double psi_now;        /* memory stall share (PSI "some") over the last period, percent */
         uint64_t psi_total, psi_total_ms; /* the PSI total (µs) read then, and when */

@@ -17,8 +17,9 @@
  *
  * Regions (what the client registered, as moved by mremap and cut by
  * munmap) are protected by regions_lock. Only the manager thread and the
- * event handlers of the owning fault thread take it; the fault path
- * proper never does.
+ * fault thread handling an event (the one holding serve_lock) take it;
+ * the fault path proper never does. mmclient.h says who writes each of
+ * the other fields.
  */
 #include <fcntl.h>
 #include <limits.h>

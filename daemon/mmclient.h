@@ -41,7 +41,12 @@ typedef enum LaneState {
 } LaneState;
 
 typedef struct Lane {
-        /* manager thread only */
+        /* the manager's, except that while the lane is COMPRESSING the
+         * worker its job went to (evictor_submit(), under the evictor's
+         * lock) reads npages and addrs and takes or lets go of keep[]: the
+         * manager touches none of them until the job's MW_BATCH_DONE comes
+         * back through its inbox (evict_batch_done()). The last unref lets
+         * go of what keep[] still holds */
         LaneState state;
         uint32_t npages;
         uint64_t addrs[LANE_SLOTS]; /* page i of the batch sits in slot lane*LANE_SLOTS+i */
@@ -52,7 +57,9 @@ typedef struct Lane {
          * owned by the batch until the worker reuses or releases it; 0 if none */
         uint64_t keep[LANE_SLOTS];
         /* fault threads add/remove themselves while they read a slot of this
-         * lane; the manager releases the lane only when it reads 0 */
+         * lane (so does a worker that hands a page back, hand_back(), for
+         * the fault thread it hands it to); the manager releases the lane
+         * only when it reads 0 (lane_try_release(): seq_cst, said there) */
         _Atomic uint32_t users;
 } Lane;
 
@@ -101,12 +108,42 @@ typedef struct MMReclaim {
         uint64_t last_want;
 } MMReclaim;
 
+/*
+ * Who writes what (every field below says which of these it is):
+ *
+ *   the manager      the manager thread: manager.c and what it calls
+ *                    (evict.c's planning, reclaim.c, users.c, report.c,
+ *                    tier_tick())
+ *   the reader       the fault thread holding serve_lock (fault.c): any
+ *                    of them, whichever woke first
+ *   a worker         a compression worker running a job of this client
+ *                    (evict.c, job_compress())
+ *   the last unref   whichever thread drops the last reference: after the
+ *                    count's acq_rel it owns everything and frees it
+ *
+ * "Before publish": written by the thread that creates the MMClient and
+ * then never again: the manager at ATTACH and ADOPT, before mm_serve()
+ * hands it to the fault threads; for a fork child, the parent's reader at
+ * the FORK event (fault.c, event_fork()), before fault_thread_own() and
+ * the orphan list. Every other thread gets the MMClient through an inbox
+ * or list (mpsc.h: release push, acquire take) or a job handed over under
+ * a lock, so it reads these without one. A fork child's CHILD_ATTACH and
+ * ATTACH come after that, while fault threads already watch its uffd:
+ * what the manager writes then says so.
+ */
 typedef struct MMClient {
+        /* any holder: mmclient_ref() relaxed, mmclient_unref() acq_rel */
         _Atomic int refs;
-        Manager *m;
-        uint64_t id;     /* the manager's: given when the client is linked (zswapctl names it) */
+        Manager *m;      /* before publish, constant */
+        /* the manager's only: given when the client is linked (mm_serve(),
+         * or a fork child's CHILD_ATTACH, do_child_attach()); zswapctl
+         * names it. No other thread reads it */
+        uint64_t id;
 
-        int uffd;        /* the daemon's reference, set at creation, closed at free; the client keeps its own */
+        /* the daemon's reference: before publish (mmclient_new()), read by
+         * every thread; closed, or handed to the closer, only by the last
+         * unref. The client keeps its own */
+        int uffd;
         /*
          * The process, as mmclient_prove() published it: written once by
          * the manager, read by every thread. A fork child's fault threads
@@ -120,34 +157,56 @@ typedef struct MMClient {
         _Atomic int pidfd;       /* -1 until pid is known */
         _Atomic int pagemap_fd;  /* /proc/PID/pagemap, bound to this mm at open */
         _Atomic int mem_fd;      /* /proc/PID/mem, the same: every read of the client's memory */
-        int maps_fd;             /* /proc/PID/maps, the same; the manager's only */
+        int maps_fd;             /* /proc/PID/maps, the same; the manager's only (and the last unref's) */
         struct {
                 pid_t pid;
                 int pidfd, pagemap_fd, mem_fd;
         } bound; /* the manager's: opened by mmclient_bind(), not proven yet */
+        /* before publish, constant (the entries are atomics: pentry.h) */
         PageIndex *index;
         /* the client's store (store.h): its pool, the index's leaves and
-         * the ranges live there; NULL/-1 for an MMClient of a test */
+         * the ranges live there; NULL/-1 for an MMClient of a test. The
+         * pointers are set before publish and constant; what the store
+         * holds says who writes it (store.h, pool.h, regions_persist()) */
         uint8_t *store;
         int store_fd;
         Pool *pool;
         /* set when the daemon hands its clients over (exit without
-         * restoring): the last unref leaves the store's entries alone */
+         * restoring): the last unref leaves the store's entries alone.
+         * Written by the manager (mm_detach()) or by the last unref, and
+         * read only by the last unref */
         bool keep_store;
 
-        /* regions: protected by regions_lock (manager thread and the event
-         * handlers of the owning fault thread; never the fault path) */
+        /* regions: protected by regions_lock, which the manager and the
+         * reader handling an event (fault.c: event_remove(), event_remap(),
+         * event_fork()) take; never the fault path. A fork child's are
+         * copied before publish (mmclient_regions_copy()) */
         pthread_mutex_t regions_lock;
         Region *regions;
         size_t nregions;
         uint64_t registered_bytes;
         uint64_t regions_cut; /* counts removals and moves: mmclient_region_arm() */
 
-        /* staging: written once by the manager before the first batch */
+        /*
+         * staging: written once by the manager (mm_set_staging()), before
+         * the first batch. For ATTACH and ADOPT that is before publish. A
+         * fork child's are written at its ATTACH (after its CHILD_ATTACH),
+         * while fault threads already watch it, and two places read them
+         * then without any synchronisation: uffd_read_msg() (is a REMOVE
+         * event of the staging area?) and event_fork() (a child forked by
+         * this one copies staging_addr as its origin_staging). That is a
+         * data race (manager.c, mm_set_staging()). Every other reader is
+         * the manager, the last unref, or comes after the manager's write
+         * through something the manager published later: an entry naming
+         * a slot (serve_slot(), fork_inflight()), a lane bit
+         * (revoke_moves()), a job (workers).
+         */
         uint64_t staging_addr;
         unsigned nlanes;
-        Lane lanes[LANES_MAX];
-        uint64_t fork_token; /* children: the parent's token at the fork */
+        Lane lanes[LANES_MAX]; /* each field says who writes it (Lane) */
+        /* children: the parent's token at the fork; before publish
+         * (event_fork()), read by the manager */
+        uint64_t fork_token;
         /* the token of the FORK_PREPARE being answered; manager only */
         uint64_t fork_token_announced;
         /* the token the client announced for its next fork (FORK_PREPARE,
@@ -155,9 +214,15 @@ typedef struct MMClient {
          * in flight, read by the fault thread when the FORK event comes:
          * relaxed, the sync orders it */
         _Atomic uint64_t next_fork_token;
-        pid_t parent_pid;    /* children: who forked them (by value: the parent may go first) */
+        /* children: who forked them (by value: the parent may go first).
+         * Before publish (event_fork()), read by the manager. 0 if the
+         * parent is a fork child whose own pid was not published yet */
+        pid_t parent_pid;
         /* children of an announced fork: the parent, whose store is held
-         * for us until we attach (a reference; fault.c, fork_hold) */
+         * for us until we attach (a reference; fault.c, fork_hold). Set
+         * before publish (event_fork()); taken back by
+         * mmclient_fork_release(): the manager at CHILD_ATTACH, or the
+         * last unref (an orphan that never attached) */
         struct MMClient *fork_parent;
         /* parents: the token of an announced fork whose child has not
          * attached yet, 0: none. While it is set, nothing of this client's
@@ -169,6 +234,8 @@ typedef struct MMClient {
          * or its orphan goes, or by a fault thread after FORK_HOLD_NS
          * (fork_hold_until, under serve_lock) */
         _Atomic uint64_t fork_hold;
+        /* under serve_lock: written by the reader at the fork event
+         * (event_fork()), read by fork_held() */
         uint64_t fork_hold_until;
         /* its uffd was not read for a hold: read it once the hold is over
          * (a hint any fault thread takes, relaxed) */
@@ -183,23 +250,42 @@ typedef struct MMClient {
          * fork_announced, read by the fault thread at the fork event,
          * which the client's fork orders after the answer: relaxed */
         _Atomic uint64_t fork_held_pages;
-        int parent_pidfd;    /* children: the parent's pidfd at the fork (-1 if none): has it exited? */
-        uint64_t origin_staging; /* children: the parent client's staging area, which names
-                                  * the client when a process has several */
+        /* children: the parent's pidfd at the fork (-1 if none, or if the
+         * parent's was not published yet): has it exited? Before publish
+         * (event_fork()), read by the manager (mmclient_parent_gone()),
+         * closed by the last unref */
+        int parent_pidfd;
+        /* children: the parent client's staging area, which names the
+         * client when a process has several. Before publish
+         * (event_fork()), read by the manager; copied from the parent's
+         * staging_addr, racily if the parent is a fork child whose ATTACH
+         * is under way (see staging) */
+        uint64_t origin_staging;
 
         /*
          * Every fault thread watches uffd; whichever wakes first takes
          * serve_lock and reads (fault.c). The lock makes the reader single
          * at any moment, and a message is handled completely before the
          * lock is let go, so messages are still handled one by one in
-         * kernel order. Everything below it is under serve_lock.
+         * kernel order. The plain fields from here to `dead` are the
+         * reader's, under serve_lock (ft excepted); the atomics among
+         * them say who else touches them.
          */
-        FaultThread *ft;      /* home thread: gets this mm's installs, restores, syncs */
+        /* home thread: gets this mm's installs, restores, syncs. Set
+         * before publish (mm_serve(), event_fork()) and constant: any
+         * thread posts to it (workers: hand_back()) */
+        FaultThread *ft;
         pthread_mutex_t serve_lock;
         struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
-        _Atomic bool has_retries; /* retries != NULL, readable without the lock */
-        _Atomic unsigned slot_reads; /* of the retries, reads of a staging slot in flight (fault.c) */
-        _Atomic unsigned tier_reads; /* of the retries, reads of the second tier in flight (fault.c) */
+        /* retries != NULL, readable without the lock: set by the reader
+         * or by a read's completion (slot_read_done(), tier_read_done()),
+         * cleared by the reader; a hint (run_due_retries()), relaxed */
+        _Atomic bool has_retries;
+        /* of the retries, reads of a staging slot in flight (fault.c):
+         * added by the reader that submits one, taken off by the thread
+         * whose queue completes it; a bound on reads, relaxed */
+        _Atomic unsigned slot_reads;
+        _Atomic unsigned tier_reads; /* of the retries, reads of the second tier in flight: the same */
         /* staging slots to poison once the events queued before them are
          * read (UFFDIO_ZEROPAGE met EAGAIN: fault.c slot_poison()), under
          * serve_lock */
@@ -218,38 +304,63 @@ typedef struct MMClient {
         bool has_stash;
         /* where each message is read to (under serve_lock): the store's
          * event journal (store.h), which keeps an event read and not yet
-         * handled for the next daemon; journal_own without a store */
+         * handled for the next daemon; journal_own without a store. The
+         * pointer is set before publish and constant; what it points to
+         * is the reader's (fault.c, journal_done()) */
         struct uffd_msg *journal;
         struct uffd_msg journal_own;
-        _Atomic bool dead;    /* set by the manager when the client is gone */
+        /* set by the manager when the client is gone (mm_retire()), read
+         * by every thread as a hint to stop working on it (each holds a
+         * reference, so a late look costs work, never memory): relaxed */
+        _Atomic bool dead;
 
         /* pool bytes this client may still take under its user's
-         * max_pool (users.c sets it each tick, workers take from it per
-         * page); INT64_MAX: no quota */
+         * max_pool; INT64_MAX: no quota. The manager sets it each tick
+         * (users.c); workers, per page, and the reader copying pages to a
+         * fork child take from it and give back (users_quota_take()): a
+         * budget, relaxed. A fork child's is set before publish */
         _Atomic int64_t quota_left;
         /* pool bytes copied for a child this client's fork event is
          * building, which is in no list yet (fault.c event_fork(), the
-         * fault thread's); counted for its user as if held (users.c) */
+         * reader's); counted for its user as if held (users.c, the
+         * manager): a counter, relaxed */
         _Atomic uint64_t fork_bytes;
 
-        /* manager thread only */
+        /* manager thread only (the exceptions say so) */
         Conn *conn;
-        uid_t uid;             /* the user it belongs to (its connection's, or its parent's) */
+        /* the user it belongs to (its connection's, or its parent's):
+         * before publish (do_attach(), do_adopt(); event_fork() for a fork
+         * child), then read by every thread (memread.h charges reads to
+         * it, tier_seal() binds objects to it) */
+        uid_t uid;
         uint64_t user_limit;   /* its user's default resident limit ([users] limit), 0: none */
-        struct MMClient *next; /* manager's list */
+        /* manager's list (mms, orphans); for a fork child also the link of
+         * orphans_new, written by the reader that pushes it
+         * (manager_adopt_orphan()) before the manager takes it */
+        struct MMClient *next;
         PageoutOp *ops, **ops_tail;
         unsigned restores;     /* restore jobs in flight */
         bool fork_paused;
+        /* a fork child's is written by the reader that pushes it
+         * (manager_adopt_orphan()), before publish */
         uint64_t fork_paused_at;
         uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
         unsigned unregisters;  /* pending unregister requests: pump pauses */
         bool repump;           /* planning ran out of budget: pump again soon */
 
-        MMClientStats st;
-        MMReclaim rc;
-        bool wp_async;          /* regions registered in WP mode too (write tracking) */
-        struct ZSync *sync;     /* the page shared with the client's agent (zsync.h), or NULL */
-        int sync_fd;            /* its memfd, for a fork child's mapping; -1 if none */
+        MMClientStats st;       /* relaxed counters, any thread (MMClientStats) */
+        MMReclaim rc;           /* manager thread only (MMReclaim) */
+        /* regions registered in WP mode too (write tracking): before
+         * publish, read by every thread */
+        bool wp_async;
+        /* the page shared with the client's agent (zsync.h), or NULL, and
+         * its memfd, for a fork child's mapping (-1 if none). Set before
+         * publish (mmclient_set_sync()), replaced only under serve_lock
+         * (mmclient_swap_sync(): the manager's trylock, or the home
+         * thread's FW_SYNC_SWAP); read under serve_lock (drain_uffd(),
+         * event_fork()) and by the last unref */
+        struct ZSync *sync;
+        int sync_fd;
         /* a forked child's own sync page is on its way to `sync` (a fault
          * thread swaps it in, FW_SYNC_SWAP): no move is planned meanwhile.
          * Set by the manager, cleared by that thread (release) */
@@ -260,8 +371,10 @@ typedef struct MMClient {
          * serve_lock, read without it as a hint */
         _Atomic bool read_deferred;
         /* a read of its memory was abandoned (memread.h): its uffd is
-         * closed by the closer thread. relaxed: a flag its last holder
-         * reads after the reference count's acq_rel */
+         * closed by the closer thread. Set by the thread whose read it was
+         * (mmclient_read_overdue(): an exchange, so one says so). relaxed:
+         * a flag its last holder reads after the reference count's
+         * acq_rel */
         _Atomic bool read_stuck;
         /* lanes the agent may be moving pages into, a bit each: the
          * manager writes it (evict.c, lane_set_state()), fault threads
@@ -273,7 +386,10 @@ typedef struct MMClient {
         uint32_t revoke_left;
         bool revoking, agent_slow;
         uint64_t read_wait_t0; /* under serve_lock: since when a read waits for a move to end */
-        /* reads of lanes for a revocation in flight (fault threads' queues) */
+        /* reads of lanes for a revocation in flight (fault threads'
+         * queues): added by the reader that submits one (relaxed: it reads
+         * the count itself), taken off by the thread that completes it
+         * (release), read by the reader (acquire: those reads are done) */
         _Atomic unsigned revoke_reads;
 } MMClient;
 
