@@ -114,8 +114,8 @@ static int present(MMClient *mm, uint64_t addr, bool *ret) {
  * (a page that reads as zeros after a restart can be traced to one). */
 static void drop(AdoptCtx *a, uint64_t addr, uint64_t v, const char *why) {
         if (a->dropped++ < 8)
-                log_info("pid %d: adopt: entry %#llx at %#llx dropped: %s", (int)a->mm->pid, (unsigned long long)v,
-                         (unsigned long long)addr, why);
+                log_info("pid %d: adopt: entry %#llx at %#llx dropped: %s", (int)mmclient_pid(a->mm),
+                         (unsigned long long)v, (unsigned long long)addr, why);
 }
 
 static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
@@ -542,22 +542,22 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                 if (a->tier_lost)
                         log_error("pid %d: %llu adopted pages are on a second tier this daemon cannot read (%s): "
                                   "they are lost, and poisoned (SIGBUS) when touched",
-                                  (int)mm->pid, (unsigned long long)a->tier_lost,
+                                  (int)mmclient_pid(mm), (unsigned long long)a->tier_lost,
                                   mm->m->tier ? "a stub that does not fit its [tier] backing" : "no [tier] backing configured");
                 if (a->tier)
-                        log_info("pid %d: %llu adopted pages are on the second tier", (int)mm->pid,
+                        log_info("pid %d: %llu adopted pages are on the second tier", (int)mmclient_pid(mm),
                                  (unsigned long long)a->tier);
                 if (a->over)
                         log_warn("pid %d: %llu adopted pages kept past its user's max_pool or the pool bound: "
                                  "the client was changing its address space and could not take them resident (%s)",
-                                 (int)mm->pid, (unsigned long long)a->over, strerror(a->install_err));
+                                 (int)mmclient_pid(mm), (unsigned long long)a->over, strerror(a->install_err));
                 if (a->installed)
                         log_info("pid %d: %llu adopted pages installed in the client, resident: no room for them "
-                                 "under its user's max_pool or the pool bound", (int)mm->pid,
+                                 "under its user's max_pool or the pool bound", (int)mmclient_pid(mm),
                                  (unsigned long long)a->installed);
                 if (a->from_staging || a->dropped)
-                        log_info("pid %d: adopted %llu pages (%llu from staging), %llu entries dropped", (int)mm->pid,
-                                 (unsigned long long)a->held, (unsigned long long)a->from_staging,
+                        log_info("pid %d: adopted %llu pages (%llu from staging), %llu entries dropped",
+                                 (int)mmclient_pid(mm), (unsigned long long)a->held, (unsigned long long)a->from_staging,
                                  (unsigned long long)a->dropped);
         }
         codec_cctx_free(a->cctx);
@@ -587,7 +587,7 @@ int adopt_live_ranges(MMClient *mm, StoreRange *r, int n) {
         StoreRange *v = NULL, cur = { 0, 0 };
         FILE *f;
 
-        snprintf(path, sizeof(path), "/proc/%d/smaps", (int)mm->pid);
+        snprintf(path, sizeof(path), "/proc/%d/smaps", (int)mmclient_pid(mm));
         f = fopen(path, "re");
         if (!f)
                 return n;
@@ -631,7 +631,7 @@ int adopt_live_ranges(MMClient *mm, StoreRange *r, int n) {
         if (dropped)
                 log_warn("pid %d: adopt: %llu KiB of its ranges are no longer mapped and registered "
                          "(an unmap the dead daemon read and never handled): dropped",
-                         (int)mm->pid, (unsigned long long)dropped >> 10);
+                         (int)mmclient_pid(mm), (unsigned long long)dropped >> 10);
         memcpy(r, res, (size_t)m * sizeof(*res));
         free(res);
         n = m;

@@ -140,7 +140,8 @@ static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr
         if (!w) {
                 /* the page stays STAGED in a lane that stays pinned: a fault
                  * still finds it; eviction loses this lane, no page is lost */
-                log_error("pid %d: out of memory handing a page back; staging lane %u kept", (int)mm->pid, lane_idx);
+                log_error("pid %d: out of memory handing a page back; staging lane %u kept", (int)mmclient_pid(mm),
+                          lane_idx);
                 return;
         }
         w->a = addr;
@@ -235,8 +236,8 @@ static void job_compress(Worker *wk, Work *w) {
                 job_fail_all(mm, lane, slot0); /* the process is gone, and its pages with it */
         else if (r < 0) {
                 /* the pages are still in the slots: each goes back where it came from */
-                log_error("pid %d: cannot read staging (%s): putting %u pages back", (int)mm->pid, strerror(-r),
-                          lane->npages);
+                log_error("pid %d: cannot read staging (%s): putting %u pages back", (int)mmclient_pid(mm),
+                          strerror(-r), lane->npages);
                 for (uint32_t i = 0; i < lane->npages; i++)
                         hand_back(mm, lane, w->lane, lane->addrs[i], pe_make_slot(PE_STAGED, slot0 + i), -ENOMEM);
         } else
@@ -379,7 +380,8 @@ static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
                         mm->rc.pressure_left -= MIN(mm->rc.pressure_left, mm->rc.last_want - op->want);
                         mm->rc.last_op = NULL;
                 }
-                log_debug("pid %d: policy eviction done: %llu pages", (int)mm->pid, (unsigned long long)op->evicted);
+                log_debug("pid %d: policy eviction done: %llu pages", (int)mmclient_pid(mm),
+                          (unsigned long long)op->evicted);
         }
         if (op->unregister) {
                 /* every page of the range is back: stop the kernel sending us its faults */
@@ -922,7 +924,7 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
         if (unreported + phantom) {
                 atomic_fetch_add_explicit(&m->move_misreports, unreported + phantom, memory_order_relaxed);
                 log_debug("pid %d, lane %u: %u pages moved but reported left, %u reported moved but not",
-                          (int)mm->pid, li, unreported, phantom);
+                          (int)mmclient_pid(mm), li, unreported, phantom);
         }
         if (staged == 0) {
                 lane_compressed(m, mm, li, 0);

@@ -200,7 +200,8 @@ int fault_watch(Manager *m, MMClient *mm) {
                 return r;
         for (unsigned i = 0; i < m->nfts; i++)
                 if (m->fts[i] != mm->ft && fault_post_mm(m->fts[i], FW_ADOPT, mm) < 0)
-                        log_warn("pid %d: a fault thread cannot watch the client (out of memory)", (int)mm->pid);
+                        log_warn("pid %d: a fault thread cannot watch the client (out of memory)",
+                                 (int)mmclient_pid(mm));
         return 0;
 }
 
@@ -210,7 +211,7 @@ void fault_unwatch(Manager *m, MMClient *mm) {
         for (unsigned i = 0; i < m->nfts; i++)
                 if (fault_post_mm(m->fts[i], FW_REMOVE, mm) < 0)
                         log_error("pid %d: fault thread %u cannot let the client go (out of memory)",
-                                  (int)mm->pid, i);
+                                  (int)mmclient_pid(mm), i);
 }
 
 /* ---- owning a LOADING entry ---- */
@@ -251,7 +252,7 @@ static void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loa
                 ft->reserve = r->next;
         } else {
                 log_error("pid %d: out of memory and retry reserve: page at %#llx stays pending",
-                          (int)mm->pid, (unsigned long long)addr);
+                          (int)mmclient_pid(mm), (unsigned long long)addr);
                 return;
         }
         r->addr = addr;
@@ -535,7 +536,7 @@ static bool slot_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
  * undoes what it took for it). */
 static bool read_submit(FaultThread *ft, MMClient *src, MemReadOp *op, uint64_t off, void *buf, size_t len,
                         int tag) {
-        int fd = fcntl(src->mem_fd, F_DUPFD_CLOEXEC, 3);
+        int fd = fcntl(mmclient_mem_fd(src), F_DUPFD_CLOEXEC, 3);
         if (fd < 0)
                 return false;
         *op = (MemReadOp){ .fd = fd, .off = off, .buf = buf, .len = len, .uid = src->uid, .tag = tag };
@@ -572,7 +573,7 @@ static Retry *retry_reading_new(FaultThread *ft, MMClient *mm, uint64_t addr, ui
  * reference to it for the pin), READING; NULL: not now. */
 static Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uint64_t addr, uint64_t loading,
                                uint32_t slot, Lane *lane, bool refault) {
-        if (!ft->reads || !memread_queue_has_room(ft->reads) || src->mem_fd < 0)
+        if (!ft->reads || !memread_queue_has_room(ft->reads) || mmclient_mem_fd(src) < 0)
                 return NULL;
         Retry *r = retry_reading_new(ft, mm, addr, loading, refault);
         if (!r)
@@ -636,7 +637,7 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
 
         if (lane_idx >= mm->nlanes) {
                 /* cannot happen unless memory is corrupted: never install garbage */
-                log_error("pid %d: entry at %#llx names slot %u outside staging", (int)mm->pid,
+                log_error("pid %d: entry at %#llx names slot %u outside staging", (int)mmclient_pid(mm),
                           (unsigned long long)addr, slot);
                 return true;
         }
@@ -883,9 +884,10 @@ static void uffd_poison(MMClient *mm, uint64_t addr) {
                 uffd_wake(mm->uffd, addr);
                 return;
         }
-        log_error("pid %d: cannot poison the lost page (%m): the process is sent SIGBUS", (int)mm->pid);
-        if (mm->pidfd >= 0)
-                (void)syscall(SYS_pidfd_send_signal, mm->pidfd, SIGBUS, NULL, 0);
+        log_error("pid %d: cannot poison the lost page (%m): the process is sent SIGBUS", (int)mmclient_pid(mm));
+        int pidfd = mmclient_pidfd(mm);
+        if (pidfd >= 0)
+                (void)syscall(SYS_pidfd_send_signal, pidfd, SIGBUS, NULL, 0);
         uffd_wake(mm->uffd, addr);
 }
 
@@ -915,7 +917,7 @@ static void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic ui
                 if (ft->lost_logged++ < 8)
                         log_error("pid %d: page at %#llx is lost: its data on the second tier fails authentication; "
                                   "it is poisoned (SIGBUS on access) rather than installed",
-                                  (int)mm->pid, (unsigned long long)addr);
+                                  (int)mmclient_pid(mm), (unsigned long long)addr);
                 else
                         ft->lost_unlogged++;
                 mmclient_release_payload(mm, loading);
@@ -927,7 +929,7 @@ static void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic ui
         if (now - ft->tier_warned_ns > 10ull * 1000000000 || !ft->tier_warned_ns) {
                 log_error("pid %d: page at %#llx: the second tier cannot be read (%s): the fault waits and is "
                           "retried (zswapctl status: tier_errors)",
-                          (int)mm->pid, (unsigned long long)addr, strerror(-r));
+                          (int)mmclient_pid(mm), (unsigned long long)addr, strerror(-r));
                 ft->tier_warned_ns = now;
         }
         if (!retry_find(mm, addr))
@@ -1119,7 +1121,7 @@ static void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool
                         if (r < 0) {
                                 /* never install garbage; leave the entry so the
                                  * fault stays pending and the error is visible */
-                                log_error("pid %d: page at %#llx fails to decompress", (int)mm->pid,
+                                log_error("pid %d: page at %#llx fails to decompress", (int)mmclient_pid(mm),
                                           (unsigned long long)addr);
                                 atomic_store_explicit(e, v & ~PE_WB, memory_order_release);
                                 return;
@@ -1293,12 +1295,12 @@ static int remove_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 static void tombstone_mapped(MMClient *mm, uint64_t start, uint64_t end) {
         uint64_t pm[512];
 
-        if (mm->pagemap_fd < 0)
+        if (mmclient_pagemap_fd(mm) < 0)
                 return;
         end = MIN(end, PINDEX_MAX_ADDR);
         for (uint64_t a = start; a < end;) {
                 size_t n = MIN((end - a) >> ZSWAP_PAGE_SHIFT, ELEMENTSOF(pm));
-                ssize_t got = pread(mm->pagemap_fd, pm, n * 8, (off_t)(a >> ZSWAP_PAGE_SHIFT) * 8);
+                ssize_t got = pread(mmclient_pagemap_fd(mm), pm, n * 8, (off_t)(a >> ZSWAP_PAGE_SHIFT) * 8);
                 if (got <= 0)
                         return;
                 n = (size_t)got / 8;
@@ -1429,7 +1431,7 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
                 /* overlapping move to higher addresses: walk would revisit moved
                  * entries; the kernel never does this (mremap needs disjoint
                  * ranges), so just refuse to guess */
-                log_error("pid %d: overlapping remap %#llx -> %#llx", (int)mm->pid, (unsigned long long)from,
+                log_error("pid %d: overlapping remap %#llx -> %#llx", (int)mmclient_pid(mm), (unsigned long long)from,
                           (unsigned long long)to);
                 return;
         }
@@ -1440,7 +1442,7 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
                 kill_point("with an mremap's entries moved, none past the middle of its range");
         kill_point("with an mremap's entries moved, its ranges not yet");
         if (c.errors)
-                log_error("pid %d: out of memory moving %d entries on mremap", (int)mm->pid, c.errors);
+                log_error("pid %d: out of memory moving %d entries on mremap", (int)mmclient_pid(mm), c.errors);
         mmclient_region_move(mm, from, to, len);
 }
 
@@ -1706,7 +1708,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         fd_set_nonblock(child_fd, true);
         r = mmclient_new(mm->m, child_fd, &child);
         if (r < 0) {
-                log_error("pid %d: cannot track forked child: %s", (int)mm->pid, strerror(-r));
+                log_error("pid %d: cannot track forked child: %s", (int)mmclient_pid(mm), strerror(-r));
                 /* closing the only reference would unregister the child's
                  * memory and turn its evicted pages into zeros; keep it */
                 return;
@@ -1717,23 +1719,23 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         if (mm->sync_fd >= 0) {
                 int fd = fcntl(mm->sync_fd, F_DUPFD_CLOEXEC, 0);
                 if (fd < 0 || mmclient_set_sync(child, fd) < 0)
-                        log_warn("pid %d: forked child runs without the move/unmap handshake", (int)mm->pid);
+                        log_warn("pid %d: forked child runs without the move/unmap handshake", (int)mmclient_pid(mm));
         }
         mmclient_regions_copy(child, mm);
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
         if (c.resident)
                 log_info("pid %d: %d pages installed in a forked child, resident: no room for their copies "
-                         "under its user's max_pool or the pool bound", (int)mm->pid, c.resident);
+                         "under its user's max_pool or the pool bound", (int)mmclient_pid(mm), c.resident);
         if (c.over)
                 log_warn("pid %d: %d pages copied to a forked child past its user's max_pool or the pool bound: "
                          "the child was changing its address space and could not take them resident",
-                         (int)mm->pid, c.over);
+                         (int)mmclient_pid(mm), c.over);
         if (c.inflight)
                 log_info("pid %d: %d pages in flight at a fork the library did not announce: "
-                         "installed in the child from their staging slots", (int)mm->pid, c.inflight);
+                         "installed in the child from their staging slots", (int)mmclient_pid(mm), c.inflight);
         if (c.errors)
                 log_error("pid %d: %d pages could not be copied to a forked child (%d were in flight; "
-                          "installing: %s)", (int)mm->pid, c.errors, c.inflight,
+                          "installing: %s)", (int)mmclient_pid(mm), c.errors, c.inflight,
                           c.install_err ? strerror(-c.install_err) : "no error");
         /* the token of this fork was read at FORK_PREPARE: reading it now
          * could see the next fork's already */
@@ -1752,11 +1754,16 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                  * uffd, and the manager's checks are hints it takes again */
                 atomic_store_explicit(&mm->fork_hold, child->fork_token, memory_order_relaxed);
         }
-        child->parent_pid = mm->pid;
+        /* the child's fields from here on are written before it is
+         * published (fault_thread_own(), the orphan list), and never again
+         * (mmclient.h). mm's pid and pidfd are 0 and -1 if mm is a fork
+         * child that has not attached yet: then so are the child's */
+        child->parent_pid = mmclient_pid(mm);
         /* its parent may exit before it attaches (daemon(3) does at once):
          * then it is matched by its token and its user alone */
-        child->parent_pidfd = mm->pidfd >= 0 ? fcntl(mm->pidfd, F_DUPFD_CLOEXEC, 0) : -1;
-        child->uid = mm->uid; /* written once at attach, before the uffd was watched */
+        int pidfd = mmclient_pidfd(mm);
+        child->parent_pidfd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : -1;
+        child->uid = mm->uid; /* mm's was written before mm was published */
         /* what is left of its user's share until the manager counts it
          * (users.c): it may fork before it attaches. relaxed: a budget */
         atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),
@@ -1831,7 +1838,7 @@ static bool fork_held(FaultThread *ft, MMClient *mm) {
                 ft->retry_due = true;
                 return true;
         }
-        log_info("pid %d: its forked child did not attach within %llu s: served again", (int)mm->pid,
+        log_info("pid %d: its forked child did not attach within %llu s: served again", (int)mmclient_pid(mm),
                  FORK_HOLD_NS / 1000000000);
         if (mm->store)
                 /* release: before anything of the store changes */
@@ -1871,14 +1878,15 @@ typedef struct RevokeRead {
 static bool revoke_submit(FaultThread *ft, MMClient *mm, unsigned li) {
         uint64_t off = mmclient_slot_addr(mm, li * LANE_SLOTS);
 
-        if (mm->mem_fd < 0)
+        if (mmclient_mem_fd(mm) < 0)
                 return false; /* nothing to read it with: the agent is waited for */
         if (!ft->reads) {
                 /* no io_uring: a read bounded by the read bound (memread.h) */
                 const uint8_t *p;
-                int r = memread_view(mm->mem_fd, off, REVOKE_LEN, mm->uid, &p);
+                int r = memread_view(mmclient_mem_fd(mm), off, REVOKE_LEN, mm->uid, &p);
                 if (r < 0)
-                        log_debug("pid %d: reading lane %u to revoke a move: %s", (int)mm->pid, li, strerror(-r));
+                        log_debug("pid %d: reading lane %u to revoke a move: %s", (int)mmclient_pid(mm), li,
+                                  strerror(-r));
                 return true;
         }
         if (!memread_queue_has_room(ft->reads))
@@ -1907,7 +1915,7 @@ static void revoke_read_done(FaultThread *ft, MemReadOp *op) {
 
         close(op->fd);
         if (op->res < 0 && op->res != -ECANCELED)
-                log_debug("pid %d: reading a lane at %#llx to revoke a move: %s", (int)rr->mm->pid,
+                log_debug("pid %d: reading a lane at %#llx to revoke a move: %s", (int)mmclient_pid(rr->mm),
                           (unsigned long long)op->off, strerror(-op->res));
         /* release: to drain_uffd(), which reads the uffd once it sees 0 */
         atomic_fetch_sub_explicit(&rr->mm->revoke_reads, 1, memory_order_release);
@@ -2027,7 +2035,7 @@ static void drain_uffd(FaultThread *ft, MMClient *mm) {
                 if (may_wait && !mm->sync_warned) {
                         log_warn("pid %d: its agent left a page move unfinished for over %llu ms: such moves are revoked "
                                  "(their pages stay resident)",
-                                 (int)mm->pid, ZSYNC_READ_WAIT_NS / 1000000);
+                                 (int)mmclient_pid(mm), ZSYNC_READ_WAIT_NS / 1000000);
                         mm->sync_warned = true;
                 }
                 if (!revoke_moves(ft, mm)) {

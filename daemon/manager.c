@@ -276,7 +276,7 @@ static bool mm_sync_now(MMClient *mm) {
                 return false;
         pthread_mutex_unlock(&mm->serve_lock);
         if (atomic_load(&mm->kick) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
-                log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mm->pid);
+                log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
         return true;
 }
 
@@ -297,7 +297,7 @@ static int mm_replace_sync(MMClient *mm, int fd) {
                 mmclient_swap_sync(mm, p, fd);
                 pthread_mutex_unlock(&mm->serve_lock);
                 if (atomic_load(&mm->kick) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
-                        log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mm->pid);
+                        log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
                 return 0;
         }
         Work *w = work_new(FW_SYNC_SWAP, mm);
@@ -411,7 +411,7 @@ static void tick(Manager *m) {
                         conn_kill(mm->conn, "process exited");
                         continue;
                 }
-                if (!mm->conn && mm->pid > 0 && mm->restores == 0 && !mmclient_alive(mm)) {
+                if (!mm->conn && mmclient_pid(mm) > 0 && mm->restores == 0 && !mmclient_alive(mm)) {
                         mm_retire(m, mm); /* a fork child without connection that exited */
                         continue;
                 }
@@ -570,7 +570,7 @@ static int mm_serve(Manager *m, Conn *c, MMClient *mm) {
  * the request (a setuid program now, say), is refused and logged.
  */
 static int mm_bind_proven(Conn *c, MMClient *mm, uint64_t staging, uint64_t len) {
-        int r = mm->mem_fd >= 0 ? 0 : mmclient_bind(mm, c->pidfd, c->pid);
+        int r = mmclient_mem_fd(mm) >= 0 ? 0 : mmclient_bind(mm, c->pidfd, c->pid);
         if (r == 0)
                 r = mmclient_prove(mm, staging, len);
         if (r == -EPERM || r == -ESRCH)
@@ -897,7 +897,7 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
         if (q->pid <= 0 || !page_aligned(q->addr) || !page_aligned(q->len) || end < start || end > PINDEX_MAX_ADDR)
                 return -EINVAL;
         for (MMClient *mm = m->mms; mm; mm = mm->next) {
-                if (mm->pid != q->pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                if (mmclient_pid(mm) != q->pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                         continue;
                 found = true;
                 allowed |= conn_admin(m, c) || c->uid == mm->conn->uid;
@@ -913,7 +913,7 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
         g->id = q->hdr.id;
         g->ops = 1; /* ours, until every op is queued: one that finishes at once must not answer */
         for (MMClient *mm = m->mms; mm; mm = mm->next)
-                if (mm->pid == q->pid && mm->conn && mm->nlanes > 0 &&
+                if (mmclient_pid(mm) == q->pid && mm->conn && mm->nlanes > 0 &&
                     !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
                     evict_queue_group(m, mm, g, start, end) < 0)
                         log_warn("pid %d: no memory to queue a pageout", (int)q->pid);
@@ -934,7 +934,7 @@ static int steerable(Manager *m, Conn *c, int32_t pid) {
         if (pid < 0)
                 return -EINVAL;
         for (MMClient *mm = m->mms; mm; mm = mm->next) {
-                if (mm->pid != pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                if (mmclient_pid(mm) != pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                         continue;
                 found++;
                 allowed |= conn_admin(m, c) || c->uid == mm->conn->uid;
@@ -948,7 +948,7 @@ static int steerable(Manager *m, Conn *c, int32_t pid) {
 static bool steer_target(Conn *c, MMClient *mm, int32_t pid) {
         if (pid == 0)
                 return mm == c->mm;
-        return mm->pid == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
+        return mmclient_pid(mm) == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
                (conn_admin(c->m, c) || c->uid == mm->conn->uid);
 }
 
@@ -962,7 +962,8 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
                         mm->rc.limit = q->bytes;
                         mm->rc.limit_set = true;
                         mm->rc.measured_ms = 0;
-                        log_info("pid %d: resident limit %llu bytes", (int)mm->pid, (unsigned long long)q->bytes);
+                        log_info("pid %d: resident limit %llu bytes", (int)mmclient_pid(mm),
+                                 (unsigned long long)q->bytes);
                 }
         reclaim_soon(m); /* act on it now */
         return 0;

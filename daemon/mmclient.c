@@ -63,10 +63,11 @@ int mmclient_new(Manager *m, int uffd, MMClient **ret) {
         atomic_init(&mm->fork_bytes, 0);
         mm->m = m;
         mm->uffd = uffd;
-        mm->pidfd = -1;
+        atomic_init(&mm->pid, 0);
+        atomic_init(&mm->pidfd, -1);
         mm->parent_pidfd = -1;
-        mm->pagemap_fd = -1;
-        mm->mem_fd = -1;
+        atomic_init(&mm->pagemap_fd, -1);
+        atomic_init(&mm->mem_fd, -1);
         mm->maps_fd = -1;
         mm->bound.pidfd = mm->bound.pagemap_fd = mm->bound.mem_fd = -1;
         mm->ops_tail = &mm->ops;
@@ -152,12 +153,16 @@ void mmclient_unbind(MMClient *mm) {
         mm->maps_fd = safe_close(mm->maps_fd);
 }
 
-/* What mmclient_bind() opened, proven: for every thread to see. */
+/* What mmclient_bind() opened, proven: for every thread to see. The
+ * manager's; a fork child's fault threads may read these meanwhile
+ * (MMClient.pid). seq_cst as their loads (mmclient_pid()): release is the
+ * least a store needs (the fd is open before it is published), not
+ * argued weaker. */
 static void bind_publish(MMClient *mm) {
-        mm->pidfd = TAKE_FD(mm->bound.pidfd);
-        mm->mem_fd = TAKE_FD(mm->bound.mem_fd);
-        mm->pagemap_fd = TAKE_FD(mm->bound.pagemap_fd);
-        mm->pid = mm->bound.pid;
+        atomic_store_explicit(&mm->pidfd, TAKE_FD(mm->bound.pidfd), memory_order_seq_cst);
+        atomic_store_explicit(&mm->mem_fd, TAKE_FD(mm->bound.mem_fd), memory_order_seq_cst);
+        atomic_store_explicit(&mm->pagemap_fd, TAKE_FD(mm->bound.pagemap_fd), memory_order_seq_cst);
+        atomic_store_explicit(&mm->pid, mm->bound.pid, memory_order_seq_cst);
         mm->bound.pid = 0;
 }
 
@@ -282,7 +287,7 @@ int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len) {
                 return r;
         if (seen != 1)
                 return -EPERM;
-        if (mm->mem_fd < 0)
+        if (mmclient_mem_fd(mm) < 0)
                 bind_publish(mm);
         return 0;
 }
@@ -406,10 +411,10 @@ MMClient *mmclient_unref(MMClient *mm) {
                 mm->uffd = closer_hand(mm->m->closer, mm->uffd, mm->uid);
         else
                 safe_close(mm->uffd);
-        safe_close(mm->pidfd);
+        safe_close(mmclient_pidfd(mm));
         safe_close(mm->parent_pidfd);
-        safe_close(mm->pagemap_fd);
-        safe_close(mm->mem_fd);
+        safe_close(mmclient_pagemap_fd(mm));
+        safe_close(mmclient_mem_fd(mm));
         mmclient_unbind(mm); /* maps_fd, and what was never proven */
         pthread_mutex_destroy(&mm->regions_lock);
         pthread_mutex_destroy(&mm->serve_lock);
@@ -480,7 +485,7 @@ void mmclient_swap_sync(MMClient *mm, ZSync *p, int fd) {
 bool mmclient_alive(MMClient *mm) {
         /* an exec gives the process another address space and ends the
          * one the uffd and the mem fd are bound to: not alive for us */
-        return pidfd_exited(mm->pidfd) == 0 && uffd_mm_alive(mm->uffd);
+        return pidfd_exited(mmclient_pidfd(mm)) == 0 && uffd_mm_alive(mm->uffd);
 }
 
 bool mmclient_parent_gone(const MMClient *mm) {
@@ -488,12 +493,12 @@ bool mmclient_parent_gone(const MMClient *mm) {
 }
 
 int mmclient_read_view(MMClient *mm, uint64_t addr, size_t len, const uint8_t **out) {
-        if (mm->mem_fd < 0)
+        if (mmclient_mem_fd(mm) < 0)
                 return -ESRCH;
         /* through the fd bound to the address space proven at attach,
          * never by pid (a pid can be reused and a process can exec), and
          * never waiting on the client past a bound (memread.h) */
-        int r = memread_view(mm->mem_fd, addr, len, mm->uid, out);
+        int r = memread_view(mmclient_mem_fd(mm), addr, len, mm->uid, out);
         if (r == -ETIMEDOUT)
                 mmclient_read_overdue(mm, addr);
         return r;
@@ -511,7 +516,7 @@ void mmclient_read_overdue(MMClient *mm, uint64_t addr) {
                 return;
         log_error("pid %d (uid %u): a read of its memory at %#llx has waited %u ms: it is evicted no more while it waits, and its "
                   "user is refused new connections while the read waits",
-                  (int)mm->pid, mm->uid, (unsigned long long)addr, memread_bound_ms());
+                  (int)mmclient_pid(mm), mm->uid, (unsigned long long)addr, memread_bound_ms());
 }
 
 int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
@@ -524,7 +529,8 @@ int mmclient_read(MMClient *mm, uint64_t addr, void *buf, size_t len) {
 }
 
 int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm) {
-        ssize_t n = pread(mm->pagemap_fd, pm, npages * sizeof(uint64_t), (off_t)(start >> ZSWAP_PAGE_SHIFT) * 8);
+        ssize_t n =
+                pread(mmclient_pagemap_fd(mm), pm, npages * sizeof(uint64_t), (off_t)(start >> ZSWAP_PAGE_SHIFT) * 8);
         if (n < 0)
                 return negative_errno();
         if ((size_t)n != npages * sizeof(uint64_t))
@@ -568,7 +574,7 @@ static void regions_persist(MMClient *mm) {
         for (size_t i = 0; i < n; i++)
                 t[i] = (StoreRange){ mm->regions[i].start, mm->regions[i].end };
         if (n < mm->nregions)
-                log_warn("pid %d: %zu regions, the store keeps the first %zu", (int)mm->pid, mm->nregions, n);
+                log_warn("pid %d: %zu regions, the store keeps the first %zu", (int)mmclient_pid(mm), mm->nregions, n);
         store_ranges_commit(mm->store, n);
 }
 
@@ -852,7 +858,7 @@ int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n) {
 
         if (n == 0)
                 return 0;
-        snprintf(path, sizeof(path), "/proc/%d/maps", (int)mm->pid);
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)mmclient_pid(mm));
         f = fopen(path, "re");
         if (!f)
                 return negative_errno();
@@ -942,8 +948,8 @@ int mmclient_region_arm(MMClient *mm, uint64_t addr) {
                 }
         pthread_mutex_unlock(&mm->regions_lock);
         if (r == 0)
-                log_debug("pid %d: [%#llx, %#llx) registered for missing faults: its pages may leave", (int)mm->pid,
-                          (unsigned long long)s, (unsigned long long)e);
+                log_debug("pid %d: [%#llx, %#llx) registered for missing faults: its pages may leave",
+                          (int)mmclient_pid(mm), (unsigned long long)s, (unsigned long long)e);
         return r;
 }
 

@@ -145,13 +145,16 @@ typedef struct MMClient {
          * unref. The client keeps its own */
         int uffd;
         /*
-         * The process, as mmclient_prove() published it: written once by
-         * the manager, read by every thread. A fork child's fault threads
-         * already watch it when it attaches, so these are _Atomic (every
-         * plain access is a seq_cst load or store: they are read for a
-         * system call or a log line, never on a counted path) and each is
-         * published only after the proof, never closed before the
-         * MMClient is freed: a thread sees -1/0 or the process's own fd.
+         * The process, as mmclient_prove() published it (bind_publish()):
+         * written once by the manager, read by every thread. For ATTACH
+         * and ADOPT that is before publish, but a fork child's fault
+         * threads already watch it when its CHILD_ATTACH comes, so these
+         * are _Atomic, read and written only through mmclient_pid() and
+         * its kind below (seq_cst, said there), and each is published only
+         * after the proof, never closed before the MMClient is freed (by
+         * the last unref): a thread sees -1/0 or the process's own fd. The
+         * four are stored one by one: a thread may see an fd before pid
+         * (a log line then says pid 0).
          */
         _Atomic pid_t pid;       /* 0: a fork child that has not attached yet */
         _Atomic int pidfd;       /* -1 until pid is known */
@@ -392,6 +395,24 @@ typedef struct MMClient {
          * (release), read by the reader (acquire: those reads are done) */
         _Atomic unsigned revoke_reads;
 } MMClient;
+
+/* The process and its fds (MMClient.pid): the only accesses to them, but
+ * for their initialisation and bind_publish(). seq_cst, not argued
+ * weaker: a reader needs at least acquire (the fd was opened, and is
+ * open, before the store that published it), and none reads them on a
+ * counted path (a system call, a log line, a match by pid). */
+static inline pid_t mmclient_pid(const MMClient *mm) {
+        return atomic_load_explicit(&mm->pid, memory_order_seq_cst);
+}
+static inline int mmclient_pidfd(const MMClient *mm) {
+        return atomic_load_explicit(&mm->pidfd, memory_order_seq_cst);
+}
+static inline int mmclient_pagemap_fd(const MMClient *mm) {
+        return atomic_load_explicit(&mm->pagemap_fd, memory_order_seq_cst);
+}
+static inline int mmclient_mem_fd(const MMClient *mm) {
+        return atomic_load_explicit(&mm->mem_fd, memory_order_seq_cst);
+}
 
 /* A new client address space, with a new store if the manager has pools
  * (m->pools); the caller keeps uffd on failure. */

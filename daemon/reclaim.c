@@ -63,7 +63,7 @@ static int pm_scan(MMClient *mm, uint64_t start, uint64_t end, uint64_t mask, bo
                         .category_mask = mask | PAGE_IS_PFNZERO,
                         .return_mask = mask,
                 };
-                long n = ioctl(mm->pagemap_fd, PAGEMAP_SCAN, &a);
+                long n = ioctl(mmclient_pagemap_fd(mm), PAGEMAP_SCAN, &a);
                 if (n < 0)
                         return negative_errno();
                 for (long i = 0; i < n; i++)
@@ -319,7 +319,7 @@ static int thrash_cb(void *ud, uint64_t addr, PageMeta *meta) {
                         if (meta->backoff_level < 6)
                                 meta->backoff_level++;
                         atomic_fetch_add_explicit(&c->mm->st.thrash_backoffs, 1, memory_order_relaxed);
-                        log_debug("pid %d: zone %#llx refaults %llu/s: backed off %llu ms", (int)c->mm->pid,
+                        log_debug("pid %d: zone %#llx refaults %llu/s: backed off %llu ms", (int)mmclient_pid(c->mm),
                                   (unsigned long long)addr, (unsigned long long)rate,
                                   (unsigned long long)(meta->backoff_until_ms - c->now));
                 }
@@ -548,7 +548,7 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
         if (!op)
                 return;
         log_debug("pid %d: resident %llu pages, policy eviction: want %llu (limit %llu), idle before %u (now %u)",
-                  (int)mm->pid, (unsigned long long)mm->rc.resident, (unsigned long long)want,
+                  (int)mmclient_pid(mm), (unsigned long long)mm->rc.resident, (unsigned long long)want,
                   (unsigned long long)want_limit, idle_before, reclaim_stamp());
         op->want = want;
         mm->rc.last_op = op;

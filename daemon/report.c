@@ -233,7 +233,7 @@ static void read_comm(pid_t pid, char *buf, size_t len) {
 }
 
 static bool client_visible(Manager *m, Conn *c, bool admin, MMClient *mm) {
-        if (atomic_load_explicit(&mm->dead, memory_order_relaxed) || mm->pid <= 0)
+        if (atomic_load_explicit(&mm->dead, memory_order_relaxed) || mmclient_pid(mm) <= 0)
                 return false;
         return admin || mm->uid == c->uid;
 }
@@ -245,7 +245,7 @@ static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
         stats_add_mm(&s, mm);
         *rec = (ZClientRecord){
                 .id = mm->id,
-                .pid = mm->pid,
+                .pid = mmclient_pid(mm),
                 .uid = mm->uid,
                 .registered_bytes = s.registered_bytes,
                 .resident_bytes = s.resident_bytes,
@@ -260,7 +260,7 @@ static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
                 .tier_pages = atomic_load_explicit(&mm->st.tier_pages, memory_order_relaxed),
                 .tier_bytes = atomic_load_explicit(&mm->st.tier_bytes, memory_order_relaxed),
         };
-        read_comm(mm->pid, rec->comm, sizeof(rec->comm));
+        read_comm(mmclient_pid(mm), rec->comm, sizeof(rec->comm));
 }
 
 /*

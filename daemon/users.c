@@ -117,7 +117,7 @@ static int users_check(Manager *m, MMClient *mm, uint64_t regions, uint64_t byte
                 return 0;
         if (u->refused++ % 1000 == 0) /* one line per thousand refusals */
                 log_warn("uid %u (pid %d): %s %llu bytes would exceed its %s (%llu): refused", mm->uid,
-                         (int)mm->pid, what, (unsigned long long)len, config_user_key(over),
+                         (int)mmclient_pid(mm), what, (unsigned long long)len, config_user_key(over),
                          (unsigned long long)u->lim.v[over]);
         return -EDQUOT;
 }
