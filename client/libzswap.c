@@ -1175,6 +1175,8 @@ static bool agent_recover(struct zswap_client *c) {
         set_lost(c, true, false);
         c->staging_stale = true;
         if (sync_new(c) < 0 && c->sync)
+                /* seq_cst, as every access of the handshake's counters
+                 * (zsync.h); not argued weaker */
                 atomic_store_explicit(&c->sync->reading, 0, memory_order_seq_cst);
         while (recover_wait(c, deadline, sleep)) {
                 sleep = true;

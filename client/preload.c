@@ -82,10 +82,14 @@ static struct zswap_client *client;
  * connected (release), read by any thread (own_fds()) */
 static _Atomic(struct zswap_client *) fds_client;
 /* the scanner connecting: a fork (connect_prepare()) and a program
- * closing descriptors (closers_enter()) wait for connect_lock */
+ * closing descriptors (closers_enter()) wait for connect_lock. Written
+ * only under connect_lock (attach(), child_attach()), read by any thread
+ * closing descriptors */
 static pthread_mutex_t connect_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool connecting;
-static atomic_uint closers;       /* program threads between closers_enter() and closers_leave() */
+/* program threads between closers_enter() and closers_leave(): each
+ * counts itself; the thread that connects waits for 0 */
+static atomic_uint closers;
 static int poke_fd = -1;          /* mmap/mremap -> scanner */
 static atomic_bool attach_failed; /* said so: fork children do not try again */
 static unsigned scan_ms = SCAN_MS_DEFAULT;
@@ -187,17 +191,26 @@ static size_t own_fds(int *out) {
  */
 static void closers_enter(void) {
         for (;;) {
-                atomic_fetch_add(&closers, 1);
-                if (!atomic_load(&connecting))
+                /* seq_cst, both: our half of the handshake (a store then a
+                 * load, each side), which release and acquire would let
+                 * pass each other */
+                atomic_fetch_add_explicit(&closers, 1, memory_order_seq_cst);
+                if (!atomic_load_explicit(&connecting, memory_order_seq_cst))
                         return;
-                atomic_fetch_sub(&closers, 1);
+                /* seq_cst: the handshake's counter; not argued weaker */
+                atomic_fetch_sub_explicit(&closers, 1, memory_order_seq_cst);
                 pthread_mutex_lock(&connect_lock);
                 pthread_mutex_unlock(&connect_lock);
         }
 }
 
 static void closers_leave(void) {
-        atomic_fetch_sub(&closers, 1);
+        /* seq_cst: the handshake's counter, which a connect reads seq_cst.
+         * Release would do under C++20's model (and C23's), where a load
+         * that reads an older value is ordered before the newer store; C11
+         * alone does not say so for a value from a release, so not argued
+         * weaker */
+        atomic_fetch_sub_explicit(&closers, 1, memory_order_seq_cst);
 }
 
 static bool is_own(int fd) {
@@ -696,8 +709,9 @@ static bool attach(void) {
         struct zswap_client *c = NULL;
 
         pthread_mutex_lock(&connect_lock);
-        atomic_store(&connecting, true);
-        while (atomic_load(&closers))
+        /* seq_cst, both: our half of closers_enter()'s handshake */
+        atomic_store_explicit(&connecting, true, memory_order_seq_cst);
+        while (atomic_load_explicit(&closers, memory_order_seq_cst))
                 sched_yield(); /* a close under way: it sees `connecting` next time */
         int r = zswap_connect(NULL, &c);
         if (r == 0) {
@@ -706,10 +720,19 @@ static bool attach(void) {
                 pthread_mutex_unlock(&scan_lock);
                 atomic_store_explicit(&fds_client, c, memory_order_release);
         }
-        atomic_store(&connecting, false);
+        /* release: the client's descriptors are made before a closer that
+         * reads false (seq_cst, so acquire) goes on. The handshake needs
+         * no more: every store of `connecting` is made under connect_lock,
+         * so this one happens before the next connect's seq_cst store of
+         * true, and a closer's seq_cst load that reads this false is
+         * before that store in the single order */
+        atomic_store_explicit(&connecting, false, memory_order_release);
         pthread_mutex_unlock(&connect_lock);
         if (r < 0) {
-                atomic_store(&attach_failed, true);
+                /* relaxed: a flag on its own, which publishes nothing; a
+                 * fork at this moment may see either value whatever the
+                 * order */
+                atomic_store_explicit(&attach_failed, true, memory_order_relaxed);
                 const char *sock = getenv("ZSWAP_SOCKET");
                 say("not managing memory: %s (zswapd at %s)%s", strerror(-r), sock && *sock ? sock : ZSWAP_DEFAULT_SOCKET,
                     r == -EPERM ? ": the socket is not served by root (nor $ZSWAP_DAEMON_UID), or zswapd does not "
@@ -725,11 +748,13 @@ static bool attach(void) {
  * attaches, as attach() connects: no program thread closes a descriptor
  * meanwhile. 0, or why it is not managed (-errno). */
 static int child_attach(void) {
-        atomic_store(&connecting, true);
-        while (atomic_load(&closers))
+        /* seq_cst, both: as in attach() */
+        atomic_store_explicit(&connecting, true, memory_order_seq_cst);
+        while (atomic_load_explicit(&closers, memory_order_seq_cst))
                 sched_yield();
         int r = zswap_child_attach(client);
-        atomic_store(&connecting, false);
+        /* release: as in attach() (the child's new descriptors) */
+        atomic_store_explicit(&connecting, false, memory_order_release);
         return r;
 }
 
@@ -852,8 +877,10 @@ static void connect_parent(void) {
  * that had not connected yet leaves the child to connect on its own. */
 static void atfork_child(void) {
         pthread_mutex_init(&connect_lock, NULL);
-        atomic_store(&closers, 0);
-        if (poke_fd >= 0 && !atomic_load(&attach_failed)) {
+        /* relaxed, both: the child has this one thread yet (the scanner
+         * it starts below gets what it wrote through pthread_create()) */
+        atomic_store_explicit(&closers, 0, memory_order_relaxed);
+        if (poke_fd >= 0 && !atomic_load_explicit(&attach_failed, memory_order_relaxed)) {
                 safe_close(poke_fd);
                 poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                 limit_sent = 0;

@@ -130,7 +130,10 @@ static void job_fail_all(MMClient *mm, Lane *lane, uint32_t slot0) {
 
 static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr, uint64_t v, int why) {
         TRACE(TR_HANDBACK, addr, v, why);
-        /* pin the lane until the fault thread has read the slot */
+        /* pin the lane until the fault thread has read the slot. seq_cst,
+         * as the fault threads' pins (serve_slot()); not argued weaker
+         * (the job's MW_BATCH_DONE, which the manager waits for before it
+         * looks at users, comes after it anyway) */
         atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
         /* a worker may wait for memory: without the item the lane stays
          * pinned and the pageout waiting for it is never answered */
@@ -899,7 +902,8 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                                 mmclient_release_payload(mm, keep);
                         continue;
                 }
-                TRACE(TR_MOVED, lane->addrs[i], moved, atomic_load(e));
+                /* relaxed: only recorded (trace.h); the CAS below decides */
+                TRACE(TR_MOVED, lane->addrs[i], moved, atomic_load_explicit(e, memory_order_relaxed));
                 if (moved && atomic_compare_exchange_strong_explicit(e, &v, pe_make_slot(PE_STAGED, slot),
                                                                       memory_order_acq_rel, memory_order_relaxed)) {
                         atomic_fetch_add_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);

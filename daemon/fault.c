@@ -660,6 +660,7 @@ static bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uin
                  * for ever rather than a page lost */
                 return true;
         }
+        /* seq_cst: the read half of that pairing, after our increment */
         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_seq_cst, memory_order_seq_cst)) {
                 atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
                 return false;
@@ -1611,6 +1612,8 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                          * eviction first */
                         uint32_t slot = pe_slot((*p)->loading);
                         Lane *lane = &c->mm->lanes[slot / LANE_SLOTS];
+                        /* seq_cst, as serve_slot()'s pin; not argued weaker
+                         * (the retry's own pin holds the lane already) */
                         atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
                         if (fork_copy_async(c, addr, slot, lane))
                                 break;
@@ -2136,11 +2139,21 @@ static void serve_unlock(FaultThread *ft, MMClient *mm);
  */
 static void service(FaultThread *ft, MMClient *mm) {
         /* kick first, then try: if the lock is taken, its holder lets go
-         * after our store and sees the kick (serve_unlock) */
-        atomic_store(&mm->kick, true);
+         * after our store and sees the kick (serve_unlock). seq_cst: a
+         * store-buffering handshake (we store the kick, then look at the
+         * lock; the holder lets the lock go, then loads the kick), where
+         * neither store may pass the load after it, which release and
+         * acquire allow. The lock's half is the mutex's own acquire and
+         * release, so C11 alone does not promise it; glibc's mutex keeps
+         * it (x86: locked instructions; ARMv8: no load-acquire passes an
+         * earlier store-release) */
+        atomic_store_explicit(&mm->kick, true, memory_order_seq_cst);
         if (pthread_mutex_trylock(&mm->serve_lock) != 0)
                 return;
-        atomic_store(&mm->kick, false);
+        /* seq_cst: the clear must not pass the read of the uffd after it,
+         * or it could erase a kick left for a message that read missed;
+         * not argued weaker */
+        atomic_store_explicit(&mm->kick, false, memory_order_seq_cst);
         drain_uffd(ft, mm);
         if (mm->retries)
                 run_retries(ft, mm);
@@ -2155,11 +2168,14 @@ static void service(FaultThread *ft, MMClient *mm) {
 static void serve_unlock(FaultThread *ft, MMClient *mm) {
         for (;;) {
                 pthread_mutex_unlock(&mm->serve_lock);
-                if (!atomic_load(&mm->kick))
+                /* seq_cst: the other half of service()'s handshake, the
+                 * load after our unlock */
+                if (!atomic_load_explicit(&mm->kick, memory_order_seq_cst))
                         return;
                 if (pthread_mutex_trylock(&mm->serve_lock) != 0)
                         return; /* the new holder sees the kick when it lets go */
-                atomic_store(&mm->kick, false);
+                /* seq_cst: before the read of the uffd, as in service() */
+                atomic_store_explicit(&mm->kick, false, memory_order_seq_cst);
                 drain_uffd(ft, mm);
                 if (mm->retries)
                         run_retries(ft, mm);

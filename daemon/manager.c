@@ -275,7 +275,9 @@ static bool mm_sync_now(MMClient *mm) {
         if (!mm->ft || pthread_mutex_trylock(&mm->serve_lock) != 0)
                 return false;
         pthread_mutex_unlock(&mm->serve_lock);
-        if (atomic_load(&mm->kick) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+        /* seq_cst: the load after the unlock in fault.c service()'s
+         * handshake, as its serve_unlock() makes it */
+        if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
                 log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
         return true;
 }
@@ -296,7 +298,8 @@ static int mm_replace_sync(MMClient *mm, int fd) {
         if (mmclient_serve_trylock(mm) == 0) {
                 mmclient_swap_sync(mm, p, fd);
                 pthread_mutex_unlock(&mm->serve_lock);
-                if (atomic_load(&mm->kick) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                /* seq_cst: as mm_sync_now() */
+                if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
                         log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
                 return 0;
         }
@@ -715,9 +718,11 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 fds[2] = -1;
                 if (r == 0) {
                         /* the agent waits for us in its reconnect loop and
-                         * the old daemon's reader is gone: nobody is inside */
-                        atomic_store(&mm->sync->moving, 0);
-                        atomic_store(&mm->sync->reading, 0);
+                         * the old daemon's reader is gone: nobody is inside.
+                         * seq_cst, as every access of the handshake's
+                         * counters (zsync.h); not argued weaker */
+                        atomic_store_explicit(&mm->sync->moving, 0, memory_order_seq_cst);
+                        atomic_store_explicit(&mm->sync->reading, 0, memory_order_seq_cst);
                 }
         }
         mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
@@ -1876,7 +1881,8 @@ int manager_run(Manager *m) {
                                 if (atomic_load_explicit(&m->move_misreports, memory_order_relaxed))
                                         log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
                                                  "(decided from pagemap, evict.c)",
-                                                 (unsigned long long)atomic_load(&m->move_misreports));
+                                                 (unsigned long long)atomic_load_explicit(&m->move_misreports,
+                                                                                          memory_order_relaxed));
                         } else
                                 conn_readable(m, evs[i].data.ptr);
                 }

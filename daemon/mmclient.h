@@ -294,7 +294,12 @@ typedef struct MMClient {
          * serve_lock */
         uint32_t poison[16];
         unsigned npoison;
-        _Atomic bool kick;     /* a thread found serve_lock taken: the holder reads the uffd again */
+        /* a thread found serve_lock taken: the holder reads the uffd
+         * again. Set by any fault thread (service()), cleared by the one
+         * that takes the lock, read after every unlock (serve_unlock(),
+         * and the manager's mm_sync_now(), mm_replace_sync()): seq_cst,
+         * each side stores before it looks at the other (said there) */
+        _Atomic bool kick;
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */

@@ -40,7 +40,9 @@ static void trace_dump(int sig) {
         int fd = open(trace_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0)
                 return;
-        uint64_t pos = atomic_load(&trace_pos);
+        /* relaxed: a snapshot for the dump, which orders nothing (the
+         * ring's words are plain stores, and records may be half written) */
+        uint64_t pos = atomic_load_explicit(&trace_pos, memory_order_relaxed);
         size_t total = (size_t)TRACE_N * TRACE_WORDS * sizeof(uint64_t);
         if (write(fd, &pos, sizeof(pos)) == sizeof(pos))
                 for (size_t off = 0; off < total;) {
