@@ -723,7 +723,16 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
  * Under serve_lock. Returns what read() returned.
  */
 static void journal_done(MMClient *mm) {
-        /* release: what handling the event wrote to the store comes first */
+        /* release: what handling the event wrote to the store comes first,
+         * so that a daemon killed right after this store leaves a store
+         * whose journal is empty only once the event is applied. A GCC
+         * builtin, not atomic_store_explicit(): the journal is the
+         * kernel's struct uffd_msg (linux/userfaultfd.h, event a __u8),
+         * which read(2) fills whole (uffd_read_msg()) and which cannot be
+         * declared _Atomic; its layout is the store's format (store.c
+         * asserts where it lies). Every other access of it is the reader's,
+         * under serve_lock, or another process's after this daemon died
+         * (store_journal_event(): a copy) */
         __atomic_store_n(&mm->journal->event, 0, __ATOMIC_RELEASE);
 }
 
