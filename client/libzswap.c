@@ -1268,12 +1268,6 @@ _public_ int zswap_connect(const char *socket_path, struct zswap_client **ret) {
         if (!socket_path || !*socket_path)
                 socket_path = ZSWAP_DEFAULT_SOCKET;
         pthread_once(&atfork_once, atfork_install);
-        /* the shim's codecs (codec-dl.c): a store we could not read back
-         * if the daemon died is no store to hand our memory to */
-        if (codec_load && codec_load() < 0) {
-                errno = saved;
-                return -ELIBACC;
-        }
         r = client_alloc(socket_path, &c);
         if (r == 0) {
                 r = connect_client(c);

@@ -15,12 +15,6 @@ typedef enum CodecKind {
 typedef struct CodecCCtx CodecCCtx; /* one per compression worker */
 typedef struct CodecDCtx CodecDCtx; /* one per decompressing thread */
 
-/* Only in the LD_PRELOAD shim (codec-dl.c), which loads liblz4 and
- * libzstd when it first needs them rather than linking them: 0 once they
- * are usable, or -ELIBACC. Everywhere else the libraries are linked and
- * this is NULL (weak): check before calling. */
-int codec_load(void) __attribute__((weak, visibility("hidden"))); /* hidden: never a program's */
-
 int codec_from_string(const char *s, CodecKind *ret);
 const char *codec_to_string(CodecKind k);
 
