@@ -3,7 +3,7 @@
  * not open itself, as a daemon does, for test-preload-fds (run under
  * zswap-run).
  *
- *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race|mlock|after-file
+ *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race|mlock
  *
  * It fills 16 MiB, closes its descriptors above 2 the way argv says (dup2:
  * puts /dev/null over every descriptor from 3 to 63 instead; uffd: waits
@@ -14,10 +14,7 @@
  * every byte, again and again until the shim has registered the 16 MiB
  * and 50 times more, then prints "close-race children N bad M"; mlock:
  * locks the second half before anything else, waits until the shim has
- * registered the first, and prints "mlock locked-managed 0|1"; after-file:
- * the 16 MiB are mapped right after a page of a file, and it prints
- * "after-file managed 0|1" once the shim registered them or 120 s went
- * by), prints
+ * registered the first, and prints "mlock locked-managed 0|1"), prints
  * "ready PID" and waits for a line on stdin; then it checks every byte and
  * prints "ok" or "bad N" (N words differ), and exits 0 or 1.
  */
@@ -88,20 +85,6 @@ int main(int argc, char **argv) {
         uint64_t *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED)
                 return 2;
-        if (strcmp(argv[1], "after-file") == 0) {
-                /* the program's memory right after a file mapping (a page
-                 * of our own executable), as a library loaded later below
-                 * it would leave it: not a .bss, the shim's to manage */
-                int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-                char *at = mmap(NULL, LEN + 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                if (fd < 0 || at == MAP_FAILED || munmap(p, LEN) < 0 ||
-                    mmap(at, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED)
-                        return 2;
-                p = mmap(at + 4096, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-                close(fd);
-                if (p == MAP_FAILED)
-                        return 2;
-        }
         /* mlock: at once, long before the shim attaches (ZSWAP_ATTACH_MS) */
         if (strcmp(argv[1], "mlock") == 0 && mlock((char *)p + LEN / 2, LEN / 2) < 0) {
                 printf("mlock %d\n", errno);
@@ -136,8 +119,6 @@ int main(int argc, char **argv) {
                         printf("uffd %d\n", errno);
                 else
                         printf("uffd ok\n");
-        } else if (strcmp(argv[1], "after-file") == 0) {
-                printf("after-file managed %d\n", wait_registered(p, 12000));
         } else if (strcmp(argv[1], "mlock") == 0) {
                 if (!wait_registered(p, 12000)) {
                         printf("mlock never managed\n");

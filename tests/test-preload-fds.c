@@ -26,10 +26,6 @@
  * the shim registers the other half and never the locked one (the
  * program asked for it to stay in RAM).
  *
- * after-file: the program maps its memory right after a page of a file
- * (where a library loaded later would leave it): it is the program's, not
- * a loaded object's .bss, and the shim manages it.
- *
  * uffd: the program registers half of its memory with a userfaultfd of
  * its own after the shim has registered it (the kernel allows one uffd per
  * range: EBUSY). The shim gives that memory up, its pages back first, says
@@ -123,12 +119,6 @@ static void run(const char *mode) {
                 ASSERT_TRUE(fgets(line, sizeof(line), out));
                 if (strcmp(line, "uffd ok\n") != 0)
                         test_fail("uffd: the program's UFFDIO_REGISTER: %s", line);
-        }
-        if (strcmp(mode, "after-file") == 0) {
-                int managed = -1;
-                ASSERT_TRUE(fgets(line, sizeof(line), out));
-                if (sscanf(line, "after-file managed %d", &managed) != 1 || managed != 1)
-                        test_fail("after-file: memory right after a file mapping is never managed: %s", line);
         }
         if (strcmp(mode, "mlock") == 0) {
                 int managed = -1;
