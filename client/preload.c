@@ -17,8 +17,8 @@
  * (VmFlags "lo": the program asked for them to stay in RAM), the shim's own
  * memory (libzswap's staging area and its agent's stack, the scanner's
  * stack, and every mapping the library makes for itself, named
- * "[anon:zswap]"), the .bss of loaded objects (from the loader's list of
- * them, dl_iterate_phdr(): libc's holds malloc's state, and the agent
+ * "[anon:zswap]"), the .bss of loaded objects (an unnamed anonymous mapping
+ * right after a file mapping: libc's holds malloc's state, and the agent
  * must reach a daemon without faulting on memory only a daemon serves),
  * and mappings under 16 KiB. The daemon needs nothing from the
  * process to serve a fault, so no other memory has to be held back.
@@ -43,7 +43,6 @@
 #undef _FILE_OFFSET_BITS
 #include <errno.h>
 #include <fcntl.h>
-#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -484,6 +483,7 @@ static int read_candidates(Spans *out) {
 
         if (!buf)
                 return -errno;
+        uint64_t file_end = 0; /* where the last file mapping ended */
         for (char *line = buf, *nl; *line && r == 0; line = nl + 1) {
                 uint64_t s, e;
                 bool cand, file;
@@ -491,51 +491,16 @@ static int read_candidates(Spans *out) {
                 if (!nl)
                         break;
                 *nl = 0;
-                if (parse_vma(line, &s, &e, &cand, &file) && cand)
+                if (!parse_vma(line, &s, &e, &cand, &file))
+                        continue;
+                /* an unnamed anonymous mapping right after a file mapping
+                 * is a loaded object's .bss: libc's holds malloc's state,
+                 * which the agent uses to reach a daemon; never managed */
+                if (cand && !(s == file_end && !strchr(line, '[')))
                         r = spans_add(out, s, e);
+                file_end = file ? e : 0;
         }
         free(buf);
-        return r;
-}
-
-static int bss_add(struct dl_phdr_info *info, size_t size, void *arg) {
-        const uint64_t page = ZSWAP_PAGE_SIZE;
-        Spans *out = arg;
-
-        (void)size;
-        for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-                const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-                if (ph->p_type != PT_LOAD || ph->p_memsz <= ph->p_filesz)
-                        continue;
-                /* the part of the segment past the file: the page the
-                 * file's part ends in is file-backed, the rest anonymous */
-                uint64_t s = info->dlpi_addr + ph->p_vaddr + ph->p_filesz, e = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-                if (spans_add(out, (s + page - 1) & ~(page - 1), (e + page - 1) & ~(page - 1)) < 0)
-                        return -1;
-        }
-        return 0;
-}
-
-/* Every loaded object's .bss (its PT_LOAD segments' memory past the file),
- * in address order, merged. Never managed: libc's holds malloc's state,
- * which the agent uses to reach a daemon. Read from the loader's own list
- * (dl_iterate_phdr()), not guessed from the maps: an anonymous mapping
- * that merely sits right after a file mapping (a library loaded later
- * below it) is the program's. Called with no lock of ours held: it takes
- * the loader's lock, which a program thread in dlopen() may hold. */
-static int read_bss(Spans *out) {
-        Spans raw = { 0 };
-        int r = dl_iterate_phdr(bss_add, &raw) < 0 ? -ENOMEM : 0;
-
-        if (r == 0 && raw.n) {
-                qsort(raw.v, raw.n, sizeof(*raw.v), span_cmp);
-                for (size_t i = 0; i < raw.n && r == 0; i++)
-                        if (out->n && out->v[out->n - 1].end >= raw.v[i].start)
-                                out->v[out->n - 1].end = MAX(out->v[out->n - 1].end, raw.v[i].end);
-                        else
-                                r = spans_add(out, raw.v[i].start, raw.v[i].end);
-        }
-        free(raw.v);
         return r;
 }
 
@@ -594,12 +559,12 @@ static void deactivate(const char *why) {
         client = NULL; /* the connection stays: its pages are restored by libzswap or wait */
 }
 
-static void register_new(const Spans *bss) {
-        Spans all = { 0 }, cand = { 0 }, fresh = { 0 }, unlocked = { 0 }, locked = { 0 }, next = { 0 };
+static void register_new(void) {
+        Spans cand = { 0 }, fresh = { 0 }, unlocked = { 0 }, locked = { 0 }, next = { 0 };
         ZswapSpan own[OWN_MAX];
         size_t nown;
 
-        if (read_candidates(&all) < 0 || spans_subtract(&cand, &all, bss->v, bss->n) < 0)
+        if (read_candidates(&cand) < 0)
                 goto out;
         nown = zswap_client_own_memory(client, own, OWN_MAX - 1);
         own[nown++] = scanner_stack;
@@ -657,7 +622,6 @@ static void register_new(const Spans *bss) {
         }
         free(merged.v);
 out:
-        free(all.v);
         free(cand.v);
         free(fresh.v);
         free(unlocked.v);
@@ -810,15 +774,11 @@ static void *scanner_main(void *arg) {
         }
         while (client) {
                 struct pollfd p = { .fd = poke_fd, .events = POLLIN };
-                Spans bss = { 0 };
                 uint64_t v;
 
-                if (read_bss(&bss) == 0) { /* before scan_lock: read_bss() */
-                        pthread_mutex_lock(&scan_lock);
-                        register_new(&bss);
-                        pthread_mutex_unlock(&scan_lock);
-                }
-                free(bss.v);
+                pthread_mutex_lock(&scan_lock);
+                register_new();
+                pthread_mutex_unlock(&scan_lock);
                 apply_limit();
                 if (poll(&p, 1, (int)scan_ms) > 0) {
                         (void)!read(poke_fd, &v, sizeof(v));
