@@ -765,9 +765,13 @@ static void *scanner_main(void *arg) {
                 pthread_mutex_unlock(&connect_lock);
                 if (r < 0) {
                         /* the daemon still serves what it holds for us
-                         * through the uffd it got; nothing new is handed */
+                         * through the uffd it got; nothing new is handed.
+                         * No client: a child of ours connects on its own */
                         say("the fork child could not attach to zswapd (%s): new memory stays unmanaged",
                             strerror(-r));
+                        pthread_mutex_lock(&scan_lock);
+                        client = NULL;
+                        pthread_mutex_unlock(&scan_lock);
                         return NULL;
                 }
                 apply_limit();
