@@ -555,22 +555,31 @@ void td_cgroup_remove(const char *dir) {
                 usleep(10000);
 }
 
-/* "Key:\t<hex>" of a /proc status file; ~0 if missing. */
-static unsigned long long status_hex(const char *path, const char *key) {
-        char line[256];
-        size_t klen = strlen(key);
-        unsigned long long v = ~0ull;
+bool td_status_field(const char *path, const char *key, char *out, size_t len) {
+        char line[512];
+        size_t kl = strlen(key);
+        bool found = false;
         FILE *f = fopen(path, "re");
 
         if (!f)
-                return v;
-        while (fgets(line, sizeof(line), f))
-                if (strncmp(line, key, klen) == 0 && line[klen] == ':') {
-                        v = strtoull(line + klen + 1, NULL, 16);
-                        break;
+                return false;
+        while (!found && fgets(line, sizeof(line), f))
+                if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+                        const char *v = line + kl + 1;
+                        while (*v == ' ' || *v == '\t')
+                                v++;
+                        snprintf(out, len, "%s", v);
+                        out[strcspn(out, "\n")] = 0;
+                        found = true;
                 }
         fclose(f);
-        return v;
+        return found;
+}
+
+/* A hex field of a /proc status file; ~0 if missing (a thread gone). */
+static unsigned long long status_hex(const char *path, const char *key) {
+        char v[128];
+        return td_status_field(path, key, v, sizeof(v)) ? strtoull(v, NULL, 16) : ~0ull;
 }
 
 unsigned td_assert_threads_unprivileged(const TestDaemon *d) {

@@ -49,6 +49,9 @@ void td_start_logged(TestDaemon *d, const char *extra_args);
 bool td_log_has(const TestDaemon *d, const char *needle);
 /* How many of its lines do. */
 unsigned td_log_count(const TestDaemon *d, const char *needle);
+/* "Key:\tvalue" of a /proc status file (/proc/PID/status, a task's), as
+ * text in out; false if the file or the key is missing. */
+bool td_status_field(const char *path, const char *key, char *out, size_t len);
 /* Every thread of the daemon (io_uring's workers included) holds the same
  * capabilities as its main thread: none kept from before the sandbox.
  * Fails the test otherwise; the number of threads looked at. */

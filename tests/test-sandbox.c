@@ -37,31 +37,9 @@
 
 static char log_path[128];
 
-/* "Key:\tvalue" of a /proc status file, as text. */
-static bool status_field(const char *path, const char *key, char *out, size_t len) {
-        char line[512];
-        size_t kl = strlen(key);
-        bool found = false;
-        FILE *f = fopen(path, "re");
-
-        if (!f)
-                return false;
-        while (!found && fgets(line, sizeof(line), f))
-                if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-                        const char *v = line + kl + 1;
-                        while (*v == ' ' || *v == '\t')
-                                v++;
-                        snprintf(out, len, "%s", v);
-                        out[strcspn(out, "\n")] = 0;
-                        found = true;
-                }
-        fclose(f);
-        return found;
-}
-
 static uint64_t status_num(const char *path, const char *key, int base) {
         char v[128];
-        if (!status_field(path, key, v, sizeof(v)))
+        if (!td_status_field(path, key, v, sizeof(v)))
                 test_fail("%s: no %s", path, key);
         return strtoull(v, NULL, base);
 }
@@ -93,7 +71,7 @@ static unsigned check_threads(pid_t pid, int seccomp, uint64_t want) {
                         continue;
                 snprintf(path, sizeof(path), "%s/%s/status", dir, e->d_name);
                 char name[64] = "";
-                (void)status_field(path, "Name", name, sizeof(name));
+                (void)td_status_field(path, "Name", name, sizeof(name));
                 fprintf(stderr, "thread %s (%s): CapEff %#llx\n", e->d_name, name,
                         (unsigned long long)status_num(path, "CapEff", 16));
                 ASSERT_EQ(status_num(path, "Seccomp", 10), seccomp);
