@@ -20,6 +20,9 @@ int errorf(int r, char *err, size_t len, const char *fmt, ...) __attribute__((fo
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t now_ns(void);
+static inline uint64_t now_ms(void) {
+        return now_ns() / 1000000;
+}
 
 /* 1 if fd is a userfaultfd, 0 if not, -errno on error. */
 int fd_is_userfaultfd(int fd);

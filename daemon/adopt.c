@@ -152,10 +152,10 @@ static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
 static int keep_object(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len, uint64_t *nv) {
         MMClient *mm = a->mm;
         PoolHandle h;
-        bool paid = users_quota_take(mm, len);
-        int r = !paid ? -EDQUOT : reclaim_pool_room(mm->m, len) ? pool_alloc(mm->pool, len, &h) : -ENOSPC;
+        bool paid = mmclient_quota_take(mm, len);
+        int r = !paid ? -EDQUOT : core_pool_room(mm->core, len) ? pool_alloc(mm->pool, len, &h) : -ENOSPC;
         if (r < 0 && paid)
-                users_quota_give(mm, len);
+                mmclient_quota_give(mm, len);
         if (r == -EDQUOT || r == -ENOSPC) {
                 *nv = 0;
                 if ((r = install(a, addr, src, len)) != 0)
@@ -208,7 +208,7 @@ static int keep_stub(AdoptCtx *a, const TierStub *s, uint64_t *nv) {
  * page into zeros. 1 and *nv, 0 to drop, -errno.
  */
 static int keep_tier(AdoptCtx *a, uint64_t addr, const void *obj, uint32_t len, uint64_t *nv) {
-        Tier *t = a->mm->m->tier;
+        Tier *t = a->mm->core->tier;
         TierStub s;
         int r;
 
@@ -269,9 +269,9 @@ static int keep_staged(AdoptCtx *a, uint64_t addr, uint64_t v, uint64_t *nv) {
 static void unkeep(MMClient *mm, uint64_t nv) {
         if (pe_state(nv) != PE_STORED)
                 return;
-        if (pe_is_tier(nv) && mm->m->tier) {
+        if (pe_is_tier(nv) && mm->core->tier) {
                 TierStub s = mmclient_tier_stub(mm, nv);
-                tier_put(mm->m->tier, &s);
+                tier_put(mm->core->tier, &s);
         }
         pool_release(mm->pool, pe_handle(nv));
 }
@@ -410,7 +410,7 @@ int adopt_check(Manager *m, uint8_t *old, char *why, size_t len) {
                 snprintf(why, len, "its daemon gave every page back");
                 return -ENOENT;
         }
-        if (s->daemon_id == m->daemon_id) {
+        if (s->daemon_id == m->core.daemon_id) {
                 snprintf(why, len, "this daemon still holds it");
                 return -EBUSY;
         }
@@ -419,7 +419,7 @@ int adopt_check(Manager *m, uint8_t *old, char *why, size_t len) {
                          codec_to_string(m->cfg.codec));
                 return -EBADMSG;
         }
-        if ((s->features & STORE_F_WP_ASYNC) && !m->wp_async) {
+        if ((s->features & STORE_F_WP_ASYNC) && !m->core.wp_async) {
                 snprintf(why, len, "registered for write tracking, which this daemon lacks");
                 return -EBADMSG;
         }
@@ -530,9 +530,9 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                 return -ENOMEM;
         *a = (AdoptCtx){ .mm = mm, .old = old, .ev = ev, .ranges = ranges, .nranges = nranges,
                          .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len };
-        r = codec_cctx_new(mm->m->cfg.codec, mm->m->cfg.level, &a->cctx);
+        r = codec_cctx_new(manager_of(mm->core)->cfg.codec, manager_of(mm->core)->cfg.level, &a->cctx);
         if (r == 0)
-                r = codec_dctx_new(mm->m->cfg.codec, &a->dctx);
+                r = codec_dctx_new(manager_of(mm->core)->cfg.codec, &a->dctx);
         if (r == 0)
                 r = store_walk(old, adopt_cb, a);
         if (r == -EBADMSG && !why[0])
@@ -543,7 +543,7 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                         log_error("pid %d: %llu adopted pages are on a second tier this daemon cannot read (%s): "
                                   "they are lost, and poisoned (SIGBUS) when touched",
                                   (int)mmclient_pid(mm), (unsigned long long)a->tier_lost,
-                                  mm->m->tier ? "a stub that does not fit its [tier] backing" : "no [tier] backing configured");
+                                  mm->core->tier ? "a stub that does not fit its [tier] backing" : "no [tier] backing configured");
                 if (a->tier)
                         log_info("pid %d: %llu adopted pages are on the second tier", (int)mmclient_pid(mm),
                                  (unsigned long long)a->tier);

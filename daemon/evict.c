@@ -46,7 +46,7 @@
 enum { JOB_COMPRESS = 1 };
 
 struct Evictor {
-        Manager *m;
+        Core *core;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         Work *head, **tail; /* protected by lock */
@@ -97,7 +97,7 @@ static bool keep_matches(Worker *wk, MMClient *mm, uint64_t keep, const uint8_t 
 
 /* The staged page i matches its kept copy: the entry takes the copy back
  * (STAGED -> STORED/SAME). 1 if it did. */
-static int store_kept(Manager *m, MMClient *mm, Lane *lane, uint32_t i, _Atomic uint64_t *e, uint64_t v) {
+static int store_kept(Core *core, MMClient *mm, Lane *lane, uint32_t i, _Atomic uint64_t *e, uint64_t v) {
         uint64_t keep = lane->keep[i], nv = pe_clean_origin(keep);
 
         lane->keep[i] = 0;
@@ -115,7 +115,7 @@ static int store_kept(Manager *m, MMClient *mm, Lane *lane, uint32_t i, _Atomic 
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.clean_reevictions, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&core->evictions, 1, memory_order_relaxed);
         return 1;
 }
 
@@ -156,7 +156,7 @@ static void hand_back(MMClient *mm, Lane *lane, uint32_t lane_idx, uint64_t addr
 
 /* Store one staged page; returns 1 if it is now held by the pool. */
 static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, uint32_t i, const uint8_t *page) {
-        Manager *m = wk->ev->m;
+        Core *core = wk->ev->core;
         uint32_t slot = lane_idx * LANE_SLOTS + i;
         _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
         uint64_t v = pe_make_slot(PE_STAGED, slot), nv;
@@ -173,12 +173,12 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         }
         if (lane->keep[i]) {
                 if (keep_matches(wk, mm, lane->keep[i], page))
-                        return store_kept(m, mm, lane, i, e, v);
+                        return store_kept(core, mm, lane, i, e, v);
                 /* written after all: compress it afresh */
                 mmclient_release_payload(mm, lane->keep[i]);
                 lane->keep[i] = 0;
         }
-        if (!reclaim_pool_accepts(m)) {
+        if (!core_pool_accepts(core)) {
                 /* the pool is at its bound: the page goes back, nothing is dropped */
                 hand_back(mm, lane, lane_idx, lane->addrs[i], v, -ENOSPC);
                 return 0;
@@ -186,7 +186,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         if (page_same_filled(page, &fill))
                 nv = pe_make_same(fill);
         else {
-                int n = codec_compress(wk->cctx, page, wk->cbuf, m->cfg.max_compressed);
+                int n = codec_compress(wk->cctx, page, wk->cbuf, core->cfg.max_compressed);
                 if (n < 0) {
                         atomic_fetch_add_explicit(&mm->st.incompressible_pages, 1, memory_order_relaxed);
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -E2BIG);
@@ -220,7 +220,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         } else
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&m->evictions, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&core->evictions, 1, memory_order_relaxed);
         return 1;
 }
 
@@ -249,7 +249,7 @@ static void job_compress(Worker *wk, Work *w) {
         pool_reclaim(mm->pool);
         w->type = MW_BATCH_DONE;
         w->v = stored;
-        manager_post(wk->ev->m, w);
+        core_post(wk->ev->core, w);
 }
 
 /*
@@ -258,7 +258,7 @@ static void job_compress(Worker *wk, Work *w) {
  * Failure is logged and ignored: a worker at the default priority still
  * works, it only competes harder.
  */
-static void worker_set_priority(const ManagerConfig *cfg) {
+static void worker_set_priority(const CoreConfig *cfg) {
         pid_t tid = (pid_t)syscall(SYS_gettid);
 
         if (cfg->worker_sched_idle) {
@@ -275,7 +275,7 @@ static void *worker_main(void *arg) {
         Evictor *ev = wk->ev;
 
         /* below the clients' own threads and far below the fault threads */
-        worker_set_priority(&ev->m->cfg);
+        worker_set_priority(&ev->core->cfg);
         memread_thread_init();
         for (;;) {
                 pthread_mutex_lock(&ev->lock);
@@ -307,11 +307,11 @@ static void evictor_submit(Evictor *ev, Work *w) {
         pthread_mutex_unlock(&ev->lock);
 }
 
-int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
+int evictor_new(Core *core, unsigned workers, Evictor **ret) {
         Evictor *ev = calloc(1, sizeof(*ev));
         if (!ev)
                 return -ENOMEM;
-        ev->m = m;
+        ev->core = core;
         ev->tail = &ev->head;
         pthread_mutex_init(&ev->lock, NULL);
         pthread_cond_init(&ev->cond, NULL);
@@ -322,9 +322,9 @@ int evictor_new(Manager *m, unsigned workers, Evictor **ret) {
         }
         for (unsigned i = 0; i < workers; i++) {
                 Worker *wk = calloc(1, sizeof(*wk));
-                int r = wk ? codec_cctx_new(m->cfg.codec, m->cfg.level, &wk->cctx) : -ENOMEM;
+                int r = wk ? codec_cctx_new(core->cfg.codec, core->cfg.level, &wk->cctx) : -ENOMEM;
                 if (r == 0)
-                        r = codec_dctx_new(m->cfg.codec, &wk->dctx);
+                        r = codec_dctx_new(core->cfg.codec, &wk->dctx);
                 if (r == 0)
                         wk->ev = ev;
                 if (r == 0)
@@ -367,7 +367,7 @@ Evictor *evictor_free(Evictor *ev) {
 
 /* ---- manager side ---- */
 
-static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
+static void op_finish(Core *core, MMClient *mm, PageoutOp *op) {
         for (PageoutOp **p = &mm->ops; *p; p = &(*p)->next) {
                 if (*p != op)
                         continue;
@@ -391,27 +391,27 @@ static void op_finish(Manager *m, MMClient *mm, PageoutOp *op) {
                 mmclient_uffd_unregister(mm, op->start, op->end);
                 mm->unregisters--;
         }
-        evict_op_drop(op);
+        evict_op_drop(core, op);
 }
 
-void evict_group_done(PageoutGroup *g, uint64_t evicted) {
+void evict_group_done(Core *core, PageoutGroup *g, uint64_t evicted) {
         g->evicted += evicted;
         if (--g->ops > 0)
                 return;
         if (g->conn)
-                conn_reply(g->conn, g->id, 0, (int64_t)g->evicted);
+                core->ops->reply(g->conn, g->id, 0, (int64_t)g->evicted);
         free(g);
 }
 
-void evict_op_drop(PageoutOp *op) {
+void evict_op_drop(Core *core, PageoutOp *op) {
         if (op->group)
-                evict_group_done(op->group, op->evicted);
+                evict_group_done(core, op->group, op->evicted);
         else if (op->conn && op->id)
-                conn_reply(op->conn, op->id, 0, (int64_t)op->evicted);
+                core->ops->reply(op->conn, op->id, 0, (int64_t)op->evicted);
         free(op);
 }
 
-static int queue_op(Manager *m, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t id, uint64_t start, uint64_t end,
+static int queue_op(Core *core, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t id, uint64_t start, uint64_t end,
                     bool unregister) {
         PageoutOp *op = INJECT_ALLOC(calloc(1, sizeof(*op)));
         if (!op)
@@ -437,19 +437,19 @@ static int queue_op(Manager *m, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t
                 mm->unregisters++;
         *mm->ops_tail = op;
         mm->ops_tail = &op->next;
-        evict_pump(m, mm);
+        evict_pump(core, mm);
         return 0;
 }
 
-int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister) {
-        return queue_op(m, mm, NULL, c, id, start, end, unregister);
+int evict_queue(Core *core, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister) {
+        return queue_op(core, mm, NULL, c, id, start, end, unregister);
 }
 
-int evict_queue_group(Manager *m, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end) {
-        return queue_op(m, mm, g, NULL, 0, start, end, false);
+int evict_queue_group(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end) {
+        return queue_op(core, mm, g, NULL, 0, start, end, false);
 }
 
-PageoutOp *evict_queue_reclaim(Manager *m, MMClient *mm) {
+PageoutOp *evict_queue_reclaim(Core *core, MMClient *mm) {
         PageoutOp *op = INJECT_ALLOC(calloc(1, sizeof(*op)));
         if (!op)
                 return NULL;
@@ -620,7 +620,7 @@ static bool reclaim_takes(PageoutOp *op, PageMeta *meta, uint64_t addr, uint32_t
 static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
         uint64_t pm[LANE_SLOTS], now = op->reclaim ? now_ms() : 0;
 
-        size_t limit = MIN(mm->m->cfg.batch_pages, (unsigned)LANE_SLOTS);
+        size_t limit = MIN(mm->core->cfg.batch_pages, (unsigned)LANE_SLOTS);
 
         while (p->lane->npages < limit && op_has_more(op) && *budget > 0) {
                 uint64_t s = op->cursor, e = op->end;
@@ -662,7 +662,7 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         if ((pm[i] & (PM_PRESENT | PM_FILE)) != PM_PRESENT)
                                 continue;
                         /* the zero page (zero-fill-around): nothing to take */
-                        if (mm->m && mm->m->zero_pfn && PM_PFN(pm[i]) == mm->m->zero_pfn)
+                        if (mm->core && mm->core->zero_pfn && PM_PFN(pm[i]) == mm->core->zero_pfn)
                                 continue;
                         if (op->reclaim) {
                                 if (op->want == 0 && !op->idle_before)
@@ -723,11 +723,11 @@ static void plan_verify(MMClient *mm, Plan *p) {
         p->msg.nruns = 0;
 }
 
-static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {
+static int lane_send_move(Core *core, MMClient *mm, unsigned li, Plan *p) {
         zmsg_init(&p->msg.hdr, ZMSG_MOVE, li, zmsg_move_size(p->msg.nruns));
         p->msg.slot0 = p->slot0;
         p->msg.npages = p->lane->npages;
-        return zmsg_send(mm->conn->fd, &p->msg, zmsg_move_size(p->msg.nruns), NULL, 0);
+        return core->ops->send(mm->conn, &p->msg, zmsg_move_size(p->msg.nruns));
 }
 
 /*
@@ -738,7 +738,7 @@ static int lane_send_move(Manager *m, MMClient *mm, unsigned li, Plan *p) {
  * has), but nothing passes an UNREGISTER: it waits for everything before it
  * and everything after it waits for it.
  */
-static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
+static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
         PageoutOp *op;
         unsigned li;
 
@@ -771,7 +771,7 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
                 if (op_has_more(op))
                         break;
                 if (op->inflight == 0) {
-                        op_finish(m, mm, op);
+                        op_finish(core, mm, op);
                         return true;
                 }
         }
@@ -801,18 +801,18 @@ static bool pump_one(Manager *m, MMClient *mm, unsigned *budget) {
         p.lane->stored = 0;
         lane_set_state(mm, p.lane, LANE_MOVING);
         op->inflight++;
-        if (lane_send_move(m, mm, li, &p) < 0) {
-                conn_kill(mm->conn, "agent not reading its socket");
+        if (lane_send_move(core, mm, li, &p) < 0) {
+                core->ops->kill(mm->conn, "agent not reading its socket");
                 return false;
         }
         return true;
 }
 
-void evict_pump(Manager *m, MMClient *mm) {
+void evict_pump(Core *core, MMClient *mm) {
         unsigned budget = PLAN_SCAN_BUDGET;
 
         mm->repump = false;
-        while (!atomic_load_explicit(&mm->dead, memory_order_relaxed) && pump_one(m, mm, &budget))
+        while (!atomic_load_explicit(&mm->dead, memory_order_relaxed) && pump_one(core, mm, &budget))
                 ;
         if (mm->fork_reply_id && evict_settled(mm) && mm->conn) {
                 /* answered once the fault thread has also caught up (pages
@@ -821,14 +821,14 @@ void evict_pump(Manager *m, MMClient *mm) {
                 if (w) {
                         w->id = mm->fork_reply_id;
                         w->status = ZMSG_FORK_PREPARE;
-                        w->v = mm->conn->serial;
+                        w->v = mm->fork_reply_serial;
                         fault_thread_post(mm->ft, w);
                         mm->fork_reply_id = 0;
                 }
         }
 }
 
-static void lane_try_release(Manager *m, MMClient *mm, unsigned li) {
+static void lane_try_release(Core *core, MMClient *mm, unsigned li) {
         Lane *lane = &mm->lanes[li];
         ZMsgRelease msg;
 
@@ -847,11 +847,11 @@ static void lane_try_release(Manager *m, MMClient *mm, unsigned li) {
         msg.slot0 = li * LANE_SLOTS;
         msg.nslots = LANE_SLOTS;
         lane_set_state(mm, lane, LANE_RELEASING);
-        if (zmsg_send(mm->conn->fd, &msg, sizeof(msg), NULL, 0) < 0)
-                conn_kill(mm->conn, "agent not reading its socket");
+        if (core->ops->send(mm->conn, &msg, sizeof(msg)) < 0)
+                core->ops->kill(mm->conn, "agent not reading its socket");
 }
 
-static void lane_compressed(Manager *m, MMClient *mm, unsigned li, uint64_t stored) {
+static void lane_compressed(Core *core, MMClient *mm, unsigned li, uint64_t stored) {
         Lane *lane = &mm->lanes[li];
 
         if (lane->op)
@@ -859,13 +859,13 @@ static void lane_compressed(Manager *m, MMClient *mm, unsigned li, uint64_t stor
         if (lane->op && lane->op->reclaim)
                 atomic_fetch_add_explicit(&mm->st.reclaim_evictions, stored, memory_order_relaxed);
         lane_set_state(mm, lane, LANE_DRAINING);
-        lane_try_release(m, mm, li);
+        lane_try_release(core, mm, li);
 }
 
 /* Hand a staged lane to the workers. Without memory for the job the lane
  * waits in COMPRESSING (faults still find every page in its slot) and
  * evict_tick() tries again: the pageout it belongs to must still end. */
-static void lane_submit(Manager *m, MMClient *mm, unsigned li) {
+static void lane_submit(Core *core, MMClient *mm, unsigned li) {
         Lane *lane = &mm->lanes[li];
         Work *w = work_new(JOB_COMPRESS, mm);
 
@@ -874,10 +874,10 @@ static void lane_submit(Manager *m, MMClient *mm, unsigned li) {
         if (!w)
                 return;
         w->lane = li;
-        evictor_submit(m->evictor, w);
+        evictor_submit(core->evictor, w);
 }
 
-int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *msg) {
+int evict_move_done(Core *core, MMClient *mm, uint32_t li, const ZMsgMoveDone *msg) {
         Lane *lane;
         unsigned staged = 0;
 
@@ -911,7 +911,7 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                         PageMeta *pm = pindex_meta(mm->index, lane->addrs[i], false);
                         if (pm) /* for the refault distance */
                                 atomic_store_explicit(&pm->epoch[pmeta_idx(lane->addrs[i])],
-                                                      reclaim_epoch(atomic_load_explicit(&mm->st.evictions,
+                                                      age_epoch(atomic_load_explicit(&mm->st.evictions,
                                                                                          memory_order_relaxed)),
                                                       memory_order_relaxed);
                         staged++;
@@ -926,19 +926,19 @@ int evict_move_done(Manager *m, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
                         mmclient_release_payload(mm, keep);
         }
         if (unreported + phantom) {
-                atomic_fetch_add_explicit(&m->move_misreports, unreported + phantom, memory_order_relaxed);
+                atomic_fetch_add_explicit(&core->move_misreports, unreported + phantom, memory_order_relaxed);
                 log_debug("pid %d, lane %u: %u pages moved but reported left, %u reported moved but not",
                           (int)mmclient_pid(mm), li, unreported, phantom);
         }
         if (staged == 0) {
-                lane_compressed(m, mm, li, 0);
+                lane_compressed(core, mm, li, 0);
                 return 0;
         }
-        lane_submit(m, mm, li);
+        lane_submit(core, mm, li);
         return 0;
 }
 
-int evict_release_done(Manager *m, MMClient *mm, uint32_t li) {
+int evict_release_done(Core *core, MMClient *mm, uint32_t li) {
         if (li >= mm->nlanes || mm->lanes[li].state != LANE_RELEASING)
                 return -EPROTO;
         Lane *lane = &mm->lanes[li];
@@ -946,40 +946,40 @@ int evict_release_done(Manager *m, MMClient *mm, uint32_t li) {
         if (lane->op)
                 lane->op->inflight--;
         lane->op = NULL;
-        evict_pump(m, mm);
+        evict_pump(core, mm);
         return 0;
 }
 
-void evict_batch_done(Manager *m, Work *w) {
+void evict_batch_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
         if (w->lane < mm->nlanes && mm->lanes[w->lane].state == LANE_COMPRESSING)
-                lane_compressed(m, mm, w->lane, w->v);
-        evict_pump(m, mm);
+                lane_compressed(core, mm, w->lane, w->v);
+        evict_pump(core, mm);
         work_free(w);
 }
 
-void evict_restore_done(Manager *m, Work *w) {
+void evict_restore_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
         for (PageoutOp *op = mm->ops; op; op = op->next)
                 if (op->unregister && op->posted && op->id == w->id && op->start == w->a) {
-                        op_finish(m, mm, op);
+                        op_finish(core, mm, op);
                         break;
                 }
-        evict_pump(m, mm);
+        evict_pump(core, mm);
         work_free(w);
 }
 
-void evict_tick(Manager *m, MMClient *mm) {
+void evict_tick(Core *core, MMClient *mm) {
         for (unsigned i = 0; i < mm->nlanes; i++)
                 if (mm->lanes[i].state == LANE_DRAINING)
-                        lane_try_release(m, mm, i);
+                        lane_try_release(core, mm, i);
                 else if (mm->lanes[i].state == LANE_COMPRESSING && mm->lanes[i].compress_due)
-                        lane_submit(m, mm, i);
+                        lane_submit(core, mm, i);
         if (mm->fork_paused && now_ns() - mm->fork_paused_at > 10ull * 1000000000) {
                 /* a client that never said FORK_DONE does not stop eviction forever */
                 mm->fork_paused = false;
         }
-        evict_pump(m, mm);
+        evict_pump(core, mm);
 }
 
 void evict_forget_conn(MMClient *mm, Conn *c) {
@@ -991,7 +991,7 @@ void evict_forget_conn(MMClient *mm, Conn *c) {
         }
 }
 
-void evict_agent_gone(Manager *m, MMClient *mm) {
+void evict_agent_gone(Core *core, MMClient *mm) {
         /* Lanes waiting for the agent will not hear from it again. MOVING
          * entries stay: the restore (or the fault path) reads their slots
          * and installs whatever the agent did move. Lanes only change state. */

@@ -5,7 +5,9 @@
  */
 #pragma once
 
-#include "manager.h"
+#include "core.h"
+#include "mmclient.h"
+#include "protocol.h"
 
 /* One request that became ops on several address spaces (PAGEOUT_PID):
  * answered when the last of them finishes. */
@@ -36,35 +38,35 @@ struct PageoutOp {
 
 /* Queue a policy eviction of mm (reclaim.c fills in the policy fields
  * of the op returned, which stays mm->rc.op until it finishes). */
-PageoutOp *evict_queue_reclaim(Manager *m, MMClient *mm);
+PageoutOp *evict_queue_reclaim(Core *core, MMClient *mm);
 /* Release what a lane's kept copies hold (the batch will not use them). */
 void evict_lane_drop_keeps(MMClient *mm, Lane *lane);
 
-int evictor_new(Manager *m, unsigned workers, Evictor **ret);
+int evictor_new(Core *core, unsigned workers, Evictor **ret);
 Evictor *evictor_free(Evictor *ev);
 
 /* Queue a pageout (or an unregister restore) of [start, end) for mm. */
-int evict_queue(Manager *m, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister);
+int evict_queue(Core *core, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister);
 /* The same as one op of group g (which counts it). */
-int evict_queue_group(Manager *m, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end);
+int evict_queue_group(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end);
 /* Answer for an op and free it (also one that will not finish: its
  * address space is gone). */
-void evict_op_drop(PageoutOp *op);
+void evict_op_drop(Core *core, PageoutOp *op);
 /* One op of g is done, having evicted that many pages; the last answers. */
-void evict_group_done(PageoutGroup *g, uint64_t evicted);
+void evict_group_done(Core *core, PageoutGroup *g, uint64_t evicted);
 /* Start whatever batches can start. */
-void evict_pump(Manager *m, MMClient *mm);
+void evict_pump(Core *core, MMClient *mm);
 /* The agent's answers. -EPROTO if they do not fit what we asked. */
-int evict_move_done(Manager *m, MMClient *mm, uint32_t lane, const ZMsgMoveDone *msg);
-int evict_release_done(Manager *m, MMClient *mm, uint32_t lane);
+int evict_move_done(Core *core, MMClient *mm, uint32_t lane, const ZMsgMoveDone *msg);
+int evict_release_done(Core *core, MMClient *mm, uint32_t lane);
 /* Completions from workers and fault threads (manager inbox). */
-void evict_batch_done(Manager *m, Work *w);
-void evict_restore_done(Manager *m, Work *w);
+void evict_batch_done(Core *core, Work *w);
+void evict_restore_done(Core *core, Work *w);
 /* Periodic: lanes waiting for fault-path readers, fork pause timeouts. */
-void evict_tick(Manager *m, MMClient *mm);
+void evict_tick(Core *core, MMClient *mm);
 /* No batch is moving or compressing. */
 bool evict_settled(MMClient *mm);
 /* The requester of ops is gone: forget it. */
 void evict_forget_conn(MMClient *mm, Conn *c);
 /* The agent is gone: lanes stop waiting for it. */
-void evict_agent_gone(Manager *m, MMClient *mm);
+void evict_agent_gone(Core *core, MMClient *mm);

@@ -48,14 +48,13 @@
 #include "latency.h"
 #include "log.h"
 #include "memread.h"
-#include "manager.h"
-#include "reclaim.h"
+#include "core.h"
+#include "age.h"
 #include "tier.h"
 #include "tier-pump.h"
 #include "uffd-compat.h"
 #include "util.h"
 #include "trace.h"
-#include "users.h"
 
 #define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
 
@@ -103,7 +102,7 @@ typedef struct Retry {
 } Retry;
 
 struct FaultThread {
-        Manager *m;
+        Core *core;
         unsigned idx;
         pthread_t thread;
         bool started;
@@ -192,24 +191,24 @@ int fault_post_mm(FaultThread *ft, int type, MMClient *mm) {
         return 0;
 }
 
-int fault_watch(Manager *m, MMClient *mm) {
+int fault_watch(Core *core, MMClient *mm) {
         /* the home thread first: if the others cannot be told, it alone
          * still serves every message, only not always on the faulting CPU */
         int r = fault_post_mm(mm->ft, FW_ADOPT, mm);
-        if (r < 0 || !m->cfg.fault_shared)
+        if (r < 0 || !core->cfg.fault_shared)
                 return r;
-        for (unsigned i = 0; i < m->nfts; i++)
-                if (m->fts[i] != mm->ft && fault_post_mm(m->fts[i], FW_ADOPT, mm) < 0)
+        for (unsigned i = 0; i < core->nfts; i++)
+                if (core->fts[i] != mm->ft && fault_post_mm(core->fts[i], FW_ADOPT, mm) < 0)
                         log_warn("pid %d: a fault thread cannot watch the client (out of memory)",
                                  (int)mmclient_pid(mm));
         return 0;
 }
 
-void fault_unwatch(Manager *m, MMClient *mm) {
+void fault_unwatch(Core *core, MMClient *mm) {
         /* a thread that misses this keeps a reference and an epoll entry
          * until it stops: the client's memory is not lost, only kept */
-        for (unsigned i = 0; i < m->nfts; i++)
-                if (fault_post_mm(m->fts[i], FW_REMOVE, mm) < 0)
+        for (unsigned i = 0; i < core->nfts; i++)
+                if (fault_post_mm(core->fts[i], FW_REMOVE, mm) < 0)
                         log_error("pid %d: fault thread %u cannot let the client go (out of memory)",
                                   (int)mmclient_pid(mm), i);
 }
@@ -290,11 +289,11 @@ void fault_mm_free_retries(MMClient *mm) {
  * registered memory: a copy saves a compression when the page goes out
  * again, but until then it costs memory, which is what the daemon is for. */
 static bool keeps_clean(MMClient *mm) {
-        if (!mm->wp_async || !atomic_load_explicit(&mm->m->keep_clean, memory_order_relaxed))
+        if (!mm->wp_async || !atomic_load_explicit(&mm->core->keep_clean, memory_order_relaxed))
                 return false;
         uint64_t clean = atomic_load_explicit(&mm->st.clean_bytes, memory_order_relaxed);
         uint64_t registered = atomic_load_explicit(&mm->st.registered, memory_order_relaxed);
-        return clean * 1000 < registered * atomic_load_explicit(&mm->m->clean_max_permille, memory_order_relaxed);
+        return clean * 1000 < registered * atomic_load_explicit(&mm->core->clean_max_permille, memory_order_relaxed);
 }
 
 /* The entry of a page installed from STORED/SAME becomes CLEAN: the payload
@@ -359,9 +358,9 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
                         ft->fault_t0 = 0;
                 }
                 atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->m->faults, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->core->faults, 1, memory_order_relaxed);
                 if (refault)
-                        reclaim_note_refault(mm, addr);
+                        age_note_refault(mm, addr);
         } else
                 uffd_wake(mm->uffd, addr);
 }
@@ -369,10 +368,10 @@ static void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64
 /* The stub of a page on the second tier, checked. */
 static int tier_stub(MMClient *mm, uint64_t origin, TierStub *s) {
         const void *p = pool_map(mm->pool, pe_handle(origin));
-        if (!p || pe_clen(origin) != sizeof(*s) || !mm->m->tier)
+        if (!p || pe_clen(origin) != sizeof(*s) || !mm->core->tier)
                 return -EBADMSG;
         memcpy(s, p, sizeof(*s));
-        return tier_stub_check(mm->m->tier, s);
+        return tier_stub_check(mm->core->tier, s);
 }
 
 /* Decode a STORED/SAME payload into dst. A page on the second tier is read
@@ -425,7 +424,7 @@ static bool serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
                 return false;
         }
         atomic_fetch_add_explicit(&mm->st.faults_zero, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&mm->m->faults_zero, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->faults_zero, 1, memory_order_relaxed);
         return true;
 }
 
@@ -491,7 +490,7 @@ static void zero_ahead(MMClient *mm, uint64_t addr) {
         }
         mm->za_end = start + (filled ? filled : 1) * page;
         TRACE(TR_ZERO, addr, 2, filled);
-        atomic_fetch_add_explicit(&mm->m->zero_ahead, filled, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->zero_ahead, filled, memory_order_relaxed);
 }
 
 /* Serve a page held in a staging slot (MOVING or STAGED entry v). Returns
@@ -855,10 +854,10 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                                 mmclient_release_payload(mm, pages[i].loading);
                                 atomic_store_explicit(pages[i].e, 0, memory_order_release);
                         }
-                        reclaim_note_use(mm, a + i * ZSWAP_PAGE_SIZE);
+                        age_note_use(mm, a + i * ZSWAP_PAGE_SIZE);
                 }
                 atomic_fetch_add_explicit(&mm->st.prefetches, copied, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->m->prefetches, copied, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->core->prefetches, copied, memory_order_relaxed);
                 a += (uint64_t)copied * ZSWAP_PAGE_SIZE;
                 if (copied < n)
                         break;
@@ -976,7 +975,7 @@ static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const Tier
                                                                      memory_order_acquire))
                                 continue;
                         /* ours now: the stub cannot change under us */
-                        bool open = tier_stub(mm, v, &s) == 0 && tier_window_open(mm->m->tier, w, &s, mm->uid, ft->page);
+                        bool open = tier_stub(mm, v, &s) == 0 && tier_window_open(mm->core->tier, w, &s, mm->uid, ft->page);
                         int r = !open ? -EBADMSG
                                 : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], ft->page, ZSWAP_PAGE_SIZE), 0)
                                                            : codec_decompress(ft->dctx, ft->page, s.len, ft->ra_buf[0]);
@@ -992,14 +991,14 @@ static void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const Tier
                         }
                         mmclient_release_payload(mm, loading);
                         atomic_store_explicit(e, 0, memory_order_release);
-                        reclaim_note_use(mm, a);
+                        age_note_use(mm, a);
                         got++;
                 }
         }
 out:
         atomic_fetch_add_explicit(&mm->st.prefetches, got, memory_order_relaxed);
-        atomic_fetch_add_explicit(&mm->m->prefetches, got, memory_order_relaxed);
-        tier_note_prefetch(mm->m->tier, got);
+        atomic_fetch_add_explicit(&mm->core->prefetches, got, memory_order_relaxed);
+        tier_note_prefetch(mm->core->tier, got);
 }
 
 #define TIER_READS_CLIENT 64 /* a client's pages one pump reads at once */
@@ -1588,7 +1587,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                          * reference to its blocks, a stub of the child's own.
                          * (Nothing but this thread changes the entry now:
                          * the tier's writer leaves such entries alone.) */
-                        if (tier_stub(c->mm, v, &stub) < 0 || !tier_get(c->mm->m->tier, &stub)) {
+                        if (tier_stub(c->mm, v, &stub) < 0 || !tier_get(c->mm->core->tier, &stub)) {
                                 c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
                                 break;
                         }
@@ -1657,16 +1656,16 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                  * allocator's cap, and counted for its user, whose own
                  * evictions wait until it is back under max_pool */
                 PoolHandle h;
-                bool paid = users_quota_take(c->mm, len), resident = false;
-                int r = !paid ? -EDQUOT : reclaim_pool_room(c->mm->m, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
+                bool paid = mmclient_quota_take(c->mm, len), resident = false;
+                int r = !paid ? -EDQUOT : core_pool_room(c->mm->core, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
                 if (r < 0 && paid)
-                        users_quota_give(c->mm, len);
+                        mmclient_quota_give(c->mm, len);
                 if (r == -EDQUOT || (r == -ENOSPC && paid)) {
                         int err = c->install_err;
                         resident = tier ? fork_install(c, addr, c->mm, v, NULL, 0) : fork_install(c, addr, NULL, 0, src, len);
                         c->install_err = err; /* not an error yet */
                         if (resident && tier)
-                                tier_put(c->mm->m->tier, &stub);
+                                tier_put(c->mm->core->tier, &stub);
                         c->resident += resident;
                         r = resident ? -EDQUOT : pool_alloc(pool, len, &h);
                         c->over += r == 0;
@@ -1683,7 +1682,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 } else if (resident) {
                         /* installed above */
                 } else if (tier) {
-                        tier_put(c->mm->m->tier, &stub);
+                        tier_put(c->mm->core->tier, &stub);
                         c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
                 } else
                         c->errors += !fork_install(c, addr, NULL, 0, src, len);
@@ -1718,7 +1717,7 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         if (atomic_load_explicit(&mm->fork_announced, memory_order_relaxed))
                 mmclient_fork_evented(mm, atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed));
         fd_set_nonblock(child_fd, true);
-        r = mmclient_new(mm->m, child_fd, &child);
+        r = mmclient_new(mm->core, child_fd, &child);
         if (r < 0) {
                 log_error("pid %d: cannot track forked child: %s", (int)mmclient_pid(mm), strerror(-r));
                 /* closing the only reference would unregister the child's
@@ -1787,10 +1786,10 @@ static void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         child->origin_staging = mm->staging_addr;
         child->ft = ft;
         fault_thread_own(ft, child);
-        for (unsigned i = 0; mm->m->cfg.fault_shared && i < mm->m->nfts; i++)
-                if (mm->m->fts[i] != ft)
-                        fault_post_mm(mm->m->fts[i], FW_ADOPT, child);
-        manager_adopt_orphan(mm->m, child); /* hands over our reference */
+        for (unsigned i = 0; mm->core->cfg.fault_shared && i < mm->core->nfts; i++)
+                if (mm->core->fts[i] != ft)
+                        fault_post_mm(mm->core->fts[i], FW_ADOPT, child);
+        core_adopt_orphan(mm->core, child); /* hands over our reference */
         /* the child's copies are counted as an orphan's now (users.c);
          * relaxed: a counter, and only this thread builds children of mm */
         atomic_store_explicit(&mm->fork_bytes, 0, memory_order_relaxed);
@@ -1947,7 +1946,7 @@ static bool revoke_moves(FaultThread *ft, MMClient *mm) {
                 mm->revoke_left = atomic_load_explicit(&mm->lanes_moving, memory_order_acquire);
                 /* counted as it begins: before any move it revokes can
                  * fail, so before the pageout that made the move returns */
-                atomic_fetch_add_explicit(&ft->m->moves_revoked, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&ft->core->moves_revoked, 1, memory_order_relaxed);
         }
         while (mm->revoke_left) {
                 unsigned li = (unsigned)__builtin_ctz(mm->revoke_left);
@@ -2243,7 +2242,7 @@ static bool work_sync(FaultThread *ft, Work *w) {
                 return false;
         serve_unlock(ft, w->mm);
         w->type = MW_SYNC_DONE;
-        manager_post(ft->m, w);
+        core_post(ft->core, w);
         return true;
 }
 
@@ -2404,7 +2403,7 @@ static void fault_thread_disown(FaultThread *ft, MMClient *mm) {
 
 static void restore_done(FaultThread *ft, Work *w) {
         w->type = MW_RESTORE_DONE;
-        manager_post(ft->m, w);
+        core_post(ft->core, w);
 }
 
 static void run_inbox(FaultThread *ft) {
@@ -2482,9 +2481,9 @@ static void pin_to_cpu(FaultThread *ft) {
         cpu_set_t allowed, one;
         unsigned k = 0;
 
-        if (!ft->m->cfg.fault_pin || !ft->m->cfg.fault_shared || sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+        if (!ft->core->cfg.fault_pin || !ft->core->cfg.fault_shared || sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
                 return;
-        if ((unsigned)CPU_COUNT(&allowed) != ft->m->cfg.fault_threads)
+        if ((unsigned)CPU_COUNT(&allowed) != ft->core->cfg.fault_threads)
                 return; /* not one thread per CPU: let the scheduler place them */
         for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
                 if (!CPU_ISSET(cpu, &allowed) || k++ != ft->idx)
@@ -2556,18 +2555,18 @@ static int wait_events(FaultThread *ft, struct epoll_event *evs, int n, int time
 static void *fault_thread_main(void *arg) {
         FaultThread *ft = arg;
         struct epoll_event evs[16];
-        uint64_t spin_until = 0, spin_ns = ft->m->cfg.fault_spin_us * 1000ull;
+        uint64_t spin_until = 0, spin_ns = ft->core->cfg.fault_spin_us * 1000ull;
 
         pin_to_cpu(ft);
         memread_thread_init();
-        if (ft->m->cfg.fault_rt_prio > 0) {
+        if (ft->core->cfg.fault_rt_prio > 0) {
                 /* a fault is served before any time-shared thread runs on
                  * this CPU (a CPU hog, a low-priority client), as the
                  * kernel serves a fault in the faulting task's own context */
-                struct sched_param sp = { .sched_priority = (int)ft->m->cfg.fault_rt_prio };
+                struct sched_param sp = { .sched_priority = (int)ft->core->cfg.fault_rt_prio };
                 if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
                         log_warn("fault thread %u: cannot switch to SCHED_FIFO %u: %m", ft->idx,
-                                 ft->m->cfg.fault_rt_prio);
+                                 ft->core->cfg.fault_rt_prio);
         }
 
         while (!atomic_load_explicit(&ft->stop, memory_order_relaxed)) {
@@ -2622,14 +2621,14 @@ static void *fault_thread_main(void *arg) {
         return NULL;
 }
 
-int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
+int fault_thread_new(Core *core, unsigned idx, FaultThread **ret) {
         FaultThread *ft = calloc(1, sizeof(*ft));
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
         int r;
 
         if (!ft)
                 return -ENOMEM;
-        ft->m = m;
+        ft->core = core;
         ft->idx = idx;
         ft->pump_fd = -1;
         ft->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -2637,19 +2636,19 @@ int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret) {
                 r = negative_errno();
                 goto fail;
         }
-        r = codec_dctx_new(m->cfg.codec, &ft->dctx);
+        r = codec_dctx_new(core->cfg.codec, &ft->dctx);
         if (r < 0)
                 goto fail;
-        if (m->tier && (r = tier_reader_new(m->tier, false, &ft->tier)) < 0)
+        if (core->tier && (r = tier_reader_new(core->tier, false, &ft->tier)) < 0)
                 goto fail;
-        if (m->tier) {
+        if (core->tier) {
                 struct epoll_event pev = { .events = EPOLLIN, .data.ptr = &pump_tag };
                 ft->pump_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                 if (ft->pump_fd < 0 || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->pump_fd, &pev) < 0) {
                         r = negative_errno();
                         goto fail;
                 }
-                if ((r = tier_pump_new(m->tier, m->cfg.codec, ft->pump_fd, &ft->pump)) < 0)
+                if ((r = tier_pump_new(core->tier, core->cfg.codec, ft->pump_fd, &ft->pump)) < 0)
                         goto fail;
         }
         for (int i = 0; i < RETRY_RESERVE; i++) {

@@ -19,7 +19,7 @@ enum {
         FW_SYNC_SWAP,  /* a forked child's own sync page (mapped at v, memfd a) replaces its parent's */
 };
 
-int fault_thread_new(Manager *m, unsigned idx, FaultThread **ret);
+int fault_thread_new(Core *core, unsigned idx, FaultThread **ret);
 /* Stop the thread (joins it). Stop every thread before freeing any: a
  * thread may post to the others (a forked child to watch). */
 void fault_thread_stop(FaultThread *ft);
@@ -28,8 +28,8 @@ FaultThread *fault_thread_free(FaultThread *ft);
 
 /* Every fault thread starts (FW_ADOPT) or stops (FW_REMOVE) watching mm's
  * uffd; mm->ft must be set. Any thread may call them. */
-int fault_watch(Manager *m, MMClient *mm);
-void fault_unwatch(Manager *m, MMClient *mm);
+int fault_watch(Core *core, MMClient *mm);
+void fault_unwatch(Core *core, MMClient *mm);
 int fault_post_mm(FaultThread *ft, int type, MMClient *mm);
 
 /* Free the retries still held on mm (its last reference is going). */

@@ -53,6 +53,7 @@
 #include "reclaim.h"
 #include "sandbox.h"
 #include "sd-daemon.h"
+#include "tier-writer.h"
 #include "uffd-compat.h"
 #include "users.h"
 #include "util.h"
@@ -68,21 +69,8 @@
 static void conn_free(Manager *m, Conn *c);
 static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg);
 
-MPSC_LIST(orphan_list, MMClient, next)
-
-void manager_post(Manager *m, Work *w) {
-        inbox_push(&m->inbox, w);
-}
-
-/* A fault thread hands over a fork child: a push, never a wait for the
- * manager (which may be in pool_reclaim or madvise). */
-void manager_adopt_orphan(Manager *m, MMClient *child) {
-        child->fork_paused_at = now_ns();
-        orphan_list_push(&m->orphans_new, child);
-}
-
 MMClient *manager_orphans(Manager *m) {
-        MMClient *fresh = orphan_list_take(&m->orphans_new);
+        MMClient *fresh = core_take_orphans(&m->core);
         if (fresh) {
                 MMClient *tail = fresh;
                 while (tail->next)
@@ -167,13 +155,13 @@ static void mm_retire(Manager *m, MMClient *mm) {
         while (mm->ops) {
                 PageoutOp *op = mm->ops;
                 mm->ops = op->next;
-                evict_op_drop(op); /* a group waiting for it answers without it */
+                evict_op_drop(&m->core, op); /* a group waiting for it answers without it */
         }
         mm->ops_tail = &mm->ops;
         for (unsigned i = 0; i < mm->nlanes; i++)
                 mm->lanes[i].op = NULL; /* freed above; batches still in flight finish without it */
         if (mm->ft)
-                fault_unwatch(m, mm);
+                fault_unwatch(&m->core, mm);
         mm_unlink(m, mm);
         mmclient_unref(mm);
 }
@@ -184,7 +172,7 @@ static void mm_retire(Manager *m, MMClient *mm) {
 static void mm_detach(Manager *m, MMClient *mm, Conn *c) {
         evict_forget_conn(mm, c);
         mm->conn = NULL;
-        evict_agent_gone(m, mm);
+        evict_agent_gone(&m->core, mm);
         if (m->handover && mm->store) {
                 /* the client keeps its uffd and store and waits for the
                  * next daemon, which adopts them */
@@ -221,7 +209,7 @@ static void restore_done(Manager *m, Work *w) {
                 work_free(w);
                 return;
         }
-        evict_restore_done(m, w);
+        evict_restore_done(&m->core, w);
 }
 
 /* A range request, after the fault thread caught up with mm's events. */
@@ -237,7 +225,7 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                  * event of it will come (the fault thread is past any) */
                 atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
-                evict_pump(m, mm);
+                evict_pump(&m->core, mm);
                 return 1; /* no reply */
         }
         if (type == ZMSG_FORK_PREPARE) {
@@ -259,7 +247,7 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 return do_register(m, mm, &rg);
         }
         /* an UNREGISTER takes the range off the list itself (evict.c) */
-        r = evict_queue(m, mm, c, id, s, e, type == ZMSG_UNREGISTER);
+        r = evict_queue(&m->core, mm, c, id, s, e, type == ZMSG_UNREGISTER);
         return r < 0 ? r : 1;
 }
 
@@ -336,11 +324,11 @@ static void sync_done(Manager *m, Work *w) {
 }
 
 static void run_inbox(Manager *m) {
-        inbox_clear(&m->inbox);
-        for (Work *w = inbox_take(&m->inbox); w;) {
+        inbox_clear(&m->core.inbox);
+        for (Work *w = inbox_take(&m->core.inbox); w;) {
                 Work *n = w->next;
                 if (w->type == MW_BATCH_DONE)
-                        evict_batch_done(m, w);
+                        evict_batch_done(&m->core, w);
                 else if (w->type == MW_RESTORE_DONE)
                         restore_done(m, w);
                 else if (w->type == MW_SYNC_DONE)
@@ -379,7 +367,7 @@ static void notify_status(Manager *m, const char *state) {
         for (MMClient *mm = m->mms; mm; mm = mm->next, clients++)
                 pages += atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
                          atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed);
-        pool_shared_stats(m->pools, &ps);
+        pool_shared_stats(m->core.pools, &ps);
         snprintf(status, sizeof(status), "%u client%s, %.1f MiB held out in a %.1f MiB pool", clients,
                  clients == 1 ? "" : "s", (double)(pages * ZSWAP_PAGE_SIZE) / (1 << 20),
                  (double)ps.pool_bytes / (1 << 20));
@@ -418,12 +406,12 @@ static void tick(Manager *m) {
                         mm_retire(m, mm); /* a fork child without connection that exited */
                         continue;
                 }
-                evict_tick(m, mm);
+                evict_tick(&m->core, mm);
         }
-        reclaim_tick(m);
+        reclaim_tick(&m->reclaim);
         memread_reap();
-        if (m->tier)
-                tier_tick(m->tier, m->mms);
+        if (m->core.tier)
+                tier_tick(m->core.tier, m->mms);
         notify_tick(m);
         users_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
@@ -445,6 +433,30 @@ void manager_pool_reclaim(Manager *m) {
                 if (mm->pool)
                         pool_reclaim(mm->pool);
 }
+
+/* ---- the calls up from the layers below (core.h) ---- */
+
+static int core_send(Conn *c, const void *msg, size_t len) {
+        return zmsg_send(c->fd, msg, len, NULL, 0);
+}
+
+static void core_pool_reclaim_all(Core *core) {
+        manager_pool_reclaim(manager_of(core));
+}
+
+static void core_mm_release(MMClient *mm) {
+        fault_mm_free_retries(mm);
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                evict_lane_drop_keeps(mm, &mm->lanes[i]);
+}
+
+static const CoreOps core_ops = {
+        .reply = conn_reply,
+        .kill = conn_kill,
+        .send = core_send,
+        .pool_reclaim = core_pool_reclaim_all,
+        .mm_release = core_mm_release,
+};
 
 /* Root, or a member of [users] admin_group: may steer every client and
  * change daemon-wide settings. Decided now, from the credentials the peer
@@ -553,8 +565,8 @@ static int mm_serve(Manager *m, Conn *c, MMClient *mm) {
         mm->id = ++m->next_mm_id;
         mm->conn = c;
         c->mm = mm;
-        mm->ft = m->fts[mm->id % m->nfts];
-        if (fault_watch(m, mm) < 0) {
+        mm->ft = m->core.fts[mm->id % m->core.nfts];
+        if (fault_watch(&m->core, mm) < 0) {
                 c->mm = NULL;
                 mm->ft = NULL;
                 mmclient_unref(mm);
@@ -588,8 +600,8 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                               UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-                                              UFFD_FEATURE_MOVE | (m->wp_async ? UFFD_FEATURE_WP_ASYNC : 0) |
-                                              (m->uffd_poison ? UFFD_FEATURE_POISON : 0) };
+                                              UFFD_FEATURE_MOVE | (m->core.wp_async ? UFFD_FEATURE_WP_ASYNC : 0) |
+                                              (m->core.uffd_poison ? UFFD_FEATURE_POISON : 0) };
         unsigned nlanes;
         MMClient *mm;
         int r;
@@ -610,7 +622,7 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
         if (ioctl(fds[0], UFFDIO_API, &api) < 0)
                 return -EINVAL;
         fd_set_nonblock(fds[0], true);
-        r = mmclient_new(m, fds[0], &mm);
+        r = mmclient_new(&m->core, fds[0], &mm);
         if (r < 0)
                 return r;
         fds[0] = -1; /* owned by mm now */
@@ -627,7 +639,7 @@ static int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t 
                         return r;
                 }
         }
-        mm->wp_async = m->wp_async;
+        mm->wp_async = m->core.wp_async;
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
         if (mm_serve(m, c, mm) < 0)
@@ -696,7 +708,7 @@ static int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t n
                 return n;
         }
         fd_set_nonblock(fds[0], true);
-        r = mmclient_new(m, fds[0], &mm);
+        r = mmclient_new(&m->core, fds[0], &mm);
         if (r < 0) {
                 store_unmap(old);
                 return r;
@@ -829,7 +841,7 @@ static int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, s
         if (r < 0) {
                 /* unbind again: the orphan keeps waiting for its real owner */
                 mmclient_unbind(found);
-                manager_adopt_orphan(m, found);
+                core_adopt_orphan(&m->core, found);
                 return r;
         }
         if (nfds == 1) {
@@ -920,9 +932,9 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mmclient_pid(mm) == q->pid && mm->conn && mm->nlanes > 0 &&
                     !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
-                    evict_queue_group(m, mm, g, start, end) < 0)
+                    evict_queue_group(&m->core, mm, g, start, end) < 0)
                         log_warn("pid %d: no memory to queue a pageout", (int)q->pid);
-        evict_group_done(g, 0);
+        evict_group_done(&m->core, g, 0);
         return 1;
 }
 
@@ -970,7 +982,7 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
                         log_info("pid %d: resident limit %llu bytes", (int)mmclient_pid(mm),
                                  (unsigned long long)q->bytes);
                 }
-        reclaim_soon(m); /* act on it now */
+        reclaim_soon(&m->reclaim); /* act on it now */
         return 0;
 }
 
@@ -984,7 +996,7 @@ static void tunable_reply(Conn *c, const ZMsgTunable *q, int status, const char 
 
 /* Per-client keys: limit, idle_age, reclaim. Format or set them on mm. */
 static int client_tunable(MMClient *mm, const char *key, const char *value, char *out, size_t len) {
-        Tunables t = mm->m->tun; /* parse with the daemon's parser, into a scratch copy */
+        Tunables t = manager_of(mm->core)->reclaim.tun; /* parse with the daemon's parser, into a scratch copy */
         char err[ZSWAP_TUNABLE_VALUE_MAX];
         int r;
 
@@ -995,7 +1007,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                         mm->rc.limit = t.limit;
                         mm->rc.limit_set = true;
                 }
-                t.limit = reclaim_client_limit(mm->m, mm);
+                t.limit = reclaim_client_limit(&manager_of(mm->core)->reclaim, mm);
                 return tunable_get(&t, "limit", out, len);
         }
         if (strcmp(key, "idle_age") == 0) {
@@ -1004,7 +1016,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                                 return snprintf(out, len, "%s", err), r;
                         mm->rc.idle_age_ms = (int64_t)t.idle_age_ms;
                 }
-                t.idle_age_ms = mm->rc.idle_age_ms >= 0 ? (uint64_t)mm->rc.idle_age_ms : mm->m->tun.idle_age_ms;
+                t.idle_age_ms = mm->rc.idle_age_ms >= 0 ? (uint64_t)mm->rc.idle_age_ms : manager_of(mm->core)->reclaim.tun.idle_age_ms;
                 return tunable_get(&t, "idle_age", out, len);
         }
         if (strcmp(key, "reclaim") == 0) {
@@ -1047,13 +1059,13 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
                         }
                 if (r == 0 && set) {
                         log_info("pid %d: %s = %s", (int)q->pid, key, out);
-                        reclaim_soon(m);
+                        reclaim_soon(&m->reclaim);
                 }
                 tunable_reply(c, q, r, out);
                 return 1;
         }
         if (strcmp(key, "status") == 0 && !set) {
-                reclaim_status(m, out, sizeof(out));
+                reclaim_status(&m->reclaim, out, sizeof(out));
                 tunable_reply(c, q, 0, out);
                 return 1;
         }
@@ -1062,14 +1074,14 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
                 return 1;
         }
         if (set) {
-                r = tunable_set(&m->tun, key, value, out, sizeof(out));
+                r = tunable_set(&m->reclaim.tun, key, value, out, sizeof(out));
                 if (r == 0) {
-                        reclaim_apply(m);
-                        reclaim_soon(m);
+                        reclaim_apply(&m->reclaim);
+                        reclaim_soon(&m->reclaim);
                 }
         }
         if (r == 0)
-                r = tunable_get(&m->tun, key, out, sizeof(out));
+                r = tunable_get(&m->reclaim.tun, key, out, sizeof(out));
         if (r == -ENOENT && !out[0])
                 snprintf(out, sizeof(out), "unknown key '%s'", key);
         if (r == 0 && set)
@@ -1156,10 +1168,10 @@ static void reload_config(Manager *m) {
         c.daemon = m->conf.daemon; /* [daemon] is read at start only */
         config_free(&m->conf);
         m->conf = c;
-        m->tun = c.tun;
+        m->reclaim.tun = c.tun;
         users_apply(m);
-        reclaim_apply(m);
-        reclaim_soon(m);
+        reclaim_apply(&m->reclaim);
+        reclaim_soon(&m->reclaim);
         log_info("SIGHUP: %s reloaded", m->cfg.config_path);
 }
 
@@ -1240,7 +1252,8 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
                 mm->fork_reply_id = h->id;
-                evict_pump(m, mm);
+                mm->fork_reply_serial = c->serial;
+                evict_pump(&m->core, mm);
                 return 1;
         case ZMSG_FORK_DONE:
                 if (!mm)
@@ -1265,14 +1278,14 @@ static int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds)
                  * event of it will come (the fault thread is past any) */
                 atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
-                evict_pump(m, mm);
+                evict_pump(&m->core, mm);
                 return 1;
         case ZMSG_MOVE_DONE:
-                if (!ready || evict_move_done(m, mm, h->id, buf) < 0)
+                if (!ready || evict_move_done(&m->core, mm, h->id, buf) < 0)
                         return -EPROTO;
                 return 1;
         case ZMSG_RELEASE_DONE:
-                if (!ready || evict_release_done(m, mm, h->id) < 0)
+                if (!ready || evict_release_done(&m->core, mm, h->id) < 0)
                         return -EPROTO;
                 return 1;
         default:
@@ -1387,7 +1400,7 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
                 r = dispatch(m, c, buf, fds, nfds);
 
         if (r == -EPROTO) {
-                atomic_fetch_add_explicit(&m->protocol_errors, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&m->core.protocol_errors, 1, memory_order_relaxed);
                 log_warn("client pid %d: malformed or unexpected message (%zd bytes, type %u)", (int)c->pid, n,
                          has_hdr ? h->type : 0);
                 if (++c->errors > PROTOCOL_ERRORS_MAX)
@@ -1416,10 +1429,10 @@ static void conn_readable(Manager *m, Conn *c) {
                  * the closer thread closes it (closer.c) */
                 for (size_t i = 0; i < nfds; i++)
                         if (!fd_close_is_safe(fds[i]))
-                                fds[i] = closer_drop(m->closer, fds[i], c->uid);
+                                fds[i] = closer_drop(m->core.closer, fds[i], c->uid);
                 if (n == -EAGAIN)
                         return;
-                if (closer_pending(m->closer, c->uid) >= CLOSER_USER_MAX)
+                if (closer_pending(m->core.closer, c->uid) >= CLOSER_USER_MAX)
                         conn_kill(c, "too many descriptors sent whose close waits");
                 if (n == 0 || (n < 0 && n != -EMSGSIZE) || c->dying) {
                         for (size_t i = 0; i < nfds; i++)
@@ -1515,7 +1528,7 @@ static void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
-                if (closer_pending(m->closer, cred.uid) >= CLOSER_USER_MAX) {
+                if (closer_pending(m->core.closer, cred.uid) >= CLOSER_USER_MAX) {
                         log_warn("pid %d (uid %u): refused: its user sent descriptors whose close still waits",
                                  (int)cred.pid, cred.uid);
                         free(c);
@@ -1579,7 +1592,7 @@ static void conn_free(Manager *m, Conn *c) {
                 mm_detach(m, c->mm, c);
         }
         epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-        c->fd = closer_close_conn(m->closer, c->fd, c->uid);
+        c->fd = closer_close_conn(m->core.closer, c->fd, c->uid);
         safe_close(c->pidfd);
         free(c->groups);
         free(c);
@@ -1643,11 +1656,11 @@ static int setup_fds(Manager *m) {
         m->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
         m->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
         m->epfd = epoll_create1(EPOLL_CLOEXEC);
-        if (m->signal_fd < 0 || m->timer_fd < 0 || m->epfd < 0 || inbox_init(&m->inbox) < 0)
+        if (m->signal_fd < 0 || m->timer_fd < 0 || m->epfd < 0 || inbox_init(&m->core.inbox) < 0)
                 return negative_errno();
         timerfd_settime(m->timer_fd, 0, &its, NULL);
         if ((r = epoll_add(m->epfd, m->listen_fd, EP_LISTEN)) < 0 ||
-            (r = epoll_add(m->epfd, m->inbox.efd, EP_INBOX)) < 0 ||
+            (r = epoll_add(m->epfd, m->core.inbox.efd, EP_INBOX)) < 0 ||
             (r = epoll_add(m->epfd, m->timer_fd, EP_TIMER)) < 0 ||
             (r = epoll_add(m->epfd, m->signal_fd, EP_SIGNAL)) < 0)
                 return r;
@@ -1665,15 +1678,15 @@ static void probe_features(Manager *m) {
         int fd = dev >= 0 ? ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC) : -1;
 
         if (fd >= 0 && ioctl(fd, UFFDIO_API, &api) == 0) {
-                m->wp_async = (api.features & UFFD_FEATURE_WP_ASYNC) != 0;
-                m->uffd_poison = (api.features & UFFD_FEATURE_POISON) != 0;
+                m->core.wp_async = (api.features & UFFD_FEATURE_WP_ASYNC) != 0;
+                m->core.uffd_poison = (api.features & UFFD_FEATURE_POISON) != 0;
         }
         safe_close(fd);
         safe_close(dev);
 
         int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
         struct pm_scan_arg arg = { .size = sizeof(arg), .start = 0x10000, .end = 0x10000 };
-        m->pagemap_scan = pm >= 0 && ioctl(pm, PAGEMAP_SCAN, &arg) >= 0;
+        m->core.pagemap_scan = pm >= 0 && ioctl(pm, PAGEMAP_SCAN, &arg) >= 0;
         /* the zero page's frame: a read of fresh memory maps it */
         volatile uint8_t *z = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         uint64_t word = 0;
@@ -1681,14 +1694,14 @@ static void probe_features(Manager *m) {
                 (void)z[0];
                 if (pm >= 0 && pread(pm, &word, sizeof(word), (off_t)((uintptr_t)z >> ZSWAP_PAGE_SHIFT) * 8) == 8 &&
                     (word & PM_PRESENT))
-                        m->zero_pfn = PM_PFN(word);
+                        m->core.zero_pfn = PM_PFN(word);
                 munmap((void *)z, ZSWAP_PAGE_SIZE);
         }
         safe_close(pm);
-        if (!m->pagemap_scan)
-                m->wp_async = false; /* writes could not be read back */
+        if (!m->core.pagemap_scan)
+                m->core.wp_async = false; /* writes could not be read back */
         log_info("write tracking (UFFD_FEATURE_WP_ASYNC + PAGEMAP_SCAN): %s",
-                 m->wp_async ? "yes" : "no: idle age sees faults only, no page keeps its compressed copy");
+                 m->core.wp_async ? "yes" : "no: idle age sees faults only, no page keeps its compressed copy");
 }
 
 int manager_new(const ManagerConfig *cfg, Manager **ret) {
@@ -1708,19 +1721,35 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                 return r;
         }
         m->cfg.conf = NULL; /* the caller's; ours is m->conf */
-        m->tun = m->conf.tun;
+        m->reclaim.tun = m->conf.tun;
         m->listen_fd = m->signal_fd = m->timer_fd = m->epfd = -1;
+        m->core.cfg = (CoreConfig){
+                .codec = cfg->codec,
+                .level = cfg->level,
+                .batch_pages = cfg->batch_pages,
+                .worker_nice = cfg->worker_nice,
+                .worker_sched_idle = cfg->worker_sched_idle,
+                .max_compressed = cfg->max_compressed,
+                .max_regions = cfg->max_regions,
+                .max_registered = cfg->max_registered,
+                .fault_threads = cfg->fault_threads,
+                .fault_spin_us = cfg->fault_spin_us,
+                .fault_pin = cfg->fault_pin,
+                .fault_shared = cfg->fault_shared,
+                .fault_rt_prio = cfg->fault_rt_prio,
+        };
+        m->core.ops = &core_ops;
         probe_features(m);
-        reclaim_init(m);
-        m->inbox.efd = -1;
-        r = pool_shared_new(cfg->pool_max, &m->pools);
+        reclaim_init(&m->reclaim, &m->core, &m->mms);
+        m->core.inbox.efd = -1;
+        r = pool_shared_new(cfg->pool_max, &m->core.pools);
         if (r < 0)
                 goto fail;
         /* names this instance in the stores it owns (adopt.c tells "ours,
          * still" from "a dead daemon's"); never 0 */
-        while (m->daemon_id == 0)
-                if (getrandom(&m->daemon_id, sizeof(m->daemon_id), 0) != sizeof(m->daemon_id))
-                        m->daemon_id = now_ns() ^ ((uint64_t)getpid() << 32);
+        while (m->core.daemon_id == 0)
+                if (getrandom(&m->core.daemon_id, sizeof(m->core.daemon_id), 0) != sizeof(m->core.daemon_id))
+                        m->core.daemon_id = now_ns() ^ ((uint64_t)getpid() << 32);
         m->listen_fd = cfg->listen_fd >= 0 ? cfg->listen_fd : listen_socket(cfg->socket_path);
         if (m->listen_fd < 0) {
                 r = m->listen_fd;
@@ -1732,7 +1761,7 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                 goto fail;
         if (m->conf.tier.backing[0]) {
                 /* before the sandbox: it opens the backing file or connects */
-                r = tier_open(m, &m->conf.tier, &m->tier, err, sizeof(err));
+                r = tier_open(&m->conf.tier, &m->core.tier, err, sizeof(err));
                 if (r < 0) {
                         log_error("second tier: %s", err);
                         goto fail;
@@ -1747,25 +1776,26 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                                      .tier_inet = strncmp(m->conf.tier.backing, "nbd://", 6) == 0 })) < 0)
                 goto fail;
         memread_thread_init(); /* the manager reads fork tokens and adopted slots */
-        if (m->tier && (r = tier_start(m->tier, err, sizeof(err))) < 0) {
+        if (m->core.tier && ((r = tier_start(m->core.tier, err, sizeof(err))) < 0 ||
+                             (r = tier_writer_start(m->core.tier, &m->core, err, sizeof(err))) < 0)) {
                 log_error("second tier: %s", err);
                 goto fail;
         }
-        r = closer_new(&m->closer);
+        r = closer_new(&m->core.closer);
         if (r < 0)
                 goto fail;
-        m->fts = calloc(cfg->fault_threads, sizeof(*m->fts));
-        if (!m->fts) {
+        m->core.fts = calloc(cfg->fault_threads, sizeof(*m->core.fts));
+        if (!m->core.fts) {
                 r = -ENOMEM;
                 goto fail;
         }
         for (unsigned i = 0; i < cfg->fault_threads; i++) {
-                r = fault_thread_new(m, i, &m->fts[i]);
+                r = fault_thread_new(&m->core, i, &m->core.fts[i]);
                 if (r < 0)
                         goto fail;
-                m->nfts++;
+                m->core.nfts++;
         }
-        r = evictor_new(m, cfg->workers, &m->evictor);
+        r = evictor_new(&m->core, cfg->workers, &m->core.evictor);
         if (r < 0)
                 goto fail;
         *ret = m;
@@ -1792,9 +1822,9 @@ Manager *manager_free(Manager *m) {
         }
         /* workers and the tier's writer first: their jobs hold client
          * references */
-        m->evictor = evictor_free(m->evictor);
-        if (m->tier)
-                tier_stop(m->tier);
+        m->core.evictor = evictor_free(m->core.evictor);
+        if (m->core.tier)
+                tier_stop(m->core.tier);
         run_inbox(m);
         while (m->mms)
                 mm_retire(m, m->mms);
@@ -1803,29 +1833,29 @@ Manager *manager_free(Manager *m) {
                 m->orphans = mm->next;
                 mmclient_unref(mm);
         }
-        for (unsigned i = 0; i < m->nfts; i++)
-                fault_thread_stop(m->fts[i]);
-        for (unsigned i = 0; i < m->nfts; i++)
-                fault_thread_free(m->fts[i]);
-        free(m->fts);
+        for (unsigned i = 0; i < m->core.nfts; i++)
+                fault_thread_stop(m->core.fts[i]);
+        for (unsigned i = 0; i < m->core.nfts; i++)
+                fault_thread_free(m->core.fts[i]);
+        free(m->core.fts);
         /* fault threads posted their last completions */
-        for (Work *w = inbox_take(&m->inbox); w;) {
+        for (Work *w = inbox_take(&m->core.inbox); w;) {
                 Work *n = w->next;
                 work_free(w);
                 w = n;
         }
-        m->closer = closer_free(m->closer);
+        m->core.closer = closer_free(m->core.closer);
         memread_free();
         /* every client is gone: nothing refers to a block any more */
-        m->tier = tier_free(m->tier);
-        pool_shared_free(m->pools);
+        m->core.tier = tier_free(m->core.tier);
+        pool_shared_free(m->core.pools);
         if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
                 sandbox_unlink(m->cfg.socket_path);
         safe_close(m->listen_fd);
         safe_close(m->signal_fd);
         safe_close(m->timer_fd);
         safe_close(m->epfd);
-        safe_close(m->inbox.efd);
+        safe_close(m->core.inbox.efd);
         users_free(m);
         config_free(&m->conf);
         free(m);
@@ -1836,7 +1866,7 @@ int manager_run(Manager *m) {
         struct epoll_event evs[32];
 
         log_info("ready: socket %s, %s, %u workers, %u fault threads", m->cfg.socket_path,
-                 codec_to_string(m->cfg.codec), m->cfg.workers, m->nfts);
+                 codec_to_string(m->cfg.codec), m->cfg.workers, m->core.nfts);
         m->watchdog_ns = sdd_watchdog_usec() * 1000 / 2;
         m->watchdog_last_ns = now_ns();
         notify_status(m, "READY=1\n");
@@ -1878,10 +1908,10 @@ int manager_run(Manager *m) {
                                         /* manager_free() gives every client its pages back next */
                                         sdd_notify("STOPPING=1\nSTATUS=stopping: restoring the clients' pages");
                                 }
-                                if (atomic_load_explicit(&m->move_misreports, memory_order_relaxed))
+                                if (atomic_load_explicit(&m->core.move_misreports, memory_order_relaxed))
                                         log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
                                                  "(decided from pagemap, evict.c)",
-                                                 (unsigned long long)atomic_load_explicit(&m->move_misreports,
+                                                 (unsigned long long)atomic_load_explicit(&m->core.move_misreports,
                                                                                           memory_order_relaxed));
                         } else
                                 conn_readable(m, evs[i].data.ptr);
@@ -1889,7 +1919,7 @@ int manager_run(Manager *m) {
                 reap_conns(m);
                 for (MMClient *mm = m->mms; mm; mm = mm->next)
                         if (mm->repump)
-                                evict_pump(m, mm);
+                                evict_pump(&m->core, mm);
         }
         return 0;
 }

@@ -8,17 +8,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "codec.h"
 #include "config.h"
-#include "inbox.h"
+#include "core.h"
+#include "macro.h"
 #include "mmclient.h"
-#include "pool.h"
+#include "reclaim.h"
 #include "report.h"
-#include "tier.h"
-#include "tunables.h"
 
-typedef struct Evictor Evictor;
-typedef struct Closer Closer;
+typedef struct Manager Manager;
 
 typedef struct ManagerConfig {
         const char *socket_path;
@@ -80,30 +77,20 @@ struct Conn {
 /*
  * The daemon. Threads: the manager (the thread in manager_run(), and
  * manager_new()/manager_free() around it), the fault threads, the
- * compression workers, the tier's writer and the closer. Each group of
- * fields below says who writes it and how the others read it.
+ * compression workers, the tier's writer and the closer. What the layers
+ * below share of it is the Core (core.h); the rest is the manager's. Each
+ * group of fields below says who writes it and how the others read it.
  */
 struct Manager {
-        /* Set by manager_new() before it starts any other thread (fts,
-         * nfts, evictor: as it starts them, before any client exists, so
-         * before any thread can look at them), constant until
-         * manager_free() has stopped the threads: any thread reads them
-         * without a lock */
+        /* first: manager_of() casts back from the Core the layers below see */
+        Core core;
+        /* set by manager_new() before it starts any other thread, constant */
         ManagerConfig cfg;
-        PoolShared *pools;    /* counters and bound of every client's pool (pool.c: its own atomics) */
-        uint64_t daemon_id;   /* random, names this instance in the stores it owns */
 
         /* manager thread only */
         bool handover;        /* exiting without restoring: clients wait for the next daemon */
         int epfd;
         int listen_fd;
-
-        Inbox inbox;       /* work from workers and fault threads: any thread pushes, the manager takes (mpsc.h) */
-
-        /* set before the other threads start, constant (see cfg) */
-        Closer *closer;    /* closes what clients sent off this thread (closer.c); any thread hands it fds */
-
-        /* manager thread only */
         int timer_fd;      /* periodic maintenance */
         int signal_fd;
         bool exiting;
@@ -114,12 +101,6 @@ struct Manager {
         uint64_t watchdog_ns, watchdog_last_ns, status_last_ns;
         char status[128];
 
-        /* set before any client exists, constant (see cfg) */
-        FaultThread **fts;
-        unsigned nfts;
-        Evictor *evictor;     /* the manager's (evict.c submits to it) */
-        Tier *tier;           /* the second tier ([tier] backing), or NULL (tier.h) */
-
         /* manager thread only */
         Config conf;       /* zswapd.conf in force: [daemon] as read at start, [users] as of the last reload */
         struct UserState *users; /* users with connections or clients (users.c) */
@@ -128,52 +109,12 @@ struct Manager {
         MMClient *mms;
         uint64_t next_mm_id;
         uint64_t next_conn_serial;
-
-        /* children created by UFFD_EVENT_FORK that no process has claimed
-         * yet: a fault thread pushes one onto orphans_new without a lock
-         * (manager_adopt_orphan); the manager moves them to orphans, its
-         * own list, whenever it looks (manager_orphans) */
-        _Atomic(MMClient *) orphans_new;
+        /* fork children no process has claimed yet, taken from
+         * core.orphans_new whenever the manager looks (manager_orphans()) */
         MMClient *orphans;
 
-        /* global counters, relaxed atomics: any thread adds, the manager
-         * reads them for statistics and logs; nothing is ordered by them */
-        _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked, zero_ahead;
-        _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
-        _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
-
-        /* reclaim (reclaim.c): tunables owned by the manager thread, and
-         * the copies other threads read */
-        Tunables tun;          /* manager thread only */
-        /* what the kernel offers (probe_features()): set before the other
-         * threads start, constant (see cfg) */
-        bool wp_async;         /* the kernel offers UFFD_FEATURE_WP_ASYNC: writes are tracked */
-        bool pagemap_scan;     /* PAGEMAP_SCAN works on pagemap */
-        uint64_t zero_pfn;     /* the zero page's frame as pagemap shows it (0: not shown) */
-        bool uffd_poison;      /* UFFD_FEATURE_POISON: a lost page becomes a SIGBUS (tier.c) */
-        /* copies of tunables, written by the manager (reclaim_apply()),
-         * read by fault threads, workers and the tier's writer: relaxed,
-         * each is a setting on its own (a thread that reads the old one a
-         * moment longer acts as if it had read it a moment earlier;
-         * pool_bound and pool_resume may be seen from two applies, and
-         * both are hints the pool's own counters decide) */
-        _Atomic bool keep_clean;
-        _Atomic uint32_t clean_max_permille; /* tun.clean_max, for the fault threads */
-        _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */
-        /* the pool is at its bound: set and cleared by whichever of the
-         * workers and the manager sees the pool cross pool_bound or
-         * pool_resume (reclaim_pool_accepts(): an exchange, so one of
-         * them logs it), and by the manager when the bound changes;
-         * relaxed, a hint that the pool's own counters decide */
-        _Atomic bool pool_full;
-        _Atomic uint64_t pool_full_events; /* times it was set: a relaxed counter */
-        /* manager thread only (reclaim.c) */
-        uint64_t reclaim_last_ms, pressure_last_ms;
-        double psi_now;        /* memory stall share (PSI "some") over the last period, percent */
-        uint64_t psi_total, psi_total_ms; /* the PSI total (µs) read then, and when */
-        uint64_t avail_now;    /* last MemAvailable read, bytes */
-        uint64_t hold_target;  /* pages the pressure controller wants held out */
-
+        /* the reclaim policy's state and tunables (reclaim.c); manager thread only */
+        Reclaim reclaim;
         ReportState report;    /* counters' recent samples, for rates (report.c); manager thread only */
 };
 
@@ -191,16 +132,11 @@ int manager_build_config(const ManagerConfig *cfg, Config *ret, char *err, size_
 Manager *manager_free(Manager *m);
 int manager_run(Manager *m);
 
-/* Work the manager receives from workers and fault threads. */
-enum {
-        MW_BATCH_DONE = 100, /* a worker compressed lane `lane` of mm; v = pages stored */
-        MW_RESTORE_DONE,     /* a fault thread restored [a, b) of mm for request id */
-        MW_SYNC_DONE,        /* a fault thread caught up with mm's events: run the request */
-};
-void manager_post(Manager *m, Work *w);
+/* The one up-cast: the Manager whose Core the layers below were handed. */
+static inline Manager *manager_of(Core *core) {
+        return container_of(core, Manager, core);
+}
 
-/* From any thread: hand a new fork child to the manager. */
-void manager_adopt_orphan(Manager *m, MMClient *child);
 /* manager thread: the orphans, with those pushed since the last look */
 MMClient *manager_orphans(Manager *m);
 

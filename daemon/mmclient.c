@@ -40,19 +40,17 @@
 #include "inject.h"
 #include "uffd-compat.h"
 
-#include "fault.h"
 #include "closer.h"
 #include "log.h"
-#include "manager.h"
+#include "core.h"
 #include "memread.h"
 #include "mmclient.h"
 #include "tier.h"
-#include "evict.h"
-#include "reclaim.h"
+#include "age.h"
 #include "pool.h"
 #include "store.h"
 
-int mmclient_new(Manager *m, int uffd, MMClient **ret) {
+int mmclient_new(Core *core, int uffd, MMClient **ret) {
         MMClient *mm = INJECT_ALLOC(calloc(1, sizeof(*mm)));
         int r;
 
@@ -61,7 +59,7 @@ int mmclient_new(Manager *m, int uffd, MMClient **ret) {
         atomic_init(&mm->refs, 1);
         atomic_init(&mm->quota_left, INT64_MAX);
         atomic_init(&mm->fork_bytes, 0);
-        mm->m = m;
+        mm->core = core;
         mm->uffd = uffd;
         atomic_init(&mm->pid, 0);
         atomic_init(&mm->pidfd, -1);
@@ -76,11 +74,11 @@ int mmclient_new(Manager *m, int uffd, MMClient **ret) {
         mm->store_fd = -1;
         pthread_mutex_init(&mm->regions_lock, NULL);
         pthread_mutex_init(&mm->serve_lock, NULL);
-        if (m->pools) {
-                r = store_create(m->cfg.codec, m->wp_async ? STORE_F_WP_ASYNC : 0, m->daemon_id, &mm->store);
+        if (core->pools) {
+                r = store_create(core->cfg.codec, core->wp_async ? STORE_F_WP_ASYNC : 0, core->daemon_id, &mm->store);
                 if (r >= 0) {
                         mm->store_fd = r;
-                        r = pool_new_store(m->pools, mm->store, mm->store_fd, &mm->pool);
+                        r = pool_new_store(core->pools, mm->store, mm->store_fd, &mm->pool);
                 }
                 if (r >= 0)
                         r = pindex_new_store(mm->store, &mm->index);
@@ -305,8 +303,8 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
                 if (pe_is_tier(v)) {
                         /* the stub says which blocks lose a reference */
                         TierStub s = mmclient_tier_stub(mm, v);
-                        if (mm->m && mm->m->tier)
-                                tier_put(mm->m->tier, &s);
+                        if (mm->core && mm->core->tier)
+                                tier_put(mm->core->tier, &s);
                         mmclient_count_tier(mm, s.len, -1);
                 }
                 pool_release(mm->pool, pe_handle(v));
@@ -380,9 +378,10 @@ MMClient *mmclient_unref(MMClient *mm) {
         bool held = atomic_load_explicit(&mm->fork_hold, memory_order_relaxed) != 0;
         if (held)
                 mm->keep_store = true;
-        fault_mm_free_retries(mm);
-        for (unsigned i = 0; i < mm->nlanes; i++)
-                evict_lane_drop_keeps(mm, &mm->lanes[i]);
+        /* what the fault threads and eviction hang on it (retries, the
+         * copies its lanes kept) */
+        if (mm->core && mm->core->ops && mm->core->ops->mm_release)
+                mm->core->ops->mm_release(mm);
         if (mm->index) {
                 /* handed over: the entries stay for the next daemon */
                 if (!mm->keep_store)
@@ -405,10 +404,10 @@ MMClient *mmclient_unref(MMClient *mm) {
                 munmap(mm->sync, ZSWAP_SYNC_SIZE);
         }
         safe_close(mm->sync_fd);
-        if (atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) && mm->m && mm->m->closer)
+        if (atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) && mm->core && mm->core->closer)
                 /* a read of ours may still hold the process's mmap lock
                  * (memread.h), which the uffd's release takes for writing */
-                mm->uffd = closer_hand(mm->m->closer, mm->uffd, mm->uid);
+                mm->uffd = closer_hand(mm->core->closer, mm->uffd, mm->uid);
         else
                 safe_close(mm->uffd);
         safe_close(mmclient_pidfd(mm));
@@ -596,9 +595,9 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_
                 i++;
         if (i < mm->nregions && mm->regions[i].start < end)
                 return -EEXIST;
-        if (mm->nregions >= mm->m->cfg.max_regions)
+        if (mm->nregions >= mm->core->cfg.max_regions)
                 return -ENOSPC;
-        if (mm->registered_bytes + (end - start) > mm->m->cfg.max_registered)
+        if (mm->registered_bytes + (end - start) > mm->core->cfg.max_registered)
                 return -ENOSPC;
         int r = regions_insert(mm, i, start, end, stamp, armed);
         if (r < 0)
@@ -611,7 +610,7 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_
 int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end, bool armed) {
         pthread_mutex_lock(&mm->regions_lock);
         /* a page never seen used counts as used when it was registered */
-        int r = region_add_locked(mm, start, end, reclaim_stamp(), armed);
+        int r = region_add_locked(mm, start, end, age_stamp(), armed);
         regions_persist(mm);
         pthread_mutex_unlock(&mm->regions_lock);
         return r;

@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 #include <sys/types.h>
 
 #include "inject.h"
+#include "macro.h"
 #include "pindex.h"
 #include "pool.h"
 #include "store.h"
@@ -22,7 +24,7 @@
 #include "tier.h"
 #include "zsync.h"
 
-typedef struct Manager Manager;
+typedef struct Core Core;
 typedef struct FaultThread FaultThread;
 typedef struct Conn Conn;
 typedef struct PageoutOp PageoutOp;
@@ -65,7 +67,7 @@ typedef struct Lane {
 
 typedef struct Region {
         uint64_t start, end;
-        uint32_t stamp; /* when it was registered (reclaim_stamp()) */
+        uint32_t stamp; /* when it was registered (age_stamp()) */
         /* registered for missing faults (mmclient_region_arm()): only then
          * may a page leave it. Carried by splits, moves and forks, as the
          * kernel carries the vmas' flags */
@@ -134,7 +136,7 @@ typedef struct MMReclaim {
 typedef struct MMClient {
         /* any holder: mmclient_ref() relaxed, mmclient_unref() acq_rel */
         _Atomic int refs;
-        Manager *m;      /* before publish, constant */
+        Core *core;      /* the daemon as the layers below the manager see it (core.h): before publish, constant */
         /* the manager's only: given when the client is linked (mm_serve(),
          * or a fork child's CHILD_ATTACH, do_child_attach()); zswapctl
          * names it. No other thread reads it */
@@ -325,7 +327,7 @@ typedef struct MMClient {
         /* pool bytes this client may still take under its user's
          * max_pool; INT64_MAX: no quota. The manager sets it each tick
          * (users.c); workers, per page, and the reader copying pages to a
-         * fork child take from it and give back (users_quota_take()): a
+         * fork child take from it and give back (mmclient_quota_take()): a
          * budget, relaxed. A fork child's is set before publish */
         _Atomic int64_t quota_left;
         /* pool bytes copied for a child this client's fork event is
@@ -353,6 +355,7 @@ typedef struct MMClient {
          * (manager_adopt_orphan()), before publish */
         uint64_t fork_paused_at;
         uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
+        uint64_t fork_reply_serial; /* the serial of the connection that asked it (the manager finds it by it) */
         unsigned unregisters;  /* pending unregister requests: pump pauses */
         bool repump;           /* planning ran out of budget: pump again soon */
 
@@ -421,7 +424,7 @@ static inline int mmclient_mem_fd(const MMClient *mm) {
 
 /* A new client address space, with a new store if the manager has pools
  * (m->pools); the caller keeps uffd on failure. */
-int mmclient_new(Manager *m, int uffd, MMClient **ret);
+int mmclient_new(Core *core, int uffd, MMClient **ret);
 /* A read-only descriptor of mm's store for its process (store_reopen_ro()). */
 int mmclient_store_fd_ro(MMClient *mm);
 MMClient *mmclient_ref(MMClient *mm);
@@ -588,3 +591,22 @@ bool uffd_mm_alive(int uffd);
  * Unregister it. */
 int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end);
 int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end);
+
+/* Take n pool bytes from mm's share of its user's max_pool (quota_left,
+ * which the manager hands out every tick, users.c): true, or false with
+ * nothing taken. mmclient_quota_give() gives them back (an allocation that
+ * failed after all). Any thread. */
+static inline bool mmclient_quota_take(MMClient *mm, int64_t n) {
+        /* relaxed: a budget, not a synchronisation; the CAS-free debit may
+         * let concurrent takers go below zero by what they took at once,
+         * each of whom then gives it back */
+        if (atomic_fetch_sub_explicit(&mm->quota_left, n, memory_order_relaxed) >= n)
+                return true;
+        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
+        return false;
+}
+
+static inline void mmclient_quota_give(MMClient *mm, int64_t n) {
+        /* relaxed: as mmclient_quota_take() */
+        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
+}

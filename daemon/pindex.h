@@ -25,7 +25,7 @@ typedef struct PageIndex PageIndex;
  */
 #define PMETA_PAGES 512
 typedef struct PageMeta {
-        _Atomic uint32_t stamp[PMETA_PAGES]; /* last use seen (reclaim_stamp()), 0: never */
+        _Atomic uint32_t stamp[PMETA_PAGES]; /* last use seen (age_stamp()), 0: never */
         _Atomic uint16_t epoch[PMETA_PAGES]; /* the client's eviction epoch when evicted */
         _Atomic uint8_t hot[PMETA_PAGES];    /* CLOCK count: passes of the hand it survives */
         _Atomic uint32_t refaults;           /* refaults in the zone, ever */

@@ -17,7 +17,7 @@
  *
  * and hands the result to evict.c as one policy op per client, which a
  * clock hand carries round the client's registered memory. The pool bound
- * is checked by the workers themselves (reclaim_pool_accepts) so that no
+ * is checked by the workers themselves (core_pool_accepts) so that no
  * tick-long overshoot happens; when it is reached the kept copies of clean
  * pages, a cache, are dropped first.
  *
@@ -37,10 +37,11 @@
 #include "evict.h"
 #include "log.h"
 #include "memread.h"
-#include "manager.h"
+#include "core.h"
+#include "mmclient.h"
+#include "pool.h"
 #include "reclaim.h"
 
-uint64_t reclaim_t0_ms;
 
 typedef void (*ScanFn)(MMClient *mm, uint64_t start, uint64_t end, void *ud);
 
@@ -91,7 +92,7 @@ static uint64_t count_present_pread(MMClient *mm, uint64_t start, uint64_t end) 
                         break;
                 for (size_t i = 0; i < k; i++)
                         n += (pm[i] & (PM_PRESENT | PM_FILE)) == PM_PRESENT &&
-                             !(mm->m->zero_pfn && PM_PFN(pm[i]) == mm->m->zero_pfn);
+                             !(mm->core->zero_pfn && PM_PFN(pm[i]) == mm->core->zero_pfn);
                 a += k * ZSWAP_PAGE_SIZE;
         }
         return n;
@@ -182,7 +183,7 @@ static bool wp_zone_due(MMClient *mm, uint64_t z, uint32_t seq, uint32_t stamp) 
         meta->wp_seen = seq;
         meta->wp_out = meta->wp_skip > 0;
         if (meta->wp_out) {
-                atomic_fetch_add_explicit(&mm->m->write_zones_out, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->core->write_zones_out, 1, memory_order_relaxed);
                 meta->wp_skip--;
                 wp_sit_out(meta, stamp);
                 return false;
@@ -234,71 +235,42 @@ static int write_scan(MMClient *mm, uint64_t start, uint64_t end, uint32_t seq, 
 }
 
 /* Resident pages of mm, and the write scan if it is due. */
-static uint64_t scan_client(Manager *m, MMClient *mm, uint64_t now, bool do_write_scan) {
+static uint64_t scan_client(Reclaim *rc, MMClient *mm, uint64_t now, bool do_write_scan) {
         _cleanup_free_ Region *rg = NULL;
         size_t n = regions_snapshot(mm, &rg);
         uint64_t resident = 0;
-        uint32_t stamp = reclaim_stamp();
+        uint32_t stamp = age_stamp();
 
         uint32_t seq = do_write_scan ? ++mm->rc.write_scans : 0;
 
         for (size_t i = 0; i < n; i++) {
                 if (do_write_scan && mm->wp_async && write_scan(mm, rg[i].start, rg[i].end, seq, stamp) < 0)
                         do_write_scan = false;
-                if (!m->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_PRESENT, false, count_cb,
+                if (!rc->core->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_PRESENT, false, count_cb,
                                                 &resident) < 0)
                         resident += count_present_pread(mm, rg[i].start, rg[i].end);
         }
         if (do_write_scan && mm->wp_async) {
                 for (size_t i = 0; i < n; i++)
                         wp_judge(mm, rg[i].start, rg[i].end, seq);
-                atomic_fetch_add_explicit(&m->write_scans, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&rc->core->write_scans, 1, memory_order_relaxed);
         }
         if (do_write_scan)
                 mm->rc.written_ms = now;
         return resident;
 }
 
-/* ---- ageing: what fault threads tell us ---- */
-
-void reclaim_note_refault(MMClient *mm, uint64_t addr) {
-        PageMeta *meta = pindex_meta(mm->index, addr, false);
-        atomic_fetch_add_explicit(&mm->st.refaults, 1, memory_order_relaxed);
-        if (!meta)
-                return;
-        unsigned i = pmeta_idx(addr);
-        uint16_t then = atomic_load_explicit(&meta->epoch[i], memory_order_relaxed);
-        uint16_t ep = reclaim_epoch(atomic_load_explicit(&mm->st.evictions, memory_order_relaxed));
-        uint64_t distance = (uint64_t)(uint16_t)(ep - then) << 6;
-        uint64_t resident = atomic_load_explicit(&mm->st.resident_pages, memory_order_relaxed);
-        /* evicted less than a resident set ago: an LRU of this size would
-         * have kept it, so it is working set */
-        atomic_store_explicit(&meta->hot[i], distance <= resident ? 3 : 1, memory_order_relaxed);
-        atomic_store_explicit(&meta->stamp[i], reclaim_stamp(), memory_order_relaxed);
-        atomic_fetch_add_explicit(&meta->refaults, 1, memory_order_relaxed);
-}
-
-void reclaim_note_use(MMClient *mm, uint64_t addr) {
-        PageMeta *meta = pindex_meta(mm->index, addr, false);
-        if (!meta)
-                return;
-        atomic_store_explicit(&meta->stamp[pmeta_idx(addr)], reclaim_stamp(), memory_order_relaxed);
-        /* brought back ahead of a reader: for thrash protection, a return
-         * like a refault */
-        atomic_fetch_add_explicit(&meta->refaults, 1, memory_order_relaxed);
-}
-
 /* ---- thrash protection ---- */
 
 typedef struct ThrashCtx {
-        Manager *m;
+        Reclaim *rc;
         MMClient *mm;
         uint64_t now;
 } ThrashCtx;
 
 static int thrash_cb(void *ud, uint64_t addr, PageMeta *meta) {
         ThrashCtx *c = ud;
-        const Tunables *t = &c->m->tun;
+        const Tunables *t = &c->rc->tun;
         uint32_t refaults = atomic_load_explicit(&meta->refaults, memory_order_relaxed);
         uint64_t dt = c->now - meta->seen_ms;
 
@@ -333,40 +305,7 @@ static int thrash_cb(void *ud, uint64_t addr, PageMeta *meta) {
 
 /* ---- pool bound ---- */
 
-bool reclaim_pool_accepts(Manager *m) {
-        uint64_t bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
-        if (bound == 0)
-                return true;
-        PoolStats ps;
-        pool_shared_stats(m->pools, &ps);
-        bool full = atomic_load_explicit(&m->pool_full, memory_order_relaxed);
-        if (!full && ps.pool_bytes >= bound) {
-                if (!atomic_exchange_explicit(&m->pool_full, true, memory_order_relaxed)) {
-                        atomic_fetch_add_explicit(&m->pool_full_events, 1, memory_order_relaxed);
-                        log_info("pool at its bound (%llu bytes): eviction stops", (unsigned long long)bound);
-                }
-                return false;
-        }
-        if (full && ps.pool_bytes < atomic_load_explicit(&m->pool_resume, memory_order_relaxed)) {
-                if (atomic_exchange_explicit(&m->pool_full, false, memory_order_relaxed))
-                        log_info("pool under %llu bytes again: eviction resumes",
-                                 (unsigned long long)atomic_load_explicit(&m->pool_resume, memory_order_relaxed));
-                return true;
-        }
-        return !full;
-}
 
-bool reclaim_pool_room(Manager *m, uint64_t len) {
-        /* relaxed: a bound set by the manager, read as a hint; the pool's
-         * own counter is the one that matters, and a chunk made by the
-         * allocation that passes this check is the overshoot */
-        uint64_t bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
-        if (bound == 0)
-                return true;
-        PoolStats ps;
-        pool_shared_stats(m->pools, &ps);
-        return ps.pool_bytes + len <= bound;
-}
 
 static int drop_clean_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         MMClient *mm = ud;
@@ -398,11 +337,11 @@ static bool client_managed(MMClient *mm) {
  * target evicts nothing, and pages come back as they are used. The step
  * bound and PSI's own 10 s average keep it from oscillating.
  */
-static void pressure_period(Manager *m, uint64_t now) {
-        const Tunables *t = &m->tun;
+static void pressure_period(Reclaim *rc, uint64_t now) {
+        const Tunables *t = &rc->tun;
         uint64_t resident = 0, held = 0;
 
-        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+        for (MMClient *mm = *rc->mms; mm; mm = mm->next) {
                 mm->rc.pressure_want = 0;
                 if (!client_managed(mm))
                         continue;
@@ -414,36 +353,36 @@ static void pressure_period(Manager *m, uint64_t now) {
          * (docs/benchmarks.md) */
         uint64_t total = 0;
         if (proc_psi_memory_some_total(&total) == 0) {
-                uint64_t dt_us = (now - m->psi_total_ms) * 1000;
-                m->psi_now = m->psi_total_ms && dt_us && total >= m->psi_total
-                                     ? 100.0 * (double)(total - m->psi_total) / (double)dt_us
+                uint64_t dt_us = (now - rc->psi_total_ms) * 1000;
+                rc->psi_now = rc->psi_total_ms && dt_us && total >= rc->psi_total
+                                     ? 100.0 * (double)(total - rc->psi_total) / (double)dt_us
                                      : proc_psi_memory_some();
-                m->psi_total = total;
-                m->psi_total_ms = now;
+                rc->psi_total = total;
+                rc->psi_total_ms = now;
         } else
-                m->psi_now = proc_psi_memory_some();
-        m->avail_now = proc_mem_available();
-        m->pressure_last_ms = now;
+                rc->psi_now = proc_psi_memory_some();
+        rc->avail_now = proc_mem_available();
+        rc->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
-                m->hold_target = 0;
-                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                rc->hold_target = 0;
+                for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                         mm->rc.pressure_left = mm->rc.pressure_cap = 0;
                 return;
         }
         uint64_t step = MAX((uint64_t)((double)(resident + held) * t->pressure_step / 100.0), (uint64_t)256);
-        bool high = (t->pressure_target > 0 && m->psi_now > t->pressure_target) ||
-                    (t->min_free && m->avail_now < t->min_free);
-        bool low = (t->pressure_target <= 0 || m->psi_now < t->pressure_target / 2) &&
-                   (t->min_free == 0 || m->avail_now > t->min_free + step * ZSWAP_PAGE_SIZE);
+        bool high = (t->pressure_target > 0 && rc->psi_now > t->pressure_target) ||
+                    (t->min_free && rc->avail_now < t->min_free);
+        bool low = (t->pressure_target <= 0 || rc->psi_now < t->pressure_target / 2) &&
+                   (t->min_free == 0 || rc->avail_now > t->min_free + step * ZSWAP_PAGE_SIZE);
         if (high)
-                m->hold_target = MIN(MAX(m->hold_target, held) + step, resident + held);
+                rc->hold_target = MIN(MAX(rc->hold_target, held) + step, resident + held);
         else if (low)
-                m->hold_target = m->hold_target > step ? m->hold_target - step : 0;
+                rc->hold_target = rc->hold_target > step ? rc->hold_target - step : 0;
         log_debug("pressure: psi some %.2f%% over the period (target %.2f%%), available %llu MiB: hold %llu pages (held %llu)",
-                  m->psi_now, t->pressure_target, (unsigned long long)(m->avail_now >> 20),
-                  (unsigned long long)m->hold_target, (unsigned long long)held);
-        uint64_t want = m->hold_target > held && resident ? MIN(m->hold_target - held, step) : 0;
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                  rc->psi_now, t->pressure_target, (unsigned long long)(rc->avail_now >> 20),
+                  (unsigned long long)rc->hold_target, (unsigned long long)held);
+        uint64_t want = rc->hold_target > held && resident ? MIN(rc->hold_target - held, step) : 0;
+        for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                 if (client_managed(mm)) {
                         /* this period's share; the backlog is capped at it */
                         mm->rc.pressure_want =
@@ -457,27 +396,27 @@ static void pressure_period(Manager *m, uint64_t now) {
 /* ---- the tick ---- */
 
 static uint32_t stamp_at(uint64_t ms) {
-        return ms <= reclaim_t0_ms ? 1 : (uint32_t)((ms - reclaim_t0_ms) / RECLAIM_STAMP_MS) + 1;
+        return ms <= age_t0_ms ? 1 : (uint32_t)((ms - age_t0_ms) / AGE_STAMP_MS) + 1;
 }
 
-uint64_t reclaim_client_limit(Manager *m, MMClient *mm) {
+uint64_t reclaim_client_limit(Reclaim *rc, MMClient *mm) {
         /* the client's own, else its user's ([users] limit), else the daemon's */
-        return mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : m->tun.limit;
+        return mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : rc->tun.limit;
 }
 
-void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {
+void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
         uint64_t now = now_ms();
         if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                 return;
         /* statistics: a count younger than a tick will do (a loop of stats
          * requests must not turn into a loop of page-table walks) */
-        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(m, mm), memory_order_relaxed);
-        if (!fresh && mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(m->tun.interval_ms, (uint64_t)100))
+        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
+        if (!fresh && mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(rc->tun.interval_ms, (uint64_t)100))
                 return;
         mm->rc.measured_ms = now;
-        mm->rc.resident = scan_client(m, mm, now, false);
+        mm->rc.resident = scan_client(rc, mm, now, false);
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
-        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(m, mm), memory_order_relaxed);
+        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
 }
 
 /*
@@ -491,26 +430,26 @@ void reclaim_measure(Manager *m, MMClient *mm, bool fresh) {
  * Once a policy applies, the first tick's write scan finds every page
  * written since the client registered it: in use, as far as ageing knows.
  */
-static bool reclaim_watches(Manager *m, MMClient *mm, uint64_t limit, int64_t idle) {
-        const Tunables *t = &m->tun;
+static bool reclaim_watches(Reclaim *rc, MMClient *mm, uint64_t limit, int64_t idle) {
+        const Tunables *t = &rc->tun;
         return limit || idle > 0 || t->pressure_target > 0 || t->min_free || mm->rc.op || mmclient_held_pages(mm) ||
                atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed);
 }
 
-static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
-        const Tunables *t = &m->tun;
-        uint64_t limit = reclaim_client_limit(m, mm);
+static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
+        const Tunables *t = &rc->tun;
+        uint64_t limit = reclaim_client_limit(rc, mm);
         int64_t idle = mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)t->idle_age_ms;
 
         atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
-        if (!reclaim_watches(m, mm, limit, idle))
+        if (!reclaim_watches(rc, mm, limit, idle))
                 return;
         bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
-        mm->rc.resident = scan_client(m, mm, now, write_scan);
+        mm->rc.resident = scan_client(rc, mm, now, write_scan);
         mm->rc.measured_ms = now;
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
         if (now - mm->rc.thrash_ms >= 500) {
-                ThrashCtx c = { .m = m, .mm = mm, .now = now };
+                ThrashCtx c = { .rc = rc, .mm = mm, .now = now };
                 pindex_walk_meta(mm->index, thrash_cb, &c);
                 mm->rc.thrash_ms = now;
         }
@@ -537,19 +476,19 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
         mm->rc.pressure_want = 0;
         mm->rc.last_op = NULL;
         uint64_t want = MAX(want_limit, mm->rc.pressure_left);
-        if ((want == 0 && idle_before == 0) || !reclaim_pool_accepts(m)) {
+        if ((want == 0 && idle_before == 0) || !core_pool_accepts(rc->core)) {
                 /* nothing to take (or no room to store it): an op still
                  * sweeping stops taking by the clock */
                 if (mm->rc.op)
                         mm->rc.op->want = 0;
                 return;
         }
-        PageoutOp *op = mm->rc.op ? mm->rc.op : evict_queue_reclaim(m, mm);
+        PageoutOp *op = mm->rc.op ? mm->rc.op : evict_queue_reclaim(rc->core, mm);
         if (!op)
                 return;
         log_debug("pid %d: resident %llu pages, policy eviction: want %llu (limit %llu), idle before %u (now %u)",
                   (int)mmclient_pid(mm), (unsigned long long)mm->rc.resident, (unsigned long long)want,
-                  (unsigned long long)want_limit, idle_before, reclaim_stamp());
+                  (unsigned long long)want_limit, idle_before, age_stamp());
         op->want = want;
         mm->rc.last_op = op;
         mm->rc.last_want = want;
@@ -558,57 +497,59 @@ static void reclaim_client(Manager *m, MMClient *mm, uint64_t now) {
         /* a limit is the user's word: thrashing zones are spared only by
          * the daemon's own initiatives (idle, pressure) */
         op->spare_thrash = want_limit == 0;
-        evict_pump(m, mm);
+        evict_pump(rc->core, mm);
 }
 
-void reclaim_tick(Manager *m) {
+void reclaim_tick(Reclaim *rc) {
         uint64_t now = now_ms();
 
-        if (now - m->reclaim_last_ms < m->tun.interval_ms)
+        if (now - rc->reclaim_last_ms < rc->tun.interval_ms)
                 return;
-        m->reclaim_last_ms = now;
-        if (atomic_load_explicit(&m->pool_full, memory_order_relaxed)) {
+        rc->reclaim_last_ms = now;
+        if (atomic_load_explicit(&rc->core->pool_full, memory_order_relaxed)) {
                 /* make room: kept copies of clean pages are a cache */
-                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                         if (atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed))
                                 pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_clean_cb, mm);
-                manager_pool_reclaim(m);
-                reclaim_pool_accepts(m);
+                rc->core->ops->pool_reclaim(rc->core);
+                core_pool_accepts(rc->core);
         }
-        if (now - m->pressure_last_ms >= m->tun.pressure_period_ms)
-                pressure_period(m, now);
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
+        if (now - rc->pressure_last_ms >= rc->tun.pressure_period_ms)
+                pressure_period(rc, now);
+        for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                 if (client_managed(mm))
-                        reclaim_client(m, mm, now);
+                        reclaim_client(rc, mm, now);
 }
 
-void reclaim_soon(Manager *m) {
+void reclaim_soon(Reclaim *rc) {
         /* within 50 ms; never later than it was due, however many ask */
-        uint64_t due = now_ms() + 50, at = due > m->tun.interval_ms ? due - m->tun.interval_ms : 0;
-        m->reclaim_last_ms = MIN(m->reclaim_last_ms, at);
+        uint64_t due = now_ms() + 50, at = due > rc->tun.interval_ms ? due - rc->tun.interval_ms : 0;
+        rc->reclaim_last_ms = MIN(rc->reclaim_last_ms, at);
 }
 
-void reclaim_init(Manager *m) {
-        reclaim_t0_ms = now_ms() - RECLAIM_STAMP_MS;
-        reclaim_apply(m);
+void reclaim_init(Reclaim *rc, Core *core, MMClient *const *mms) {
+        rc->core = core;
+        rc->mms = mms;
+        age_t0_ms = now_ms() - AGE_STAMP_MS;
+        reclaim_apply(rc);
 }
 
-void reclaim_apply(Manager *m) {
-        const Tunables *t = &m->tun;
-        atomic_store_explicit(&m->keep_clean, t->keep_clean, memory_order_relaxed);
-        atomic_store_explicit(&m->clean_max_permille, (uint32_t)(t->clean_max * 10), memory_order_relaxed);
-        atomic_store_explicit(&m->pool_bound, t->pool_max, memory_order_relaxed);
-        atomic_store_explicit(&m->pool_resume, (uint64_t)((double)t->pool_max * t->pool_accept / 100.0),
+void reclaim_apply(Reclaim *rc) {
+        const Tunables *t = &rc->tun;
+        atomic_store_explicit(&rc->core->keep_clean, t->keep_clean, memory_order_relaxed);
+        atomic_store_explicit(&rc->core->clean_max_permille, (uint32_t)(t->clean_max * 10), memory_order_relaxed);
+        atomic_store_explicit(&rc->core->pool_bound, t->pool_max, memory_order_relaxed);
+        atomic_store_explicit(&rc->core->pool_resume, (uint64_t)((double)t->pool_max * t->pool_accept / 100.0),
                               memory_order_relaxed);
         if (t->pool_max == 0)
-                atomic_store_explicit(&m->pool_full, false, memory_order_relaxed);
+                atomic_store_explicit(&rc->core->pool_full, false, memory_order_relaxed);
 }
 
-int reclaim_status(Manager *m, char *buf, size_t len) {
+int reclaim_status(Reclaim *rc, char *buf, size_t len) {
         PoolStats ps;
-        pool_shared_stats(m->pools, &ps);
+        pool_shared_stats(rc->core->pools, &ps);
         return snprintf(buf, len, "psi_some=%.2f mem_available=%llu hold_target_pages=%llu pool_bytes=%llu pool_full=%d",
-                        m->psi_now, (unsigned long long)m->avail_now, (unsigned long long)m->hold_target,
+                        rc->psi_now, (unsigned long long)rc->avail_now, (unsigned long long)rc->hold_target,
                         (unsigned long long)ps.pool_bytes,
-                        (int)atomic_load_explicit(&m->pool_full, memory_order_relaxed));
+                        (int)atomic_load_explicit(&rc->core->pool_full, memory_order_relaxed));
 }

@@ -76,7 +76,7 @@ void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
          * global ones may be up to 100 ms old */
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (!only || mm == only)
-                        reclaim_measure(m, mm, only != NULL);
+                        reclaim_measure(&m->reclaim, mm, only != NULL);
         if (only) {
                 stats_add_mm(s, only);
                 s->clients = 1;
@@ -91,14 +91,14 @@ void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         /* releases are deferred (the fault path never takes the pool's
          * locks): settle them so the figures are current */
         manager_pool_reclaim(m);
-        pool_shared_stats(m->pools, &ps);
+        pool_shared_stats(m->core.pools, &ps);
         s->pool_bytes = ps.pool_bytes;
         /* global counters outlive the clients they counted */
-        s->evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);
-        s->faults = atomic_load_explicit(&m->faults, memory_order_relaxed);
-        s->faults_zero = atomic_load_explicit(&m->faults_zero, memory_order_relaxed);
-        s->prefetches = atomic_load_explicit(&m->prefetches, memory_order_relaxed);
-        s->pool_full_events = atomic_load_explicit(&m->pool_full_events, memory_order_relaxed);
+        s->evictions = atomic_load_explicit(&m->core.evictions, memory_order_relaxed);
+        s->faults = atomic_load_explicit(&m->core.faults, memory_order_relaxed);
+        s->faults_zero = atomic_load_explicit(&m->core.faults_zero, memory_order_relaxed);
+        s->prefetches = atomic_load_explicit(&m->core.prefetches, memory_order_relaxed);
+        s->pool_full_events = atomic_load_explicit(&m->core.pool_full_events, memory_order_relaxed);
 }
 
 int report_stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
@@ -123,8 +123,8 @@ void report_tick(Manager *m) {
         if (r->nsamples && ms - r->last_ms < 1000)
                 return;
         r->sample[r->next].ms = ms;
-        r->sample[r->next].evictions = atomic_load_explicit(&m->evictions, memory_order_relaxed);
-        r->sample[r->next].faults = atomic_load_explicit(&m->faults, memory_order_relaxed);
+        r->sample[r->next].evictions = atomic_load_explicit(&m->core.evictions, memory_order_relaxed);
+        r->sample[r->next].faults = atomic_load_explicit(&m->core.faults, memory_order_relaxed);
         r->next = (r->next + 1) % REPORT_SAMPLES;
         if (r->nsamples < REPORT_SAMPLES)
                 r->nsamples++;
@@ -152,8 +152,8 @@ static void status_rates(Manager *m, ZMsgStatusReply *rep) {
 static void status_latency(Manager *m, ZMsgStatusReply *rep) {
         LatencySnapshot s = { 0 };
 
-        for (unsigned i = 0; i < m->nfts; i++)
-                fault_thread_latency(m->fts[i], &s);
+        for (unsigned i = 0; i < m->core.nfts; i++)
+                fault_thread_latency(m->core.fts[i], &s);
         rep->lat_count = s.count;
         rep->lat_sum_ns = s.sum_ns;
         rep->lat_max_ns = s.max_ns;
@@ -168,11 +168,11 @@ static void status_tier(Manager *m, ZMsgStatusReply *rep) {
         TierStats ts;
 
         rep->tier_state = -1;
-        if (!m->tier)
+        if (!m->core.tier)
                 return;
-        tier_get_stats(m->tier, &ts);
+        tier_get_stats(m->core.tier, &ts);
         rep->tier_state = ts.state;
-        snprintf(rep->tier_backing, sizeof(rep->tier_backing), "%s", tier_describe(m->tier));
+        snprintf(rep->tier_backing, sizeof(rep->tier_backing), "%s", tier_describe(m->core.tier));
         rep->tier_capacity = ts.capacity;
         rep->tier_used_bytes = ts.used_blocks * TIER_BLOCK;
         rep->tier_pages = ts.pages;
@@ -197,14 +197,14 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         report_stats_collect(m, NULL, &rep.stats);
         snprintf(rep.codec, sizeof(rep.codec), "%s", codec_to_string(m->cfg.codec));
         rep.level = m->cfg.level;
-        rep.fault_threads = m->nfts;
+        rep.fault_threads = m->core.nfts;
         rep.workers = m->cfg.workers;
-        rep.pool_bound = atomic_load_explicit(&m->pool_bound, memory_order_relaxed);
-        rep.protocol_errors = atomic_load_explicit(&m->protocol_errors, memory_order_relaxed);
-        rep.moves_revoked = atomic_load_explicit(&m->moves_revoked, memory_order_relaxed);
-        rep.zero_ahead = atomic_load_explicit(&m->zero_ahead, memory_order_relaxed);
-        rep.write_scans = atomic_load_explicit(&m->write_scans, memory_order_relaxed);
-        rep.write_zones_out = atomic_load_explicit(&m->write_zones_out, memory_order_relaxed);
+        rep.pool_bound = atomic_load_explicit(&m->core.pool_bound, memory_order_relaxed);
+        rep.protocol_errors = atomic_load_explicit(&m->core.protocol_errors, memory_order_relaxed);
+        rep.moves_revoked = atomic_load_explicit(&m->core.moves_revoked, memory_order_relaxed);
+        rep.zero_ahead = atomic_load_explicit(&m->core.zero_ahead, memory_order_relaxed);
+        rep.write_scans = atomic_load_explicit(&m->core.write_scans, memory_order_relaxed);
+        rep.write_zones_out = atomic_load_explicit(&m->core.write_zones_out, memory_order_relaxed);
         status_rates(m, &rep);
         status_latency(m, &rep);
         status_tier(m, &rep);
@@ -241,7 +241,7 @@ static bool client_visible(Manager *m, Conn *c, bool admin, MMClient *mm) {
 static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
         struct zswap_stats s = { 0 };
 
-        reclaim_measure(m, mm, false);
+        reclaim_measure(&m->reclaim, mm, false);
         stats_add_mm(&s, mm);
         *rec = (ZClientRecord){
                 .id = mm->id,

@@ -63,8 +63,10 @@ typedef struct Ring {
 
 enum { BACKING_FILE, BACKING_NBD };
 
+typedef struct Core Core;
+
 struct Tier {
-        Manager *m;
+        Core *core;          /* tier_writer_start(): before the writer starts, constant; only the writer reads it */
         TierConf conf;
         int kind;
         int fd;              /* file or block device */
@@ -154,4 +156,3 @@ void tier_unref_block(Tier *t, uint64_t b);
 /* tier-writer.c: the writer thread (tier_start() starts it, tier_stop()
  * ends it and frees the job it left) */
 void tier_job_free(Job *j);
-void *tier_writer_main(void *arg);

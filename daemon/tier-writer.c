@@ -34,13 +34,14 @@
 #include "inject.h"
 #include "log.h"
 #include "macro.h"
-#include "manager.h"
+#include "core.h"
 #include "mmclient.h"
 #include "nbd.h"
 #include "pentry.h"
 #include "pindex.h"
 #include "pool.h"
-#include "reclaim.h"
+#include "age.h"
+#include "tier-writer.h"
 #include "tier.h"
 #include "tier-internal.h"
 #include "util.h"
@@ -71,13 +72,13 @@ static bool tier_fork_held(MMClient *mm) {
 }
 
 void tier_tick(Tier *t, MMClient *mms) {
-        uint64_t bound = atomic_load_explicit(&t->m->pool_bound, memory_order_relaxed);
-        uint64_t resume = atomic_load_explicit(&t->m->pool_resume, memory_order_relaxed);
+        uint64_t bound = atomic_load_explicit(&t->core->pool_bound, memory_order_relaxed);
+        uint64_t resume = atomic_load_explicit(&t->core->pool_resume, memory_order_relaxed);
         PoolStats ps;
 
         if (bound == 0)
                 return;
-        pool_shared_stats(t->m->pools, &ps);
+        pool_shared_stats(t->core->pools, &ps);
         /* start under the mark where eviction resumes, so that eviction
          * never has to stop; write down to 90 % of it */
         uint64_t lo = resume - resume / 10;
@@ -455,7 +456,7 @@ static void run_job(Tier *t, Job *j) {
         if (!writer_connected(t))
                 goto out;
         p->t = t;
-        p->now = reclaim_stamp();
+        p->now = age_stamp();
         p->want = j->want;
         set_state(t, TIER_WRITING);
         for (size_t i = 0; i < j->n; i++) {
@@ -494,7 +495,7 @@ out:
         free(p);
 }
 
-void *tier_writer_main(void *arg) {
+static void *tier_writer_main(void *arg) {
         Tier *t = arg;
 
         pthread_setname_np(pthread_self(), "zswapd-tier");
@@ -532,4 +533,13 @@ void *tier_writer_main(void *arg) {
         }
         pthread_mutex_unlock(&t->lock);
         return NULL;
+}
+
+int tier_writer_start(Tier *t, Core *core, char *err, size_t errlen) {
+        t->core = core;
+        int r = -pthread_create(&t->thread, NULL, tier_writer_main, t);
+        if (r < 0)
+                return errorf(r, err, errlen, "cannot start the writer: %s", strerror(-r));
+        t->started = true;
+        return 0;
 }

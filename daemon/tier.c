@@ -486,13 +486,12 @@ static int open_nbd(Tier *t, char *err, size_t errlen) {
 }
 
 
-int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t errlen) {
+int tier_open(const TierConf *conf, Tier **ret, char *err, size_t errlen) {
         Tier *t = calloc(1, sizeof(*t));
         int r;
 
         if (!t)
                 return errorf(-ENOMEM, err, errlen, "out of memory");
-        t->m = m;
         t->conf = *conf;
         if (!t->conf.timeout_ms)
                 t->conf.timeout_ms = TIER_DEFAULT_TIMEOUT_MS;
@@ -555,10 +554,6 @@ int tier_start(Tier *t, char *err, size_t errlen) {
                                       t->conf.backing, strerror(-r));
         } else
                 set_state(t, TIER_DISCONNECTED);
-        r = -pthread_create(&t->thread, NULL, tier_writer_main, t);
-        if (r < 0)
-                return errorf(r, err, errlen, "cannot start the writer: %s", strerror(-r));
-        t->started = true;
         return 0;
 }
 

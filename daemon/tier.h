@@ -36,7 +36,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct Manager Manager;
 typedef struct MMClient MMClient;
 typedef struct Tier Tier;
 typedef struct TierReader TierReader;
@@ -110,9 +109,11 @@ typedef struct TierStats {
 /* Open (create a file if missing, sized conf->size) or connect, read or
  * write the header; no thread yet. 0, or -errno with why in err. Before
  * the sandbox (it opens files and sockets the sandbox then forbids). */
-int tier_open(Manager *m, const TierConf *conf, Tier **ret, char *err, size_t errlen);
-/* Start the writer thread. After the sandbox, so that the thread is made
- * with the privileges that are left (capabilities are per thread). */
+int tier_open(const TierConf *conf, Tier **ret, char *err, size_t errlen);
+/* Make the writer's ring and read or write the header. After the sandbox,
+ * so that an io_uring worker thread is made with the privileges that are
+ * left (capabilities are per thread). The writer itself is started by
+ * tier_writer_start() (tier-writer.h). */
 int tier_start(Tier *t, char *err, size_t errlen);
 /* Stop the writer: the batch in flight finishes (its pages stay in RAM
  * if it fails), the clients it holds are let go. */
@@ -123,10 +124,6 @@ Tier *tier_free(Tier *t);
 const char *tier_describe(const Tier *t);
 void tier_get_stats(Tier *t, TierStats *ret);
 
-/* Manager tick: writeback is wanted while the pool is over its resume
- * mark; hands the writer the clients to look at (references taken) if it
- * is idle. mms: the manager's list. */
-void tier_tick(Tier *t, MMClient *mms);
 
 /* A stub read from a pool, checked against the tier's geometry: 0 or
  * -EBADMSG. */

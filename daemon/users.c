@@ -14,7 +14,7 @@
  *  - max_pool: the user's pages stay resident; workers hand them back as
  *    they do at the daemon's pool bound, with no page lost. Each client
  *    gets what its user has left at every tick and the workers take from
- *    it page by page (users_quota_take()). With one client the overshoot
+ *    it page by page (mmclient_quota_take()). With one client the overshoot
  *    is the pages a worker had debited but not yet counted when the tick
  *    handed the share out anew (a page per worker); with k clients, k - 1
  *    times what was left at the tick besides. The same share pays for
@@ -128,21 +128,6 @@ int users_check_register(Manager *m, MMClient *mm, uint64_t len) {
 
 int users_check_adopt(Manager *m, MMClient *mm, uint64_t regions, uint64_t bytes) {
         return users_check(m, mm, regions, bytes, "adopting a store of");
-}
-
-bool users_quota_take(MMClient *mm, int64_t n) {
-        /* relaxed: a budget, not a synchronisation; the CAS-free debit may
-         * let concurrent takers go below zero by what they took at once,
-         * each of whom then gives it back */
-        if (atomic_fetch_sub_explicit(&mm->quota_left, n, memory_order_relaxed) >= n)
-                return true;
-        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
-        return false;
-}
-
-void users_quota_give(MMClient *mm, int64_t n) {
-        /* relaxed: as users_quota_take() */
-        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
 }
 
 uint64_t users_default_limit(Manager *m, uid_t uid) {

@@ -53,11 +53,6 @@ int users_check_adopt(Manager *m, MMClient *mm, uint64_t regions, uint64_t bytes
  * now (INT64_MAX: no max_pool, or root). Manager thread. */
 int64_t users_pool_left(Manager *m, uid_t uid);
 
-/* Take n pool bytes from mm's share of its user's max_pool (quota_left):
- * true, or false with nothing taken. users_quota_give() gives them back
- * (an allocation that failed after all). Any thread. */
-bool users_quota_take(MMClient *mm, int64_t n);
-void users_quota_give(MMClient *mm, int64_t n);
 
 /* A client's default resident limit from its user's rules (0: none). */
 uint64_t users_default_limit(Manager *m, uid_t uid);

@@ -5,7 +5,7 @@
  */
 #include <stdio.h>
 
-#include "manager.h"
+#include "core.h"
 #include "mmclient.h"
 #include "test.h"
 
@@ -28,10 +28,10 @@ static void expect(MMClient *mm, const uint64_t *want, size_t n) {
 }
 
 int main(void) {
-        Manager m = { .cfg = { .max_regions = 8, .max_registered = 1000 * P } };
+        Core core = { .cfg = { .max_regions = 8, .max_registered = 1000 * P } };
         MMClient *mm;
 
-        ASSERT_OK(mmclient_new(&m, -1, &mm));
+        ASSERT_OK(mmclient_new(&core, -1, &mm));
 
         ASSERT_OK(mmclient_region_add(mm, 10 * P, 20 * P, true)); /* armed: kept by splits and moves */
         ASSERT_OK(mmclient_region_add(mm, 30 * P, 40 * P, false));

@@ -701,15 +701,15 @@ static void check_adopt(const Model *m) {
 
         FUZZ_CHECK(mgr, "calloc");
         mgr->cfg.codec = m->h.flags & FS_F_DAEMON_ZSTD ? CODEC_ZSTD : CODEC_LZ4;
-        mgr->wp_async = m->h.flags & FS_F_DAEMON_WP_ASYNC;
-        mgr->daemon_id = m->h.flags & FS_F_DAEMON_SAME_ID ? m->s.daemon_id : FAKE_DAEMON_ID;
+        mgr->core.wp_async = m->h.flags & FS_F_DAEMON_WP_ASYNC;
+        mgr->core.daemon_id = m->h.flags & FS_F_DAEMON_SAME_ID ? m->s.daemon_id : FAKE_DAEMON_ID;
         if (!model_super_ok(&m->s))
                 want = -EBADMSG;
         else if (m->s.state == STORE_RELEASED)
                 want = -ENOENT;
-        else if (m->s.daemon_id == mgr->daemon_id)
+        else if (m->s.daemon_id == mgr->core.daemon_id)
                 want = -EBUSY;
-        else if (m->s.codec != (uint32_t)mgr->cfg.codec || ((m->s.features & STORE_F_WP_ASYNC) && !mgr->wp_async))
+        else if (m->s.codec != (uint32_t)mgr->cfg.codec || ((m->s.features & STORE_F_WP_ASYNC) && !mgr->core.wp_async))
                 want = -EBADMSG;
         else
                 want = 0;
