@@ -1,6 +1,6 @@
 /*
  * crc32c.h: CRC-32C (Castagnoli), the checksum of the second tier's
- * objects (daemon/tier.c).
+ * objects (daemon/tier/tier.c).
  *
  * SSE4.2's crc32 instruction where the CPU has it (about 0.3 µs for a
  * 4 KiB page here), a table otherwise; both give the same values, which

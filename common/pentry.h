@@ -26,7 +26,7 @@ enum {
 };
 static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
 #define PE_FLAG_INCOMPRESSIBLE ((uint64_t)1 << 3) /* on EMPTY: last eviction found it incompressible */
-/* On STORED: the second tier's writer (daemon/tier.c) copied the object and
+/* On STORED: the second tier's writer (daemon/tier/tier.c) copied the object and
  * is writing it out. Nothing else changes: the page is served from the
  * pool as ever, and whoever takes the entry drops the mark (LOADING and
  * CLEAN never carry it, and whoever puts a STORED value back or moves it

@@ -111,7 +111,7 @@ typedef struct ZMsgChild {
 /* FORK_PREPARE: the token the child of this fork will name at
  * CHILD_ATTACH (64 random bits, never 0). In the message, not read from
  * the client's memory: no daemon thread reads what a client may make it
- * wait for (daemon/memread.h). */
+ * wait for (daemon/util/memread.h). */
 typedef struct ZMsgFork {
         ZMsgHeader hdr;
         uint64_t token;
@@ -213,7 +213,7 @@ typedef struct ZMsgStatusReply {
         uint64_t lat_p50_ns, lat_p90_ns, lat_p99_ns, lat_p999_ns;
         uint64_t lat_max_ns;
         uint64_t lat_le[ZSWAP_LAT_LE_N];
-        /* the second tier (daemon/tier.h); tier_state -1: none configured */
+        /* the second tier (daemon/tier/tier.h); tier_state -1: none configured */
         int32_t tier_state;
         uint32_t reserved3;
         char tier_backing[128];            /* what it is, as the log says it */

@@ -103,12 +103,12 @@ typedef struct StoreSuper {
         uint32_t reserved;
         /* the fork token (ZMsgFork) of the last announced fork after which
          * the daemon changed this store again before that fork's child had
-         * attached (daemon/fault.c, fork_hold_end()): such a child, whose
+         * attached (daemon/fault/fault.c, fork_hold_end()): such a child, whose
          * daemon died, cannot restore itself from its parent's store
          * (client/libzswap.c, child_lost()) */
         _Atomic uint64_t fork_served;
         /* the token of the last fork this store's daemon answered a
-         * FORK_PREPARE for (daemon/manager.c), written before the answer:
+         * FORK_PREPARE for (daemon/manager/manager.c), written before the answer:
          * a child may restore itself only from a store that names its
          * fork here, the one whose daemon the fork was announced to; a
          * store the library held before an adoption it had not finished
@@ -118,7 +118,7 @@ typedef struct StoreSuper {
          * daemon read, or whose FORK_DONE came: that fork's instant is
          * past. A daemon adopting a store that names a fork announced and
          * not evented, the fork the library names in its ADOPT, takes the
-         * fork as announced to itself (daemon/manager.c, do_adopt()) */
+         * fork as announced to itself (daemon/manager/manager.c, do_adopt()) */
         _Atomic uint64_t fork_evented;
         uint64_t reserved2[5];
 } StoreSuper;
@@ -126,13 +126,13 @@ typedef struct StoreSuper {
 /*
  * The event journal: the uffd message the daemon is handling. A fault
  * thread reads every message of the client's uffd straight into it
- * (daemon/fault.c), so the kernel writes an event into the store before
+ * (daemon/fault/fault.c), so the kernel writes an event into the store before
  * its read() returns (and lets the munmap(), madvise() or mremap() that
  * sent it go on); the daemon clears it once the event is handled (a page
  * fault at once: the next daemon wakes every waiter anyway). A daemon
  * killed in between, even inside that read(), leaves the event to whoever
  * takes the store next: the next daemon applies it to what it adopts
- * (daemon/adopt.c), a client restoring itself to what it installs.
+ * (daemon/manager/adopt.c), a client restoring itself to what it installs.
  * Zero in a store written before the journal existed: nothing pending.
  */
 #define STORE_JOURNAL_OFF 2048ull

@@ -20,7 +20,7 @@
  * The daemon never trusts the page, and never waits for a move: a read
  * that finds one under way is put off (zsync_read_begin() with wait_ns 0)
  * and tried again while the fault thread serves others, and a move still
- * under way after ZSYNC_READ_WAIT_NS is revoked (daemon/fault.c,
+ * under way after ZSYNC_READ_WAIT_NS is revoked (daemon/fault/fault.c,
  * revoke_moves(): every slot it may be moving into is filled, so the move
  * fails when it runs), and the uffd is read then. However long an agent
  * stays descheduled, stopped or frozen, only its own faults wait, and

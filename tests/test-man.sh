@@ -184,9 +184,9 @@ check_conf() {
         for s in $(sed -nE 's/^\[([a-z]+)(:[A-Za-z]+)?\].*/\1\2/p' "$f" | sort -u); do
                 section "$page" OPTIONS | grep -qE "^   \[${s%%:*}(:[A-Z]+)?\]$" || fail "$page: no [$s] subsection"
         done
-        # the daemon's own tables (daemon/config.c): the [daemon] and
+        # the daemon's own tables (daemon/conf/config.c): the [daemon] and
         # [users] key arrays, and the keys [users] compares by name
-        f=$SOURCE_ROOT/daemon/config.c
+        f=$SOURCE_ROOT/daemon/conf/config.c
         if [ -f "$f" ]; then
                 awk 'function strings(sec,   t) {
                              t = $0
