@@ -18,23 +18,29 @@
 #include "trace.h"
 #include "util.h"
 
+/* A setting's default as config_settings[] has it, for --help. */
+static const char *def(const char *section, const char *key) {
+        const ConfigSetting *s = config_setting(section, key);
+        return s && s->def ? s->def : "";
+}
+
 static void help(void) {
         printf("Usage: zswapd [OPTIONS]\n\n"
                "Compress the cold anonymous memory of client processes into a pool.\n\n"
                "  -s, --socket PATH       listen on PATH (default %s)\n"
-               "  -c, --compressor NAME   lz4 (default) or zstd\n"
+               "  -c, --compressor NAME   %s (default) or zstd\n"
                "  -l, --level N           compression level (zstd; lz4 acceleration)\n"
                "  -w, --workers N         compression worker threads (default: CPUs)\n"
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
-               "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default 50, 0: off)\n"
+               "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default %s, 0: off)\n"
                "  -F, --fault-shared      every fault thread watches every client, pinned one per CPU,\n"
                "                          so a fault is served on the CPU that took it (default)\n"
                "  -H, --fault-home        each client is served by one fault thread only, unpinned\n"
                "  -P, --no-fault-pin      do not pin the fault threads\n"
                "  -R, --fault-rt-prio N   fault threads SCHED_FIFO at priority N (0: time-shared)\n"
-               "  -b, --batch N           pages per eviction batch, 1..512 (default 512)\n"
-               "  -n, --worker-nice N     nice value of the compression workers (default 10)\n"
+               "  -b, --batch N           pages per eviction batch, 1..%d (default %s)\n"
+               "  -n, --worker-nice N     nice value of the compression workers (default %s)\n"
                "  -I, --worker-idle       run the compression workers SCHED_IDLE instead\n"
                "  -u, --allow-users       admit clients that are not root\n"
                "  -C, --config FILE       read zswapd.conf(5) from FILE (default %s if it exists,\n"
@@ -45,7 +51,7 @@ static void help(void) {
                "      --no-mlock          do not lock the daemon's memory\n"
                "      --no-sandbox        keep every capability, install no system call filter\n"
                "      --read-bound-ms N   a read of a client's memory that waits N ms ends that client\n"
-               "                          (default 1000)\n"
+               "                          (default %s)\n"
                "  -o, --set KEY=VALUE     set one policy key (zswapd.conf(5)); wins over the file\n"
                "  -f, --foreground        stay in the foreground (always; for compatibility)\n"
                "  -v, --verbose           log debug messages\n"
@@ -53,7 +59,8 @@ static void help(void) {
                "      --version           show the version\n\n"
                "Command-line options win over the file's [daemon] section.\n"
                "See zswapd(8) and zswapd.conf(5).\n",
-               ZSWAP_DEFAULT_SOCKET, CONFIG_DEFAULT_PATH);
+               def("daemon", "socket"), def("daemon", "compressor"), def(NULL, "fault-spin-us"), ZSWAP_BATCH_MAX,
+               def("daemon", "batch"), def("daemon", "worker_nice"), CONFIG_DEFAULT_PATH, def(NULL, "read-bound-ms"));
 }
 
 static bool no_config;    /* --no-config: not even the default file */
@@ -278,30 +285,14 @@ static int activation_socket(const char **path) {
         return 3;
 }
 
-/* The file's [daemon] settings, where the command line did not give them. */
+/* The file's [daemon] settings, where the command line did not give them
+ * ($ZSWAP_SOCKET wins over the file's socket too). */
 static void apply_daemon_conf(ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu) {
-#define FROM_FILE(k) (!(cfg->cli_set & (1u << (k))) && (d->set & (1u << (k))))
-        if (FROM_FILE(DKEY_SOCKET) && !getenv("ZSWAP_SOCKET"))
-                cfg->socket_path = d->socket;
-        if (FROM_FILE(DKEY_COMPRESSOR))
-                cfg->codec = d->codec;
-        if (FROM_FILE(DKEY_LEVEL))
-                cfg->level = d->level;
-        if (FROM_FILE(DKEY_WORKERS))
-                cfg->workers = d->workers ? d->workers : ncpu;
-        if (FROM_FILE(DKEY_FAULT_THREADS))
-                cfg->fault_threads = d->fault_threads ? d->fault_threads : ncpu;
-        if (FROM_FILE(DKEY_BATCH))
-                cfg->batch_pages = d->batch;
-        if (FROM_FILE(DKEY_WORKER_NICE))
-                cfg->worker_nice = d->worker_nice;
-        if (FROM_FILE(DKEY_MAX_CLIENTS))
-                cfg->max_clients = d->max_clients;
-        if (FROM_FILE(DKEY_LOCK_MEMORY))
-                cfg->lock_memory = d->lock_memory;
-        if (FROM_FILE(DKEY_SANDBOX))
-                cfg->sandbox = d->sandbox;
-#undef FROM_FILE
+        uint32_t keys = d->set & ~cfg->cli_set;
+
+        if (getenv("ZSWAP_SOCKET"))
+                keys &= ~(1u << DKEY_SOCKET);
+        config_manager_apply(cfg, d, keys, ncpu);
 }
 
 /* Each armed fault injection site (common/inject.h), once at start and
@@ -316,24 +307,11 @@ static void inject_log(const char *when) {
 int main(int argc, char **argv) {
         trace_init();
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        ManagerConfig cfg = {
-                .socket_path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET,
-                .codec = CODEC_LZ4,
-                .workers = ncpu > 0 ? (unsigned)ncpu : 1,
-                .batch_pages = ZSWAP_BATCH_MAX,
-                .worker_nice = 10,
-                .fault_threads = ncpu > 0 ? (unsigned)ncpu : 1,
-                .fault_spin_us = 50,
-                .fault_pin = true,
-                .fault_shared = true,
-                .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
-                .max_regions = 4096,
-                .max_registered = UINT64_MAX,
-                .max_clients = 1024,
-                .listen_fd = -1,
-                .lock_memory = true,
-                .sandbox = true,
-        };
+        Config defaults; /* config_settings[]: cfg.socket_path may point into it */
+        ManagerConfig cfg;
+
+        config_default(&defaults);
+        config_manager_defaults(&cfg, &defaults.daemon, ncpu > 0 ? (unsigned)ncpu : 1);
         Manager *m = NULL;
         Config conf;
         char err[512];
@@ -386,6 +364,7 @@ int main(int argc, char **argv) {
         manager_free(m);
         inject_log("at exit");
         config_free(&conf);
+        config_free(&defaults);
         free(cfg.sets);
         /* after a hand-over the service manager should start the next
          * daemon (RestartForceExitStatus= in zswapd.service) */

@@ -11,7 +11,7 @@
 #     OPTIONS (COMMANDS), and every item there is in --help;
 #   zswapd.conf(5): every key of common/tunable-keys.c, of the installed
 #     default configuration systemd/zswapd.conf (in its section) and of
-#     the daemon's own key tables (daemon/config*.c) is an item of the
+#     the daemon's table of settings (daemon/config.c) is an item of the
 #     page, and every item of the page is one of them;
 #   libzswap(3): every function, stats field and constant of
 #     include/zswap.h, and no function the header does not declare.
@@ -184,22 +184,12 @@ check_conf() {
         for s in $(sed -nE 's/^\[([a-z]+)(:[A-Za-z]+)?\].*/\1\2/p' "$f" | sort -u); do
                 section "$page" OPTIONS | grep -qE "^   \[${s%%:*}(:[A-Z]+)?\]$" || fail "$page: no [$s] subsection"
         done
-        # the daemon's own tables (daemon/conf/config.c): the [daemon] and
-        # [users] key arrays, and the keys [users] compares by name
+        # the daemon's table of every setting (daemon/conf/config.c,
+        # config_settings[]): one row per key, '{ "section", "key", ...';
+        # the command-line-only rows (section NULL) are zswapd(8)'s
         f=$SOURCE_ROOT/daemon/conf/config.c
         if [ -f "$f" ]; then
-                awk 'function strings(sec,   t) {
-                             t = $0
-                             while (match(t, /"[a-z_]+"/)) { print sec, substr(t, RSTART + 1, RLENGTH - 2); t = substr(t, RSTART + RLENGTH) }
-                     }
-                     /^static const char \*const daemon_keys\[/ { on = "daemon"; next }
-                     /^static const char \*const user_keys\[/ { on = "users"; next }
-                     /^static int users_assignment\(/ { fn = "users" }
-                     /^static int tier_assignment\(/ { fn = "tier" }
-                     /^}/ { fn = "" }
-                     /^};/ { on = "" }
-                     on { strings(on) }
-                     fn != "" && /strcmp\(key, "/ { sub(/.*strcmp\(key, /, ""); sub(/\).*/, ""); strings(fn) }' "$f" >>"$keys"
+                sed -nE 's/^[[:space:]]*\{ "([a-z]+)", "([a-z_]+)",.*/\1 \2/p' "$f" >>"$keys"
                 grep -q '^daemon ' "$keys" || fail "no [daemon] keys parsed from $f"
                 grep -q '^users ' "$keys" || fail "no [users] keys parsed from $f"
                 grep -q '^tier ' "$keys" || fail "no [tier] keys parsed from $f"

@@ -1,11 +1,21 @@
 /*
- * config.c: zswapd.conf(5) (config.h says what each section is for).
+ * config.c: zswapd's settings, zswapd.conf(5) (config.h says what each
+ * section is for).
+ *
+ * config_settings[] is the one table of every setting: its section, key,
+ * default (as it is written in the file), when it applies and a help line.
+ * config_default() is nothing but each row's default handed to the same
+ * assignment() a file's line goes to, so a default cannot be a value the
+ * file would refuse or read differently; the command line starts from it
+ * (config_manager_defaults()). Rows of [daemon] and [users] limits carry
+ * their DaemonKey/UserKey, those of [reclaim] and [pool] their TunableKey.
  *
  * conf_parse() (common/conf.c) does the syntax and calls assignment() for
- * every "key = value" with its section; each section has its own small
- * table here, and the value grammar is common/conf.h's, so that "64M" or
- * "30s" means the same in every section, on zswapctl's command line and
- * on the wire. The [reclaim] and [pool] keys go to tunable_set(), the
+ * every "key = value" with its section; each section has its own parsing
+ * function here, and the value grammar is common/conf.h's, so that "64M"
+ * or "30s" means the same in every section, on zswapctl's command line
+ * and on the wire. The [reclaim] and [pool] keys go to tunable_set()
+ * (daemon/tunables.c, the run-time half: their types and ranges), the
  * same function `zswapctl set` uses.
  */
 #include <errno.h>
@@ -20,63 +30,176 @@
 #include "conf.h"
 #include "config.h"
 #include "macro.h"
+#include "manager.h"
 #include "protocol.h"
 #include "util.h"
 
-static const char *const daemon_keys[_DKEY_MAX] = {
-        [DKEY_SOCKET] = "socket",         [DKEY_COMPRESSOR] = "compressor",
-        [DKEY_LEVEL] = "level",           [DKEY_WORKERS] = "workers",
-        [DKEY_FAULT_THREADS] = "fault_threads", [DKEY_BATCH] = "batch",
-        [DKEY_WORKER_NICE] = "worker_nice", [DKEY_LOCK_MEMORY] = "lock_memory",
-        [DKEY_SANDBOX] = "sandbox",       [DKEY_MAX_CLIENTS] = "max_clients",
-};
+#define START CONFIG_AT_START
+#define RUN CONFIG_RUN_TIME
+#define RELOAD CONFIG_ON_RELOAD
+#define CMDLINE CONFIG_CMDLINE
+const ConfigSetting config_settings[] = {
+        /* [daemon], in DaemonKey order (the order "unknown key" lists them in) */
+        { "daemon", "socket", DKEY_SOCKET, ZSWAP_DEFAULT_SOCKET, START, false,
+          "the Unix socket clients and zswapctl connect to" },
+        { "daemon", "compressor", DKEY_COMPRESSOR, "lz4", START, false,
+          "lz4 (fast) or zstd (smaller, slower)" },
+        { "daemon", "level", DKEY_LEVEL, "0", START, false,
+          "compression level, 0: the compressor's default (zstd 1..22; lz4: acceleration)" },
+        { "daemon", "workers", DKEY_WORKERS, "0", START, false,
+          "compression worker threads; 0 or auto: one per CPU" },
+        { "daemon", "fault_threads", DKEY_FAULT_THREADS, "0", START, false,
+          "threads serving page faults; 0 or auto: one per CPU" },
+        { "daemon", "batch", DKEY_BATCH, "512", START, false,
+          "pages per eviction batch, 1..512" },
+        { "daemon", "worker_nice", DKEY_WORKER_NICE, "10", START, false,
+          "nice value of the compression workers, -20..19" },
+        { "daemon", "lock_memory", DKEY_LOCK_MEMORY, "yes", START, false,
+          "lock the daemon's own memory, so that serving a fault never waits on one of its own" },
+        { "daemon", "sandbox", DKEY_SANDBOX, "yes", START, false,
+          "drop every capability the daemon does not use and refuse system calls it does not make" },
+        { "daemon", "max_clients", DKEY_MAX_CLIENTS, "1024", START, false,
+          "connections in all" },
 
-static const char *const user_keys[_UKEY_MAX] = {
-        [UKEY_MAX_CONNECTIONS] = "max_connections", [UKEY_MAX_REGIONS] = "max_regions",
-        [UKEY_MAX_REGISTERED] = "max_registered",   [UKEY_MAX_POOL] = "max_pool",
-        [UKEY_MAX_REQUESTS] = "max_requests",       [UKEY_LIMIT] = "limit",
+        /* [reclaim] and [pool]: the run-time tunables, in TunableKey order
+         * (zswapctl get's); types and ranges in daemon/tunables.c */
+        { "reclaim", "limit", TUNABLE_LIMIT, "0", RUN, false,
+          "resident limit of each client's managed memory (a client's own setting wins); 0: none" },
+        { "reclaim", "idle_age", TUNABLE_IDLE_AGE, "0", RUN, false,
+          "evict pages nobody touched for this long; 0: off" },
+        { "reclaim", "pressure_target", TUNABLE_PRESSURE_TARGET, "0", RUN, false,
+          "hold more out while tasks stall on memory (PSI some, percent of each period) above this, less below; 0: off" },
+        { "reclaim", "min_free", TUNABLE_MIN_FREE, "0", RUN, false,
+          "evict while MemAvailable is below this; 0: off" },
+        { "reclaim", "pressure_step", TUNABLE_PRESSURE_STEP, "2", RUN, false,
+          "most of the managed memory, in percent, one period may add to what is held out" },
+        { "reclaim", "pressure_period", TUNABLE_PRESSURE_PERIOD, "2s", RUN, false,
+          "control period of pressure_target and min_free (PSI avg10 needs >= 1s)" },
+        { "pool", "pool_max", TUNABLE_POOL_MAX, "0", RUN, false,
+          "largest the compressed pool may grow; 0: unbounded" },
+        { "pool", "pool_accept", TUNABLE_POOL_ACCEPT, "90", RUN, false,
+          "once the pool was full, eviction resumes below this percentage of pool_max" },
+        { "reclaim", "thrash_refaults", TUNABLE_THRASH_REFAULTS, "128", RUN, false,
+          "refaults per second in one 2 MiB zone that make reclaim back off it; 0: off" },
+        { "reclaim", "thrash_backoff", TUNABLE_THRASH_BACKOFF, "2s", RUN, false,
+          "first back-off of a thrashing zone, doubled (up to 64x) while it thrashes" },
+        { "reclaim", "keep_clean", TUNABLE_KEEP_CLEAN, "yes", RUN, false,
+          "keep the compressed copy of a page a read brought back until it is written" },
+        { "reclaim", "clean_max", TUNABLE_CLEAN_MAX, "2", RUN, false,
+          "most those kept copies may take, in percent of the client's registered memory" },
+        { "reclaim", "write_scan", TUNABLE_WRITE_SCAN, "1s", RUN, false,
+          "how often written pages are looked for with PAGEMAP_SCAN; 0: never" },
+        { "reclaim", "interval", TUNABLE_INTERVAL, "250ms", RUN, false,
+          "how often reclaim looks at the clients and their limits (the reclaim tick)" },
+
+        /* [tier], in the order "unknown key" lists them in */
+        { "tier", "backing", -1, NULL, START, false,
+          "a file, a block device, or an NBD export; empty: no second tier" },
+        { "tier", "size", -1, "0", START, false,
+          "bytes of it to use; 0: the whole file, device or export" },
+        { "tier", "writeback_rate", -1, "0", START, false,
+          "bytes written per second at most; 0: no limit" },
+        { "tier", "grace", -1, "60s", START, false,
+          "after a restart, blocks an earlier daemon wrote are kept this long for clients coming back" },
+        { "tier", "timeout", -1, "5s", START, false,
+          "an NBD request (and a connection attempt) takes this long at most" },
+        { "tier", "read_spin_us", -1, "200", START, false,
+          "a fault's read of a file polls for its completion this long before it sleeps; 0: sleep at once" },
+        { "tier", "key", -1, NULL, START, false,
+          "the file of the key the tier's blocks are sealed with; empty: " TIER_DEFAULT_KEY },
+
+        /* [users]: the keys compared by name, then the limits in UserKey
+         * order (as "unknown key" lists them) */
+        { "users", "allow", -1, "root", RELOAD, false,
+          "users who may hand memory over: names, uids, @group, or *; root always may" },
+        { "users", "admin_group", -1, "zswap", RELOAD, true,
+          "members may run admin commands as root can; none: root only" },
+        { "users", "userfaultfd_device", -1, "no", RELOAD, false,
+          "hand the user's clients a descriptor of /dev/userfaultfd" },
+        { "users", "max_connections", UKEY_MAX_CONNECTIONS, "64", RELOAD, false,
+          "connections one user may have open" },
+        { "users", "max_regions", UKEY_MAX_REGIONS, "4096", RELOAD, false,
+          "regions one user may have registered" },
+        { "users", "max_registered", UKEY_MAX_REGISTERED, "0", RELOAD, false,
+          "bytes one user may have registered; 0: no limit" },
+        { "users", "max_pool", UKEY_MAX_POOL, "0", RELOAD, false,
+          "pool bytes one user's pages may take; beyond it they stay resident; 0: no limit" },
+        { "users", "max_requests", UKEY_MAX_REQUESTS, "1000", RELOAD, false,
+          "requests per second; beyond it the user's connections are read more slowly; 0: no limit" },
+        { "users", "limit", UKEY_LIMIT, "none", RELOAD, false,
+          "resident limit of each of the user's clients, unless it sets its own; none: the [reclaim] limit" },
+
+        /* the command line only (zswapd --help, zswapd(8)) */
+        { NULL, "fault-spin-us", -1, "50", CMDLINE, false,
+          "after a fault, poll this many microseconds before sleeping (0..10000, 0: off)" },
+        { NULL, "fault-rt-prio", -1, "0", CMDLINE, false,
+          "fault threads SCHED_FIFO at this priority (0..99, 0: time-shared)" },
+        { NULL, "read-bound-ms", -1, "1000", CMDLINE, false,
+          "a read of a client's memory that waits this long ends that client (10..3600000)" },
 };
+const size_t config_n_settings = ELEMENTSOF(config_settings);
+#undef START
+#undef RUN
+#undef RELOAD
+#undef CMDLINE
+
+static bool pool_section_key(const char *key) {
+        return strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0;
+}
+
+const ConfigSetting *config_setting(const char *section, const char *key) {
+        for (size_t i = 0; i < config_n_settings; i++) {
+                const ConfigSetting *s = &config_settings[i];
+                bool in = section ? s->section && (strcmp(s->section, section) == 0 ||
+                                                   (strcmp(section, "reclaim") == 0 && strcmp(s->section, "pool") == 0))
+                                  : !s->section;
+                if (in && strcmp(s->key, key) == 0)
+                        return s;
+        }
+        return NULL;
+}
+
+/* The row with id in section. */
+static const ConfigSetting *setting_by_id(const char *section, int id) {
+        for (size_t i = 0; i < config_n_settings; i++)
+                if (config_settings[i].section && strcmp(config_settings[i].section, section) == 0 &&
+                    config_settings[i].id == id)
+                        return &config_settings[i];
+        return NULL;
+}
+
+const ConfigSetting *config_tunable_setting(TunableKey k) {
+        const ConfigSetting *s = setting_by_id("reclaim", (int)k);
+        return s ? s : setting_by_id("pool", (int)k);
+}
 
 const char *config_daemon_key(DaemonKey k) {
-        return k < _DKEY_MAX ? daemon_keys[k] : NULL;
+        const ConfigSetting *s = k < _DKEY_MAX ? setting_by_id("daemon", (int)k) : NULL;
+        return s ? s->key : NULL;
 }
 
 const char *config_user_key(UserKey k) {
-        return k < _UKEY_MAX ? user_keys[k] : NULL;
+        const ConfigSetting *s = k < _UKEY_MAX ? setting_by_id("users", (int)k) : NULL;
+        return s ? s->key : NULL;
 }
 
+static int assignment(const char *section, const char *key, const char *value, unsigned line, void *userdata,
+                      char *err, size_t errlen);
+
 void config_default(Config *c) {
-        *c = (Config){
-                .daemon = {
-                        .socket = ZSWAP_DEFAULT_SOCKET,
-                        .codec = CODEC_LZ4,
-                        .batch = ZSWAP_BATCH_MAX,
-                        .worker_nice = 10,
-                        .lock_memory = true,
-                        .sandbox = true,
-                        .max_clients = 1024,
-                },
-                .tier = {
-                        .grace_ms = TIER_DEFAULT_GRACE_MS,
-                        .timeout_ms = TIER_DEFAULT_TIMEOUT_MS,
-                        .read_spin_us = TIER_DEFAULT_READ_SPIN_US,
-                },
-                .users = {
-                        .admin_group = "zswap",
-                        .defaults.v = {
-                                [UKEY_MAX_CONNECTIONS] = 64,
-                                [UKEY_MAX_REGIONS] = 4096,
-                                [UKEY_MAX_REQUESTS] = 1000,
-                        },
-                },
-        };
-        /* the default admin group counts only if the system has it */
-        struct group *g = getgrnam("zswap");
-        if (g) {
-                c->users.has_admin_gid = true;
-                c->users.admin_gid = g->gr_gid;
+        *c = (Config){ 0 };
+        for (size_t i = 0; i < config_n_settings; i++) {
+                const ConfigSetting *s = &config_settings[i];
+                char err[256] = "";
+                if (!s->section || !s->def)
+                        continue;
+                if (assignment(s->section, s->key, s->def, 0, c, err, sizeof(err)) < 0 && !s->may_be_missing) {
+                        /* a row whose default its own parser refuses: tests/test-config.c fails first */
+                        fprintf(stderr, "zswapd: bad default of [%s] %s: %s\n", s->section, s->key, err);
+                        abort();
+                }
         }
-        tunables_default(&c->tun);
+        c->daemon.set = 0; /* defaults, not given in a file */
 }
 
 void config_free(Config *c) {
@@ -113,18 +236,18 @@ int config_copy(Config *dst, const Config *src) {
         return 0;
 }
 
-static int find_key(const char *const *keys, size_t n, const char *key) {
-        for (size_t i = 0; i < n; i++)
-                if (keys[i] && strcmp(keys[i], key) == 0)
-                        return (int)i;
-        return -1;
+/* The id of key among section's rows that have one, or -1. */
+static int find_key(const char *section, const char *key) {
+        const ConfigSetting *s = config_setting(section, key);
+        return s && strcmp(s->section, section) == 0 ? s->id : -1;
 }
 
-static void list_keys(const char *const *keys, size_t n, char *buf, size_t len) {
+/* The keys of section's rows that have an id, in id order. */
+static void list_keys(const char *section, int n, char *buf, size_t len) {
         size_t o = 0;
         buf[0] = 0;
-        for (size_t i = 0; i < n && o < len; i++)
-                o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", keys[i]);
+        for (int i = 0; i < n && o < len; i++)
+                o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", setting_by_id(section, i)->key);
 }
 
 /* A count in [lo, hi]. */
@@ -139,7 +262,7 @@ static int parse_count(const char *key, const char *value, uint64_t lo, uint64_t
 }
 
 static int daemon_assignment(DaemonConf *d, const char *key, const char *value, char *err, size_t errlen) {
-        int k = find_key(daemon_keys, _DKEY_MAX, key);
+        int k = find_key("daemon", key);
         uint64_t v = 0;
         char keys[256];
         int r = 0;
@@ -190,7 +313,7 @@ static int daemon_assignment(DaemonConf *d, const char *key, const char *value, 
                 d->max_clients = (unsigned)v;
                 break;
         default:
-                list_keys(daemon_keys, _DKEY_MAX, keys, sizeof(keys));
+                list_keys("daemon", _DKEY_MAX, keys, sizeof(keys));
                 return errorf(-EINVAL, err, errlen, "unknown key '%s' in [daemon] (%s)", key, keys);
         }
         if (r == 0)
@@ -200,7 +323,7 @@ static int daemon_assignment(DaemonConf *d, const char *key, const char *value, 
 
 static int user_limit_assignment(UserLimits *l, uint32_t *set, const char *key, const char *value, char *err,
                                  size_t errlen) {
-        int k = find_key(user_keys, _UKEY_MAX, key);
+        int k = find_key("users", key);
         uint64_t v = 0;
         int r;
 
@@ -290,6 +413,8 @@ static int parse_allow(UsersConf *u, const char *value, char *err, size_t errlen
                         u->allow_all = true;
                         continue;
                 }
+                if (strcmp(w, "root") == 0 || strcmp(w, "0") == 0)
+                        continue; /* root always may (the default "allow = root" says so) */
                 if (w[0] == '@') {
                         gid_t g;
                         if (resolve_group(w + 1, &g) < 0)
@@ -327,15 +452,18 @@ static int users_assignment(UsersConf *u, const char *key, const char *value, ch
                         strcpy(u->admin_group, "none");
                         return 0;
                 }
+                /* the name stays when the group is unknown: the default
+                 * group counts only if the system has it (may_be_missing) */
+                strcpy(u->admin_group, value);
+                u->has_admin_gid = false;
                 if (resolve_group(value, &u->admin_gid) < 0)
                         return errorf(-EINVAL, err, errlen, "admin_group: unknown group '%s'", value);
                 u->has_admin_gid = true;
-                strcpy(u->admin_group, value);
                 return 0;
         }
         int r = user_limit_assignment(&u->defaults, &set, key, value, err, errlen);
         if (r == -ENOENT) {
-                list_keys(user_keys, _UKEY_MAX, keys, sizeof(keys));
+                list_keys("users", _UKEY_MAX, keys, sizeof(keys));
                 return errorf(-EINVAL, err, errlen, "unknown key '%s' in [users] (allow, admin_group, userfaultfd_device, %s)", key, keys);
         }
         return r;
@@ -377,7 +505,7 @@ static int user_rule_assignment(UsersConf *u, const char *name, const char *key,
         }
         r = user_limit_assignment(&rule->lim, &rule->set, key, value, err, errlen);
         if (r == -ENOENT) {
-                list_keys(user_keys, _UKEY_MAX, keys, sizeof(keys));
+                list_keys("users", _UKEY_MAX, keys, sizeof(keys));
                 return errorf(-EINVAL, err, errlen, "unknown key '%s' in [user:%s] (allow, userfaultfd_device, %s)", key, name, keys);
         }
         return r;
@@ -438,7 +566,7 @@ static int tier_assignment(TierConf *t, const char *key, const char *value, char
 static int assignment(const char *section, const char *key, const char *value, unsigned line, void *userdata,
                       char *err, size_t errlen) {
         Config *c = userdata;
-        bool pool_key = strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0;
+        bool pool_key = pool_section_key(key);
         int r;
 
         if (strcmp(section, "daemon") == 0)
@@ -534,4 +662,62 @@ bool config_user_uffd_device(const UsersConf *u, uid_t uid) {
 
 bool config_is_admin(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups) {
         return uid == 0 || (u->has_admin_gid && has_gid(groups, ngroups, u->admin_gid));
+}
+
+/* A command-line-only row's default as a number; a default its row
+ * cannot be read as is a bug in the table, which tests/test-config.c
+ * catches before any daemon runs. */
+static unsigned cmdline_default(const char *option) {
+        const ConfigSetting *s = config_setting(NULL, option);
+        uint64_t v;
+
+        if (!s || conf_parse_uint(s->def, &v) < 0 || v > UINT_MAX) {
+                fprintf(stderr, "zswapd: bad default of --%s\n", option);
+                abort();
+        }
+        return (unsigned)v;
+}
+
+void config_manager_apply(ManagerConfig *cfg, const DaemonConf *d, uint32_t keys, unsigned ncpu) {
+#define TAKE(k) (keys & (1u << (k)))
+        if (TAKE(DKEY_SOCKET))
+                cfg->socket_path = d->socket;
+        if (TAKE(DKEY_COMPRESSOR))
+                cfg->codec = d->codec;
+        if (TAKE(DKEY_LEVEL))
+                cfg->level = d->level;
+        if (TAKE(DKEY_WORKERS))
+                cfg->workers = d->workers ? d->workers : ncpu;
+        if (TAKE(DKEY_FAULT_THREADS))
+                cfg->fault_threads = d->fault_threads ? d->fault_threads : ncpu;
+        if (TAKE(DKEY_BATCH))
+                cfg->batch_pages = d->batch;
+        if (TAKE(DKEY_WORKER_NICE))
+                cfg->worker_nice = d->worker_nice;
+        if (TAKE(DKEY_MAX_CLIENTS))
+                cfg->max_clients = d->max_clients;
+        if (TAKE(DKEY_LOCK_MEMORY))
+                cfg->lock_memory = d->lock_memory;
+        if (TAKE(DKEY_SANDBOX))
+                cfg->sandbox = d->sandbox;
+#undef TAKE
+}
+
+void config_manager_defaults(ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu) {
+        const char *env = getenv("ZSWAP_SOCKET");
+
+        *cfg = (ManagerConfig){
+                .fault_pin = true,
+                .fault_shared = true,
+                /* fixed, not settings */
+                .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
+                .max_regions = 4096,                       /* per client */
+                .max_registered = UINT64_MAX,
+                .listen_fd = -1,
+        };
+        config_manager_apply(cfg, d, (1u << _DKEY_MAX) - 1, ncpu);
+        if (env)
+                cfg->socket_path = env;
+        cfg->fault_spin_us = cmdline_default("fault-spin-us");
+        cfg->fault_rt_prio = cmdline_default("fault-rt-prio");
 }

@@ -1,10 +1,13 @@
 /*
  * config.h: zswapd.conf(5), the whole file.
  *
- * One parse reads every section: [daemon] (start-time settings), [pool]
- * and [reclaim] (run-time policies, daemon/tunables.c), [users] (who may
- * be a client, the admin group, the defaults of every non-root user's
- * limits) and [user:NAME] (one user's own). An unknown section or key is an
+ * One table, config_settings[], lists every setting with its default; one
+ * parse reads every section: [daemon] (start-time settings), [pool] and
+ * [reclaim] (run-time policies; their types and ranges are
+ * daemon/tunables.c, the run-time half of this module), [tier] (the
+ * second tier), [users] (who may be a client, the admin group, the
+ * defaults of every non-root user's limits) and [user:NAME] (one user's
+ * own). An unknown section or key is an
  * error with its file:line, so that a typo never silently leaves a default
  * in force. config_load() parses into a copy: on error the Config it was
  * given is unchanged, which is what lets SIGHUP keep the running
@@ -23,6 +26,7 @@
 
 #include "codec.h"
 #include "tier.h"
+#include "tunable-keys.h"
 #include "tunables.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/zswapd/zswapd.conf"
@@ -103,7 +107,47 @@ typedef struct Config {
         Tunables tun;
 } Config;
 
-/* Defaults: what an empty file means. users must be config_free()d. */
+/*
+ * Every setting, one row each: the single table of zswapd's settings and
+ * their defaults. config_default() is each row's default parsed by the
+ * same code a file's line goes through, the command line starts from the
+ * same Config (config_manager_defaults()), zswapd --help and
+ * `zswapctl get` show the same values, and the shipped systemd/zswapd.conf
+ * is checked against it (tests/test-config.c). A new setting is a row
+ * here plus its parsing in its section's function in config.c (for
+ * [reclaim] and [pool]: its type and range in daemon/tunables.c, its name
+ * in common/tunable-keys.c).
+ */
+typedef enum ConfigWhen {
+        CONFIG_AT_START,  /* [daemon], [tier]: read at start; a reload that changes it says it needs a restart */
+        CONFIG_RUN_TIME,  /* [reclaim], [pool]: applied on reload, by --set and by `zswapctl set` */
+        CONFIG_ON_RELOAD, /* [users]: applied on reload, without dropping anyone */
+        CONFIG_CMDLINE,   /* a command-line option only, no key in the file */
+} ConfigWhen;
+
+typedef struct ConfigSetting {
+        const char *section; /* "daemon", "reclaim", "pool" (also taken in [reclaim]), "tier", "users";
+                              * NULL: a command-line option only, key is its long name */
+        const char *key;
+        int id;              /* DKEY_*, TUNABLE_*, UKEY_* in its section, or -1 */
+        const char *def;     /* the default, written as in the file ("2s", "yes"); NULL: empty, none */
+        ConfigWhen when;
+        bool may_be_missing; /* the default names what the system may lack (the group zswap):
+                              * it counts only where it exists */
+        const char *help;    /* one line: what it does */
+} ConfigSetting;
+
+extern const ConfigSetting config_settings[];
+extern const size_t config_n_settings;
+
+/* The row of key in section ([reclaim] also finds [pool]'s keys; NULL
+ * section: the command-line options), or NULL. */
+const ConfigSetting *config_setting(const char *section, const char *key);
+/* The row of a run-time tunable. */
+const ConfigSetting *config_tunable_setting(TunableKey k);
+
+/* Defaults: what an empty file means, from config_settings[]. users must
+ * be config_free()d. */
 void config_default(Config *c);
 void config_free(Config *c);
 /* Deep copy (the users' arrays). 0 or -ENOMEM. */
@@ -115,6 +159,19 @@ int config_copy(Config *dst, const Config *src);
  * error.
  */
 int config_load(Config *c, const char *path, char *err, size_t errlen);
+
+/*
+ * The command line's starting point, from config_settings[]: the [daemon]
+ * settings of d (config_default()'s, which must outlive cfg: socket_path
+ * points into it; $ZSWAP_SOCKET wins for the socket) with workers and
+ * fault_threads "auto" as ncpu, and the command-line-only settings.
+ * Fields that are no setting (listen_fd, the per-client caps) get their
+ * fixed values too.
+ */
+struct ManagerConfig;
+void config_manager_defaults(struct ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu);
+/* d's [daemon] settings whose bit (1 << DKEY_*) is in keys, onto cfg. */
+void config_manager_apply(struct ManagerConfig *cfg, const DaemonConf *d, uint32_t keys, unsigned ncpu);
 
 /* The key names, for messages and the documentation checks. */
 const char *config_daemon_key(DaemonKey k);

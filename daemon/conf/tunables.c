@@ -1,12 +1,16 @@
 /*
- * tunables.c: the table of run-time policy knobs and their text form.
+ * tunables.c: the run-time half of the configuration module
+ * (daemon/config.c): how the [reclaim] and [pool] keys are typed, checked
+ * and written as text.
  *
- * Every key is one row of keys[]: its type, where it lives in Tunables,
- * its range and a help line. Setting from the configuration file, from
- * `zswapctl set` and reading back for `zswapctl get` all go through that
- * row, so a key cannot accept a value in one place and refuse it in
- * another. The names live in common/tunable-keys.c (zswapctl lists them
- * without linking the daemon); keys[] is indexed by the same enum.
+ * Every key is one row of keys[]: its type, where it lives in Tunables
+ * and its range. Its default and help line are its row of
+ * config_settings[] (daemon/config.c), the one table of every setting;
+ * its name is common/tunable-keys.c's (zswapctl lists them without
+ * linking the daemon); both tables are indexed by the same enum. Setting
+ * from the configuration file, from `zswapctl set`, the defaults, and
+ * reading back for `zswapctl get` all go through that row, so a key cannot
+ * accept a value in one place and refuse it in another.
  *
  * A value is parsed completely and range-checked before the field is
  * written, so a refused value leaves Tunables as it was; tunables_load()
@@ -21,9 +25,11 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conf.h"
+#include "config.h"
 #include "macro.h"
 #include "protocol.h"
 #include "tunable-keys.h"
@@ -43,7 +49,6 @@ typedef struct Key {
         size_t offset;   /* of the field in Tunables */
         bool zero_ok;    /* 0 (off) is accepted besides [min, max] */
         double min, max; /* in the field's unit; max 0: no bound but the type's */
-        const char *help;
 } Key;
 
 typedef union Value {
@@ -55,34 +60,20 @@ typedef union Value {
 #define FIELD(f) offsetof(Tunables, f)
 #define SEC 1000.0
 static const Key keys[_TUNABLE_KEY_MAX] = {
-        [TUNABLE_LIMIT] = { KEY_SIZE, FIELD(limit), false, 0, 0,
-                            "resident limit of each client's managed memory (a client's own setting wins); 0: none" },
-        [TUNABLE_IDLE_AGE] = { KEY_DURATION, FIELD(idle_age_ms), true, 1 * SEC, 30 * 24 * 3600 * SEC,
-                               "evict pages nobody touched for this long; 0: off" },
-        [TUNABLE_PRESSURE_TARGET] = { KEY_PERCENT, FIELD(pressure_target), false, 0, 100,
-                                      "hold more out while tasks stall on memory (PSI some, percent of each period) above this, less below; 0: off" },
-        [TUNABLE_MIN_FREE] = { KEY_SIZE, FIELD(min_free), false, 0, 0,
-                               "evict while MemAvailable is below this; 0: off" },
-        [TUNABLE_PRESSURE_STEP] = { KEY_PERCENT, FIELD(pressure_step), false, 0.1, 100,
-                                    "most of the managed memory, in percent, one period may add to what is held out" },
-        [TUNABLE_PRESSURE_PERIOD] = { KEY_DURATION, FIELD(pressure_period_ms), false, 1 * SEC, 60 * SEC,
-                                      "control period of pressure_target and min_free (PSI avg10 needs >= 1s)" },
-        [TUNABLE_POOL_MAX] = { KEY_SIZE, FIELD(pool_max), false, 0, 0,
-                               "largest the compressed pool may grow; 0: unbounded" },
-        [TUNABLE_POOL_ACCEPT] = { KEY_PERCENT, FIELD(pool_accept), false, 1, 100,
-                                  "once the pool was full, eviction resumes below this percentage of pool_max" },
-        [TUNABLE_THRASH_REFAULTS] = { KEY_COUNT, FIELD(thrash_refaults), false, 0, 0,
-                                      "refaults per second in one 2 MiB zone that make reclaim back off it; 0: off" },
-        [TUNABLE_THRASH_BACKOFF] = { KEY_DURATION, FIELD(thrash_backoff_ms), false, 0.1 * SEC, 600 * SEC,
-                                     "first back-off of a thrashing zone, doubled (up to 64x) while it thrashes" },
-        [TUNABLE_KEEP_CLEAN] = { KEY_BOOL, FIELD(keep_clean), false, 0, 0,
-                                 "keep the compressed copy of a page a read brought back until it is written" },
-        [TUNABLE_CLEAN_MAX] = { KEY_PERCENT, FIELD(clean_max), false, 0, 100,
-                                "most those kept copies may take, in percent of the client's registered memory" },
-        [TUNABLE_WRITE_SCAN] = { KEY_DURATION, FIELD(write_scan_ms), true, 0.1 * SEC, 3600 * SEC,
-                                 "how often written pages are looked for with PAGEMAP_SCAN; 0: never" },
-        [TUNABLE_INTERVAL] = { KEY_DURATION, FIELD(interval_ms), false, 0.01 * SEC, 10 * SEC,
-                               "how often reclaim looks at the clients and their limits (the reclaim tick)" },
+        [TUNABLE_LIMIT] = { KEY_SIZE, FIELD(limit), false, 0, 0 },
+        [TUNABLE_IDLE_AGE] = { KEY_DURATION, FIELD(idle_age_ms), true, 1 * SEC, 30 * 24 * 3600 * SEC },
+        [TUNABLE_PRESSURE_TARGET] = { KEY_PERCENT, FIELD(pressure_target), false, 0, 100 },
+        [TUNABLE_MIN_FREE] = { KEY_SIZE, FIELD(min_free), false, 0, 0 },
+        [TUNABLE_PRESSURE_STEP] = { KEY_PERCENT, FIELD(pressure_step), false, 0.1, 100 },
+        [TUNABLE_PRESSURE_PERIOD] = { KEY_DURATION, FIELD(pressure_period_ms), false, 1 * SEC, 60 * SEC },
+        [TUNABLE_POOL_MAX] = { KEY_SIZE, FIELD(pool_max), false, 0, 0 },
+        [TUNABLE_POOL_ACCEPT] = { KEY_PERCENT, FIELD(pool_accept), false, 1, 100 },
+        [TUNABLE_THRASH_REFAULTS] = { KEY_COUNT, FIELD(thrash_refaults), false, 0, 0 },
+        [TUNABLE_THRASH_BACKOFF] = { KEY_DURATION, FIELD(thrash_backoff_ms), false, 0.1 * SEC, 600 * SEC },
+        [TUNABLE_KEEP_CLEAN] = { KEY_BOOL, FIELD(keep_clean), false, 0, 0 },
+        [TUNABLE_CLEAN_MAX] = { KEY_PERCENT, FIELD(clean_max), false, 0, 100 },
+        [TUNABLE_WRITE_SCAN] = { KEY_DURATION, FIELD(write_scan_ms), true, 0.1 * SEC, 3600 * SEC },
+        [TUNABLE_INTERVAL] = { KEY_DURATION, FIELD(interval_ms), false, 0.01 * SEC, 10 * SEC },
 };
 
 /* What a value of each type looks like, for error messages. */
@@ -97,17 +88,16 @@ static const struct {
 };
 
 void tunables_default(Tunables *t) {
-        *t = (Tunables){
-                .pressure_step = 2,
-                .pressure_period_ms = 2000,
-                .pool_accept = 90,
-                .thrash_refaults = 128,
-                .thrash_backoff_ms = 2000,
-                .keep_clean = true,
-                .clean_max = 2,
-                .write_scan_ms = 1000,
-                .interval_ms = 250,
-        };
+        *t = (Tunables){ 0 };
+        for (size_t i = 0; i < _TUNABLE_KEY_MAX; i++) {
+                const ConfigSetting *s = config_tunable_setting(i);
+                char err[160];
+                if (tunable_set(t, tunable_names[i], s->def, err, sizeof(err)) < 0) {
+                        /* a default its own row refuses: tests/test-tunables.c fails first */
+                        fprintf(stderr, "zswapd: bad default of %s: %s\n", tunable_names[i], err);
+                        abort();
+                }
+        }
 }
 
 const char *tunable_key(size_t i) {
@@ -115,7 +105,7 @@ const char *tunable_key(size_t i) {
 }
 
 const char *tunable_help(size_t i) {
-        return i < _TUNABLE_KEY_MAX ? keys[i].help : NULL;
+        return i < _TUNABLE_KEY_MAX ? config_tunable_setting(i)->help : NULL;
 }
 
 static int key_find(const char *name) {

@@ -1,14 +1,15 @@
 /*
  * tunables.h: the daemon's run-time policy knobs (docs/reclaim.md).
  *
- * One table of keys, used three ways: the [reclaim] and [pool] sections of
- * the configuration file (--config), `zswapctl set KEY VALUE` and
- * `zswapctl get [KEY]`. Values are text on the wire and in the file and
- * are parsed here, with units: sizes take K, M, G, T suffixes (powers of
- * 1024) or a percentage of the machine's RAM ("10%"); durations take s,
- * ms, m, h (plain numbers are seconds); booleans are yes/no/on/off/1/0/
- * true/false. The struct is owned by the manager thread; other threads
- * read the few fields they need through the manager's copies.
+ * The run-time half of daemon/config.h's table of settings, used three
+ * ways: the [reclaim] and [pool] sections of the configuration file
+ * (--config), `zswapctl set KEY VALUE` and `zswapctl get [KEY]`. Values
+ * are text on the wire and in the file and are parsed here, with units:
+ * sizes take K, M, G, T suffixes (powers of 1024) or a percentage of the
+ * machine's RAM ("10%"); durations take s, ms, m, h (plain numbers are
+ * seconds); booleans are yes/no/on/off/1/0/true/false. The struct is
+ * owned by the manager thread; other threads read the few fields they
+ * need through the manager's copies.
  */
 #pragma once
 
@@ -45,7 +46,7 @@ typedef struct Tunables {
         uint64_t interval_ms;        /* key "interval": reclaim tick (default 250 ms) */
 } Tunables;
 
-/* The defaults above. */
+/* The defaults: each key's row of config_settings[] (daemon/config.c). */
 void tunables_default(Tunables *t);
 
 /*
@@ -74,6 +75,6 @@ const char *tunable_key(size_t i);
  */
 int tunables_load(Tunables *t, const char *path, char *err, size_t errlen);
 
-/* One line saying what the i-th key does (the comments of
- * systemd/zswapd.conf); NULL after the last. */
+/* One line saying what the i-th key does (its row of config_settings[],
+ * above its key in systemd/zswapd.conf); NULL after the last. */
 const char *tunable_help(size_t i);
