@@ -5,14 +5,16 @@
  * Every key round-trips through tunable_set()/tunable_get() with its units
  * and lands in its own field only; bad values are refused with a message
  * that names the key and the accepted form, and leave Tunables alone;
- * tunables_load() applies a full file, reports "path:LINE: ..." for the
- * first bad line and then changes nothing; systemd/zswapd.conf lists every
+ * the [reclaim] and [pool] sections of a file, read by the daemon's one
+ * reader (config_load(), daemon/config.c), apply in full, report
+ * "path:LINE: ..." for the first bad line and then change nothing; systemd/zswapd.conf lists every
  * key, commented out, with its default and its help line.
  */
 #include <limits.h>
 #include <stdbool.h>
 
 #include "conf.h"
+#include "config.h"
 #include "macro.h"
 #include "protocol.h"
 #include "test.h"
@@ -337,10 +339,10 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "interval = 100ms\r\n"
                                 "pool_max = 1G\n"
                                 "\n"
-                                "[socket]\n"
-                                "# another part of the daemon's: not looked at here\n"
-                                "path = /run/elsewhere.sock\n"
-                                "limit = not a size\n"
+                                "[users]\n"
+                                "# another section's limit: not the [reclaim] one\n"
+                                "allow = *\n"
+                                "limit = 64M\n"
                                 "\n"
                                 "[pool]\n"
                                 "pool_max = 2G\n"
@@ -353,13 +355,28 @@ static const char *const good_values[][2] = {
         { "interval", "100ms" },    { "clean_max", "50" },
 };
 
+/* The [reclaim] and [pool] settings of path over t, through the file
+ * reader the daemon uses; t is unchanged on error. */
+static int load_tunables(Tunables *t, const char *path, char *err, size_t errlen) {
+        Config c;
+        int r;
+
+        config_default(&c);
+        c.tun = *t;
+        r = config_load(&c, path, err, errlen);
+        if (r == 0)
+                *t = c.tun;
+        config_free(&c);
+        return r;
+}
+
 /* A file that fails on line; t must not move. */
 static void load_fails(Tunables *t, const char *text, int error, unsigned line, const char *msg) {
         const char *path = write_file("bad.conf", text);
         Tunables before = *t;
         char err[512] = "", want[512];
 
-        ASSERT_ERROR(tunables_load(t, path, err, sizeof(err)), error);
+        ASSERT_ERROR(load_tunables(t, path, err, sizeof(err)), error);
         snprintf(want, sizeof(want), "%s:%u: %s", path, line, msg);
         ASSERT_STREQ(err, want);
         ASSERT_TRUE(same(t, &before));
@@ -373,7 +390,7 @@ static void test_load(void) {
         tunables_default(&t);
         d = t;
         const char *path = write_file("good.conf", good_conf);
-        if (tunables_load(&t, path, err, sizeof(err)) < 0)
+        if (load_tunables(&t, path, err, sizeof(err)) < 0)
                 test_fail("good.conf: %s", err);
         for (size_t i = 0; i < ELEMENTSOF(good_values); i++)
                 ASSERT_STREQ(get(&t, good_values[i][0]), good_values[i][1]);
@@ -382,11 +399,12 @@ static void test_load(void) {
         ASSERT_TRUE(t.pressure_target == 0.5 && !t.keep_clean);
 
         /* each failure leaves the good file's values, even where lines before it were fine */
-        load_fails(&t, "[reclaim]\ninterval = 1s\n\nbogus = 1\n", EINVAL, 4, "unknown key 'bogus' in [reclaim]");
+        load_fails(&t, "[reclaim]\ninterval = 1s\n\nbogus = 1\n", EINVAL, 4,
+                   "unknown key 'bogus' in [reclaim] (zswapctl get lists them)");
         load_fails(&t, "# c\n[pool]\npool_accept = 120\n", EINVAL, 3,
                    "pool_accept: 120 is not a percentage between 1 and 100");
         load_fails(&t, "[reclaim]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
-        load_fails(&t, "[socket]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
+        load_fails(&t, "[users]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
         load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept)");
         load_fails(&t, "\nlimit = 1G\n[reclaim]\n", EINVAL, 2, "'limit' comes before any [section]");
         load_fails(&t, "[reclaim\nlimit = 1G\n", EINVAL, 1, "expected [section], got '[reclaim'");
@@ -398,12 +416,13 @@ static void test_load(void) {
 
         /* no file */
         snprintf(want, sizeof(want), "%s/missing.conf", dir);
-        ASSERT_ERROR(tunables_load(&t, want, err, sizeof(err)), ENOENT);
+        ASSERT_ERROR(load_tunables(&t, want, err, sizeof(err)), ENOENT);
         ASSERT_TRUE(strstr(err, want) == err && strstr(err, "No such file"));
 
-        /* an empty file and one with only an unknown section change nothing */
-        ASSERT_OK(tunables_load(&d, write_file("empty.conf", ""), err, sizeof(err)));
-        ASSERT_OK(tunables_load(&d, write_file("other.conf", "[workers]\ncount = lots\n"), err, sizeof(err)));
+        /* an empty file and one with only other sections change nothing */
+        ASSERT_OK(load_tunables(&d, write_file("empty.conf", ""), err, sizeof(err)));
+        ASSERT_OK(load_tunables(&d, write_file("other.conf", "[daemon]\nworkers = 2\n[users]\nlimit = 1G\n"), err,
+                                sizeof(err)));
         for (size_t i = 0; i < ELEMENTSOF(defaults); i++)
                 ASSERT_STREQ(get(&d, defaults[i][0]), defaults[i][1]);
 }
@@ -419,7 +438,7 @@ static void test_shipped_conf(void) {
 
         tunables_default(&t);
         d = t;
-        if (tunables_load(&t, path, err, sizeof(err)) < 0)
+        if (load_tunables(&t, path, err, sizeof(err)) < 0)
                 test_fail("%s", err);
         ASSERT_TRUE(same(&t, &d));
 

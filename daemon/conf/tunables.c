@@ -13,8 +13,8 @@
  * accept a value in one place and refuse it in another.
  *
  * A value is parsed completely and range-checked before the field is
- * written, so a refused value leaves Tunables as it was; tunables_load()
- * goes further and parses the whole file into a copy. Ranges are checked
+ * written, so a refused value leaves Tunables as it was (config_load()
+ * goes further and parses the whole file into a copy). Ranges are checked
  * against the value in its field's unit (bytes, ms, percent, count): the
  * user's "0.5s" and "500ms" meet the same bound.
  *
@@ -207,31 +207,5 @@ int tunable_get(const Tunables *t, const char *key, char *buf, size_t len) {
         if (i < 0)
                 return i;
         key_format(&keys[i], key_load(&keys[i], t), buf, len);
-        return 0;
-}
-
-/* conf_parse() callback: [reclaim] takes every key, [pool] its two. */
-static int load_assignment(const char *section, const char *key, const char *value, unsigned line, void *userdata,
-                           char *err, size_t errlen) {
-        bool pool_key = strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0;
-        int r;
-
-        if (strcmp(section, "pool") == 0 && !pool_key)
-                return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept)", key);
-        if (strcmp(section, "reclaim") != 0 && strcmp(section, "pool") != 0)
-                return 0; /* another part of the daemon's */
-        r = tunable_set(userdata, key, value, err, errlen);
-        if (r == -ENOENT)
-                errorf(r, err, errlen, "unknown key '%s' in [%s]", key, section);
-        return r < 0 ? -EINVAL : 0;
-}
-
-int tunables_load(Tunables *t, const char *path, char *err, size_t errlen) {
-        Tunables copy = *t;
-        int r = conf_parse(path, load_assignment, &copy, err, errlen);
-
-        if (r < 0)
-                return r;
-        *t = copy;
         return 0;
 }

@@ -64,17 +64,6 @@ int tunable_get(const Tunables *t, const char *key, char *buf, size_t len);
 /* The keys, in table order; NULL after the last. */
 const char *tunable_key(size_t i);
 
-/*
- * Read a configuration file: INI-style, "[section]" headers, "key = value"
- * lines, '#' and ';' comments, blank lines. The reclaim keys live in
- * [reclaim] (pool_max and pool_accept may also be given in [pool]);
- * unknown sections are skipped with no error, for the keys other parts of
- * the daemon read, but an unknown key in a known section is an error. On
- * error returns -EINVAL (or -errno opening the file), leaves t unchanged,
- * and err gets "path:line: message".
- */
-int tunables_load(Tunables *t, const char *path, char *err, size_t errlen);
-
 /* One line saying what the i-th key does (its row of config_settings[],
  * above its key in systemd/zswapd.conf); NULL after the last. */
 const char *tunable_help(size_t i);
