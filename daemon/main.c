@@ -292,7 +292,7 @@ static void apply_daemon_conf(ManagerConfig *cfg, const DaemonConf *d, unsigned 
 
         if (getenv("ZSWAP_SOCKET"))
                 keys &= ~(1u << DKEY_SOCKET);
-        config_manager_apply(cfg, d, keys, ncpu);
+        manager_config_apply(cfg, d, keys, ncpu);
 }
 
 /* Each armed fault injection site (common/inject.h), once at start and
@@ -311,7 +311,7 @@ int main(int argc, char **argv) {
         ManagerConfig cfg;
 
         config_default(&defaults);
-        config_manager_defaults(&cfg, &defaults.daemon, ncpu > 0 ? (unsigned)ncpu : 1);
+        manager_config_defaults(&cfg, &defaults.daemon, ncpu > 0 ? (unsigned)ncpu : 1);
         Manager *m = NULL;
         Config conf;
         char err[512];

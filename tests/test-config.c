@@ -1,5 +1,5 @@
 /*
- * test-config.c: zswapd.conf(5) as a whole (daemon/config.c): the
+ * test-config.c: zswapd.conf(5) as a whole (daemon/conf/config.c): the
  * [daemon], [users] and [user:NAME] sections, the rules they make, the
  * errors a bad file gets (with its file:line), and the shipped
  * systemd/zswapd.conf (every key, commented out, at its default).
@@ -8,7 +8,7 @@
  * defaults: every row's default reads back as the default, the rows cover
  * every field (a Config scribbled over and then given every row's default
  * as a file is config_default()'s again), the command line's starting
- * point (config_manager_defaults(), what main() uses) and zswapd --help
+ * point (manager_config_defaults(), what main() uses) and zswapd --help
  * say the same, and so do the shipped file and the constants other
  * modules keep for themselves.
  */
@@ -456,7 +456,7 @@ static void test_table_round_trip(void) {
         config_free(&d);
 }
 
-/* What main() starts from (config_manager_defaults()) is the table's, and
+/* What main() starts from (manager_config_defaults()) is the table's, and
  * what it always was. */
 static void test_manager_defaults(void) {
         ManagerConfig cfg;
@@ -465,7 +465,7 @@ static void test_manager_defaults(void) {
 
         ASSERT_OK(unsetenv("ZSWAP_SOCKET"));
         config_default(&d);
-        config_manager_defaults(&cfg, &d.daemon, 7);
+        manager_config_defaults(&cfg, &d.daemon, 7);
         ASSERT_OK(codec_from_string(def("daemon", "compressor"), &codec));
         ASSERT_STREQ(cfg.socket_path, def("daemon", "socket"));
         ASSERT_EQ(cfg.codec, codec);
@@ -500,7 +500,7 @@ static void test_manager_defaults(void) {
         ASSERT_EQ(cfg.max_registered, UINT64_MAX);
         /* $ZSWAP_SOCKET wins over the default */
         ASSERT_OK(setenv("ZSWAP_SOCKET", "/tmp/elsewhere.sock", 1));
-        config_manager_defaults(&cfg, &d.daemon, 1);
+        manager_config_defaults(&cfg, &d.daemon, 1);
         ASSERT_STREQ(cfg.socket_path, "/tmp/elsewhere.sock");
         ASSERT_EQ(cfg.workers, 1u);
         ASSERT_OK(unsetenv("ZSWAP_SOCKET"));

@@ -11,7 +11,7 @@
 #     OPTIONS (COMMANDS), and every item there is in --help;
 #   zswapd.conf(5): every key of common/tunable-keys.c, of the installed
 #     default configuration systemd/zswapd.conf (in its section) and of
-#     the daemon's table of settings (daemon/config.c) is an item of the
+#     the daemon's table of settings (daemon/conf/config.c) is an item of the
 #     page, and every item of the page is one of them;
 #   libzswap(3): every function, stats field and constant of
 #     include/zswap.h, and no function the header does not declare.

@@ -1,12 +1,12 @@
 /*
- * test-tunables: the daemon's tunables as text (daemon/tunables.c) and the
+ * test-tunables: the daemon's tunables as text (daemon/conf/tunables.c) and the
  * configuration file (common/conf.c).
  *
  * Every key round-trips through tunable_set()/tunable_get() with its units
  * and lands in its own field only; bad values are refused with a message
  * that names the key and the accepted form, and leave Tunables alone;
  * the [reclaim] and [pool] sections of a file, read by the daemon's one
- * reader (config_load(), daemon/config.c), apply in full, report
+ * reader (config_load(), daemon/conf/config.c), apply in full, report
  * "path:LINE: ..." for the first bad line and then change nothing; systemd/zswapd.conf lists every
  * key, commented out, with its default and its help line.
  */

@@ -7,7 +7,7 @@
  * config_default() is nothing but each row's default handed to the same
  * assignment() a file's line goes to, so a default cannot be a value the
  * file would refuse or read differently; the command line starts from it
- * (config_manager_defaults()). Rows of [daemon] and [users] limits carry
+ * (manager_config_defaults(), daemon/manager). Rows of [daemon] and [users] limits carry
  * their DaemonKey/UserKey, those of [reclaim] and [pool] their TunableKey.
  *
  * conf_parse() (common/conf.c) does the syntax and calls assignment() for
@@ -15,7 +15,7 @@
  * function here, and the value grammar is common/conf.h's, so that "64M"
  * or "30s" means the same in every section, on zswapctl's command line
  * and on the wire. The [reclaim] and [pool] keys go to tunable_set()
- * (daemon/tunables.c, the run-time half: their types and ranges), the
+ * (daemon/conf/tunables.c, the run-time half: their types and ranges), the
  * same function `zswapctl set` uses.
  */
 #include <errno.h>
@@ -30,7 +30,6 @@
 #include "conf.h"
 #include "config.h"
 #include "macro.h"
-#include "manager.h"
 #include "protocol.h"
 #include "util.h"
 
@@ -62,7 +61,7 @@ const ConfigSetting config_settings[] = {
           "connections in all" },
 
         /* [reclaim] and [pool]: the run-time tunables, in TunableKey order
-         * (zswapctl get's); types and ranges in daemon/tunables.c */
+         * (zswapctl get's); types and ranges in daemon/conf/tunables.c */
         { "reclaim", "limit", TUNABLE_LIMIT, "0", RUN, false,
           "resident limit of each client's managed memory (a client's own setting wins); 0: none" },
         { "reclaim", "idle_age", TUNABLE_IDLE_AGE, "0", RUN, false,
@@ -662,62 +661,4 @@ bool config_user_uffd_device(const UsersConf *u, uid_t uid) {
 
 bool config_is_admin(const UsersConf *u, uid_t uid, const gid_t *groups, size_t ngroups) {
         return uid == 0 || (u->has_admin_gid && has_gid(groups, ngroups, u->admin_gid));
-}
-
-/* A command-line-only row's default as a number; a default its row
- * cannot be read as is a bug in the table, which tests/test-config.c
- * catches before any daemon runs. */
-static unsigned cmdline_default(const char *option) {
-        const ConfigSetting *s = config_setting(NULL, option);
-        uint64_t v;
-
-        if (!s || conf_parse_uint(s->def, &v) < 0 || v > UINT_MAX) {
-                fprintf(stderr, "zswapd: bad default of --%s\n", option);
-                abort();
-        }
-        return (unsigned)v;
-}
-
-void config_manager_apply(ManagerConfig *cfg, const DaemonConf *d, uint32_t keys, unsigned ncpu) {
-#define TAKE(k) (keys & (1u << (k)))
-        if (TAKE(DKEY_SOCKET))
-                cfg->socket_path = d->socket;
-        if (TAKE(DKEY_COMPRESSOR))
-                cfg->codec = d->codec;
-        if (TAKE(DKEY_LEVEL))
-                cfg->level = d->level;
-        if (TAKE(DKEY_WORKERS))
-                cfg->workers = d->workers ? d->workers : ncpu;
-        if (TAKE(DKEY_FAULT_THREADS))
-                cfg->fault_threads = d->fault_threads ? d->fault_threads : ncpu;
-        if (TAKE(DKEY_BATCH))
-                cfg->batch_pages = d->batch;
-        if (TAKE(DKEY_WORKER_NICE))
-                cfg->worker_nice = d->worker_nice;
-        if (TAKE(DKEY_MAX_CLIENTS))
-                cfg->max_clients = d->max_clients;
-        if (TAKE(DKEY_LOCK_MEMORY))
-                cfg->lock_memory = d->lock_memory;
-        if (TAKE(DKEY_SANDBOX))
-                cfg->sandbox = d->sandbox;
-#undef TAKE
-}
-
-void config_manager_defaults(ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu) {
-        const char *env = getenv("ZSWAP_SOCKET");
-
-        *cfg = (ManagerConfig){
-                .fault_pin = true,
-                .fault_shared = true,
-                /* fixed, not settings */
-                .max_compressed = ZSWAP_PAGE_SIZE * 3 / 4, /* as zswap: worse than 3/4 page stays resident */
-                .max_regions = 4096,                       /* per client */
-                .max_registered = UINT64_MAX,
-                .listen_fd = -1,
-        };
-        config_manager_apply(cfg, d, (1u << _DKEY_MAX) - 1, ncpu);
-        if (env)
-                cfg->socket_path = env;
-        cfg->fault_spin_us = cmdline_default("fault-spin-us");
-        cfg->fault_rt_prio = cmdline_default("fault-rt-prio");
 }

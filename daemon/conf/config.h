@@ -4,7 +4,7 @@
  * One table, config_settings[], lists every setting with its default; one
  * parse reads every section: [daemon] (start-time settings), [pool] and
  * [reclaim] (run-time policies; their types and ranges are
- * daemon/tunables.c, the run-time half of this module), [tier] (the
+ * daemon/conf/tunables.c, the run-time half of this module), [tier] (the
  * second tier), [users] (who may be a client, the admin group, the
  * defaults of every non-root user's limits) and [user:NAME] (one user's
  * own). An unknown section or key is an
@@ -111,11 +111,11 @@ typedef struct Config {
  * Every setting, one row each: the single table of zswapd's settings and
  * their defaults. config_default() is each row's default parsed by the
  * same code a file's line goes through, the command line starts from the
- * same Config (config_manager_defaults()), zswapd --help and
+ * same Config (manager_config_defaults(), daemon/manager), zswapd --help and
  * `zswapctl get` show the same values, and the shipped systemd/zswapd.conf
  * is checked against it (tests/test-config.c). A new setting is a row
  * here plus its parsing in its section's function in config.c (for
- * [reclaim] and [pool]: its type and range in daemon/tunables.c, its name
+ * [reclaim] and [pool]: its type and range in daemon/conf/tunables.c, its name
  * in common/tunable-keys.c).
  */
 typedef enum ConfigWhen {
@@ -160,18 +160,6 @@ int config_copy(Config *dst, const Config *src);
  */
 int config_load(Config *c, const char *path, char *err, size_t errlen);
 
-/*
- * The command line's starting point, from config_settings[]: the [daemon]
- * settings of d (config_default()'s, which must outlive cfg: socket_path
- * points into it; $ZSWAP_SOCKET wins for the socket) with workers and
- * fault_threads "auto" as ncpu, and the command-line-only settings.
- * Fields that are no setting (listen_fd, the per-client caps) get their
- * fixed values too.
- */
-struct ManagerConfig;
-void config_manager_defaults(struct ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu);
-/* d's [daemon] settings whose bit (1 << DKEY_*) is in keys, onto cfg. */
-void config_manager_apply(struct ManagerConfig *cfg, const DaemonConf *d, uint32_t keys, unsigned ncpu);
 
 /* The key names, for messages and the documentation checks. */
 const char *config_daemon_key(DaemonKey k);

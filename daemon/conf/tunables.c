@@ -1,11 +1,11 @@
 /*
  * tunables.c: the run-time half of the configuration module
- * (daemon/config.c): how the [reclaim] and [pool] keys are typed, checked
+ * (daemon/conf/config.c): how the [reclaim] and [pool] keys are typed, checked
  * and written as text.
  *
  * Every key is one row of keys[]: its type, where it lives in Tunables
  * and its range. Its default and help line are its row of
- * config_settings[] (daemon/config.c), the one table of every setting;
+ * config_settings[] (daemon/conf/config.c), the one table of every setting;
  * its name is common/tunable-keys.c's (zswapctl lists them without
  * linking the daemon); both tables are indexed by the same enum. Setting
  * from the configuration file, from `zswapctl set`, the defaults, and

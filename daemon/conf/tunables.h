@@ -46,7 +46,7 @@ typedef struct Tunables {
         uint64_t interval_ms;        /* key "interval": reclaim tick (default 250 ms) */
 } Tunables;
 
-/* The defaults: each key's row of config_settings[] (daemon/config.c). */
+/* The defaults: each key's row of config_settings[] (daemon/conf/config.c). */
 void tunables_default(Tunables *t);
 
 /*

@@ -122,6 +122,18 @@ struct Manager {
  * daemon (EX_TEMPFAIL). */
 #define ZSWAPD_EXIT_HANDOVER 75
 
+/*
+ * The command line's starting point, from config_settings[]: the [daemon]
+ * settings of d (config_default()'s, which must outlive cfg: socket_path
+ * points into it; $ZSWAP_SOCKET wins for the socket) with workers and
+ * fault_threads "auto" as ncpu, and the command-line-only settings.
+ * Fields that are no setting (listen_fd, the per-client caps) get their
+ * fixed values too.
+ */
+void manager_config_defaults(ManagerConfig *cfg, const DaemonConf *d, unsigned ncpu);
+/* d's [daemon] settings whose bit (1 << DKEY_*) is in keys, onto cfg. */
+void manager_config_apply(ManagerConfig *cfg, const DaemonConf *d, uint32_t keys, unsigned ncpu);
+
 int manager_new(const ManagerConfig *cfg, Manager **ret);
 /* Give back deferred pool releases and empty chunks, of every client. */
 void manager_pool_reclaim(Manager *m);

@@ -1,5 +1,5 @@
 /*
- * fuzz-config.c: zswapd.conf(5) from hostile bytes (daemon/config.c).
+ * fuzz-config.c: zswapd.conf(5) from hostile bytes (daemon/conf/config.c).
  *
  * The input is written to a memfd and read as "/proc/self/fd/N", on top of
  * a base Config that already holds arrays (allowed uids and gids, a user
