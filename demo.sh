@@ -15,6 +15,6 @@ sock=$dir/zswapd.sock
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-./build/client/zswap-demo --socket "$sock" --size "${DEMO_MB:-1024}"
+./build/client/tools/zswap-demo --socket "$sock" --size "${DEMO_MB:-1024}"
 echo
-./build/client/zswapctl --socket "$sock" status
+./build/client/tools/zswapctl --socket "$sock" status

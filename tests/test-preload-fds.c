@@ -203,9 +203,9 @@ int main(int argc, char **argv) {
 #endif
         test_require_root();
         snprintf(run_path, sizeof(run_path), "%s", zswapd);
-        strcpy(strrchr(run_path, '/'), "/../client/zswap-run");
+        strcpy(strrchr(run_path, '/'), "/../client/preload/zswap-run");
         snprintf(ctl_path, sizeof(ctl_path), "%s", zswapd);
-        strcpy(strrchr(ctl_path, '/'), "/../client/zswapctl");
+        strcpy(strrchr(ctl_path, '/'), "/../client/tools/zswapctl");
         ssize_t n = readlink("/proc/self/exe", victim_path, sizeof(victim_path) - 32);
         ASSERT_TRUE(n > 0);
         victim_path[n] = 0;

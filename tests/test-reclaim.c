@@ -506,7 +506,7 @@ int main(int argc, char **argv) {
         };
 
         snprintf(ctl, sizeof(ctl), "%s", argv[0]);
-        strcpy(strrchr(ctl, '/'), "/../client/zswapctl");
+        strcpy(strrchr(ctl, '/'), "/../client/tools/zswapctl");
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 if (only && strcmp(only, cases[i].name) != 0)
                         continue;

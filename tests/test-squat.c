@@ -160,7 +160,7 @@ static void zswapctl_path(char *buf, size_t len) {
         ssize_t n = readlink("/proc/self/exe", buf, len - 32);
         ASSERT_TRUE(n > 0);
         buf[n] = 0;
-        strcpy(strrchr(buf, '/'), "/../client/zswapctl");
+        strcpy(strrchr(buf, '/'), "/../client/tools/zswapctl");
 }
 
 static void case_fresh(const char *where) {

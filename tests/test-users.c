@@ -285,7 +285,7 @@ int main(void) {
         if (!zswapd)
                 test_skip("ZSWAPD not set");
         snprintf(ctl, sizeof(ctl), "%s", zswapd);
-        strcpy(strrchr(ctl, '/'), "/../client/zswapctl");
+        strcpy(strrchr(ctl, '/'), "/../client/tools/zswapctl");
         snprintf(conf_path, sizeof(conf_path), "/tmp/test-users-%d.conf", (int)getpid());
         write_conf("");
         snprintf(args, sizeof(args), "--config %s", conf_path);

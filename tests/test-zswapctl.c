@@ -546,7 +546,7 @@ int main(void) {
         if (!zswapd)
                 test_skip("ZSWAPD not set");
         snprintf(ctl, sizeof(ctl), "%s", zswapd);
-        strcpy(strrchr(ctl, '/'), "/../client/zswapctl");
+        strcpy(strrchr(ctl, '/'), "/../client/tools/zswapctl");
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);

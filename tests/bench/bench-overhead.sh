@@ -113,11 +113,11 @@ for w in perl python node java redis cc sh; do
         for r in $(seq "$reps"); do
                 # shellcheck disable=SC2206
                 plain+=($(timed "$work/plain" bash -c "${cmd[$w]}" dummy))
-                managed+=($(timed "$work/managed" "$build/client/zswap-run" --socket "$sock" -- bash -c "${cmd[$w]}"))
+                managed+=($(timed "$work/managed" "$build/client/preload/zswap-run" --socket "$sock" -- bash -c "${cmd[$w]}"))
         done
         p=$(printf '%s\n' "${plain[@]}" | median)
         m=$(printf '%s\n' "${managed[@]}" | median)
         printf '%-8s %10.2f %10.2f %7.2f  %s | %s\n' "$w" "$p" "$m" "$(awk -v a="$m" -v b="$p" 'BEGIN { print a / b }')" \
                "$(tail -c 60 "$work/plain.out" | tr '\n' ' ')" "$(tail -c 60 "$work/managed.out" | tr '\n' ' ')"
 done
-echo "daemon: $("$build/client/zswapctl" --socket "$sock" status 2>/dev/null | grep -E '^(faults|faults_zero_fill|zero_ahead|evictions) ' | tr -s ' ' | paste -sd, -)"
+echo "daemon: $("$build/client/tools/zswapctl" --socket "$sock" status 2>/dev/null | grep -E '^(faults|faults_zero_fill|zero_ahead|evictions) ' | tr -s ' ' | paste -sd, -)"

@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
         if (n <= 0)
                 return 1;
         run_path[n] = 0;
-        strcpy(strrchr(run_path, '/'), "/../../client/zswap-run");
+        strcpy(strrchr(run_path, '/'), "/../../client/preload/zswap-run");
         snprintf(ctl_path, sizeof(ctl_path), "%s", run_path);
         strcpy(strrchr(ctl_path, '/'), "/zswapctl");
         snprintf(dir, sizeof(dir), "/tmp/bench-redis-XXXXXX");
