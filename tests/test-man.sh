@@ -234,8 +234,8 @@ check_lib
 # every Prometheus metric zswapctl(8) names is one zswapctl prints
 if [ -f "$tmp/zswapctl.8.txt" ]; then
         for m in $(grep -oE '\bzswapd_[a-z0-9_]+' "$tmp/zswapctl.8.txt" | sort -u); do
-                grep -q "\"${m}[{\" ]" "$SOURCE_ROOT/client/tools/zswapctl.c" ||
-                        fail "zswapctl.8: metric $m is not in client/tools/zswapctl.c"
+                grep -q "\"${m}[{\" ]" "$SOURCE_ROOT"/client/tools/zswapctl*.c ||
+                        fail "zswapctl.8: metric $m is not in client/tools/zswapctl*.c"
         done
 fi
 # zswapd(8) on the units: every unit setting it quotes with a value

@@ -1,0 +1,112 @@
+/*
+ * zswapctl-process.c: the commands about one running program, named by
+ * its pid: `pageout PID [ADDR LEN]` evicts its managed memory now,
+ * `limit PID SIZE` keeps its resident managed memory under SIZE. Sizes and
+ * pids are parsed with the daemon's grammar (common/conf.h) before
+ * anything is sent.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+#include "macro.h"
+#include "protocol.h"
+#include "util.h"
+#include "zswapctl.h"
+
+/* A process id, or 0 after saying why not. */
+int32_t parse_pid(const char *s) {
+        uint64_t pid;
+
+        if (conf_parse_uint(s, &pid) < 0 || pid == 0 || pid > INT32_MAX) {
+                fprintf(stderr, "zswapctl: '%s' is not a process id\n", s);
+                return 0;
+        }
+        return (int32_t)pid;
+}
+
+/* pageout PID [ADDR LEN]: evict a running program's managed memory */
+int cmd_pageout(const char *path, int argc, char **argv, bool json) {
+        ZMsgPageoutPid q = { 0 };
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        char *end;
+        long pid;
+
+        if (argc != 1 && argc != 3) {
+                fprintf(stderr, "zswapctl: usage: zswapctl pageout PID [ADDR LEN]\n");
+                return 2;
+        }
+        q.pid = parse_pid(argv[0]);
+        if (q.pid == 0)
+                return 2;
+        pid = q.pid;
+        if (argc == 3) {
+                errno = 0;
+                q.addr = strtoull(argv[1], &end, 0);
+                if (errno || *end || parse_size(argv[2], &q.len) < 0 || q.len == 0) {
+                        fprintf(stderr, "zswapctl: ADDR is an address (0x...), LEN a size (4096, 64M, ...)\n");
+                        return 2;
+                }
+        }
+        _cleanup_close_ int fd = ctl_connect(path);
+        if (fd < 0)
+                return 1;
+        zmsg_init(&q.hdr, ZMSG_PAGEOUT_PID, 2, sizeof(q));
+        int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
+        if (r == -ESRCH) {
+                fprintf(stderr, "zswapctl: process %ld has no memory managed by zswapd\n", pid);
+                return 1;
+        }
+        if (r == -EPERM) {
+                fprintf(stderr, "zswapctl: " EPERM_ADMIN " (process %ld is another user's)\n", pid);
+                return 1;
+        }
+        if (r < 0) {
+                fprintf(stderr, "zswapctl: pageout of process %ld: %s\n", pid, strerror(-r));
+                return 1;
+        }
+        uint64_t pages = (uint64_t)((ZMsgReply *)buf)->value;
+        if (json)
+                printf("{\"pid\": %ld, \"evicted_pages\": %llu}\n", pid, (unsigned long long)pages);
+        else
+                printf("process %ld: %llu pages evicted\n", pid, (unsigned long long)pages);
+        return 0;
+}
+
+
+/* limit PID SIZE: keep a program's resident managed memory under SIZE */
+int cmd_limit(const char *path, int argc, char **argv, bool json) {
+        ZMsgLimit q = { 0 };
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        char size[32];
+
+        if (argc != 2) {
+                fprintf(stderr, "zswapctl: usage: zswapctl limit PID SIZE\n");
+                return 2;
+        }
+        q.pid = parse_pid(argv[0]);
+        if (q.pid == 0)
+                return 2;
+        if (conf_parse_size(argv[1], conf_ram_bytes(), &q.bytes) < 0) {
+                fprintf(stderr, "zswapctl: '%s' is not a size: use bytes or K, M, G, T (64M, 1.5G), a percentage "
+                        "of RAM (10%%), or none to remove the limit\n", argv[1]);
+                return 2;
+        }
+        _cleanup_close_ int fd = ctl_connect(path);
+        if (fd < 0)
+                return 1;
+        zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 2, sizeof(q));
+        int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
+        if (r < 0)
+                return refused(r, q.pid, true, "limit", NULL);
+        conf_format_size(q.bytes, size, sizeof(size));
+        if (json)
+                printf("{\"pid\": %d, \"limit\": %llu}\n", (int)q.pid, (unsigned long long)q.bytes);
+        else if (q.bytes)
+                printf("process %d: limit %s\n", (int)q.pid, size);
+        else
+                printf("process %d: no limit\n", (int)q.pid);
+        return 0;
+}

@@ -1,0 +1,145 @@
+/*
+ * zswapctl-status.c: `zswapctl status`, the daemon's figures (what it
+ * holds and saves, fault latency, rates, the second tier) as name/value
+ * lines, values only (--no-headings), a subset (-o) or one JSON object.
+ * status_fetch() is metrics' source too.
+ */
+#include <string.h>
+#include <stdio.h>
+
+#include "macro.h"
+#include "protocol.h"
+#include "zswapctl.h"
+
+/* tier.h's states (the daemon's TIER_* order) */
+static const char *tier_state_text(int32_t state) {
+        static const char *const names[] = { "idle", "writing", "full", "error", "disconnected", "grace" };
+        if (state < 0)
+                return "none";
+        return (size_t)state < ELEMENTSOF(names) ? names[state] : "?";
+}
+
+static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
+        const struct zswap_stats *s = &st->stats;
+        double window = (double)st->rate_window_ms / 1000.0;
+        size_t n = 0;
+
+#define ADD(nm, k, val) f[n++] = (Field){ .name = nm, .kind = k, .v = (val) }
+#define ADD_REAL(nm, val, unk) f[n++] = (Field){ .name = nm, .kind = K_REAL, .d = (val), .unknown = (unk) }
+        f[n++] = (Field){ .name = "compressor", .kind = K_TEXT, .text = st->codec };
+        f[n++] = (Field){ .name = "level", .kind = K_COUNT, .v = (uint64_t)(int64_t)st->level, .is_signed = true };
+        ADD("pool_bytes", K_SIZE, s->pool_bytes);
+        ADD("pool_limit_bytes", K_SIZE, st->pool_bound);
+        ADD("compressed_bytes", K_SIZE, s->compressed_bytes);
+        ADD("original_bytes", K_SIZE, s->original_bytes);
+        ADD_REAL("ratio", s->pool_bytes ? (double)s->original_bytes / (double)s->pool_bytes : 0, !s->pool_bytes);
+        ADD("stored_pages", K_COUNT, s->stored_pages);
+        ADD("same_filled_pages", K_COUNT, s->same_pages);
+        ADD("incompressible_pages", K_COUNT, s->incompressible_pages);
+        ADD("staged_pages", K_COUNT, s->staged_pages);
+        ADD("evictions", K_COUNT, s->evictions);
+        ADD_REAL("evictions_per_s", window > 0 ? (double)st->rate_evictions / window : 0, window <= 0);
+        ADD("faults", K_COUNT, s->faults);
+        ADD_REAL("faults_per_s", window > 0 ? (double)st->rate_faults / window : 0, window <= 0);
+        ADD("faults_zero_fill", K_COUNT, s->faults_zero);
+        ADD("prefetches", K_COUNT, s->prefetches);
+        ADD("fault_latency_p50_ns", K_NS, st->lat_p50_ns);
+        ADD("fault_latency_p90_ns", K_NS, st->lat_p90_ns);
+        ADD("fault_latency_p99_ns", K_NS, st->lat_p99_ns);
+        ADD("fault_latency_p999_ns", K_NS, st->lat_p999_ns);
+        ADD("fault_latency_max_ns", K_NS, st->lat_max_ns);
+        ADD("faults_timed", K_COUNT, st->lat_count);
+        ADD("clients", K_COUNT, s->clients);
+        ADD("registered_bytes", K_SIZE, s->registered_bytes);
+        ADD("resident_bytes", K_SIZE, s->resident_bytes);
+        ADD("refaults", K_COUNT, s->refaults);
+        ADD("reclaim_evictions", K_COUNT, s->reclaim_evictions);
+        ADD("clean_pages", K_COUNT, s->clean_pages);
+        ADD("clean_bytes", K_SIZE, s->clean_bytes);
+        ADD("clean_reevictions", K_COUNT, s->clean_reevictions);
+        ADD("thrash_backoffs", K_COUNT, s->thrash_backoffs);
+        ADD("pool_full_events", K_COUNT, s->pool_full_events);
+        /* what packing costs: chunk memory not holding object bytes */
+        ADD("pool_overhead_bytes", K_SIZE, s->pool_bytes > s->compressed_bytes ? s->pool_bytes - s->compressed_bytes : 0);
+        ADD("fault_threads", K_COUNT, st->fault_threads);
+        ADD("workers", K_COUNT, st->workers);
+        ADD("protocol_errors", K_COUNT, st->protocol_errors);
+        ADD("moves_revoked", K_COUNT, st->moves_revoked);
+        ADD("zero_ahead", K_COUNT, st->zero_ahead);
+        ADD("write_scans", K_COUNT, st->write_scans);
+        ADD("write_zones_out", K_COUNT, st->write_zones_out);
+        /* the second tier: "none" and zeros when there is none */
+        f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
+        f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };
+        ADD("tier_capacity_bytes", K_SIZE, st->tier_capacity);
+        ADD("tier_used_bytes", K_SIZE, st->tier_used_bytes);
+        ADD("tier_pages", K_COUNT, st->tier_pages);
+        ADD("tier_bytes", K_SIZE, st->tier_bytes);
+        ADD("tier_written", K_SIZE, st->tier_written);
+        ADD("tier_writes", K_COUNT, st->tier_writes);
+        ADD("tier_written_pages", K_COUNT, st->tier_written_pages);
+        ADD("tier_reads", K_COUNT, st->tier_reads);
+        ADD("tier_read_bytes", K_SIZE, st->tier_read_bytes);
+        ADD("tier_prefetched", K_COUNT, st->tier_prefetched);
+        ADD("tier_errors", K_COUNT, st->tier_read_errors + st->tier_write_errors);
+        ADD("tier_read_errors", K_COUNT, st->tier_read_errors);
+        ADD("tier_write_errors", K_COUNT, st->tier_write_errors);
+        ADD("tier_corrupt", K_COUNT, st->tier_corrupt);
+        ADD("tier_full_events", K_COUNT, st->tier_full_events);
+        ADD("tier_reconnects", K_COUNT, st->tier_reconnects);
+#undef ADD
+#undef ADD_REAL
+        return n;
+}
+
+int status_fetch(int fd, ZMsgStatusReply *st) {
+        ZMsgHeader q;
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+
+        zmsg_init(&q, ZMSG_STATUS, 2, sizeof(q));
+        int r = ctl_expect(fd, &q, sizeof(q), buf, sizeof(buf), ZMSG_STATUS_REPLY);
+        if (r == 0)
+                memcpy(st, buf, sizeof(*st));
+        return r;
+}
+
+int cmd_status(const Opts *o) {
+        ZMsgStatusReply st;
+        Field f[96];
+
+        size_t n = status_fields(&(ZMsgStatusReply){ 0 }, f);
+        if (o->columns) {
+                const char *names[ELEMENTSOF(f)];
+                for (size_t i = 0; i < n; i++)
+                        names[i] = f[i].name;
+                if (!columns_valid(o->columns, names, n, "status field"))
+                        return 2;
+        }
+        _cleanup_close_ int fd = ctl_connect(o->path);
+        if (fd < 0)
+                return 1;
+        int r = status_fetch(fd, &st);
+        if (r < 0)
+                return read_failed(r, "status");
+        n = status_fields(&st, f);
+        if (o->json)
+                printf("{");
+        for (size_t i = 0, shown = 0; i < n; i++) {
+                char buf[64];
+                if (o->columns && !list_has(o->columns, f[i].name))
+                        continue;
+                if (o->json) {
+                        printf("%s\"%s\": ", shown++ ? ", " : "", f[i].name);
+                        field_json(&f[i]);
+                        continue;
+                }
+                field_text(&f[i], o->bytes, buf, sizeof(buf));
+                if (o->no_headings)
+                        printf("%s\n", buf);
+                else
+                        printf("%-22s %s\n", f[i].name, buf);
+        }
+        if (o->json)
+                printf("}\n");
+        return 0;
+}
