@@ -135,7 +135,7 @@ static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
                 page = a->page;
         }
         struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE,
-                                 .mode = UFFDIO_COPY_MODE_DONTWAKE }; /* woken with its range (manager.c) */
+                                 .mode = UFFDIO_COPY_MODE_DONTWAKE }; /* woken with its range (attach.c, do_adopt()) */
         if (ioctl(a->mm->uffd, UFFDIO_COPY, &c) == 0 || errno == EEXIST) {
                 /* EEXIST: the page is there, as a page that never left */
                 a->installed++;

@@ -1,5 +1,7 @@
 /*
- * manager.h: the daemon as a whole and its control connections.
+ * manager.h: the daemon as a whole: what main.c starts and runs, and the
+ * Manager the manager's files share. A connection (Conn) and the calls
+ * between those files are theirs only (manager-internal.h).
  */
 #pragma once
 
@@ -45,34 +47,6 @@ typedef struct ManagerConfig {
         bool allow_all;         /* --allow-users: every user may be a client, whatever the file says */
         const Config *conf;     /* the file as read at start (manager_new copies it) */
 } ManagerConfig;
-
-/*
- * A control connection. Every field is the manager thread's: it accepts,
- * reads, answers and frees connections, and no other thread ever sees a
- * Conn (work coming back names one by its serial: sync_done()). Set at
- * accept and constant: m, fd, pid, pidfd, uid, gid, groups, ngroups,
- * serial; the rest as each says.
- */
-struct Conn {
-        Manager *m;
-        int fd;
-        int role;          /* ZRole, 0 before HELLO (set once, do_hello()) */
-        pid_t pid;
-        int pidfd;         /* the peer process, taken at connect (SO_PEERPIDFD): identity is this, not pid */
-        uid_t uid;
-        gid_t gid;
-        gid_t *groups;     /* primary and supplementary groups (SO_PEERGROUPS) */
-        size_t ngroups;
-        bool scm_known;    /* scm_uid, scm_gid: the SCM_CREDENTIALS of its first message */
-        uid_t scm_uid;     /* (real ids: a later message with others is refused) */
-        gid_t scm_gid;
-        bool throttled;    /* over its user's request rate: out of epoll until the tick (users.c) */
-        MMClient *mm;      /* role CLIENT/CHILD after ATTACH */
-        bool dying;
-        unsigned errors;   /* protocol errors so far */
-        uint64_t serial;   /* unique for the daemon's life: conns are found by it */
-        Conn *next;        /* m->conns */
-};
 
 /*
  * The daemon. Threads: the manager (the thread in manager_run(), and
@@ -152,9 +126,3 @@ static inline Manager *manager_of(Core *core) {
 /* manager thread: the orphans, with those pushed since the last look */
 MMClient *manager_orphans(Manager *m);
 
-/* Send a reply to a request (manager thread). */
-void conn_reply(Conn *c, uint32_t id, int status, int64_t value);
-/* Drop a connection after a protocol violation (manager thread). */
-void conn_kill(Conn *c, const char *why);
-/* Root or a member of the admin group (zswapd.conf [users] admin_group). */
-bool conn_admin(Manager *m, Conn *c);

@@ -25,13 +25,14 @@
 
 #include "fault.h"
 #include "log.h"
+#include "manager-internal.h"
 #include "manager.h"
 #include "reclaim.h"
 #include "report.h"
 #include "tier.h"
 #include "util.h"
 
-/* A reply, unless the connection is already going (manager.c's rule). */
+/* A reply, unless the connection is already going (conn.c's rule, reply_send()). */
 static void report_send(Conn *c, const void *msg, size_t len) {
         if (c->dying)
                 return;

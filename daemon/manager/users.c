@@ -33,6 +33,7 @@
 
 #include "inject.h"
 #include "log.h"
+#include "manager-internal.h"
 #include "mmclient.h"
 #include "reclaim.h"
 #include "users.h"

@@ -1,0 +1,439 @@
+/*
+ * attach.c: how a connection becomes a client.
+ *
+ * HELLO names the role (and hands a client /dev/userfaultfd where the
+ * configuration lets it); ATTACH hands over a new client's uffd, ADOPT one
+ * a dead daemon served with its store (adopt.c), CHILD_ATTACH claims a
+ * fork child's address space the fault threads made from its fork event.
+ * Each binds the address space to the process that connected and proves
+ * its uffd acts on it (mm_bind_proven()) before anything of it is served.
+ * Manager thread only; dispatch() (requests.c) calls in.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+
+#include "adopt.h"
+#include "fault.h"
+#include "log.h"
+#include "manager-internal.h"
+#include "memread.h"
+#include "sandbox.h"
+#include "uffd-compat.h"
+#include "util.h"
+
+static int open_uffd_dev(void) {
+        return sandbox_open_uffd_dev(); /* the sandbox opens no file for writing */
+}
+
+int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
+        if (c->role)
+                return -EALREADY;
+        if (h->role != ZROLE_CLIENT && h->role != ZROLE_CONTROL && h->role != ZROLE_CHILD)
+                return -EINVAL;
+        if (h->role != ZROLE_CONTROL && !m->cfg.allow_all &&
+            !config_user_allowed(&m->conf.users, c->uid, c->groups, c->ngroups)) {
+                log_warn("pid %d (uid %u): not allowed to be a client ([users] allow in zswapd.conf): refused",
+                         (int)c->pid, c->uid);
+                return -EPERM;
+        }
+        c->role = (int)h->role;
+        if (c->role == ZROLE_CONTROL) {
+                conn_reply(c, h->hdr.id, 0, 0);
+                return 1;
+        }
+        /* A client creates its uffds through this fd, in its own address
+         * space, with kernel-mode faults handled (never USER_MODE_ONLY).
+         * With it, any process can make uffds that stall the kernel's own
+         * copies, which is what vm.unprivileged_userfaultfd = 0 denies, and
+         * it may keep the fd: so only users the configuration names get it
+         * (userfaultfd_device; root always). Without it, the library makes
+         * its uffd with userfaultfd(2), which the kernel allows only where
+         * the sysctl does. A fork child gets its uffd from the fork event
+         * and never needs the device. */
+        int dev = -1;
+        if (c->role == ZROLE_CLIENT && config_user_uffd_device(&m->conf.users, c->uid)) {
+                dev = open_uffd_dev();
+                if (dev < 0)
+                        return dev;
+        } else if (c->role == ZROLE_CLIENT)
+                log_info("pid %d (uid %u): no /dev/userfaultfd handed out (userfaultfd_device = no in zswapd.conf): "
+                         "it can be a client only if vm.unprivileged_userfaultfd = 1 lets it make its own userfaultfd",
+                         (int)c->pid, c->uid);
+        ZMsgReply r = { .status = 0 };
+        zmsg_init(&r.hdr, ZMSG_REPLY, h->hdr.id, sizeof(r));
+        reply_send(c, &r, sizeof(r), &dev, dev >= 0 ? 1 : 0);
+        safe_close(dev);
+        return 1;
+}
+
+/* Reply 0 (value) with fds first[] and then a read-only descriptor of mm's
+ * store, which the client keeps (store.h). */
+static void reply_store(Conn *c, uint32_t id, MMClient *mm, int64_t value, const int *first, size_t nfirst) {
+        int fds[3];
+        size_t n = 0;
+
+        for (size_t i = 0; i < nfirst && n < 2; i++)
+                fds[n++] = first[i];
+        int ro = mmclient_store_fd_ro(mm);
+        if (ro >= 0)
+                fds[n++] = ro;
+        else
+                log_warn("pid %d: its store cannot be handed over (%s): it cannot outlive this daemon",
+                         (int)c->pid, strerror(-ro));
+        ZMsgReply rep = { .status = 0, .value = value };
+        zmsg_init(&rep.hdr, ZMSG_REPLY, id, sizeof(rep));
+        reply_send(c, &rep, sizeof(rep), fds, n);
+        safe_close(ro);
+}
+
+static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
+        uint64_t lane_bytes = (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE;
+        if (!page_aligned(a->staging_addr) || a->staging_len == 0 || a->staging_len % lane_bytes ||
+            a->staging_len / lane_bytes > LANES_MAX || a->staging_addr + a->staging_len > PINDEX_MAX_ADDR ||
+            a->staging_addr + a->staging_len < a->staging_addr)
+                return -EINVAL;
+        *nlanes = (unsigned)(a->staging_len / lane_bytes);
+        return 0;
+}
+
+/*
+ * Written once. For ATTACH and ADOPT before mm_serve() publishes mm; for a
+ * fork child at its ATTACH, which comes after CHILD_ATTACH, while fault
+ * threads already watch its uffd. Two of them read these two fields then
+ * with no lock and no atomic: a data race. uffd_read_msg() (every event
+ * of the child's uffd: is a REMOVE of the staging area?) decides only
+ * whether fault injection may kill there; event_fork() (the child itself
+ * forks meanwhile) copies staging_addr as the grandchild's
+ * origin_staging, which do_child_attach() matches. Every other reader
+ * comes after this write through something published later (mmclient.h,
+ * MMClient.staging_addr).
+ */
+static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
+        mm->staging_addr = a->staging_addr;
+        mm->nlanes = nlanes;
+}
+
+/*
+ * Bind mm to the process of connection c and prove its uffd is of that
+ * process's address space (mmclient_prove()): what the daemon reads of the
+ * client (staging, the fork token, pagemap) and what it serves through the
+ * uffd are then one address space, whatever the pid number names later. A
+ * uffd made in another process, or a process that exec'd since it sent
+ * the request (a setuid program now, say), is refused and logged.
+ */
+static int mm_bind_proven(Conn *c, MMClient *mm, uint64_t staging, uint64_t len) {
+        int r = mmclient_mem_fd(mm) >= 0 ? 0 : mmclient_bind(mm, c->pidfd, c->pid);
+        if (r == 0)
+                r = mmclient_prove(mm, staging, len);
+        if (r == -EPERM || r == -ESRCH)
+                log_warn("pid %d: refused: not its own address space (its userfaultfd is another process's, "
+                         "or the process that connected exited or exec'd)", (int)c->pid);
+        if (r < 0)
+                mmclient_unbind(mm);
+        return r == -ESRCH ? -EPERM : r;
+}
+
+int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
+        struct uffdio_api api = { .api = UFFD_API,
+                                  .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
+                                              UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+                                              UFFD_FEATURE_MOVE | (m->core.wp_async ? UFFD_FEATURE_WP_ASYNC : 0) |
+                                              (m->core.uffd_poison ? UFFD_FEATURE_POISON : 0) };
+        unsigned nlanes;
+        MMClient *mm;
+        int r;
+
+        r = staging_check(a, &nlanes);
+        if (r < 0)
+                return r;
+        if (c->role == ZROLE_CHILD && c->mm && c->mm->nlanes == 0 && nfds == 0) {
+                mm_set_staging(c->mm, a, nlanes);
+                return 0;
+        }
+        if (c->role != ZROLE_CLIENT || c->mm)
+                return -EPERM;
+        /* the uffd, and the sync page's memfd (zsync.h) */
+        if (nfds < 1 || nfds > 2 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 2 && !mmclient_sync_fd_ok(fds[1])))
+                return -EBADF;
+        /* the handshake is ours: a uffd the client already initialised is refused */
+        if (ioctl(fds[0], UFFDIO_API, &api) < 0)
+                return -EINVAL;
+        fd_set_nonblock(fds[0], true);
+        r = mmclient_new(&m->core, fds[0], &mm);
+        if (r < 0)
+                return r;
+        fds[0] = -1; /* owned by mm now */
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
+        if (r < 0) {
+                mmclient_unref(mm);
+                return r;
+        }
+        if (nfds == 2) {
+                r = mmclient_set_sync(mm, fds[1]);
+                fds[1] = -1; /* taken either way */
+                if (r < 0) {
+                        mmclient_unref(mm);
+                        return r;
+                }
+        }
+        mm->wp_async = m->core.wp_async;
+        mm_set_staging(mm, a, nlanes);
+        mm->uid = c->uid;
+        if (mm_serve(m, c, mm) < 0)
+                return -ENOMEM;
+        log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
+        reply_store(c, a->hdr.id, mm, 0, NULL, 0);
+        return 1;
+}
+
+/*
+ * ZMSG_ADOPT: a client whose daemon died hands its uffd and store to us
+ * (adopt.c checks and copies the store). Its threads may be waiting on
+ * faults the old daemon read and never served: once we watch the uffd, a
+ * wake of every range makes them fault again, to us.
+ */
+int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
+        _cleanup_free_ StoreRange *ranges = NULL;
+        char why[160] = "";
+        uint8_t *old = NULL;
+        unsigned nlanes;
+        uint64_t held = 0;
+        StoreEvent ev;
+        bool has_ev = false;
+        MMClient *mm;
+        int r, n;
+
+        r = staging_check(a, &nlanes);
+        if (r < 0)
+                return r;
+        if (c->role != ZROLE_CLIENT || c->mm)
+                return -EPERM;
+        /* adoption reads the slots of pages the dead daemon left in flight,
+         * waiting up to the bound (memread.h): not while a read of this
+         * user's memory waits already, or a user could hold the manager
+         * once per connection it holds. The library asks again */
+        if (memread_stuck(c->uid) > 0) {
+                log_warn("pid %d (uid %u): adopt: a read of its user's memory waits past its bound: later",
+                         (int)c->pid, c->uid);
+                return -EBUSY;
+        }
+        /* the uffd, the store, and the sync page's memfd (zsync.h) */
+        if (nfds < 2 || nfds > 3 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 3 && !mmclient_sync_fd_ok(fds[2])))
+                return -EBADF;
+        if (store_map(fds[1], false, &old) < 0) {
+                log_warn("pid %d: adopt: not a store: refused", (int)c->pid);
+                return -EBADMSG;
+        }
+        r = adopt_check(m, old, why, sizeof(why));
+        /* the dead daemon answered the FORK_PREPARE of the fork the library
+         * names and never read that fork's event: the fork may be under
+         * way (the library forks once the answer is in; its agent may
+         * adopt before the fork's instant). It is announced to us now:
+         * nothing of the client is evicted until its FORK_DONE, and its
+         * event, when we read it, holds it for the child (fork_held()),
+         * as if the FORK_PREPARE had come to us, so that the child can
+         * restore itself from the store we hand the client now, should we
+         * die before it attaches (docs/reliability.md) */
+        bool forking = r == 0 && a->fork_token != 0 &&
+                       atomic_load_explicit(&store_super(old)->fork_announced, memory_order_acquire) == a->fork_token &&
+                       atomic_load_explicit(&store_super(old)->fork_evented, memory_order_acquire) != a->fork_token;
+        n = r < 0 ? r : adopt_ranges(old, &ranges, &ev, &has_ev, why, sizeof(why));
+        if (n < 0) {
+                store_unmap(old);
+                if (n == -EBADMSG)
+                        log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
+                return n;
+        }
+        fd_set_nonblock(fds[0], true);
+        r = mmclient_new(&m->core, fds[0], &mm);
+        if (r < 0) {
+                store_unmap(old);
+                return r;
+        }
+        fds[0] = -1;
+        /* before anything of the store is taken: the adopted pages are
+         * served through this uffd and read (staging, the fork token)
+         * through the mem fd, which must be the one address space. The
+         * proof writes nothing, so the slots the store names are as the
+         * dead daemon left them. */
+        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
+        if (r < 0) {
+                store_unmap(old);
+                mmclient_unref(mm); /* the client keeps its own uffd and store */
+                return r;
+        }
+        if (nfds == 3) {
+                r = mmclient_set_sync(mm, fds[2]);
+                fds[2] = -1;
+                if (r == 0) {
+                        /* the agent waits for us in its reconnect loop and
+                         * the old daemon's reader is gone: nobody is inside.
+                         * seq_cst, as every access of the handshake's
+                         * counters (zsync.h); not argued weaker */
+                        atomic_store_explicit(&mm->sync->moving, 0, memory_order_seq_cst);
+                        atomic_store_explicit(&mm->sync->reading, 0, memory_order_seq_cst);
+                }
+        }
+        mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
+        mm_set_staging(mm, a, nlanes);
+        mm->uid = c->uid;
+        /* a fork may be waiting for us to read its event: the FORK_PREPARE
+         * that announced its token went to the dead daemon, and the client
+         * names it again */
+        atomic_store_explicit(&mm->next_fork_token, a->fork_token, memory_order_relaxed);
+        if (has_ev && ev.to == STORE_EVENT_GONE)
+                log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) gone", (int)c->pid,
+                         (unsigned long long)ev.start, (unsigned long long)ev.end);
+        else if (has_ev)
+                log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) moved to %#llx",
+                         (int)c->pid, (unsigned long long)ev.start, (unsigned long long)ev.end,
+                         (unsigned long long)ev.to);
+        n = adopt_live_ranges(mm, ranges, n);
+        /* as REGISTER admits ranges, and its quotas (adopt.c) */
+        int admit = adopt_admit(m, mm, ranges, n, why, sizeof(why));
+        r = admit;
+        for (int i = 0; r == 0 && i < n; i++)
+                /* armed or not as the dead daemon left it: armed again
+                 * before a page leaves (a no-op for the kernel if it is) */
+                r = mmclient_region_add(mm, ranges[i].start, ranges[i].end, false);
+        if (r < 0 && admit == 0)
+                snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
+        if (r == 0)
+                r = adopt_entries(mm, old, ranges, (size_t)n, has_ev ? &ev : NULL, &held, why, sizeof(why));
+        store_unmap(old);
+        if (r < 0) {
+                log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
+                mmclient_unref(mm); /* the client keeps its own uffd and store */
+                return r == -ENOMEM || r == -EDQUOT || r == -EINVAL ? r : -EBADMSG;
+        }
+        if (forking) {
+                /* before the uffd is watched: its fork event may be there */
+                mm->fork_token_announced = a->fork_token;
+                mm->fork_paused = true;
+                mm->fork_paused_at = now_ns();
+                /* what the dead daemon told the library is not known: the
+                 * child gets its parent held, as it would have from it */
+                atomic_store_explicit(&mm->fork_held_pages, UINT64_MAX, memory_order_relaxed);
+                atomic_store_explicit(&mm->fork_announced, true, memory_order_relaxed);
+                if (mm->store)
+                        /* release: after every entry adopted into it */
+                        atomic_store_explicit(&store_super(mm->store)->fork_announced, a->fork_token,
+                                              memory_order_release);
+                log_info("pid %d: adopted while it forks (its FORK_PREPARE went to the dead daemon): eviction paused "
+                         "until the fork is done",
+                         (int)c->pid);
+        }
+        if (mm_serve(m, c, mm) < 0)
+                return -ENOMEM;
+        for (int i = 0; i < n; i++) {
+                struct uffdio_range wake = { .start = ranges[i].start, .len = ranges[i].end - ranges[i].start };
+                (void)ioctl(mm->uffd, UFFDIO_WAKE, &wake);
+        }
+        log_info("client pid %d adopted: %llu pages held, %d ranges", (int)c->pid, (unsigned long long)held, n);
+        reply_store(c, a->hdr.id, mm, (int64_t)held, NULL, 0);
+        return 1;
+}
+
+/*
+ * A forked child's own sync page replaces its parent's. Every reader of
+ * mm->sync holds serve_lock; the manager never waits for it (a fault
+ * thread may hold it across a slow read of this client's page), so if it
+ * is taken the child's home thread swaps the page in (FW_SYNC_SWAP), and
+ * no move is planned for the child until it has (mm->sync_swap). Takes
+ * fd.
+ */
+static int mm_replace_sync(MMClient *mm, int fd) {
+        ZSync *p;
+        int r = mmclient_map_sync(fd, &p);
+        if (r < 0)
+                return r;
+        if (mmclient_serve_trylock(mm) == 0) {
+                mmclient_swap_sync(mm, p, fd);
+                pthread_mutex_unlock(&mm->serve_lock);
+                /* seq_cst: as mm_sync_now() (requests.c) */
+                if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                        log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
+                return 0;
+        }
+        Work *w = work_new(FW_SYNC_SWAP, mm);
+        if (!w) {
+                munmap(p, ZSWAP_SYNC_SIZE);
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        w->v = (uintptr_t)p;
+        w->a = (uint64_t)fd;
+        atomic_store_explicit(&mm->sync_swap, true, memory_order_relaxed);
+        fault_thread_post(mm->ft, w);
+        return 0;
+}
+
+int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t nfds) {
+        MMClient *found = NULL;
+        pid_t ppid = 0;
+
+        if (c->role != ZROLE_CHILD || c->mm)
+                return -EPERM;
+        /* optionally the child's own sync page (zsync.h) */
+        if (nfds > 1 || (nfds == 1 && !mmclient_sync_fd_ok(fds[0])))
+                return -EBADF;
+        if (proc_ppid(c->pid, &ppid) < 0)
+                return -ESRCH;
+        unsigned matches = 0;
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
+                /* the forked child of its parent, or, once that parent
+                 * exited (the child has another parent now), a process of
+                 * the same user: the token, a secret of the two processes,
+                 * names the child, and the proof below that its uffd acts
+                 * on the caller's address space decides */
+                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->origin_staging == ch->staging_addr &&
+                    (mm->parent_pid == ppid || (mm->uid == c->uid && mmclient_parent_gone(mm)))) {
+                        found = mm;
+                        matches++;
+                }
+        if (matches == 1)
+                for (MMClient **p = &m->orphans; *p; p = &(*p)->next)
+                        if (*p == found) {
+                                *p = found->next;
+                                break;
+                        }
+        if (matches > 1) {
+                /* never guess which address space a process is */
+                log_warn("pid %d: fork token %llu matches %u children: refused", (int)c->pid,
+                         (unsigned long long)ch->fork_token, matches);
+                return -EBUSY;
+        }
+        if (!found)
+                return -ESRCH;
+        /* the child's uffd came from its fork event: proven against the
+         * process that connected with one lane of the staging area it
+         * inherited (registered on that uffd already) */
+        int r = mm_bind_proven(c, found, ch->staging_addr, (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE);
+        if (r < 0) {
+                /* unbind again: the orphan keeps waiting for its real owner */
+                mmclient_unbind(found);
+                core_adopt_orphan(&m->core, found);
+                return r;
+        }
+        if (nfds == 1) {
+                r = mm_replace_sync(found, fds[0]);
+                fds[0] = -1;
+                if (r < 0)
+                        log_warn("pid %d: cannot map its sync page: it runs without the move/unmap handshake",
+                                 (int)c->pid);
+        }
+        found->id = ++m->next_mm_id;
+        found->conn = c;
+        c->mm = found;
+        mm_link(m, found);
+        /* the child keeps its own reference to its uffd, and its store,
+         * from now on */
+        reply_store(c, ch->hdr.id, found, 0, &found->uffd, 1);
+        log_info("forked child pid %d attached", (int)c->pid);
+        /* it has its uffd and store now, whatever happens to us: its
+         * parent is served again (fault.c, fork_held()) */
+        mmclient_fork_release(found);
+        return 1; /* replied */
+}

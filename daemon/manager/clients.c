@@ -1,0 +1,183 @@
+/*
+ * clients.c: the life of a client address space in the manager.
+ *
+ * An MMClient is served (mm_serve(): an id, a fault thread watching its
+ * uffd, the manager's list), linked to its user (users.c), detached when
+ * its connection goes (mm_detach(): a live process gets its pages back
+ * first, or, at a hand-over, keeps its store for the next daemon) and
+ * retired (mm_retire()). Fork children no process has claimed yet are the
+ * orphans (manager_orphans()). Manager thread only.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+#include "fault.h"
+#include "manager-internal.h"
+#include "users.h"
+#include "util.h"
+
+#define RESTORE_DETACH 1 /* Work.status of the restore that ends a client */
+
+MMClient *manager_orphans(Manager *m) {
+        MMClient *fresh = core_take_orphans(&m->core);
+        if (fresh) {
+                MMClient *tail = fresh;
+                while (tail->next)
+                        tail = tail->next;
+                tail->next = m->orphans;
+                m->orphans = fresh;
+        }
+        return m->orphans;
+}
+
+void mm_link(Manager *m, MMClient *mm) {
+        mm->next = m->mms;
+        m->mms = mm;
+        users_link(m, mm);
+}
+
+static void mm_unlink(Manager *m, MMClient *mm) {
+        for (MMClient **p = &m->mms; *p; p = &(*p)->next)
+                if (*p == mm) {
+                        *p = mm->next;
+                        return;
+                }
+}
+
+/* The ioctls take the client's mmap lock for writing, which the client
+ * may hold a long time: never under regions_lock, which fault threads
+ * take to handle the client's events (a copy is made under it). Without
+ * memory for a copy, one region at a time, looked up again each time. */
+static void mm_unregister_all(MMClient *mm) {
+        pthread_mutex_lock(&mm->regions_lock);
+        size_t n = mm->nregions;
+        Region *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+        if (copy)
+                memcpy(copy, mm->regions, n * sizeof(*copy));
+        pthread_mutex_unlock(&mm->regions_lock);
+        if (copy || n == 0) {
+                for (size_t i = 0; i < n; i++)
+                        mmclient_uffd_unregister(mm, copy[i].start, copy[i].end);
+                free(copy);
+                return;
+        }
+        for (size_t i = 0;; i++) {
+                Region g;
+                pthread_mutex_lock(&mm->regions_lock);
+                bool any = i < mm->nregions;
+                if (any)
+                        g = mm->regions[i];
+                pthread_mutex_unlock(&mm->regions_lock);
+                if (!any)
+                        return;
+                mmclient_uffd_unregister(mm, g.start, g.end);
+        }
+}
+
+/* Forget an address space: stop its fault thread reading it and drop the
+ * manager's reference. Whoever else holds one finishes first. */
+void mm_retire(Manager *m, MMClient *mm) {
+        atomic_store_explicit(&mm->dead, true, memory_order_relaxed);
+        while (mm->ops) {
+                PageoutOp *op = mm->ops;
+                mm->ops = op->next;
+                evict_op_drop(&m->core, op); /* a group waiting for it answers without it */
+        }
+        mm->ops_tail = &mm->ops;
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                mm->lanes[i].op = NULL; /* freed above; batches still in flight finish without it */
+        if (mm->ft)
+                fault_unwatch(&m->core, mm);
+        mm_unlink(m, mm);
+        mmclient_unref(mm);
+}
+
+/* The connection of mm went away. A process that is still alive gets all
+ * its pages back and its memory unregistered before we let go, so that it
+ * keeps its data and never waits on a fault nobody serves. */
+void mm_detach(Manager *m, MMClient *mm, Conn *c) {
+        evict_forget_conn(mm, c);
+        mm->conn = NULL;
+        evict_agent_gone(&m->core, mm);
+        if (m->handover && mm->store) {
+                /* the client keeps its uffd and store and waits for the
+                 * next daemon, which adopts them */
+                mm->keep_store = true;
+                mm_retire(m, mm);
+                return;
+        }
+        if (mmclient_alive(mm) && mm->ft) {
+                Work *w = work_new(FW_RESTORE, mm);
+                if (w) {
+                        w->a = 0;
+                        w->b = PINDEX_MAX_ADDR;
+                        w->id = 0;
+                        w->status = RESTORE_DETACH;
+                        mm->restores++;
+                        fault_thread_post(mm->ft, w);
+                        return; /* retired when the restore is done */
+                }
+        }
+        mm_retire(m, mm);
+}
+
+void restore_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+        if (w->status == RESTORE_DETACH) {
+                /* the end of mm_detach() */
+                mm_unregister_all(mm);
+                /* nothing left for another daemon to adopt: the client,
+                 * reconnecting, attaches anew */
+                if (mm->store)
+                        atomic_store_explicit(&store_super(mm->store)->state, STORE_RELEASED, memory_order_release);
+                mm->restores--;
+                mm_retire(m, mm);
+                work_free(w);
+                return;
+        }
+        evict_restore_done(&m->core, w);
+}
+
+/* A new client address space of connection c starts being served: an id,
+ * a fault thread watching its uffd, the manager's list. On failure mm is
+ * let go (the client keeps its own uffd). */
+int mm_serve(Manager *m, Conn *c, MMClient *mm) {
+        mm->id = ++m->next_mm_id;
+        mm->conn = c;
+        c->mm = mm;
+        mm->ft = m->core.fts[mm->id % m->core.nfts];
+        if (fault_watch(&m->core, mm) < 0) {
+                c->mm = NULL;
+                mm->ft = NULL;
+                mmclient_unref(mm);
+                return -ENOMEM;
+        }
+        mm_link(m, mm);
+        return 0;
+}
+
+void tick_orphans(Manager *m) {
+        manager_orphans(m);
+        for (MMClient **p = &m->orphans; *p;) {
+                MMClient *mm = *p;
+                if (uffd_mm_alive(mm->uffd)) {
+                        p = &mm->next;
+                        continue;
+                }
+                *p = mm->next;
+                /* the child exited without ever attaching */
+                mm_link(m, mm);
+                mm_retire(m, mm);
+                p = &m->orphans;
+        }
+}
+
+void manager_pool_reclaim(Manager *m) {
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (mm->pool)
+                        pool_reclaim(mm->pool);
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
+                if (mm->pool)
+                        pool_reclaim(mm->pool);
+}

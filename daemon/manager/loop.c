@@ -1,0 +1,443 @@
+/*
+ * loop.c: the daemon's control thread, its set-up and its event loop.
+ *
+ * One thread owns the listening socket, every client connection, the
+ * eviction state machines (evict.c) and the list of client address spaces.
+ * It never serves a page fault and never compresses; it only decides and
+ * hands work to the compression workers and to the fault threads, and
+ * hears back through its inbox. Everything it owns is touched by no other
+ * thread, except where a field says otherwise (manager.h, mmclient.h).
+ *
+ * Here: manager_new() and manager_free(), the fds the loop waits on, the
+ * Core's calls up (core_ops), manager_run() with its signals, the inbox
+ * and the 20 ms tick. What the loop hands a connection, a request, a
+ * client, a reload or systemd is in the files manager-internal.h lists.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "closer.h"
+#include "evict.h"
+#include "fault.h"
+#include "log.h"
+#include "manager-internal.h"
+#include "memread.h"
+#include "mpsc.h"
+#include "reclaim.h"
+#include "sandbox.h"
+#include "sd-daemon.h"
+#include "tier-writer.h"
+#include "uffd-compat.h"
+#include "users.h"
+#include "util.h"
+
+#define EP_LISTEN 1
+#define EP_INBOX 2
+#define EP_TIMER 3
+#define EP_SIGNAL 4
+#define TICK_MS 20
+
+/* ---- setup ---- */
+
+static int listen_socket(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_close_ int fd = -1;
+        char dir[sizeof(sa.sun_path)];
+
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return -ENAMETOOLONG;
+        strcpy(sa.sun_path, path);
+        strcpy(dir, path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = 0;
+                mkdir(dir, 0755);
+        }
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negative_errno();
+        /* a stale socket from a dead daemon is replaced; a live one is not */
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+                return -EADDRINUSE;
+        unlink(path);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return negative_errno();
+        chmod(path, 0666); /* admission is decided per connection (SO_PEERCRED) */
+        if (listen(fd, 128) < 0)
+                return negative_errno();
+        return TAKE_FD(fd);
+}
+
+static int epoll_add(int epfd, int fd, uint64_t tag) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+        return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? negative_errno() : 0;
+}
+
+static int setup_fds(Manager *m) {
+        struct itimerspec its = { .it_interval = { 0, TICK_MS * 1000000L }, .it_value = { 0, TICK_MS * 1000000L } };
+        sigset_t mask;
+        int r;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGUSR1);
+        sigaddset(&mask, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &mask, NULL);
+        m->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+        m->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+        m->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (m->signal_fd < 0 || m->timer_fd < 0 || m->epfd < 0 || inbox_init(&m->core.inbox) < 0)
+                return negative_errno();
+        timerfd_settime(m->timer_fd, 0, &its, NULL);
+        if ((r = epoll_add(m->epfd, m->listen_fd, EP_LISTEN)) < 0 ||
+            (r = epoll_add(m->epfd, m->core.inbox.efd, EP_INBOX)) < 0 ||
+            (r = epoll_add(m->epfd, m->timer_fd, EP_TIMER)) < 0 ||
+            (r = epoll_add(m->epfd, m->signal_fd, EP_SIGNAL)) < 0)
+                return r;
+        return 0;
+}
+
+/*
+ * What this kernel's userfaultfd offers beyond what we need: WP_ASYNC
+ * (write tracking for reclaim) and PAGEMAP_SCAN. Asked of a scratch uffd,
+ * never assumed from the version.
+ */
+static void probe_features(Manager *m) {
+        struct uffdio_api api = { .api = UFFD_API, .features = 0 };
+        int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        int fd = dev >= 0 ? ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC) : -1;
+
+        if (fd >= 0 && ioctl(fd, UFFDIO_API, &api) == 0) {
+                m->core.wp_async = (api.features & UFFD_FEATURE_WP_ASYNC) != 0;
+                m->core.uffd_poison = (api.features & UFFD_FEATURE_POISON) != 0;
+        }
+        safe_close(fd);
+        safe_close(dev);
+
+        int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        struct pm_scan_arg arg = { .size = sizeof(arg), .start = 0x10000, .end = 0x10000 };
+        m->core.pagemap_scan = pm >= 0 && ioctl(pm, PAGEMAP_SCAN, &arg) >= 0;
+        /* the zero page's frame: a read of fresh memory maps it */
+        volatile uint8_t *z = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint64_t word = 0;
+        if (z != MAP_FAILED) {
+                (void)z[0];
+                if (pm >= 0 && pread(pm, &word, sizeof(word), (off_t)((uintptr_t)z >> ZSWAP_PAGE_SHIFT) * 8) == 8 &&
+                    (word & PM_PRESENT))
+                        m->core.zero_pfn = PM_PFN(word);
+                munmap((void *)z, ZSWAP_PAGE_SIZE);
+        }
+        safe_close(pm);
+        if (!m->core.pagemap_scan)
+                m->core.wp_async = false; /* writes could not be read back */
+        log_info("write tracking (UFFD_FEATURE_WP_ASYNC + PAGEMAP_SCAN): %s",
+                 m->core.wp_async ? "yes" : "no: idle age sees faults only, no page keeps its compressed copy");
+}
+
+/* ---- the calls up from the layers below (core.h) ---- */
+
+static int core_send(Conn *c, const void *msg, size_t len) {
+        return zmsg_send(c->fd, msg, len, NULL, 0);
+}
+
+static void core_pool_reclaim_all(Core *core) {
+        manager_pool_reclaim(manager_of(core));
+}
+
+static void core_mm_release(MMClient *mm) {
+        fault_mm_free_retries(mm);
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                evict_lane_drop_keeps(mm, &mm->lanes[i]);
+}
+
+static const CoreOps core_ops = {
+        .reply = conn_reply,
+        .kill = conn_kill,
+        .send = core_send,
+        .pool_reclaim = core_pool_reclaim_all,
+        .mm_release = core_mm_release,
+};
+
+/* ---- the loop ---- */
+
+static void run_inbox(Manager *m) {
+        inbox_clear(&m->core.inbox);
+        for (Work *w = inbox_take(&m->core.inbox); w;) {
+                Work *n = w->next;
+                if (w->type == MW_BATCH_DONE)
+                        evict_batch_done(&m->core, w);
+                else if (w->type == MW_RESTORE_DONE)
+                        restore_done(m, w);
+                else if (w->type == MW_SYNC_DONE)
+                        sync_done(m, w);
+                else
+                        work_free(w);
+                w = n;
+        }
+}
+
+static void tick(Manager *m) {
+        uint64_t expirations;
+        static unsigned n;
+
+        (void)!read(m->timer_fd, &expirations, sizeof(expirations));
+        for (MMClient *mm = m->mms, *next; mm; mm = next) {
+                next = mm->next;
+                if (mm->conn && !mmclient_alive(mm)) {
+                        /* the process died but its socket lingers (passed on) */
+                        conn_kill(mm->conn, "process exited");
+                        continue;
+                }
+                if (!mm->conn && mmclient_pid(mm) > 0 && mm->restores == 0 && !mmclient_alive(mm)) {
+                        mm_retire(m, mm); /* a fork child without connection that exited */
+                        continue;
+                }
+                evict_tick(&m->core, mm);
+        }
+        reclaim_tick(&m->reclaim);
+        memread_reap();
+        if (m->core.tier)
+                tier_tick(m->core.tier, m->mms);
+        notify_tick(m);
+        users_tick(m);
+        if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
+                m->listen_paused = false;
+        report_tick(m);
+        if (++n % (1000 / TICK_MS) == 0) {
+                tick_orphans(m);
+                manager_pool_reclaim(m);
+        }
+}
+
+int manager_new(const ManagerConfig *cfg, Manager **ret) {
+        Manager *m = calloc(1, sizeof(*m));
+        int r;
+
+        if (!m)
+                return -ENOMEM;
+        m->cfg = *cfg;
+        char err[512];
+        if (cfg->conf)
+                r = config_copy(&m->conf, cfg->conf);
+        else if ((r = manager_build_config(cfg, &m->conf, err, sizeof(err))) < 0)
+                log_error("%s", err);
+        if (r < 0) {
+                free(m);
+                return r;
+        }
+        m->cfg.conf = NULL; /* the caller's; ours is m->conf */
+        m->reclaim.tun = m->conf.tun;
+        m->listen_fd = m->signal_fd = m->timer_fd = m->epfd = -1;
+        m->core.cfg = (CoreConfig){
+                .codec = cfg->codec,
+                .level = cfg->level,
+                .batch_pages = cfg->batch_pages,
+                .worker_nice = cfg->worker_nice,
+                .worker_sched_idle = cfg->worker_sched_idle,
+                .max_compressed = cfg->max_compressed,
+                .max_regions = cfg->max_regions,
+                .max_registered = cfg->max_registered,
+                .fault_threads = cfg->fault_threads,
+                .fault_spin_us = cfg->fault_spin_us,
+                .fault_pin = cfg->fault_pin,
+                .fault_shared = cfg->fault_shared,
+                .fault_rt_prio = cfg->fault_rt_prio,
+        };
+        m->core.ops = &core_ops;
+        probe_features(m);
+        reclaim_init(&m->reclaim, &m->core, &m->mms);
+        m->core.inbox.efd = -1;
+        r = pool_shared_new(cfg->pool_max, &m->core.pools);
+        if (r < 0)
+                goto fail;
+        /* names this instance in the stores it owns (adopt.c tells "ours,
+         * still" from "a dead daemon's"); never 0 */
+        while (m->core.daemon_id == 0)
+                if (getrandom(&m->core.daemon_id, sizeof(m->core.daemon_id), 0) != sizeof(m->core.daemon_id))
+                        m->core.daemon_id = now_ns() ^ ((uint64_t)getpid() << 32);
+        m->listen_fd = cfg->listen_fd >= 0 ? cfg->listen_fd : listen_socket(cfg->socket_path);
+        if (m->listen_fd < 0) {
+                r = m->listen_fd;
+                log_error("cannot listen on %s: %s", cfg->socket_path, strerror(-r));
+                goto fail;
+        }
+        r = setup_fds(m);
+        if (r < 0)
+                goto fail;
+        if (m->conf.tier.backing[0]) {
+                /* before the sandbox: it opens the backing file or connects */
+                r = tier_open(&m->conf.tier, &m->core.tier, err, sizeof(err));
+                if (r < 0) {
+                        log_error("second tier: %s", err);
+                        goto fail;
+                }
+        }
+        /* set up: from here on least privilege, inherited by every thread */
+        if (cfg->lock_memory)
+                (void)sandbox_lock_memory(); /* logged; the daemon works unlocked */
+        if (cfg->sandbox && (r = sandbox_enter(&(SandboxConfig){
+                                     .socket_path = cfg->listen_fd < 0 ? cfg->socket_path : NULL,
+                                     .realtime = cfg->fault_rt_prio > 0 || cfg->worker_nice < 0,
+                                     .tier_inet = strncmp(m->conf.tier.backing, "nbd://", 6) == 0 })) < 0)
+                goto fail;
+        memread_thread_init(); /* the manager reads fork tokens and adopted slots */
+        if (m->core.tier && ((r = tier_start(m->core.tier, err, sizeof(err))) < 0 ||
+                             (r = tier_writer_start(m->core.tier, &m->core, err, sizeof(err))) < 0)) {
+                log_error("second tier: %s", err);
+                goto fail;
+        }
+        r = closer_new(&m->core.closer);
+        if (r < 0)
+                goto fail;
+        m->core.fts = calloc(cfg->fault_threads, sizeof(*m->core.fts));
+        if (!m->core.fts) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        for (unsigned i = 0; i < cfg->fault_threads; i++) {
+                r = fault_thread_new(&m->core, i, &m->core.fts[i]);
+                if (r < 0)
+                        goto fail;
+                m->core.nfts++;
+        }
+        r = evictor_new(&m->core, cfg->workers, &m->core.evictor);
+        if (r < 0)
+                goto fail;
+        *ret = m;
+        return 0;
+fail:
+        manager_free(m);
+        return r;
+}
+
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+        while (m->conns)
+                conn_free(m, m->conns);
+        /* clients still alive get their pages back before we go (bounded) */
+        for (uint64_t end = now_ns() + 10ull * 1000000000; now_ns() < end;) {
+                bool busy = false;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        busy |= mm->restores > 0;
+                if (!busy)
+                        break;
+                usleep(1000);
+                run_inbox(m);
+        }
+        /* workers and the tier's writer first: their jobs hold client
+         * references */
+        m->core.evictor = evictor_free(m->core.evictor);
+        if (m->core.tier)
+                tier_stop(m->core.tier);
+        run_inbox(m);
+        while (m->mms)
+                mm_retire(m, m->mms);
+        while (manager_orphans(m)) {
+                MMClient *mm = m->orphans;
+                m->orphans = mm->next;
+                mmclient_unref(mm);
+        }
+        for (unsigned i = 0; i < m->core.nfts; i++)
+                fault_thread_stop(m->core.fts[i]);
+        for (unsigned i = 0; i < m->core.nfts; i++)
+                fault_thread_free(m->core.fts[i]);
+        free(m->core.fts);
+        /* fault threads posted their last completions */
+        for (Work *w = inbox_take(&m->core.inbox); w;) {
+                Work *n = w->next;
+                work_free(w);
+                w = n;
+        }
+        m->core.closer = closer_free(m->core.closer);
+        memread_free();
+        /* every client is gone: nothing refers to a block any more */
+        m->core.tier = tier_free(m->core.tier);
+        pool_shared_free(m->core.pools);
+        if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
+                sandbox_unlink(m->cfg.socket_path);
+        safe_close(m->listen_fd);
+        safe_close(m->signal_fd);
+        safe_close(m->timer_fd);
+        safe_close(m->epfd);
+        safe_close(m->core.inbox.efd);
+        users_free(m);
+        config_free(&m->conf);
+        free(m);
+        return NULL;
+}
+
+int manager_run(Manager *m) {
+        struct epoll_event evs[32];
+
+        log_info("ready: socket %s, %s, %u workers, %u fault threads", m->cfg.socket_path,
+                 codec_to_string(m->cfg.codec), m->cfg.workers, m->core.nfts);
+        m->watchdog_ns = sdd_watchdog_usec() * 1000 / 2;
+        m->watchdog_last_ns = now_ns();
+        notify_status(m, "READY=1\n");
+        while (!m->exiting) {
+                bool repump = false;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        repump |= mm->repump;
+                int n = epoll_wait(m->epfd, evs, ELEMENTSOF(evs), repump ? 0 : -1);
+                if (n < 0 && errno != EINTR)
+                        return negative_errno();
+                for (int i = 0; i < n; i++) {
+                        uint64_t tag = evs[i].data.u64;
+                        if (tag == EP_LISTEN)
+                                conn_accept(m);
+                        else if (tag == EP_INBOX)
+                                run_inbox(m);
+                        else if (tag == EP_TIMER)
+                                tick(m);
+                        else if (tag == EP_SIGNAL) {
+                                struct signalfd_siginfo si;
+                                (void)!read(m->signal_fd, &si, sizeof(si));
+                                if (si.ssi_signo == SIGHUP) {
+                                        /* systemd 252 has no Type=notify-reload, but hears this */
+                                        sdd_notifyf("RELOADING=1\nMONOTONIC_USEC=%llu",
+                                                    (unsigned long long)(now_ns() / 1000));
+                                        reload_config(m);
+                                        notify_status(m, "READY=1\n");
+                                        continue;
+                                }
+                                m->exiting = true;
+                                if (si.ssi_signo == SIGUSR1) {
+                                        /* manager_free() leaves every store as it is */
+                                        m->handover = true;
+                                        log_info("signal %u: exiting, handing the clients over to the next daemon",
+                                                 si.ssi_signo);
+                                        sdd_notify("STOPPING=1\nSTATUS=stopping: clients wait for the next daemon");
+                                } else {
+                                        log_info("signal %u: exiting", si.ssi_signo);
+                                        /* manager_free() gives every client its pages back next */
+                                        sdd_notify("STOPPING=1\nSTATUS=stopping: restoring the clients' pages");
+                                }
+                                if (atomic_load_explicit(&m->core.move_misreports, memory_order_relaxed))
+                                        log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
+                                                 "(decided from pagemap, evict.c)",
+                                                 (unsigned long long)atomic_load_explicit(&m->core.move_misreports,
+                                                                                          memory_order_relaxed));
+                        } else
+                                conn_readable(m, evs[i].data.ptr);
+                }
+                reap_conns(m);
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        if (mm->repump)
+                                evict_pump(&m->core, mm);
+        }
+        return 0;
+}

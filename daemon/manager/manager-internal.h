@@ -1,0 +1,110 @@
+/*
+ * manager-internal.h: what the manager's own files share, and only they.
+ *
+ * The manager thread is split by concern, one file each:
+ *   loop.c      manager_new(), manager_free(), manager_run(): the fds, the
+ *               event loop, signals, the tick, the inbox, the Core's calls up
+ *   conn.c      connections: accept, credentials, reading, replies, the end
+ *   requests.c  what a client or zswapctl asks once it is one: ranges,
+ *               forks, statistics, pageout, limits and tunables; dispatch()
+ *   attach.c    how a connection becomes a client: HELLO, ATTACH, ADOPT,
+ *               CHILD_ATTACH
+ *   clients.c   the client address spaces' life: served, linked, detached,
+ *               restored, retired; fork orphans
+ *   reload.c    the configuration: built at start, reread on SIGHUP
+ *   notify.c    what systemd hears: STATUS= and the watchdog
+ * and beside them users.c, report.c, adopt.c, sandbox.c (their headers).
+ * Everything here runs on the manager thread. main.c sees manager.h only;
+ * the layers below see a Conn as opaque (core.h).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "manager.h"
+
+/*
+ * A control connection. Every field is the manager thread's: it accepts,
+ * reads, answers and frees connections, and no other thread ever sees a
+ * Conn (work coming back names one by its serial: sync_done()). Set at
+ * accept (conn.c, conn_accept()) and constant: m, fd, pid, pidfd, uid,
+ * gid, groups, ngroups, serial; the rest as each says.
+ */
+struct Conn {
+        Manager *m;
+        int fd;
+        int role;          /* ZRole, 0 before HELLO (set once, do_hello()) */
+        pid_t pid;
+        int pidfd;         /* the peer process, taken at connect (SO_PEERPIDFD): identity is this, not pid */
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups;     /* primary and supplementary groups (SO_PEERGROUPS) */
+        size_t ngroups;
+        bool scm_known;    /* scm_uid, scm_gid: the SCM_CREDENTIALS of its first message (creds_changed()) */
+        uid_t scm_uid;     /* (real ids: a later message with others is refused) */
+        gid_t scm_gid;
+        bool throttled;    /* over its user's request rate: out of epoll until the tick (users.c) */
+        MMClient *mm;      /* role CLIENT/CHILD after ATTACH (attach.c, clients.c mm_serve()) */
+        bool dying;        /* set by conn_kill() or a read that ends it; freed by reap_conns() */
+        unsigned errors;   /* protocol errors so far (conn_message()) */
+        uint64_t serial;   /* unique for the daemon's life: conns are found by it */
+        Conn *next;        /* m->conns (conn_accept(), conn_free()) */
+};
+
+/* ---- conn.c: connections ---- */
+
+/* Send a reply to a request (manager thread). */
+void conn_reply(Conn *c, uint32_t id, int status, int64_t value);
+/* Drop a connection after a protocol violation (manager thread). */
+void conn_kill(Conn *c, const char *why);
+/* Root or a member of the admin group (zswapd.conf [users] admin_group). */
+bool conn_admin(Manager *m, Conn *c);
+/* Send msg with fds, unless c is going; a failed send ends c. */
+void reply_send(Conn *c, const void *msg, size_t len, const int *fds, size_t nfds);
+/* The listening socket is readable: accept every connection waiting. */
+void conn_accept(Manager *m);
+/* c is readable: read and handle its messages, up to a budget. */
+void conn_readable(Manager *m, Conn *c);
+/* Unlink, detach its client, close and free c. */
+void conn_free(Manager *m, Conn *c);
+/* Free every connection that is dying (after each round of events). */
+void reap_conns(Manager *m);
+
+/* ---- requests.c, attach.c: requests ---- */
+
+/* A message of c, validated, credentials checked: < 0 to reply with that
+ * error, 0 to reply success, 1 if replied or no reply is due. */
+int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds);
+/* MW_SYNC_DONE: answer the request that waited for the fault thread. */
+void sync_done(Manager *m, Work *w);
+/* HELLO, ATTACH, ADOPT, CHILD_ATTACH (attach.c); as dispatch() returns. */
+int do_hello(Manager *m, Conn *c, const ZMsgHello *h);
+int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds);
+int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds);
+int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t nfds);
+
+/* ---- clients.c: client address spaces ---- */
+
+void mm_link(Manager *m, MMClient *mm);
+/* Serve mm as connection c's client: an id, a fault thread, the list. */
+int mm_serve(Manager *m, Conn *c, MMClient *mm);
+/* Forget mm: its fault thread stops reading it, our reference goes. */
+void mm_retire(Manager *m, MMClient *mm);
+/* mm's connection c went away: give a live process its pages back. */
+void mm_detach(Manager *m, MMClient *mm, Conn *c);
+/* MW_RESTORE_DONE: the end of a restore (mm_detach()'s, or a request's). */
+void restore_done(Manager *m, Work *w);
+/* Once a second: retire the orphans whose process exited. */
+void tick_orphans(Manager *m);
+
+/* ---- reload.c, notify.c ---- */
+
+/* SIGHUP: reread the configuration file. */
+void reload_config(Manager *m);
+/* Tell systemd state (or nothing, NULL) and STATUS= if it changed. */
+void notify_status(Manager *m, const char *state);
+/* Every tick: the watchdog, and the status every few seconds. */
+void notify_tick(Manager *m);

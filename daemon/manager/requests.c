@@ -1,0 +1,446 @@
+/*
+ * requests.c: what a connection asks once it has its role.
+ *
+ * dispatch() takes every validated message (conn.c) to its handler: range
+ * requests (REGISTER, UNREGISTER, PAGEOUT), which first wait until the
+ * fault thread has handled every event the client caused (mm_sync_now(),
+ * FW_SYNC and sync_done()); the fork handshake (FORK_PREPARE, FORK_DONE);
+ * statistics; the eviction's hand-backs (MOVE_DONE, RELEASE_DONE); and the
+ * admin's requests (pageout of a pid, limits, tunables), each allowed to
+ * root, the admin group or the user that owns the client. The attach
+ * family is attach.c's. Manager thread only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+#include "fault.h"
+#include "inject.h"
+#include "log.h"
+#include "manager-internal.h"
+#include "reclaim.h"
+#include "users.h"
+#include "util.h"
+
+static int range_check(const ZMsgRange *rg) {
+        if (!page_aligned(rg->addr) || !page_aligned(rg->len) || rg->len == 0 || rg->addr == 0 ||
+            rg->addr + rg->len < rg->addr || rg->addr + rg->len > PINDEX_MAX_ADDR)
+                return -EINVAL;
+        return 0;
+}
+
+static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
+        uint64_t s = rg->addr, e = rg->addr + rg->len;
+        int r = mmclient_check_anon(mm, s, e);
+        if (r < 0)
+                return r;
+        /* overlap check first, so that we never touch a range already ours */
+        uint64_t cs = s, ce = e;
+        if (mmclient_region_clip(mm, &cs, &ce))
+                return -EEXIST;
+        for (PageoutOp *op = mm->ops; op; op = op->next)
+                if (op->unregister && op->start < e && s < op->end)
+                        return -EBUSY; /* still being unregistered: ask again when that returns */
+        if (s < mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE && e > mm->staging_addr)
+                return -EINVAL; /* the staging area is the agent's, never managed */
+        if ((r = users_check_register(m, mm, e - s)) < 0)
+                return r;
+        r = mmclient_uffd_register(mm, s, e);
+        if (r < 0)
+                return r == -EBUSY ? -EEXIST : r;
+        r = mmclient_region_add(mm, s, e, r > 0);
+        if (r < 0)
+                mmclient_uffd_unregister(mm, s, e);
+        mm->rc.measured_ms = 0; /* the next statistics count afresh */
+        return r;
+}
+
+/* A range request, after the fault thread caught up with mm's events. */
+static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t id, uint64_t s, uint64_t e) {
+        int r;
+
+        if (type == ZMSG_STATS)
+                return report_stats_reply(m, c, id, (uint32_t)s);
+        if (type == ZMSG_FORK_DONE) {
+                mmclient_fork_evented(mm, mm->fork_token_announced);
+                /* a fork that failed, or one a daemon adopting us took as
+                 * announced and whose event the dead one had read: no
+                 * event of it will come (the fault thread is past any) */
+                atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
+                mm->fork_paused = false;
+                evict_pump(&m->core, mm);
+                return 1; /* no reply */
+        }
+        if (type == ZMSG_FORK_PREPARE) {
+                /* nothing of ours is in flight, every event and hand-back
+                 * so far is handled: the token of this fork counts now,
+                 * and so do the pages held (sync_done() answers with them) */
+                atomic_store_explicit(&mm->fork_held_pages, mmclient_held_pages(mm), memory_order_relaxed);
+                atomic_store_explicit(&mm->next_fork_token, mm->fork_token_announced, memory_order_relaxed);
+                atomic_store_explicit(&mm->fork_announced, mm->fork_token_announced != 0, memory_order_relaxed);
+                if (mm->store)
+                        /* before the answer, so before the fork (release:
+                         * after everything the store holds now) */
+                        atomic_store_explicit(&store_super(mm->store)->fork_announced, mm->fork_token_announced,
+                                              memory_order_release);
+                return 0;
+        }
+        if (type == ZMSG_REGISTER) {
+                ZMsgRange rg = { .addr = s, .len = e - s };
+                return do_register(m, mm, &rg);
+        }
+        /* an UNREGISTER takes the range off the list itself (evict.c) */
+        r = evict_queue(&m->core, mm, c, id, s, e, type == ZMSG_UNREGISTER);
+        return r < 0 ? r : 1;
+}
+
+/*
+ * FW_SYNC without the round trip: if no fault thread holds serve_lock,
+ * every uffd message read so far has been handled (a reader holds it from
+ * its read until the message is handled), which is all FW_SYNC waits for.
+ * A fault thread that found the lock taken meanwhile left a kick for us,
+ * the holder; we cannot read the uffd, so its home thread is asked to.
+ * False: a fault thread is busy with this client; take the slow way.
+ */
+static bool mm_sync_now(MMClient *mm) {
+        if (!mm->ft || pthread_mutex_trylock(&mm->serve_lock) != 0)
+                return false;
+        pthread_mutex_unlock(&mm->serve_lock);
+        /* seq_cst: the load after the unlock in fault.c service()'s
+         * handshake, as its serve_unlock() makes it */
+        if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
+        return true;
+}
+
+void sync_done(Manager *m, Work *w) {
+        for (Conn *c = m->conns; c; c = c->next) {
+                if (c->serial != w->v || c->dying || c->mm != w->mm)
+                        continue;
+                if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
+                        break;
+                int r = range_request(m, c, w->mm, w->status, w->id, w->a, w->b);
+                /* a FORK_PREPARE's answer: 1 + the pages held (0 is what a
+                 * daemon that does not say gives: unknown) */
+                int64_t v = r == 0 && w->status == ZMSG_FORK_PREPARE
+                                    ? 1 + (int64_t)atomic_load_explicit(&w->mm->fork_held_pages, memory_order_relaxed)
+                                    : 0;
+                if (r <= 0)
+                        conn_reply(c, w->id, r, v);
+                break;
+        }
+        work_free(w);
+}
+
+/*
+ * zswapctl pageout PID: evict a running process's managed memory, over
+ * every client it has (a process may connect more than once). Root may
+ * ask for any process, other users for their own. Replied when the last
+ * client's pageout is done, with the pages evicted in all.
+ */
+static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
+        uint64_t start = q->addr, end = q->len ? q->addr + q->len : PINDEX_MAX_ADDR;
+        PageoutGroup *g;
+        bool found = false, allowed = false;
+
+        if (c->role != ZROLE_CONTROL)
+                return -EPROTO;
+        if (q->pid <= 0 || !page_aligned(q->addr) || !page_aligned(q->len) || end < start || end > PINDEX_MAX_ADDR)
+                return -EINVAL;
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                if (mmclient_pid(mm) != q->pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                        continue;
+                found = true;
+                allowed |= conn_admin(m, c) || c->uid == mm->conn->uid;
+        }
+        if (!found)
+                return -ESRCH;
+        if (!allowed)
+                return -EPERM;
+        g = INJECT_ALLOC(calloc(1, sizeof(*g)));
+        if (!g)
+                return -ENOMEM;
+        g->conn = c;
+        g->id = q->hdr.id;
+        g->ops = 1; /* ours, until every op is queued: one that finishes at once must not answer */
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (mmclient_pid(mm) == q->pid && mm->conn && mm->nlanes > 0 &&
+                    !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
+                    evict_queue_group(&m->core, mm, g, start, end) < 0)
+                        log_warn("pid %d: no memory to queue a pageout", (int)q->pid);
+        evict_group_done(&m->core, g, 0);
+        return 1;
+}
+
+/*
+ * The clients of pid the sender may steer: root any, others their own.
+ * pid 0: the sender's own client. -ESRCH, -EPERM, or how many there are.
+ */
+static int steerable(Manager *m, Conn *c, int32_t pid) {
+        int found = 0;
+        bool allowed = false;
+
+        if (pid == 0)
+                return c->mm && c->role == ZROLE_CLIENT ? 1 : -ESRCH;
+        if (pid < 0)
+                return -EINVAL;
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                if (mmclient_pid(mm) != pid || !mm->conn || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                        continue;
+                found++;
+                allowed |= conn_admin(m, c) || c->uid == mm->conn->uid;
+        }
+        return !found ? -ESRCH : !allowed ? -EPERM : found;
+}
+
+/* Is mm one of the clients a request for pid from c applies to, and may c
+ * steer it? Decided per client: two clients of one pid can belong to
+ * different users. */
+static bool steer_target(Conn *c, MMClient *mm, int32_t pid) {
+        if (pid == 0)
+                return mm == c->mm;
+        return mmclient_pid(mm) == pid && mm->conn && !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
+               (conn_admin(c->m, c) || c->uid == mm->conn->uid);
+}
+
+/* zswapctl limit PID SIZE, zswap_set_limit(): applied at the next tick */
+static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
+        int r = steerable(m, c, q->pid);
+        if (r < 0)
+                return r;
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                if (steer_target(c, mm, q->pid)) {
+                        mm->rc.limit = q->bytes;
+                        mm->rc.limit_set = true;
+                        mm->rc.measured_ms = 0;
+                        log_info("pid %d: resident limit %llu bytes", (int)mmclient_pid(mm),
+                                 (unsigned long long)q->bytes);
+                }
+        reclaim_soon(&m->reclaim); /* act on it now */
+        return 0;
+}
+
+static void tunable_reply(Conn *c, const ZMsgTunable *q, int status, const char *value) {
+        ZMsgTunable rep = { .pid = q->pid, .status = status };
+        zmsg_init(&rep.hdr, ZMSG_TUNABLE_REPLY, q->hdr.id, sizeof(rep));
+        memcpy(rep.key, q->key, sizeof(rep.key));
+        snprintf(rep.value, sizeof(rep.value), "%s", value);
+        reply_send(c, &rep, sizeof(rep), NULL, 0);
+}
+
+/* Per-client keys: limit, idle_age, reclaim. Format or set them on mm. */
+static int client_tunable(MMClient *mm, const char *key, const char *value, char *out, size_t len) {
+        Tunables t = manager_of(mm->core)->reclaim.tun; /* parse with the daemon's parser, into a scratch copy */
+        char err[ZSWAP_TUNABLE_VALUE_MAX];
+        int r;
+
+        if (strcmp(key, "limit") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "limit", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "%s", err), r;
+                        mm->rc.limit = t.limit;
+                        mm->rc.limit_set = true;
+                }
+                t.limit = reclaim_client_limit(&manager_of(mm->core)->reclaim, mm);
+                return tunable_get(&t, "limit", out, len);
+        }
+        if (strcmp(key, "idle_age") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "idle_age", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "%s", err), r;
+                        mm->rc.idle_age_ms = (int64_t)t.idle_age_ms;
+                }
+                t.idle_age_ms = mm->rc.idle_age_ms >= 0 ? (uint64_t)mm->rc.idle_age_ms : manager_of(mm->core)->reclaim.tun.idle_age_ms;
+                return tunable_get(&t, "idle_age", out, len);
+        }
+        if (strcmp(key, "reclaim") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "keep_clean", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "reclaim: '%.32s' is not yes/no", value), r;
+                        mm->rc.off = !t.keep_clean;
+                }
+                return snprintf(out, len, "%s", mm->rc.off ? "no" : "yes") < 0 ? -EINVAL : 0;
+        }
+        snprintf(out, len, "%s: not a per-client key (limit, idle_age, reclaim)", key);
+        return -ENOENT;
+}
+
+/*
+ * zswapctl set/get. Daemon-wide keys: anyone reads, root sets. Per-client
+ * keys (pid != 0): root or the process's own user.
+ */
+static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
+        char key[ZSWAP_TUNABLE_KEY_MAX + 1] = "", value[ZSWAP_TUNABLE_VALUE_MAX + 1] = "";
+        char out[ZSWAP_TUNABLE_VALUE_MAX] = "";
+        bool set = q->hdr.type == ZMSG_TUNABLE_SET;
+        int r = 0;
+
+        memcpy(key, q->key, sizeof(q->key));
+        memcpy(value, q->value, sizeof(q->value));
+        if (q->pid != 0) {
+                r = steerable(m, c, q->pid);
+                if (r < 0) {
+                        snprintf(out, sizeof(out), "%s", r == -ESRCH ? "no such client" : "permission denied");
+                        tunable_reply(c, q, r, out);
+                        return 1;
+                }
+                r = -ESRCH;
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        if (steer_target(c, mm, q->pid)) {
+                                r = client_tunable(mm, key, set ? value : NULL, out, sizeof(out));
+                                if (r < 0)
+                                        break;
+                        }
+                if (r == 0 && set) {
+                        log_info("pid %d: %s = %s", (int)q->pid, key, out);
+                        reclaim_soon(&m->reclaim);
+                }
+                tunable_reply(c, q, r, out);
+                return 1;
+        }
+        if (strcmp(key, "status") == 0 && !set) {
+                reclaim_status(&m->reclaim, out, sizeof(out));
+                tunable_reply(c, q, 0, out);
+                return 1;
+        }
+        if (set && !conn_admin(m, c)) {
+                tunable_reply(c, q, -EPERM, "permission denied: admin commands need root or group zswap");
+                return 1;
+        }
+        if (set) {
+                r = tunable_set(&m->reclaim.tun, key, value, out, sizeof(out));
+                if (r == 0) {
+                        reclaim_apply(&m->reclaim);
+                        reclaim_soon(&m->reclaim);
+                }
+        }
+        if (r == 0)
+                r = tunable_get(&m->reclaim.tun, key, out, sizeof(out));
+        if (r == -ENOENT && !out[0])
+                snprintf(out, sizeof(out), "unknown key '%s'", key);
+        if (r == 0 && set)
+                log_info("set %s = %s", key, out);
+        else if (r < 0 && set)
+                log_warn("set %s = %s refused: %s", key, value, out);
+        tunable_reply(c, q, r, out);
+        return 1;
+}
+
+/* Returns < 0 to reply with that error, 0 to reply success, 1 if replied or
+ * no reply is due. */
+int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
+        const ZMsgHeader *h = buf;
+        MMClient *mm = c->mm;
+        bool ready = mm && mm->nlanes > 0 && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
+
+        switch (h->type) {
+        case ZMSG_HELLO:
+                return do_hello(m, c, buf);
+        case ZMSG_ATTACH:
+                return do_attach(m, c, buf, fds, nfds);
+        case ZMSG_CHILD_ATTACH:
+                return do_child_attach(m, c, buf, fds, nfds);
+        case ZMSG_ADOPT:
+                return do_adopt(m, c, buf, fds, nfds);
+        case ZMSG_PAGEOUT_PID:
+                return do_pageout_pid(m, c, buf);
+        case ZMSG_SET_LIMIT:
+                return do_set_limit(m, c, buf);
+        case ZMSG_TUNABLE_SET:
+        case ZMSG_TUNABLE_GET:
+                return do_tunable(m, c, buf);
+        case ZMSG_STATUS:
+                return report_status(m, c, buf);
+        case ZMSG_CLIENTS:
+                return report_clients(m, c, buf);
+        case ZMSG_STATS:
+                if (((const ZMsgStatsReq *)buf)->scope > ZSWAP_STATS_GLOBAL)
+                        return -EINVAL;
+                if (ready) {
+                        /* counters as of after every event the client caused */
+                        if (mm_sync_now(mm))
+                                return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
+                        Work *w = work_new(FW_SYNC, mm);
+                        if (!w)
+                                return -ENOMEM;
+                        w->a = ((const ZMsgStatsReq *)buf)->scope;
+                        w->id = h->id;
+                        w->status = h->type;
+                        w->v = c->serial;
+                        fault_thread_post(mm->ft, w);
+                        return 1;
+                }
+                return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
+        case ZMSG_REGISTER:
+        case ZMSG_UNREGISTER:
+        case ZMSG_PAGEOUT: {
+                const ZMsgRange *rg = buf;
+                int r = range_check(rg);
+                if (!ready)
+                        return -ENOTCONN;
+                if (r < 0)
+                        return r;
+                /* The client's view of its address space may be ahead of
+                 * ours: munmap() returns once the UNMAP event is read, not
+                 * once it is handled. Let the fault thread catch up first. */
+                if (mm_sync_now(mm))
+                        return range_request(m, c, mm, h->type, h->id, rg->addr, rg->addr + rg->len);
+                Work *w = work_new(FW_SYNC, mm);
+                if (!w)
+                        return -ENOMEM;
+                w->a = rg->addr;
+                w->b = rg->addr + rg->len;
+                w->id = h->id;
+                w->status = h->type;
+                w->v = c->serial;
+                fault_thread_post(mm->ft, w);
+                return 1;
+        }
+        case ZMSG_FORK_PREPARE:
+                if (!ready)
+                        return -ENOTCONN;
+                mm->fork_token_announced = ((const ZMsgFork *)buf)->token;
+                mm->fork_paused = true;
+                mm->fork_paused_at = now_ns();
+                mm->fork_reply_id = h->id;
+                mm->fork_reply_serial = c->serial;
+                evict_pump(&m->core, mm);
+                return 1;
+        case ZMSG_FORK_DONE:
+                if (!mm)
+                        return 1;
+                /* Resume only once the fork's event is handled: fork()
+                 * returned once the fault thread *read* it, and that thread
+                 * may still be walking our index for the child; a page
+                 * planned now would look to it like one in flight at the
+                 * fork. A sync orders us after the handling. */
+                if (ready && !mm_sync_now(mm)) {
+                        Work *w = work_new(FW_SYNC, mm);
+                        if (w) {
+                                w->status = h->type;
+                                w->v = c->serial;
+                                fault_thread_post(mm->ft, w);
+                                return 1;
+                        }
+                }
+                mmclient_fork_evented(mm, mm->fork_token_announced);
+                /* a fork that failed, or one a daemon adopting us took as
+                 * announced and whose event the dead one had read: no
+                 * event of it will come (the fault thread is past any) */
+                atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
+                mm->fork_paused = false;
+                evict_pump(&m->core, mm);
+                return 1;
+        case ZMSG_MOVE_DONE:
+                if (!ready || evict_move_done(&m->core, mm, h->id, buf) < 0)
+                        return -EPROTO;
+                return 1;
+        case ZMSG_RELEASE_DONE:
+                if (!ready || evict_release_done(&m->core, mm, h->id) < 0)
+                        return -EPROTO;
+                return 1;
+        default:
+                return -EPROTO;
+        }
+}
