@@ -281,7 +281,8 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->uid = c->uid;
         /* a fork may be waiting for us to read its event: the FORK_PREPARE
          * that announced its token went to the dead daemon, and the client
-         * names it again */
+         * names it again (relaxed: before mm_serve() hands mm to a
+         * fault thread, which orders it) */
         atomic_store_explicit(&mm->next_fork_token, a->fork_token, memory_order_relaxed);
         if (has_ev && ev.to == STORE_EVENT_GONE)
                 log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) gone", (int)c->pid,
@@ -314,7 +315,8 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
                 /* what the dead daemon told the library is not known: the
-                 * child gets its parent held, as it would have from it */
+                 * child gets its parent held, as it would have from it
+                 * (relaxed: before the uffd is watched, as above) */
                 atomic_store_explicit(&mm->fork_held_pages, UINT64_MAX, memory_order_relaxed);
                 atomic_store_explicit(&mm->fork_announced, true, memory_order_relaxed);
                 if (mm->store)
@@ -365,6 +367,8 @@ static int mm_replace_sync(MMClient *mm, int fd) {
         }
         w->v = (uintptr_t)p;
         w->a = (uint64_t)fd;
+        /* relaxed: read by this thread only (planning, evict.c), and the post
+         * orders it before the fault thread's clearing */
         atomic_store_explicit(&mm->sync_swap, true, memory_order_relaxed);
         fault_thread_post(mm->ft, w);
         return 0;

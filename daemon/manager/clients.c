@@ -78,7 +78,7 @@ static void mm_unregister_all(MMClient *mm) {
 /* Forget an address space: stop its fault thread reading it and drop the
  * manager's reference. Whoever else holds one finishes first. */
 void mm_retire(Manager *m, MMClient *mm) {
-        atomic_store_explicit(&mm->dead, true, memory_order_relaxed);
+        atomic_store_explicit(&mm->dead, true, memory_order_relaxed); /* a hint, relaxed (mmclient.h) */
         while (mm->ops) {
                 PageoutOp *op = mm->ops;
                 mm->ops = op->next;
@@ -128,7 +128,9 @@ void restore_done(Manager *m, Work *w) {
                 /* the end of mm_detach() */
                 mm_unregister_all(mm);
                 /* nothing left for another daemon to adopt: the client,
-                 * reconnecting, attaches anew */
+                 * reconnecting, attaches anew (release: after the restore
+                 * and the unregister; a reader only learns from it that
+                 * there is nothing to take, true whenever it sees it) */
                 if (mm->store)
                         atomic_store_explicit(&store_super(mm->store)->state, STORE_RELEASED, memory_order_release);
                 mm->restores--;

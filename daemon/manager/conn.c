@@ -176,6 +176,7 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
                 r = dispatch(m, c, buf, fds, nfds);
 
         if (r == -EPROTO) {
+                /* a counter, relaxed: it orders nothing (core.h) */
                 atomic_fetch_add_explicit(&m->core.protocol_errors, 1, memory_order_relaxed);
                 log_warn("client pid %d: malformed or unexpected message (%zd bytes, type %u)", (int)c->pid, n,
                          has_hdr ? h->type : 0);

@@ -426,6 +426,7 @@ int manager_run(Manager *m) {
                                         /* manager_free() gives every client its pages back next */
                                         sdd_notify("STOPPING=1\nSTATUS=stopping: restoring the clients' pages");
                                 }
+                                /* a counter, relaxed: it orders nothing (core.h) */
                                 if (atomic_load_explicit(&m->core.move_misreports, memory_order_relaxed))
                                         log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
                                                  "(decided from pagemap, evict.c)",

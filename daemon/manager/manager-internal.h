@@ -104,7 +104,8 @@ void tick_orphans(Manager *m);
 
 /* SIGHUP: reread the configuration file. */
 void reload_config(Manager *m);
-/* Tell systemd state (or nothing, NULL) and STATUS= if it changed. */
+/* Tell systemd state ("READY=1\n", ...) with STATUS=; with state NULL,
+ * STATUS= only, and only if it changed. */
 void notify_status(Manager *m, const char *state);
 /* Every tick: the watchdog, and the status every few seconds. */
 void notify_tick(Manager *m);

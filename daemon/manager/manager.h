@@ -61,30 +61,33 @@ struct Manager {
         /* set by manager_new() before it starts any other thread, constant */
         ManagerConfig cfg;
 
-        /* manager thread only */
-        bool handover;        /* exiting without restoring: clients wait for the next daemon */
+        /* manager thread only; the loop's (loop.c) but where a field says */
+        bool handover;        /* exiting without restoring: clients wait for the next daemon (SIGUSR1) */
         int epfd;
         int listen_fd;
         int timer_fd;      /* periodic maintenance */
         int signal_fd;
-        bool exiting;
-        bool listen_paused; /* out of fds: listen socket out of epoll until the next tick */
-        /* systemd (sd-daemon.c), manager thread only: WATCHDOG=1 every
+        bool exiting;      /* a signal to exit came: the loop ends */
+        bool listen_paused; /* out of fds: listen socket out of epoll (conn.c, conn_accept()) until the next tick */
+        /* systemd (sd-daemon.c), manager thread only (notify.c; watchdog_ns
+         * and the first watchdog_last_ns: manager_run()): WATCHDOG=1 every
          * watchdog_ns (half systemd's interval, 0: none); STATUS= when it
          * changed, at most every few seconds */
         uint64_t watchdog_ns, watchdog_last_ns, status_last_ns;
         char status[128];
 
         /* manager thread only */
-        Config conf;       /* zswapd.conf in force: [daemon] as read at start, [users] as of the last reload */
+        Config conf;       /* zswapd.conf in force: [daemon] as read at start, [users] as of the last reload (reload.c) */
         struct UserState *users; /* users with connections or clients (users.c) */
-        Conn *conns;
-        unsigned nconns;
-        MMClient *mms;
-        uint64_t next_mm_id;
-        uint64_t next_conn_serial;
+        Conn *conns;       /* every connection (conn.c: conn_accept(), conn_free()) */
+        unsigned nconns;   /* their number (conn.c) */
+        MMClient *mms;     /* the clients served (clients.c: mm_link(), mm_retire()) */
+        uint64_t next_mm_id; /* the last client id given (clients.c mm_serve(), attach.c) */
+        uint64_t next_conn_serial; /* the last Conn.serial given (conn.c) */
         /* fork children no process has claimed yet, taken from
-         * core.orphans_new whenever the manager looks (manager_orphans()) */
+         * core.orphans_new whenever the manager looks (manager_orphans(),
+         * clients.c); one leaves when a CHILD_ATTACH claims it (attach.c)
+         * or its process exits (tick_orphans()) */
         MMClient *orphans;
 
         /* the reclaim policy's state and tunables (reclaim.c); manager thread only */

@@ -17,6 +17,7 @@ void notify_status(Manager *m, const char *state) {
         PoolStats ps;
         char status[sizeof(m->status)];
 
+        /* counters, relaxed: a status line, nothing is ordered by them (mmclient.h) */
         for (MMClient *mm = m->mms; mm; mm = mm->next, clients++)
                 pages += atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
                          atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed);

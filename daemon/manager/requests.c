@@ -66,7 +66,8 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 mmclient_fork_evented(mm, mm->fork_token_announced);
                 /* a fork that failed, or one a daemon adopting us took as
                  * announced and whose event the dead one had read: no
-                 * event of it will come (the fault thread is past any) */
+                 * event of it will come (the fault thread is past any;
+                 * relaxed: the sync ordered us after its last event) */
                 atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
                 evict_pump(&m->core, mm);
@@ -75,7 +76,10 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         if (type == ZMSG_FORK_PREPARE) {
                 /* nothing of ours is in flight, every event and hand-back
                  * so far is handled: the token of this fork counts now,
-                 * and so do the pages held (sync_done() answers with them) */
+                 * and so do the pages held (sync_done() answers with them).
+                 * Relaxed: the fault thread reads them at the fork's event,
+                 * and the client forks only once it has the answer
+                 * (mmclient.h) */
                 atomic_store_explicit(&mm->fork_held_pages, mmclient_held_pages(mm), memory_order_relaxed);
                 atomic_store_explicit(&mm->next_fork_token, mm->fork_token_announced, memory_order_relaxed);
                 atomic_store_explicit(&mm->fork_announced, mm->fork_token_announced != 0, memory_order_relaxed);
@@ -118,11 +122,12 @@ void sync_done(Manager *m, Work *w) {
         for (Conn *c = m->conns; c; c = c->next) {
                 if (c->serial != w->v || c->dying || c->mm != w->mm)
                         continue;
-                if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
+                if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) /* our own write (mm_retire()) */
                         break;
                 int r = range_request(m, c, w->mm, w->status, w->id, w->a, w->b);
                 /* a FORK_PREPARE's answer: 1 + the pages held (0 is what a
-                 * daemon that does not say gives: unknown) */
+                 * daemon that does not say gives: unknown; relaxed: stored
+                 * by range_request() just now, on this thread) */
                 int64_t v = r == 0 && w->status == ZMSG_FORK_PREPARE
                                     ? 1 + (int64_t)atomic_load_explicit(&w->mm->fork_held_pages, memory_order_relaxed)
                                     : 0;
@@ -176,6 +181,8 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
 /*
  * The clients of pid the sender may steer: root any, others their own.
  * pid 0: the sender's own client. -ESRCH, -EPERM, or how many there are.
+ * (MMClient.dead, here and below, is the manager's own write, mm_retire():
+ * relaxed.)
  */
 static int steerable(Manager *m, Conn *c, int32_t pid) {
         int found = 0;
@@ -332,6 +339,7 @@ static int do_tunable(Manager *m, Conn *c, const ZMsgTunable *q) {
 int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
         const ZMsgHeader *h = buf;
         MMClient *mm = c->mm;
+        /* dead: the manager's own write (mm_retire()), relaxed */
         bool ready = mm && mm->nlanes > 0 && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
 
         switch (h->type) {
@@ -427,7 +435,9 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                 mmclient_fork_evented(mm, mm->fork_token_announced);
                 /* a fork that failed, or one a daemon adopting us took as
                  * announced and whose event the dead one had read: no
-                 * event of it will come (the fault thread is past any) */
+                 * event of it will come (the fault thread is past any:
+                 * the sync, or the free serve_lock, mm_sync_now(), ordered
+                 * us after it; relaxed) */
                 atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
                 evict_pump(&m->core, mm);
