@@ -1,0 +1,208 @@
+/*
+ * fault-internal.h: what the files of the fault threads share; fault.h is
+ * what the layers above see. The fault threads are the latency-critical
+ * side of the daemon:
+ *
+ * One fault thread per CPU, pinned there; every thread watches every
+ * client uffd (edge-triggered), so a fault wakes the thread on its own CPU
+ * first (a wake-up across vCPUs costs ~60 us here). Whoever wakes takes
+ * the client's serve_lock with a trylock and reads; the lock is held from
+ * a read() until that message is handled, so at any moment one thread is
+ * the reader, and every message of that uffd, page faults and the
+ * FORK/REMAP/REMOVE/UNMAP events alike, is handled completely, in the
+ * order the kernel queued it, and every UFFDIO_COPY or ZEROPAGE into that
+ * address space is made under the same lock. That single ordering point is
+ * what makes mremap, munmap and MADV_DONTNEED race-free against restores:
+ * an event is never processed while a copy for the same address space is
+ * half done (docs/page-lifecycle.md). A thread that finds the lock taken
+ * leaves a kick for the holder (serve_unlock), so no message is left
+ * unread. Each client also has a home thread, which receives its installs,
+ * restores and syncs through its inbox.
+ *
+ * The fault path (serve()) takes no lock a worker or the manager waits on:
+ * entries are claimed with a compare-and-swap (STORED/SAME/MOVING/STAGED ->
+ * LOADING), the pool object is then private to this thread, lz4
+ * decompression uses no context and zstd a context of this thread's own.
+ * Compression workers never hold anything the fault path waits for (the
+ * manager only ever trylocks serve_lock). Work from workers and from the
+ * manager arrives through a lock-free inbox.
+ *
+ * A copy that fails with EAGAIN (the kernel is in the middle of an mremap
+ * or fork of that address space and has an event queued for us) keeps its
+ * page in a retry item of the address space, keeps the entry LOADING, and
+ * is retried after the queued messages have been read.
+ *
+ * The files: uffd-ops.c (the uffd ioctls, retries), serve.c (the serve
+ * path: page faults), events.c (reading the uffd under serve_lock, the
+ * event journal, REMOVE/UNMAP/REMAP), fork.c (FORK, a parent held for
+ * its child), work.c (FW_* work from other threads), thread.c (the
+ * thread loop, its start and stop). No file keeps static data another
+ * uses: what they share is in the structs below.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "codec.h"
+#include "core.h"
+#include "fault.h"
+#include "latency.h"
+#include "memread.h"
+#include "tier.h"
+#include "tier-pump.h"
+#include "uffd-compat.h"
+#include "util.h"
+
+#define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
+#define RETRY_RESERVE 64
+
+#define SLOT_READS_DEPTH 256  /* slot reads one thread has in flight */
+#define SLOT_READS_CLIENT 32  /* of those, for one client */
+
+#define READ_RECHECK_NS 50000 /* how soon a read put off for a move looks again */
+
+/* A retry's page: there (READY), or being read from its staging slot by
+ * the thread that made it (READING), or given up by an event while that
+ * read was in flight (CANCELLED: the read's completion frees it). */
+enum { RS_READY, RS_READING, RS_CANCELLED };
+
+/* What a read of a thread's queue is for (MemReadOp.tag) */
+enum { READ_SLOT, READ_REVOKE };
+
+typedef struct Retry {
+        struct Retry *next;
+        bool reserved;     /* from a thread's reserve, not malloc */
+        uint64_t addr;
+        uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
+        uint64_t t0;       /* when the fault it serves was read (fault_t0), 0: none */
+        /* the staging lane whose slot the page came from (serve_slot()),
+         * kept from release until the page is in: the retry holds it only
+         * in this process, and a daemon that dies meanwhile leaves it to
+         * the next one through the slot (adopt.c) */
+        Lane *pin;
+        /* a read of the slot nobody waits for (slot_read_async()): the
+         * retry is made at once, READING, and becomes READY when the read
+         * is back. The thread that completes the read only swaps state;
+         * the list it is on belongs to whoever holds serve_lock */
+        _Atomic int state;
+        bool refault;      /* the program's own fault (reclaim's ageing hears of it) */
+        MMClient *mm;      /* READING: a reference for the read, dropped when it is back */
+        /* a forked child's copy of its parent's slot (fork_copy_async()):
+         * pin is the parent's lane, pin_mm a reference to the parent, both
+         * given up as soon as the read is back (the page is ours then) */
+        MMClient *pin_mm;
+        MemReadOp op;      /* READING: the read, into page */
+        /* a read of the second tier (tier_read_async()): instead of op,
+         * the pump's job, into page; READY with tj.res and tj.win */
+        bool tier;
+        TierJob tj;
+        uint8_t page[ZSWAP_PAGE_SIZE];
+} Retry;
+
+struct FaultThread {
+        Core *core;
+        unsigned idx;
+        pthread_t thread;
+        bool started;
+        int epfd;
+        Inbox inbox;
+        CodecDCtx *dctx;
+        TierReader *tier;   /* reads from the second tier here and now (a fork's copies), or NULL (tier.h) */
+        TierPump *pump;     /* reads from the second tier for faults, or NULL (tier-pump.h) */
+        int pump_fd;        /* eventfd: the pump's jobs are back */
+        uint64_t tier_warned_ns; /* last "cannot read the second tier" line; this thread only */
+        uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not */
+        unsigned lost_logged, lost_unlogged;
+        Retry *reserve;     /* spare retries for when malloc fails; this thread only */
+        MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
+        void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
+        Work *restores;     /* unfinished FW_RESTORE, this thread only */
+        Work *deferred;     /* FW_INSTALL and FW_SYNC that found serve_lock taken, this thread only */
+        MMClient **owned;   /* watched in epfd, one reference each; this thread only */
+        size_t nowned;
+        bool retry_due;     /* this thread left retries on some mm; this thread only */
+        bool read_soon;     /* a read waits for a move to end: look again in READ_RECHECK_NS; this thread only */
+        _Atomic bool stop; /* written by the manager, read by the thread */
+        /* when the page fault being handled was read (now_ns()), 0: the
+         * work at hand is no program's fault; this thread only */
+        uint64_t fault_t0;
+        uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash */
+        _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
+        _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
+        _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];
+        /* last: the page buffers keep their place in the struct */
+        _Alignas(64) LatencyHist lat; /* read to install, this thread writes (latency.h) */
+};
+
+typedef struct RangeCtx {
+        FaultThread *ft;
+        MMClient *mm;
+        MMClient *child;
+        int64_t delta;
+        uint64_t kill_at; /* remap: the fault injection's kill at the first entry from here (kill_event) */
+        int errors;
+        int inflight;    /* fork: pages caught in an eviction (MOVING, STAGED) */
+        int install_err; /* fork: the first error installing a page in the child */
+        int resident;    /* fork: pages installed in the child for want of quota or pool room */
+        int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */
+} RangeCtx;
+
+
+typedef struct RevokeRead {
+        MMClient *mm; /* a reference until the read is back */
+        MemReadOp op;
+} RevokeRead;
+
+
+/* ---- uffd-ops.c: the uffd ioctls and retries ---- */
+int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode);
+int uffd_zeropage(int uffd, uint64_t addr);
+void uffd_wake(int uffd, uint64_t addr);
+void uffd_poison(MMClient *mm, uint64_t addr);
+void retry_unpin(Lane *pin);
+void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page);
+Retry **retry_find(MMClient *mm, uint64_t addr);
+bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *pin);
+void retry_drop(FaultThread *ft, Retry **p);
+void run_retries(FaultThread *ft, MMClient *mm);
+
+/* ---- serve.c: the serve path ---- */
+void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t loading,
+             const void *page, uint64_t final, bool keep, bool refault);
+int tier_stub(MMClient *mm, uint64_t origin, TierStub *s);
+int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst);
+bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
+                bool refault);
+Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uint64_t addr, uint64_t loading,
+                        uint32_t slot, Lane *lane, bool refault);
+bool read_submit(FaultThread *ft, MMClient *src, MemReadOp *op, uint64_t off, void *buf, size_t len, int tag);
+void slot_read_done(FaultThread *ft, MemReadOp *op);
+void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v,
+                 uint64_t loading, int r);
+void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow *w);
+void tier_read_done(FaultThread *ft, TierJob *j);
+void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around);
+
+/* ---- events.c: reading the uffd, the events ---- */
+void kill_point(const char *where);
+ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg);
+void revoke_read_done(FaultThread *ft, MemReadOp *op);
+void drain_uffd(FaultThread *ft, MMClient *mm);
+void service(FaultThread *ft, MMClient *mm);
+void serve_unlock(FaultThread *ft, MMClient *mm);
+
+/* ---- fork.c: UFFD_EVENT_FORK, a parent held for its child ---- */
+void event_fork(FaultThread *ft, MMClient *mm, int child_fd);
+bool fork_held(FaultThread *ft, MMClient *mm);
+
+/* ---- work.c: work from other threads ---- */
+void work_discard(Work *w);
+void run_deferred(FaultThread *ft);
+void run_inbox(FaultThread *ft);
+void run_restores(FaultThread *ft);
+
+/* ---- thread.c: the thread ---- */
+void fault_thread_own(FaultThread *ft, MMClient *mm);
+void fault_thread_disown(FaultThread *ft, MMClient *mm);

@@ -1,0 +1,370 @@
+/*
+ * thread.c: a fault thread's life: its loop (epoll, spinning, pinning,
+ * SCHED_FIFO), the clients it watches, its start and stop. Overview:
+ * fault-internal.h.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "inject.h"
+#include "fault-internal.h"
+#include "log.h"
+
+static void run_read_done(FaultThread *ft, MemReadOp *op) {
+        if (op->tag == READ_REVOKE)
+                revoke_read_done(ft, op);
+        else
+                slot_read_done(ft, op);
+}
+
+
+/* Retries this thread left behind, and reads it put off (drain_uffd()),
+ * on whichever mm they are. */
+static void run_due_retries(FaultThread *ft) {
+        ft->retry_due = false;
+        ft->read_soon = false;
+        for (size_t i = 0; i < ft->nowned; i++) {
+                MMClient *mm = ft->owned[i];
+                if (!atomic_load_explicit(&mm->has_retries, memory_order_relaxed) &&
+                    !atomic_load_explicit(&mm->read_deferred, memory_order_relaxed) &&
+                    !atomic_load_explicit(&mm->fork_unread, memory_order_relaxed))
+                        continue;
+                if (pthread_mutex_trylock(&mm->serve_lock) != 0) {
+                        ft->retry_due = true; /* the holder may leave them; look again */
+                        continue;
+                }
+                drain_uffd(ft, mm);
+                if (mm->retries)
+                        run_retries(ft, mm);
+                serve_unlock(ft, mm);
+        }
+}
+
+void fault_thread_own(FaultThread *ft, MMClient *mm) {
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = mmclient_ref(mm) };
+        MMClient **n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
+
+        /* an address space nobody watches has its faults wait forever (a
+         * forked child has no other reader): wait for memory a while */
+        for (int i = 0; !n && i < 1000; i++) {
+                usleep(1000);
+                n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
+        }
+        if (!n || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, mm->uffd, &ev) < 0) {
+                log_error("cannot watch a client uffd: %m");
+                if (n)
+                        ft->owned = n;
+                mmclient_unref(mm);
+                return;
+        }
+        ft->owned = n;
+        ft->owned[ft->nowned++] = mm;
+}
+
+void fault_thread_disown(FaultThread *ft, MMClient *mm) {
+        for (size_t i = 0; i < ft->nowned; i++) {
+                if (ft->owned[i] != mm)
+                        continue;
+                epoll_ctl(ft->epfd, EPOLL_CTL_DEL, mm->uffd, NULL);
+                ft->owned[i] = ft->owned[--ft->nowned];
+                mmclient_unref(mm); /* its retries go with it (mmclient_unref) */
+                return;
+        }
+}
+
+/*
+ * One fault thread per CPU, each pinned to its CPU: the thread on the
+ * faulting CPU is woken there, runs as soon as the faulting thread sleeps,
+ * and wakes it on the same CPU again (3-7 us here). An unpinned thread is
+ * woken on whichever CPU is idle, which is the other one, and a wake-up
+ * across vCPUs costs ~60 us on this kind of machine (tests/bench/bench-wake,
+ * docs/benchmarks.md). The CPUs are those the daemon may run on, in order.
+ */
+static void pin_to_cpu(FaultThread *ft) {
+        cpu_set_t allowed, one;
+        unsigned k = 0;
+
+        if (!ft->core->cfg.fault_pin || !ft->core->cfg.fault_shared || sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+                return;
+        if ((unsigned)CPU_COUNT(&allowed) != ft->core->cfg.fault_threads)
+                return; /* not one thread per CPU: let the scheduler place them */
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+                if (!CPU_ISSET(cpu, &allowed) || k++ != ft->idx)
+                        continue;
+                CPU_ZERO(&one);
+                CPU_SET(cpu, &one);
+                if (sched_setaffinity(0, sizeof(one), &one) < 0)
+                        log_warn("fault thread %u: cannot pin to CPU %d: %m", ft->idx, cpu);
+                else
+                        log_debug("fault thread %u serves CPU %d", ft->idx, cpu);
+                return;
+        }
+}
+
+static char reads_tag; /* epoll: the slot read queue's fd (the inbox's is NULL) */
+static char pump_tag;  /* epoll: the tier pump's eventfd */
+
+/* The second tier's reads that are back. */
+static void run_pump(FaultThread *ft) {
+        uint64_t n;
+        (void)!read(ft->pump_fd, &n, sizeof(n)); /* before the take: a later push writes again */
+        for (TierJob *j = tier_pump_done(ft->pump); j;) {
+                TierJob *next = j->next;
+                tier_read_done(ft, j);
+                j = next;
+        }
+}
+
+/* Slot reads that are back, and those past their bound (memread.h): a
+ * client whose read waits that long loses its process, and its user is
+ * refused while the read waits; the fault stays LOADING until the read
+ * is back, as it waits for nothing of ours. */
+static void run_reads(FaultThread *ft, bool ready) {
+        if (!ft->reads)
+                return;
+        for (MemReadOp *op = ready ? memread_queue_complete(ft->reads) : NULL; op;) {
+                MemReadOp *next = op->next;
+                run_read_done(ft, op);
+                op = next;
+        }
+        for (MemReadOp *op; (op = memread_queue_overdue(ft->reads, now_ns()));) {
+                if (op->tag == READ_REVOKE)
+                        mmclient_read_overdue(container_of(op, RevokeRead, op)->mm, op->off);
+                else
+                        mmclient_read_overdue(container_of(op, Retry, op)->mm, container_of(op, Retry, op)->addr);
+        }
+}
+
+/* epoll_pwait2() where it exists (timeouts finer than a millisecond for
+ * a read put off: READ_RECHECK_NS); epoll_wait() where it does not (a
+ * kernel before 5.11, valgrind before 3.21), whose put-off reads then look
+ * again every millisecond. */
+static atomic_bool no_pwait2;
+
+static int wait_events(FaultThread *ft, struct epoll_event *evs, int n, int timeout_ms) {
+        bool soon = ft->read_soon && timeout_ms != 0;
+        if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+                struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000 };
+                if (soon)
+                        ts = (struct timespec){ 0, READ_RECHECK_NS };
+                int r = epoll_pwait2(ft->epfd, evs, n, timeout_ms < 0 && !soon ? NULL : &ts, NULL);
+                if (r >= 0 || errno != ENOSYS)
+                        return r;
+                atomic_store_explicit(&no_pwait2, true, memory_order_relaxed);
+        }
+        return epoll_wait(ft->epfd, evs, n, soon ? 1 : timeout_ms);
+}
+
+static void *fault_thread_main(void *arg) {
+        FaultThread *ft = arg;
+        struct epoll_event evs[16];
+        uint64_t spin_until = 0, spin_ns = ft->core->cfg.fault_spin_us * 1000ull;
+
+        pin_to_cpu(ft);
+        memread_thread_init();
+        if (ft->core->cfg.fault_rt_prio > 0) {
+                /* a fault is served before any time-shared thread runs on
+                 * this CPU (a CPU hog, a low-priority client), as the
+                 * kernel serves a fault in the faulting task's own context */
+                struct sched_param sp = { .sched_priority = (int)ft->core->cfg.fault_rt_prio };
+                if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
+                        log_warn("fault thread %u: cannot switch to SCHED_FIFO %u: %m", ft->idx,
+                                 ft->core->cfg.fault_rt_prio);
+        }
+
+        while (!atomic_load_explicit(&ft->stop, memory_order_relaxed)) {
+                /* After a fault, poll for a while before sleeping: a program
+                 * reading through evicted memory faults again within
+                 * microseconds, and waking a thread on an idle vCPU costs
+                 * ~60 us here (KERNEL.md). Bounded by fault_spin_us per
+                 * fault; 0 turns it off. */
+                bool spinning = spin_ns && now_ns() < spin_until;
+                int timeout = spinning ? 0 : (ft->retry_due || ft->restores || ft->deferred) ? 1 : -1;
+                int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
+                if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
+                        timeout = reads_due;
+                int n = wait_events(ft, evs, ELEMENTSOF(evs), timeout);
+                bool inbox = false, reads = false, pump = false;
+
+                if (n > 0 && spin_ns)
+                        spin_until = now_ns() + spin_ns;
+                else if (n == 0 && spinning)
+                        continue;
+
+                for (int i = 0; i < n; i++) {
+                        if (evs[i].data.ptr == NULL) {
+                                inbox = true;
+                                continue;
+                        }
+                        if (evs[i].data.ptr == &reads_tag) {
+                                reads = true;
+                                continue;
+                        }
+                        if (evs[i].data.ptr == &pump_tag) {
+                                pump = true;
+                                continue;
+                        }
+                        service(ft, evs[i].data.ptr);
+                }
+                if (ft->reads)
+                        run_reads(ft, reads);
+                if (pump)
+                        run_pump(ft);
+                /* an mm may be disowned by the inbox: only after this batch
+                 * of events, whose pointers refer to it, is done */
+                if (inbox)
+                        run_inbox(ft);
+                if (ft->retry_due || ft->read_soon)
+                        run_due_retries(ft);
+                if (ft->restores)
+                        run_restores(ft);
+                if (ft->deferred)
+                        run_deferred(ft);
+        }
+        return NULL;
+}
+
+int fault_thread_new(Core *core, unsigned idx, FaultThread **ret) {
+        FaultThread *ft = calloc(1, sizeof(*ft));
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+        int r;
+
+        if (!ft)
+                return -ENOMEM;
+        ft->core = core;
+        ft->idx = idx;
+        ft->pump_fd = -1;
+        ft->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (ft->epfd < 0 || inbox_init(&ft->inbox) < 0) {
+                r = negative_errno();
+                goto fail;
+        }
+        r = codec_dctx_new(core->cfg.codec, &ft->dctx);
+        if (r < 0)
+                goto fail;
+        if (core->tier && (r = tier_reader_new(core->tier, false, &ft->tier)) < 0)
+                goto fail;
+        if (core->tier) {
+                struct epoll_event pev = { .events = EPOLLIN, .data.ptr = &pump_tag };
+                ft->pump_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+                if (ft->pump_fd < 0 || epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->pump_fd, &pev) < 0) {
+                        r = negative_errno();
+                        goto fail;
+                }
+                if ((r = tier_pump_new(core->tier, core->cfg.codec, ft->pump_fd, &ft->pump)) < 0)
+                        goto fail;
+        }
+        for (int i = 0; i < RETRY_RESERVE; i++) {
+                Retry *rr = calloc(1, sizeof(*rr));
+                if (!rr) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+                rr->reserved = true;
+                rr->next = ft->reserve;
+                ft->reserve = rr;
+        }
+        if (epoll_ctl(ft->epfd, EPOLL_CTL_ADD, ft->inbox.efd, &ev) < 0) {
+                r = negative_errno();
+                goto fail;
+        }
+        /* without io_uring, slot reads are made in this thread (memread.h) */
+        r = memread_queue_new(SLOT_READS_DEPTH, &ft->reads);
+        if (r < 0 && r != -ENOSYS)
+                goto fail;
+        if (ft->reads) {
+                struct epoll_event rev = { .events = EPOLLIN, .data.ptr = &reads_tag };
+                if (epoll_ctl(ft->epfd, EPOLL_CTL_ADD, memread_queue_fd(ft->reads), &rev) < 0) {
+                        r = negative_errno();
+                        goto fail;
+                }
+        }
+        r = -pthread_create(&ft->thread, NULL, fault_thread_main, ft);
+        if (r < 0)
+                goto fail;
+        ft->started = true;
+        *ret = ft;
+        return 0;
+fail:
+        fault_thread_free(ft);
+        return r;
+}
+
+void fault_thread_latency(const FaultThread *ft, LatencySnapshot *s) {
+        latency_add(s, &ft->lat);
+}
+
+void fault_thread_stop(FaultThread *ft) {
+        if (!ft || !ft->started)
+                return;
+        Work *w = work_new(0, NULL);
+        /* relaxed: the inbox push that follows publishes it */
+        atomic_store_explicit(&ft->stop, true, memory_order_relaxed);
+        if (w)
+                fault_thread_post(ft, w);
+        else
+                /* no memory for the item: wake the thread anyway, or it
+                 * sleeps on and the daemon never exits */
+                (void)!write(ft->inbox.efd, &(uint64_t){ 1 }, sizeof(uint64_t));
+        pthread_join(ft->thread, NULL);
+        ft->started = false;
+}
+
+FaultThread *fault_thread_free(FaultThread *ft) {
+        if (!ft)
+                return NULL;
+        fault_thread_stop(ft);
+        /* the second tier's reads: the one under way ends within the
+         * tier's timeout, the rest come back cancelled */
+        if (ft->pump) {
+                tier_pump_stop(ft->pump);
+                run_pump(ft);
+                ft->pump = tier_pump_free(ft->pump);
+        }
+        for (Work *w = inbox_take(&ft->inbox); w;) {
+                Work *n = w->next;
+                work_discard(w);
+                w = n;
+        }
+        while (ft->restores) {
+                Work *n = ft->restores->next;
+                work_free(ft->restores);
+                ft->restores = n;
+        }
+        while (ft->deferred) {
+                Work *n = ft->deferred->next;
+                work_discard(ft->deferred);
+                ft->deferred = n;
+        }
+        /* the slot reads still in flight come back (or are left to the
+         * kernel, with what they hold, if a client's file system keeps
+         * them): their retries become READY or are freed, as any read's */
+        MemReadOp *left;
+        memread_queue_free(ft->reads, &left);
+        ft->reads = NULL;
+        while (left) {
+                MemReadOp *next = left->next;
+                run_read_done(ft, left);
+                left = next;
+        }
+        free(ft->revoke_buf); /* no read is left to write it */
+        while (ft->reserve) {
+                Retry *r = ft->reserve;
+                ft->reserve = r->next;
+                free(r);
+        }
+        while (ft->nowned)
+                fault_thread_disown(ft, ft->owned[0]);
+        free(ft->owned);
+        codec_dctx_free(ft->dctx);
+        tier_reader_free(ft->tier);
+        safe_close(ft->pump_fd);
+        safe_close(ft->epfd);
+        safe_close(ft->inbox.efd);
+        free(ft);
+        return NULL;
+}

@@ -1,0 +1,286 @@
+/*
+ * work.c: work from other threads (the FW_* items of fault.h) and the
+ * thread's inbox. Overview: fault-internal.h.
+ */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "inject.h"
+#include "fault-internal.h"
+#include "log.h"
+
+Work *work_new(int type, MMClient *mm) {
+        Work *w = INJECT_ALLOC(calloc(1, sizeof(*w)));
+        if (!w)
+                return NULL;
+        w->type = type;
+        w->mm = mm ? mmclient_ref(mm) : NULL;
+        return w;
+}
+
+void work_free(Work *w) {
+        if (!w)
+                return;
+        mmclient_unref(w->mm);
+        free(w);
+}
+
+void fault_thread_post(FaultThread *ft, Work *w) {
+        inbox_push(&ft->inbox, w);
+}
+
+int fault_post_mm(FaultThread *ft, int type, MMClient *mm) {
+        Work *w = work_new(type, mm);
+        if (!w)
+                return -ENOMEM;
+        fault_thread_post(ft, w);
+        return 0;
+}
+
+int fault_watch(Core *core, MMClient *mm) {
+        /* the home thread first: if the others cannot be told, it alone
+         * still serves every message, only not always on the faulting CPU */
+        int r = fault_post_mm(mm->ft, FW_ADOPT, mm);
+        if (r < 0 || !core->cfg.fault_shared)
+                return r;
+        for (unsigned i = 0; i < core->nfts; i++)
+                if (core->fts[i] != mm->ft && fault_post_mm(core->fts[i], FW_ADOPT, mm) < 0)
+                        log_warn("pid %d: a fault thread cannot watch the client (out of memory)",
+                                 (int)mmclient_pid(mm));
+        return 0;
+}
+
+void fault_unwatch(Core *core, MMClient *mm) {
+        /* a thread that misses this keeps a reference and an epoll entry
+         * until it stops: the client's memory is not lost, only kept */
+        for (unsigned i = 0; i < core->nfts; i++)
+                if (fault_post_mm(core->fts[i], FW_REMOVE, mm) < 0)
+                        log_error("pid %d: fault thread %u cannot let the client go (out of memory)",
+                                  (int)mmclient_pid(mm), i);
+}
+
+/* False if another thread holds serve_lock: the caller tries again later
+ * (run_deferred()), since its holder may be in a second tier's read. */
+static bool work_install(FaultThread *ft, Work *w) {
+        MMClient *mm = w->mm;
+        _Atomic uint64_t *e = pindex_entry(mm->index, w->a, false);
+        uint64_t v = w->v;
+
+        if (mmclient_serve_trylock(mm) != 0)
+                return false;
+        if (e && atomic_load_explicit(e, memory_order_acquire) == v) {
+                /* the worker found the page incompressible (or the pool full):
+                 * it goes back where it was, marked so we do not retry it on
+                 * every pass */
+                uint64_t final = (w->status == -E2BIG) ? PE_FLAG_INCOMPRESSIBLE : 0;
+                serve_slot(ft, mm, w->a, e, v, final, false);
+        }
+        serve_unlock(ft, mm);
+        /* the worker pinned the lane for us until now */
+        atomic_fetch_sub_explicit(&mm->lanes[w->lane].users, 1, memory_order_release);
+        return true;
+}
+
+/* FW_SYNC: every uffd message read before it was posted has been handled
+ * completely once serve_lock is ours (a reader holds it from its read
+ * until the message is handled). False: taken, try again later. */
+static bool work_sync(FaultThread *ft, Work *w) {
+        if (mmclient_serve_trylock(w->mm) != 0)
+                return false;
+        serve_unlock(ft, w->mm);
+        w->type = MW_SYNC_DONE;
+        core_post(ft->core, w);
+        return true;
+}
+
+/* FW_SYNC_SWAP: the manager found serve_lock taken. False: still taken. */
+static bool work_sync_swap(FaultThread *ft, Work *w) {
+        if (mmclient_serve_trylock(w->mm) != 0)
+                return false;
+        mmclient_swap_sync(w->mm, (ZSync *)(uintptr_t)w->v, (int)w->a);
+        w->v = 0;
+        /* release: the planner that sees it clear sees the new page */
+        atomic_store_explicit(&w->mm->sync_swap, false, memory_order_release);
+        serve_unlock(ft, w->mm);
+        work_free(w);
+        return true;
+}
+
+/* A work item dropped undone (the thread is going away): what it holds. */
+void work_discard(Work *w) {
+        if (w->type == FW_SYNC_SWAP && w->v) {
+                munmap((void *)(uintptr_t)w->v, ZSWAP_SYNC_SIZE);
+                close((int)w->a);
+        }
+        work_free(w);
+}
+
+/* Run an install or a sync, or keep it for later: no fault thread waits
+ * for a serve_lock another thread holds, so one client's slow page (a
+ * second tier's read) never stops the clients this thread serves. */
+static void work_locked(FaultThread *ft, Work *w) {
+        int type = w->type;
+        if (type == FW_INSTALL ? work_install(ft, w) : type == FW_SYNC ? work_sync(ft, w) : work_sync_swap(ft, w)) {
+                if (type == FW_INSTALL)
+                        work_free(w);
+                return;
+        }
+        /* at the tail: installs and syncs keep the order they came in */
+        Work **p = &ft->deferred;
+        while (*p)
+                p = &(*p)->next;
+        w->next = NULL;
+        *p = w;
+}
+
+void run_deferred(FaultThread *ft) {
+        Work *list = ft->deferred;
+        ft->deferred = NULL;
+        while (list) {
+                Work *w = list;
+                list = w->next;
+                work_locked(ft, w);
+        }
+}
+
+typedef struct RestoreCtx {
+        FaultThread *ft;
+        MMClient *mm;
+        unsigned budget;
+        uint64_t next;
+        int busy;
+} RestoreCtx;
+
+static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RestoreCtx *c = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+
+        if (c->budget == 0) {
+                c->next = addr;
+                return 1;
+        }
+        switch (pe_state(v)) {
+        case PE_STORED:
+        case PE_SAME:
+        case PE_MOVING:
+        case PE_STAGED:
+                c->budget--;
+                serve(c->ft, c->mm, addr, false, false);
+                v = atomic_load_explicit(e, memory_order_acquire);
+                /* LOADING: in a retry; on the second tier still: it could
+                 * not be read, and is tried again */
+                if (pe_state(v) == PE_LOADING || (pe_state(v) == PE_STORED && pe_is_tier(v)))
+                        c->busy++;
+                break;
+        case PE_LOADING:
+                c->busy++;
+                break;
+        case PE_CLEAN:
+                /* resident: the kept copy has no use once unregistered */
+                mmclient_entry_drop(c->mm, e);
+                break;
+        default:
+                break;
+        }
+        return 0;
+}
+
+/* Restore a slice of the range; true when the whole range is done. */
+static bool work_restore(FaultThread *ft, Work *w) {
+        RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = 256 };
+
+        /* w->v is the cursor: a and b stay what the manager asked for;
+         * w->lane counts the pages of this pass, slice by slice, that are
+         * not back yet */
+        if (w->v < w->a)
+                w->v = w->a;
+        if (mmclient_serve_trylock(w->mm) != 0)
+                return false; /* its holder may be in a slow read: the next pass */
+        int more = pindex_walk(w->mm->index, w->v, w->b, restore_cb, &c);
+        serve_unlock(ft, w->mm);
+        w->lane += (uint32_t)c.busy;
+        if (more) {
+                w->v = c.next;
+                return false;
+        }
+        w->v = w->a;
+        bool busy = w->lane > 0;
+        w->lane = 0;
+        if (busy && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) {
+                /* pages still held in retries, or on a second tier that
+                 * could not be read: a new pass after they are in (the
+                 * range is unregistered only once a whole pass found
+                 * nothing left, else those pages would read as zeros) */
+                return false;
+        }
+        return true;
+}
+
+static void restore_done(FaultThread *ft, Work *w) {
+        w->type = MW_RESTORE_DONE;
+        core_post(ft->core, w);
+}
+
+void run_inbox(FaultThread *ft) {
+        inbox_clear(&ft->inbox);
+        Work *w = inbox_take(&ft->inbox);
+
+        while (w) {
+                Work *next = w->next;
+                switch (w->type) {
+                case FW_REMOVE:
+                        fault_thread_disown(ft, w->mm);
+                        work_free(w);
+                        break;
+                case FW_ADOPT:
+                        fault_thread_own(ft, w->mm);
+                        /* edges that came before we watched are not ours:
+                         * look once */
+                        service(ft, w->mm);
+                        work_free(w);
+                        break;
+                case FW_INSTALL:
+                case FW_SYNC:
+                case FW_SYNC_SWAP:
+                        work_locked(ft, w);
+                        break;
+                case FW_KICK:
+                        service(ft, w->mm);
+                        work_free(w);
+                        break;
+                case FW_RESTORE:
+                        w->next = ft->restores;
+                        ft->restores = w;
+                        break;
+                default:
+                        work_free(w);
+                        break;
+                }
+                w = next;
+        }
+}
+
+void run_restores(FaultThread *ft) {
+        Work *list = ft->restores;
+        ft->restores = NULL;
+
+        while (list) {
+                Work *w = list;
+                list = w->next;
+                if (atomic_load_explicit(&w->mm->fork_hold, memory_order_acquire)) {
+                        /* its store is held for a forked child (fork_held()):
+                         * the restore waits until the child attached */
+                        w->next = ft->restores;
+                        ft->restores = w;
+                        ft->retry_due = true;
+                        continue;
+                }
+                if (work_restore(ft, w))
+                        restore_done(ft, w);
+                else {
+                        w->next = ft->restores;
+                        ft->restores = w;
+                }
+        }
+}
