@@ -46,6 +46,10 @@ void kill_point(const char *where) {
 }
 
 ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
+        /* relaxed: a hold that stops this read was set by this thread, a
+         * moment ago under serve_lock (event_fork()); an end of a hold by
+         * the manager, seen late, only puts the read off, which fork_held()
+         * looks at again every millisecond */
         if (atomic_load_explicit(&mm->fork_hold, memory_order_relaxed)) {
                 /* held for a forked child (fork_held()): read nothing */
                 errno = EAGAIN;
@@ -70,7 +74,6 @@ ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
 
 /* ---- events ---- */
 
-
 /* A page whose slot read is in flight, dropped or moved by an event: the
  * agent's move of it, should it not have happened, must not happen now
  * (a new mapping's page may be at its old address). moving_cancel() does
@@ -78,10 +81,10 @@ ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
 static void slot_poison(MMClient *mm, uint32_t slot);
 
 static void retry_poison(MMClient *mm, Retry *r) {
+        /* acquire: as every look at a retry's state (Retry.state) */
         if (!r->tier && atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING)
                 slot_poison(mm, pe_slot(r->loading));
 }
-
 
 /*
  * A page chosen for eviction (MOVING) in a range the program just dropped
@@ -361,7 +364,6 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
         }
 }
 
-
 /* ---- revoking the agent's moves ---- */
 
 /*
@@ -442,6 +444,8 @@ void revoke_read_done(FaultThread *ft, MemReadOp *op) {
 static bool revoke_moves(FaultThread *ft, MMClient *mm) {
         if (!mm->revoking) {
                 mm->revoking = true;
+                /* acquire: pairs with the manager's release when it marks
+                 * a lane moving (evict.c, lane_set_state()) */
                 mm->revoke_left = atomic_load_explicit(&mm->lanes_moving, memory_order_acquire);
                 /* counted as it begins: before any move it revokes can
                  * fail, so before the pageout that made the move returns */
@@ -456,7 +460,6 @@ static bool revoke_moves(FaultThread *ft, MMClient *mm) {
         /* acquire: the kernel's read is done before we read the uffd */
         return atomic_load_explicit(&mm->revoke_reads, memory_order_acquire) == 0;
 }
-
 
 /* Read and handle messages until the uffd is empty. One message per read:
  * the kernel lets a munmap() or madvise() return once its event is read,
@@ -525,6 +528,8 @@ void drain_uffd(FaultThread *ft, MMClient *mm) {
         atomic_store_explicit(&mm->fork_unread, false, memory_order_relaxed);
         uint64_t now = now_ns();
         bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);
+        /* relaxed: only whether to wait a while rather than revoke at
+         * once; zsync_read_begin() is what orders us against the agent */
         bool may_wait = !mm->revoking && !mm->agent_slow && atomic_load_explicit(&mm->lanes_moving, memory_order_relaxed);
 
         if (!zsync_read_begin(mm->sync, 0, held)) {

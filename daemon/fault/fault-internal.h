@@ -55,6 +55,37 @@
 #include "uffd-compat.h"
 #include "util.h"
 
+/*
+ * Who may touch what. "This thread only": the fault thread that owns the
+ * FaultThread, and, before it starts or after it is joined, whoever runs
+ * fault_thread_new() or fault_thread_free() (the manager, or main at
+ * exit); pthread_create() and pthread_join() order those accesses. "Under
+ * serve_lock": the MMClient's, held by the one reader of its uffd at a time
+ * (the overview above).
+ *
+ * Memory orders. Every atomic access is explicit (*_explicit, never the
+ * seq_cst of a plain operation on an _Atomic). The recurring ones:
+ *  - a page-index entry (pindex.h; docs/page-lifecycle.md): a load is
+ *    acquire and pairs with the release store or CAS that published the
+ *    value, so the pool object or staging slot it names is complete when
+ *    read; a claim (-> LOADING) is a CAS, acquire for the same reason (the
+ *    payload is read after it); a store that ends our ownership (installed,
+ *    dropped, given back) is release, so our reads of the payload and our
+ *    copy come before the next owner sees the value (and frees or reuses
+ *    it); a CAS that drops an entry while the value is looked at after is
+ *    acq_rel;
+ *  - Lane.users, a lane's pin: raised seq_cst where it pairs with the
+ *    manager's seq_cst load before it releases the lane (serve_slot()),
+ *    dropped release, so our reads of the slot come before the manager
+ *    may release and reuse it;
+ *  - counters (MMClientStats, the Core's, fork_bytes): relaxed, nothing
+ *    is ordered by them (mmclient.h, core.h);
+ *  - the MMClient atomics (has_retries, read_deferred, fork_unread,
+ *    slot_reads, tier_reads, revoke_reads, kick, fork_hold ...): the order
+ *    each needs, and why, is said where it is declared (mmclient.h), and
+ *    at an access that differs.
+ */
+
 #define RA_CHUNK 8  /* pages decoded and copied in one UFFDIO_COPY by fault-around */
 #define RETRY_RESERVE 64
 
@@ -71,10 +102,21 @@ enum { RS_READY, RS_READING, RS_CANCELLED };
 /* What a read of a thread's queue is for (MemReadOp.tag) */
 enum { READ_SLOT, READ_REVOKE };
 
+/*
+ * A page held for a copy still to make: on its client's list (mm->retries,
+ * under that client's serve_lock: whoever holds it adds, walks, frees), or
+ * spare on a thread's reserve (FaultThread.reserve, this thread only). The
+ * fields are written by the thread that makes it, under serve_lock, and
+ * afterwards by the lock's holder, but for those a read in flight
+ * writes (op, tj, page, and pin and pin_mm of a fork's copy): the thread
+ * whose queue or pump completes the read writes them before its exchange
+ * of state (acq_rel), and the holder reads them only after an acquire load
+ * of state that saw READY.
+ */
 typedef struct Retry {
-        struct Retry *next;
-        bool reserved;     /* from a thread's reserve, not malloc */
-        uint64_t addr;
+        struct Retry *next; /* the list's: under serve_lock, or the reserve's (this thread only) */
+        bool reserved;     /* from a thread's reserve, not malloc; set when made, constant */
+        uint64_t addr;     /* under serve_lock: an mremap moves it (remap_cb()) */
         uint64_t loading;  /* the LOADING value this thread put in the entry; 0: a zero fill */
         uint64_t t0;       /* when the fault it serves was read (fault_t0), 0: none */
         /* the staging lane whose slot the page came from (serve_slot()),
@@ -85,9 +127,13 @@ typedef struct Retry {
         /* a read of the slot nobody waits for (slot_read_async()): the
          * retry is made at once, READING, and becomes READY when the read
          * is back. The thread that completes the read only swaps state;
-         * the list it is on belongs to whoever holds serve_lock */
+         * the list it is on belongs to whoever holds serve_lock. Written
+         * by exchange, acq_rel, by both sides: the completion's release of
+         * the page against the holder's acquire, and the holder's
+         * CANCELLED against the completion that then frees (retry_free(),
+         * slot_read_done()); whoever comes second frees */
         _Atomic int state;
-        bool refault;      /* the program's own fault (reclaim's ageing hears of it) */
+        bool refault;      /* the program's own fault (reclaim's ageing hears of it); set when made */
         MMClient *mm;      /* READING: a reference for the read, dropped when it is back */
         /* a forked child's copy of its parent's slot (fork_copy_async()):
          * pin is the parent's lane, pin_mm a reference to the parent, both
@@ -98,44 +144,61 @@ typedef struct Retry {
          * the pump's job, into page; READY with tj.res and tj.win */
         bool tier;
         TierJob tj;
-        uint8_t page[ZSWAP_PAGE_SIZE];
+        uint8_t page[ZSWAP_PAGE_SIZE]; /* the read's, then the holder's (state) */
 } Retry;
 
 struct FaultThread {
-        Core *core;
-        unsigned idx;
+        Core *core;         /* set before the thread starts, constant */
+        unsigned idx;       /* set before the thread starts, constant */
+        /* written by fault_thread_new() before anything else sees it, read
+         * by fault_thread_stop(): both run on the thread that owns the
+         * FaultThread (the manager, or main), never on the fault thread */
         pthread_t thread;
-        bool started;
+        bool started;       /* the same: fault_thread_new() and fault_thread_stop() */
+        /* made before the thread starts, closed after it is joined; its
+         * interest list changed by this thread only (own/disown) */
         int epfd;
+        /* any thread pushes (lock-free, inbox.h), this thread takes */
         Inbox inbox;
-        CodecDCtx *dctx;
-        TierReader *tier;   /* reads from the second tier here and now (a fork's copies), or NULL (tier.h) */
-        TierPump *pump;     /* reads from the second tier for faults, or NULL (tier-pump.h) */
-        int pump_fd;        /* eventfd: the pump's jobs are back */
+        CodecDCtx *dctx;    /* this thread only */
+        TierReader *tier;   /* reads from the second tier here and now (a fork's copies), or NULL (tier.h); this thread only */
+        /* reads from the second tier for faults, or NULL (tier-pump.h):
+         * this thread submits and takes, the pump's own thread reads */
+        TierPump *pump;
+        int pump_fd;        /* eventfd: the pump's jobs are back; the pump writes, this thread reads */
         uint64_t tier_warned_ns; /* last "cannot read the second tier" line; this thread only */
-        uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not */
-        unsigned lost_logged, lost_unlogged;
+        uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not; this thread only */
+        unsigned lost_logged, lost_unlogged; /* this thread only */
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
         MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
         void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
         Work *deferred;     /* FW_INSTALL and FW_SYNC that found serve_lock taken, this thread only */
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
-        size_t nowned;
+        size_t nowned;      /* entries of owned; this thread only */
         bool retry_due;     /* this thread left retries on some mm; this thread only */
         bool read_soon;     /* a read waits for a move to end: look again in READ_RECHECK_NS; this thread only */
-        _Atomic bool stop; /* written by the manager, read by the thread */
+        /* written by the manager, read by the thread. relaxed both sides:
+         * fault_thread_stop() pushes an inbox item (or writes the eventfd)
+         * after the store, which wakes the thread and orders it; a thread
+         * that missed it sees it at its next wake-up */
+        _Atomic bool stop;
         /* when the page fault being handled was read (now_ns()), 0: the
          * work at hand is no program's fault; this thread only */
         uint64_t fault_t0;
-        uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash */
+        uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash; this thread only */
+        /* this thread's buffers, this thread only (zero: zeroed by
+         * fault_thread_new()'s calloc, never written) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];
         /* last: the page buffers keep their place in the struct */
-        _Alignas(64) LatencyHist lat; /* read to install, this thread writes (latency.h) */
+        _Alignas(64) LatencyHist lat; /* read to install, this thread writes, any thread reads (latency.h) */
 };
 
+/* One walk of a client's page index for an event (REMOVE, UNMAP, REMAP,
+ * FORK): on the stack of the thread handling the event, under the
+ * client's serve_lock; nobody else sees it. */
 typedef struct RangeCtx {
         FaultThread *ft;
         MMClient *mm;
@@ -149,12 +212,13 @@ typedef struct RangeCtx {
         int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */
 } RangeCtx;
 
-
+/* A read of a lane to revoke the agent's moves (events.c, revoke_moves()):
+ * made by the reader, under serve_lock; completed (or found overdue) by
+ * the same thread, whose queue it is on (thread.c, run_reads()). */
 typedef struct RevokeRead {
         MMClient *mm; /* a reference until the read is back */
-        MemReadOp op;
+        MemReadOp op; /* the read queue's while in flight (memread.h) */
 } RevokeRead;
-
 
 /* ---- uffd-ops.c: the uffd ioctls and retries ---- */
 int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode);

@@ -260,13 +260,15 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
-
 void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         MMClient *child = NULL;
         int r;
 
         /* this fork's instant is past: a daemon that adopts the parent from
-         * now on must not take it as still to come (do_adopt()) */
+         * now on must not take it as still to come (do_adopt()). relaxed:
+         * the manager set fork_announced before it answered FORK_PREPARE,
+         * and the client's fork, so this event, comes after that answer
+         * (as fork_held_pages, mmclient.h) */
         if (atomic_load_explicit(&mm->fork_announced, memory_order_relaxed))
                 mmclient_fork_evented(mm, atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed));
         fd_set_nonblock(child_fd, true);
@@ -304,6 +306,8 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         /* the token of this fork was read at FORK_PREPARE: reading it now
          * could see the next fork's already */
         child->fork_token = atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed);
+        /* relaxed: as above; the manager looks at fork_announced again
+         * after the fork's FORK_DONE */
         if (child->fork_token && atomic_exchange_explicit(&mm->fork_announced, false, memory_order_relaxed) &&
             atomic_load_explicit(&mm->fork_held_pages, memory_order_relaxed) != 0) {
                 /* the library announced it and the parent held pages out:
@@ -348,7 +352,6 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         atomic_store_explicit(&mm->fork_bytes, 0, memory_order_relaxed);
 }
 
-
 /* ---- a parent held for its forked child ---- */
 
 /*
@@ -367,6 +370,10 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
  * Under serve_lock. True: held, look again later.
  */
 bool fork_held(FaultThread *ft, MMClient *mm) {
+        /* acquire, not argued weaker: the stores that end a hold are the
+         * manager's relaxed CAS (mmclient_fork_release()) and ours below,
+         * and nothing read after this depends on them; the hold's start is
+         * this thread's own store */
         uint64_t token = atomic_load_explicit(&mm->fork_hold, memory_order_acquire);
 
         if (!token)

@@ -26,6 +26,8 @@ typedef struct RaPage {
  * registered memory: a copy saves a compression when the page goes out
  * again, but until then it costs memory, which is what the daemon is for. */
 static bool keeps_clean(MMClient *mm) {
+        /* relaxed: tunables (core.h) and counters: a policy, read as it
+         * is at this moment, orders nothing */
         if (!mm->wp_async || !atomic_load_explicit(&mm->core->keep_clean, memory_order_relaxed))
                 return false;
         uint64_t clean = atomic_load_explicit(&mm->st.clean_bytes, memory_order_relaxed);
@@ -229,7 +231,6 @@ static void zero_ahead(MMClient *mm, uint64_t addr) {
         TRACE(TR_ZERO, addr, 2, filled);
         atomic_fetch_add_explicit(&mm->core->zero_ahead, filled, memory_order_relaxed);
 }
-
 
 /*
  * The read of a staging slot is handed to this thread's queue and not
@@ -550,7 +551,6 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
 
 /* ---- the second tier ---- */
 
-
 /*
  * A page of the second tier that decode() could not bring back; this
  * thread holds its entry (LOADING value loading, from v). Lost (its data
@@ -709,6 +709,8 @@ void tier_read_done(FaultThread *ft, TierJob *j) {
         MMClient *mm = r->mm;
 
         atomic_fetch_sub_explicit(&mm->tier_reads, 1, memory_order_relaxed);
+        /* acq_rel: as slot_read_done(), the page and tj to whoever
+         * installs or frees it */
         if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_acq_rel) == RS_CANCELLED) {
                 tier_window_free(&r->tj.win);
                 free(r);

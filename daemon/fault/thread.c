@@ -21,7 +21,6 @@ static void run_read_done(FaultThread *ft, MemReadOp *op) {
                 slot_read_done(ft, op);
 }
 
-
 /* Retries this thread left behind, and reads it put off (drain_uffd()),
  * on whichever mm they are. */
 static void run_due_retries(FaultThread *ft) {
@@ -143,7 +142,7 @@ static void run_reads(FaultThread *ft, bool ready) {
  * a read put off: READ_RECHECK_NS); epoll_wait() where it does not (a
  * kernel before 5.11, valgrind before 3.21), whose put-off reads then look
  * again every millisecond. */
-static atomic_bool no_pwait2;
+static atomic_bool no_pwait2; /* set by any fault thread, once; relaxed: a hint, a thread that misses it gets ENOSYS once more */
 
 static int wait_events(FaultThread *ft, struct epoll_event *evs, int n, int timeout_ms) {
         bool soon = ft->read_soon && timeout_ms != 0;

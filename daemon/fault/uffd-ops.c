@@ -65,9 +65,7 @@ void uffd_poison(MMClient *mm, uint64_t addr) {
         uffd_wake(mm->uffd, addr);
 }
 
-
 /* ---- owning a LOADING entry ---- */
-
 
 void retry_unpin(Lane *pin) {
         if (pin)
@@ -158,8 +156,7 @@ void retry_drop(FaultThread *ft, Retry **p) {
         retry_free(ft, r);
 }
 
-/* ---- retries, installs from workers, restores ---- */
-
+/* ---- retries ---- */
 
 /* Under mm->serve_lock. A copy that fails again goes back on the list. */
 void run_retries(FaultThread *ft, MMClient *mm) {

@@ -60,6 +60,8 @@ void fault_unwatch(Core *core, MMClient *mm) {
                                   (int)mmclient_pid(mm), i);
 }
 
+/* ---- installs from workers, syncs, restores ---- */
+
 /* False if another thread holds serve_lock: the caller tries again later
  * (run_deferred()), since its holder may be in a second tier's read. */
 static bool work_install(FaultThread *ft, Work *w) {
@@ -268,6 +270,7 @@ void run_restores(FaultThread *ft) {
         while (list) {
                 Work *w = list;
                 list = w->next;
+                /* acquire, as fork_held()'s own load (said there) */
                 if (atomic_load_explicit(&w->mm->fork_hold, memory_order_acquire)) {
                         /* its store is held for a forked child (fork_held()):
                          * the restore waits until the child attached */
