@@ -1,7 +1,8 @@
 /*
  * nbd-uri.c: NBD URIs (NetworkBlockDevice/nbd doc/uri.md) parsed into an
  * NbdAddr (nbd.h): nbd://HOST[:PORT]/EXPORT and
- * nbd+unix:///EXPORT?socket=PATH. The connection itself is nbd.c.
+ * nbd+unix:///EXPORT?socket=PATH. The connection itself is nbd-connect.c,
+ * nbd-handshake.c and nbd.c.
  */
 #include <errno.h>
 #include <stdio.h>
