@@ -14,7 +14,7 @@
  * touched, so the fraction is what is out when the run starts (the table
  * shows what RssAnon said). Ratios: zswapd over zram at the same fraction.
  *
- *   sudo build/tests/bench/bench-redis [--keys N] [--value BYTES] [--requests N]
+ *   sudo build/bench/bench-redis [--keys N] [--value BYTES] [--requests N]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -215,9 +215,9 @@ int main(int argc, char **argv) {
         if (n <= 0)
                 return 1;
         run_path[n] = 0;
-        strcpy(strrchr(run_path, '/'), "/../../client/preload/zswap-run");
+        strcpy(strrchr(run_path, '/'), "/../client/preload/zswap-run");
         snprintf(ctl_path, sizeof(ctl_path), "%s", run_path);
-        strcpy(strrchr(ctl_path, '/'), "/zswapctl");
+        strcpy(strrchr(ctl_path, '/'), "/../tools/zswapctl");
         snprintf(dir, sizeof(dir), "/tmp/bench-redis-XXXXXX");
         if (!mkdtemp(dir))
                 return 1;

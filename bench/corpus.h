@@ -25,7 +25,7 @@ typedef struct Corpus {
 /*
  * Find the corpus directory when none was given: $ZSWAP_CORPUS, then
  * BENCH_CORPUS_DIR if the build defined it, then shared/corpus beside the
- * repository the executable in exe_dir was built in (build/tests/bench/), then
+ * repository the executable in exe_dir was built in (build/bench/), then
  * ../shared/corpus from the working directory (the repository root). The
  * first one holding the corpus wins. Returns -ENOENT if none does.
  */

@@ -299,7 +299,7 @@ static bool explain_setup_error(const char *label, const BackendConfig *cfg, int
         case -ENOENT:
                 if (cfg->kind == BACKEND_ZSWAPD) {
                         printf("%s phase: no zswapd at %s; build it or pass --zswapd PATH\n", label,
-                               cfg->zswapd_path ?: "<bench dir>/../../daemon/zswapd");
+                               cfg->zswapd_path ?: "<bench dir>/../daemon/zswapd");
                         return false;
                 }
                 break;

@@ -543,7 +543,7 @@ static int zswapd_path(const Options *o, char **ret) {
                 return -errno;
         slash = strrchr(exe, '/');
         *slash = 0;
-        return asprintf(ret, "%s/../../daemon/zswapd", exe) < 0 ? -ENOMEM : 0;
+        return asprintf(ret, "%s/../daemon/zswapd", exe) < 0 ? -ENOMEM : 0;
 }
 
 /*

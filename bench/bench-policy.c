@@ -66,7 +66,7 @@ static int ctl(Backend *b, const char *args) {
                 return -1;
         exe[n] = 0;
         *strrchr(exe, '/') = 0;
-        snprintf(cmd, sizeof(cmd), "%s/../../client/tools/zswapctl --socket %s %s >/dev/null", exe, backend_socket(b), args);
+        snprintf(cmd, sizeof(cmd), "%s/../client/tools/zswapctl --socket %s %s >/dev/null", exe, backend_socket(b), args);
         return system(cmd);
 }
 
@@ -78,7 +78,7 @@ static void ctl_get(Backend *b, const char *key, char *out, size_t len) {
                 return;
         exe[n] = 0;
         *strrchr(exe, '/') = 0;
-        snprintf(cmd, sizeof(cmd), "%s/../../client/tools/zswapctl --socket %s get %s", exe, backend_socket(b), key);
+        snprintf(cmd, sizeof(cmd), "%s/../client/tools/zswapctl --socket %s get %s", exe, backend_socket(b), key);
         FILE *p = popen(cmd, "r");
         if (!p)
                 return;

@@ -7,18 +7,18 @@
 # reclaim under a resident limit against LRU, FIFO, CLOCK and OPT on the
 # same access traces. bench-overhead.sh, bench-restart, bench-policy and
 # bench-tier are run on their own. Needs root; sets up and tears down its
-# own swap (tests/bench/backend.c).
+# own swap (bench/backend.c).
 #
-#   sudo tests/bench/run-all.sh [BUILD_DIR]      (default: build)
+#   sudo bench/run-all.sh [BUILD_DIR]      (default: build)
 #
 # Takes ~18 minutes on 2 vCPUs (bench-reclaim ~3 of them). Run it on an
 # otherwise idle machine: every benchmark compares within its own run, but
 # a busy machine widens the spread. Output: the tables on stdout; a copy in
 # BUILD_DIR/bench-all.log.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 build=${1:-build}
-bench=$build/tests/bench
+bench=$build/bench
 
 if [ "$(id -u)" != 0 ]; then
         echo "run-all.sh: needs root (kernel zram and zswap are the reference)" >&2

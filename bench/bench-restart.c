@@ -827,7 +827,7 @@ static char *default_zswapd(void) {
         _cleanup_free_ char *exe = realpath("/proc/self/exe", NULL);
         char *path;
 
-        if (!exe || asprintf(&path, "%s/../../daemon/zswapd", dirname(exe)) < 0)
+        if (!exe || asprintf(&path, "%s/../daemon/zswapd", dirname(exe)) < 0)
                 return NULL;
         return path;
 }

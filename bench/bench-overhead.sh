@@ -8,7 +8,7 @@
 # KEY=VALUE the daemon runs with that policy key too (zswapd --set), e.g.
 # write_scan=0 to see what write tracking costs.
 #
-#   sudo tests/bench/bench-overhead.sh [--reps N] [--only NAME] [--variant KEY=VALUE] [BUILD_DIR]
+#   sudo bench/bench-overhead.sh [--reps N] [--only NAME] [--variant KEY=VALUE] [BUILD_DIR]
 #
 # Workloads (those whose program is missing are skipped, with a line):
 #   perl     a hash of 2M keys
@@ -21,7 +21,7 @@
 #            each short-lived process costs)
 # Needs root (the daemon does).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 src=$(pwd)
 reps=3 only= variant=()
 while [ $# -gt 0 ]; do

@@ -46,7 +46,7 @@ typedef struct BackendConfig {
         /* Most data that will be out at once: sizes the zram disk or the
          * swapfile (headroom is added here). zswapd ignores it. */
         uint64_t size_bytes;
-        /* NULL: <dir of /proc/self/exe>/../../daemon/zswapd */
+        /* NULL: <dir of /proc/self/exe>/../daemon/zswapd */
         const char *zswapd_path;
         /* Extra daemon arguments, NULL-terminated, or NULL. */
         const char *const *zswapd_args;

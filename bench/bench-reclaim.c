@@ -466,7 +466,7 @@ static int probe_limit(const Options *o) {
         r = backend_setup(&cfg, &b);
         if (r < 0) {
                 fprintf(stderr, "bench-reclaim: cannot start zswapd (%s): %s%s%s\n",
-                        o->zswapd ?: "<bench dir>/../../daemon/zswapd", strerror(-r),
+                        o->zswapd ?: "<bench dir>/../daemon/zswapd", strerror(-r),
                         backend_last_log() ? "; log: " : "", backend_last_log() ?: "");
                 return r;
         }

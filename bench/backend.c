@@ -230,7 +230,7 @@ static char *zswapd_default_path(void) {
 
         if (!exe)
                 return NULL;
-        if (asprintf(&path, "%s/../../daemon/zswapd", dirname(exe)) < 0)
+        if (asprintf(&path, "%s/../daemon/zswapd", dirname(exe)) < 0)
                 return NULL;
         return path;
 }

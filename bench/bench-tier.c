@@ -689,7 +689,7 @@ static int zstatus_read(const Run *run, Backend *b, ZStatus *ret) {
         FILE *p;
         int status;
 
-        snprintf(cmd, sizeof(cmd), "%s/../../client/tools/zswapctl --socket %s status --bytes", run->exe_dir,
+        snprintf(cmd, sizeof(cmd), "%s/../client/tools/zswapctl --socket %s status --bytes", run->exe_dir,
                  backend_socket(b));
         p = popen(cmd, "re");
         if (!p)

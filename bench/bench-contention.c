@@ -1326,7 +1326,7 @@ static int backend_run(const Options *o, unsigned i, const char *exe_dir, const 
 
         if (o->zswapd)
                 path = strdup(o->zswapd);
-        else if (asprintf(&path, "%s/../../daemon/zswapd", exe_dir) < 0)
+        else if (asprintf(&path, "%s/../daemon/zswapd", exe_dir) < 0)
                 path = NULL;
         if (!path)
                 return -ENOMEM;

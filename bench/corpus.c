@@ -55,8 +55,8 @@ int corpus_find_dir(const char *exe_dir, char **ret) {
 #ifdef BENCH_CORPUS_DIR
         candidates[n++] = BENCH_CORPUS_DIR;
 #endif
-        /* exe_dir is <repo>/<builddir>/tests/bench; the corpus is <repo>/../shared/corpus */
-        if (exe_dir && asprintf(&beside_build, "%s/../../../../shared/corpus", exe_dir) >= 0)
+        /* exe_dir is <repo>/<builddir>/bench; the corpus is <repo>/../shared/corpus */
+        if (exe_dir && asprintf(&beside_build, "%s/../../../shared/corpus", exe_dir) >= 0)
                 candidates[n++] = beside_build;
         candidates[n++] = "../shared/corpus";
 
