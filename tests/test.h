@@ -127,7 +127,7 @@ static inline void test_require_root(void) {
 
 /*
  * The path of rel, relative to the directory of source (a test's
- * __FILE__), e.g. "../systemd/zswapd.conf". __FILE__ is absolute, or
+ * __FILE__), e.g. "../../systemd/zswapd.conf". __FILE__ is absolute, or
  * relative to the build directory, the grandparent of this program
  * (build/tests/test-NAME).
  */

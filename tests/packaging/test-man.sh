@@ -15,7 +15,7 @@
 #     page, and every item of the page is one of them;
 #   libzswap(3): every function, stats field and constant of
 #     include/zswap.h, and no function the header does not declare.
-# Environment (man/meson.build): MAN_BUILD_DIR, MAN_PAGES, SOURCE_ROOT,
+# Environment (tests/meson.build): MAN_BUILD_DIR, MAN_PAGES, SOURCE_ROOT,
 # ZSWAPD, ZSWAPCTL, ZSWAP_RUN, SCDOC_FOUND.
 set -u
 export LC_ALL=C MANWIDTH=80 MANPAGER=cat PAGER=cat MAN_KEEP_FORMATTING=

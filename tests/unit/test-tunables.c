@@ -434,7 +434,7 @@ static void test_shipped_conf(void) {
         unsigned seen[ELEMENTSOF(defaults)] = { 0 };
         Tunables t, d;
 
-        test_source_path(__FILE__, "../systemd/zswapd.conf", path, sizeof(path));
+        test_source_path(__FILE__, "../../systemd/zswapd.conf", path, sizeof(path));
 
         tunables_default(&t);
         d = t;

@@ -56,7 +56,7 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
-/* ASan does not follow mremap() (tests/test-mremap.c) */
+/* ASan does not follow mremap() (tests/integration/test-mremap.c) */
 #define unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
 #else
 #define unpoison(p, n) ((void)(p), (void)(n))

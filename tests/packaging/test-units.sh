@@ -11,7 +11,7 @@
 #     make /run/zswapd and group zswap in the staged root;
 #  5. the socket path is the daemon's default and lies in that directory.
 #
-# Environment (systemd/meson.build): ZSWAPD, UNIT_SRCDIR, UNIT_BUILDDIR,
+# Environment (tests/meson.build): ZSWAPD, UNIT_SRCDIR, UNIT_BUILDDIR,
 # MESON_BUILD_ROOT, INSTALL_{SBINDIR,UNITDIR,TMPFILESDIR,SYSUSERSDIR,CONFIG}.
 set -eu
 

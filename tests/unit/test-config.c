@@ -225,7 +225,7 @@ static void test_shipped(void) {
         char file[PATH_MAX + 64], err[512] = "", line[512];
         Config c, d;
 
-        test_source_path(__FILE__, "../systemd/zswapd.conf", file, sizeof(file));
+        test_source_path(__FILE__, "../../systemd/zswapd.conf", file, sizeof(file));
 
         config_default(&c);
         config_default(&d);

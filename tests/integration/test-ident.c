@@ -22,7 +22,7 @@
  * then execs the setuid program: the daemon must drop that client rather
  * than go on acting for the new image.
  *
- * The victim is tests/ident-victim.c, copied into a temporary directory
+ * The victim is tests/integration/ident-victim.c, copied into a temporary directory
  * on the root file system, owned by a victim uid and made setuid.
  *
  * drop: credentials are checked per request. A process connects as root

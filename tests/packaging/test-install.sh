@@ -11,7 +11,7 @@
 # exist; the example of libzswap(3) compiles the same way), the man pages,
 # the default configuration, the systemd units, tmpfiles.d and sysusers.d
 # files. Nothing is written outside the staging directory; no network.
-# Environment (man/meson.build): MESON_BUILD_ROOT, MESON, CC,
+# Environment (tests/meson.build): MESON_BUILD_ROOT, MESON, CC,
 # SANITIZE_CFLAGS, PREFIX, BINDIR, SBINDIR, LIBDIR, INCLUDEDIR, MANDIR,
 # SYSCONFDIR, UNITDIR, TMPFILESDIR, SYSUSERSDIR, SCDOC_FOUND.
 set -u
