@@ -340,7 +340,7 @@ static void write_file(const char *path, uint64_t bytes) {
  */
 static void part_pressure(double target, unsigned seconds, unsigned client_gib) {
         const char *file = "/var/tmp/zswap-bench-pressure.dat";
-        uint64_t c_bytes = (uint64_t)client_gib << 30, avail0 = proc_mem_available();
+        uint64_t c_bytes = (uint64_t)client_gib << 30, avail0 = proc_mem_available("/");
         uint64_t ballast = avail0 > (10ull << 30) + c_bytes ? avail0 - (10ull << 30) : 0;
         size_t cp = c_bytes / ZSWAP_PAGE_SIZE;
         char cmd[128];
@@ -348,7 +348,7 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
 
         write_file(file, 1); /* fail early if /var/tmp is not writable */
         pid_t bp = ballast ? ballast_start(ballast) : 0;
-        uint64_t avail = proc_mem_available();
+        uint64_t avail = proc_mem_available("/");
         uint64_t f_bytes = avail - c_bytes + (avail - c_bytes) / 4; /* 25 % more than the cache left */
         if (avail - c_bytes / 2 <= f_bytes)
                 f_bytes = avail - c_bytes / 2 - (256ull << 20);
@@ -398,9 +398,9 @@ static void part_pressure(double target, unsigned seconds, unsigned client_gib) 
                 uint64_t nb = atomic_load(reader_bytes);
                 double now = now_s();
                 printf("| %u | %s | %.2f %% | %.2f %% | %.1f %% | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | "
-                       "%.0f |\n", s, on ? "on" : "off", ps ? strtod(ps + 9, NULL) : -1.0, proc_psi_memory_some(),
+                       "%.0f |\n", s, on ? "on" : "off", ps ? strtod(ps + 9, NULL) : -1.0, proc_psi_memory_some("/"),
                        on ? target : 0.0,
-                       (double)proc_mem_available() / (1 << 20),
+                       (double)proc_mem_available("/") / (1 << 20),
                        h ? (double)strtoull(h + 18, NULL, 10) / 256 : 0, (double)zs.resident_bytes / (1 << 20),
                        (double)g.original_bytes / (1 << 20), (double)g.pool_bytes / (1 << 20),
                        (double)(nb - rb) / (now - tl) / 1e6);

@@ -220,43 +220,77 @@ int unix_connect_daemon(const char *path, uid_t trusted) {
         return fd;
 }
 
-double proc_psi_memory_some(void) {
-        char buf[256];
-        double v = -1;
-        FILE *f = fopen("/proc/pressure/memory", "re");
-        if (!f)
-                return -1;
-        if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "some avg10=%lf", &v) != 1)
-                v = -1;
-        fclose(f);
-        return v;
+/* root/rel, root being "/" (or NULL) on a running system: no "//" */
+static int root_path(char *buf, size_t len, const char *root, const char *rel) {
+        if (!root || strcmp(root, "/") == 0)
+                root = "";
+        int n = snprintf(buf, len, "%s/%s", root, rel);
+        return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int proc_psi_memory_some_total(uint64_t *total_us) {
-        char buf[256];
-        unsigned long long t;
-        const char *p;
-        FILE *f = fopen("/proc/pressure/memory", "re");
+static FILE *root_fopen(const char *root, const char *rel) {
+        char path[4096];
+        if (root_path(path, sizeof(path), root, rel) < 0) {
+                errno = ENAMETOOLONG;
+                return NULL;
+        }
+        return fopen(path, "re");
+}
+
+/* The first line of proc/pressure/memory: "some avg10=A avg60=B
+ * avg300=C total=T" (Documentation/accounting/psi.rst). */
+static int psi_some_line(const char *root, char *buf, size_t len) {
+        FILE *f = root_fopen(root, "proc/pressure/memory");
         if (!f)
                 return -errno;
-        int r = fgets(buf, sizeof(buf), f) && (p = strstr(buf, "total=")) && sscanf(p, "total=%llu", &t) == 1
-                        ? 0
-                        : -EIO;
+        int r = fgets(buf, len, f) && strncmp(buf, "some ", 5) == 0 ? 0 : -EIO;
         fclose(f);
-        if (r == 0)
-                *total_us = t;
         return r;
 }
 
-uint64_t proc_mem_available(void) {
-        char line[256];
+double proc_psi_memory_some(const char *root) {
+        char buf[256];
+        double v;
+        if (psi_some_line(root, buf, sizeof(buf)) < 0 || sscanf(buf, "some avg10=%lf", &v) != 1)
+                return -1;
+        /* a share of time: anything else is not what the kernel writes */
+        return v >= 0 && v <= 100 ? v : -1;
+}
+
+int proc_psi_memory_some_total(const char *root, uint64_t *total_us) {
+        char buf[256], *end;
+        const char *p;
+        int r = psi_some_line(root, buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        if (!(p = strstr(buf, " total=")) || !isdigit((unsigned char)p[7]))
+                return -EIO;
+        errno = 0;
+        unsigned long long t = strtoull(p + 7, &end, 10);
+        if (errno || (*end && !isspace((unsigned char)*end)))
+                return -EIO;
+        *total_us = t;
+        return 0;
+}
+
+uint64_t proc_mem_available(const char *root) {
+        char line[256], *end;
         unsigned long long kb = 0;
-        FILE *f = fopen("/proc/meminfo", "re");
+        FILE *f = root_fopen(root, "proc/meminfo");
         if (!f)
                 return 0;
-        while (fgets(line, sizeof(line), f))
-                if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-                        break;
+        while (fgets(line, sizeof(line), f)) {
+                if (strncmp(line, "MemAvailable:", 13) != 0)
+                        continue;
+                const char *p = line + 13;
+                while (*p == ' ' || *p == '\t')
+                        p++;
+                errno = 0;
+                kb = isdigit((unsigned char)*p) ? strtoull(p, &end, 10) : 0;
+                if (!isdigit((unsigned char)*p) || errno || strncmp(end, " kB", 3) != 0 || kb > UINT64_MAX / 1024)
+                        kb = 0;
+                break;
+        }
         fclose(f);
         return (uint64_t)kb * 1024;
 }

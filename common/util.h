@@ -42,12 +42,20 @@ int proc_status_kb(pid_t pid, const char *key, uint64_t *ret_bytes);
 
 int fd_set_nonblock(int fd, bool nonblock);
 
-/* "some avg10" of /proc/pressure/memory, in percent; -1 if unreadable.
- * With total non-NULL, also the "some total=" stall time in µs. */
-double proc_psi_memory_some(void);
-int proc_psi_memory_some_total(uint64_t *total_us);
-/* MemAvailable of /proc/meminfo in bytes; 0 if unreadable. */
-uint64_t proc_mem_available(void);
+/*
+ * System-wide memory state, the pressure and free-memory policies' input.
+ * root is the directory that holds proc/: "/" (or NULL) on a running
+ * system, a directory of fixture files in a unit test (tests/unit/test-proc.c).
+ *
+ * "some avg10" of root/proc/pressure/memory, in percent; -1 if unreadable
+ * or malformed (not a number from 0 to 100).
+ */
+double proc_psi_memory_some(const char *root);
+/* Its "some total=" stall time in µs: 0, or -errno; -EIO if malformed. */
+int proc_psi_memory_some_total(const char *root, uint64_t *total_us);
+/* MemAvailable of root/proc/meminfo in bytes; 0 if unreadable, missing
+ * (kernels before 3.14) or malformed. */
+uint64_t proc_mem_available(const char *root);
 
 /* Parse a size like 512, 64K, 2M, 1G (powers of 1024). */
 int parse_size(const char *s, uint64_t *ret);

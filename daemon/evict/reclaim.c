@@ -352,16 +352,16 @@ static void pressure_period(Reclaim *rc, uint64_t now) {
          * avg10 lags ~10 s behind, which made the controller overshoot
          * (docs/benchmarks.md) */
         uint64_t total = 0;
-        if (proc_psi_memory_some_total(&total) == 0) {
+        if (proc_psi_memory_some_total("/", &total) == 0) {
                 uint64_t dt_us = (now - rc->psi_total_ms) * 1000;
                 rc->psi_now = rc->psi_total_ms && dt_us && total >= rc->psi_total
                                      ? 100.0 * (double)(total - rc->psi_total) / (double)dt_us
-                                     : proc_psi_memory_some();
+                                     : proc_psi_memory_some("/");
                 rc->psi_total = total;
                 rc->psi_total_ms = now;
         } else
-                rc->psi_now = proc_psi_memory_some();
-        rc->avail_now = proc_mem_available();
+                rc->psi_now = proc_psi_memory_some("/");
+        rc->avail_now = proc_mem_available("/");
         rc->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
                 rc->hold_target = 0;
