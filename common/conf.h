@@ -2,7 +2,7 @@
  * conf.h: the configuration file's syntax, shared by zswapd and zswapctl.
  *
  * conf_parse() reads an INI-style file and hands each assignment to a
- * callback; what the keys mean is the caller's business (daemon/config.c,
+ * callback; what the keys mean is the caller's business (daemon/conf/config.c,
  * whose table lists every setting). The conf_parse_*() functions are the value
  * grammar every key uses, in the file, on the wire and on zswapctl's
  * command line, so that "64M" or "250ms" means the same everywhere; the

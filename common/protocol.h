@@ -225,7 +225,7 @@ typedef struct ZMsgStatusReply {
          * daemon revoked it to read that client's uffd (page-lifecycle.md) */
         uint64_t moves_revoked;
         /* fresh pages mapped to the zero page after a first touch, each
-         * a fault the program did not take (fault.c zero_ahead()) */
+         * a fault the program did not take (serve.c zero_ahead()) */
         uint64_t zero_ahead;
         /* write tracking (reclaim.md): write scans of a client made, and
          * zones that sat one out (densely written: left unprotected) */

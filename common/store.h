@@ -105,7 +105,7 @@ typedef struct StoreSuper {
          * the daemon changed this store again before that fork's child had
          * attached (daemon/fault/fault.c, fork_hold_end()): such a child, whose
          * daemon died, cannot restore itself from its parent's store
-         * (client/libzswap.c, child_lost()) */
+         * (client/lib/fork.c, child_lost()) */
         _Atomic uint64_t fork_served;
         /* the token of the last fork this store's daemon answered a
          * FORK_PREPARE for (daemon/manager/manager.c), written before the answer:
@@ -118,7 +118,7 @@ typedef struct StoreSuper {
          * daemon read, or whose FORK_DONE came: that fork's instant is
          * past. A daemon adopting a store that names a fork announced and
          * not evented, the fork the library names in its ADOPT, takes the
-         * fork as announced to itself (daemon/manager/manager.c, do_adopt()) */
+         * fork as announced to itself (daemon/manager/attach.c, do_adopt()) */
         _Atomic uint64_t fork_evented;
         uint64_t reserved2[5];
 } StoreSuper;

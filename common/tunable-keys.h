@@ -3,7 +3,7 @@
  *
  * Shared so that zswapctl can list them (`zswapctl get` asks the daemon
  * key by key) without linking the daemon. The daemon's table of types,
- * ranges and help lines (daemon/tunables.c) is indexed by TunableKey, so a
+ * ranges and help lines (daemon/conf/tunables.c) is indexed by TunableKey, so a
  * name cannot drift from its entry. The order is the one zswapctl prints.
  */
 #pragma once

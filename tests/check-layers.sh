@@ -95,7 +95,7 @@ while read -r f; do
                 echo "$f: in no layer of docs/design.md"
                 bad=1
         fi
-done < <(find common daemon client include -name '*.[ch]' 2>/dev/null | sort)
+done < <(find common corpus daemon client include -name '*.[ch]' 2>/dev/null | sort)
 
 declare -A edges
 for d in "${!rank[@]}"; do

@@ -279,7 +279,7 @@ static bool ranges_registered(struct zswap_client *c) {
                 if (strncmp(line, "VmFlags:", 8))
                         continue;
                 /* missing faults (armed) or write-protect ones alone
-                 * (never evicted from: daemon/mmclient.c) */
+                 * (never evicted from: daemon/mm/mmclient.c) */
                 if (vmflags_uffd_registered(line))
                         for (size_t i = 0; i < c->nranges && !ok; i++)
                                 ok = c->ranges[i].addr >= lo && c->ranges[i].addr < hi;
@@ -297,7 +297,7 @@ static bool ranges_registered(struct zswap_client *c) {
  * memory, and the pages the parent had evicted at the fork are missing
  * from our address space (they would read as zeros). The daemon kept the
  * parent's store, which we inherited, as it was at the fork until we
- * attached (daemon/fault.c, fork_held()): we write those pages back in
+ * attached (daemon/fault/fork.c, fork_held()): we write those pages back in
  * place from it (zswap_store_restore_forked()) and carry on unmanaged.
  * That store is as it was at the fork only if our fork was announced
  * (FORK_PREPARE answered: announced) and the store names it: its daemon

@@ -71,7 +71,7 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
  * pages the parent had evicted at the fork are missing from it. Write
  * each back in place from the parent's store, which we inherited and
  * which the daemon kept as it was at the fork until we attached
- * (daemon/fault.c, fork_held()): pages in place are left alone, and only
+ * (daemon/fault/fork.c, fork_held()): pages in place are left alone, and only
  * anonymous memory inside ranges[] is written, whatever the store says.
  * Only a store whose daemon our fork was announced to (fork_announced is
  * our token) is used. 0; -ESTALE if the store changed after the fork

@@ -1,7 +1,7 @@
 /*
  * zswapctl-tunables.c: `set` and `get`, the daemon's tunables or a
  * client's own (--pid). They travel as text and the daemon parses them
- * (daemon/tunables.c), so only their names are known here
+ * (daemon/conf/tunables.c), so only their names are known here
  * (common/tunable-keys.h); output is "key = value" lines, as the
  * configuration file has them, or one JSON object.
  */

@@ -4,7 +4,7 @@
  *
  * Speaks the control role of the protocol over its own connection, with
  * synchronous request/reply; it never registers memory. Tunables travel as
- * text and the daemon parses them (daemon/tunables.c), so the tool knows
+ * text and the daemon parses them (daemon/conf/tunables.c), so the tool knows
  * only their names (common/tunable-keys.h); what it parses itself (pids,
  * `limit`'s size) it parses with the daemon's grammar (common/conf.h), to
  * refuse nonsense before connecting.

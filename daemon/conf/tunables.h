@@ -1,7 +1,7 @@
 /*
  * tunables.h: the daemon's run-time policy knobs (docs/reclaim.md).
  *
- * The run-time half of daemon/config.h's table of settings, used three
+ * The run-time half of daemon/conf/config.h's table of settings, used three
  * ways: the [reclaim] and [pool] sections of the configuration file
  * (--config), `zswapctl set KEY VALUE` and `zswapctl get [KEY]`. Values
  * are text on the wire and in the file and are parsed here, with units:

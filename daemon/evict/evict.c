@@ -147,7 +147,7 @@ bool evict_settled(MMClient *mm) {
 
 /* Every change of a lane's state goes through here: mm->lanes_moving
  * shows the fault threads which lanes the agent may be moving pages into
- * (fault.c, revoke_moves()). The bit is set before the MOVE is sent
+ * (events.c, revoke_moves()). The bit is set before the MOVE is sent
  * (release: the message carries it to the agent, whose `moving` a fault
  * thread sees before it looks here); a bit cleared late only costs a read. */
 static void lane_set_state(MMClient *mm, Lane *lane, LaneState state) {

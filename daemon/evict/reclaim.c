@@ -156,7 +156,7 @@ static size_t regions_snapshot(MMClient *mm, Region **ret) {
  * sits out, so ageing still sees them in use. A zone written sparsely is
  * scanned every time (its few faults are cheap). A kept copy (CLEAN) of
  * a page written unseen is only dropped later: its content is compared
- * before it is ever reused (evict.c keep_matches()).
+ * before it is ever reused (workers.c keep_matches()).
  */
 #define WP_DENSE (PMETA_PAGES / 8)
 #define WP_LEVEL_MAX 5 /* sits out at most 2^5 - 1 = 31 scans */

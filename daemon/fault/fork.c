@@ -360,7 +360,7 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
  * daemon has until the child attaches (CHILD_ATTACH hands it over). Should
  * the daemon die before, the kernel unregisters the child's memory, and
  * the child restores those pages itself from its parent's store, which it
- * inherited (libzswap.c, child_lost()). That store must then be as it was
+ * inherited (client/lib/fork.c, child_lost()). That store must then be as it was
  * at the fork, so until the child attaches nothing of it changes: the
  * parent's uffd is not read and its retries wait (here), nothing of it is
  * evicted (evict.c, reclaim.c), and it is kept if the parent goes first

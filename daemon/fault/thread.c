@@ -80,7 +80,7 @@ void fault_thread_disown(FaultThread *ft, MMClient *mm) {
  * faulting CPU is woken there, runs as soon as the faulting thread sleeps,
  * and wakes it on the same CPU again (3-7 us here). An unpinned thread is
  * woken on whichever CPU is idle, which is the other one, and a wake-up
- * across vCPUs costs ~60 us on this kind of machine (tests/bench/bench-wake,
+ * across vCPUs costs ~60 us on this kind of machine (bench/bench-wake,
  * docs/benchmarks.md). The CPUs are those the daemon may run on, in order.
  */
 static void pin_to_cpu(FaultThread *ft) {

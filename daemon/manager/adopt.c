@@ -373,7 +373,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                  * brings one here, and the page it carries is what the
                  * address holds now (the other may be the same entry:
                  * the dead daemon writes an entry at its new place before
-                 * it clears the old one, fault.c remap_cb()) */
+                 * it clears the old one, events.c remap_cb()) */
                 drop(a, addr, nv, carried ? "a page the journal's mremap carried here replaces it" : "the journal's mremap carried a page here");
                 if (!carried) {
                         unkeep(mm, nv);

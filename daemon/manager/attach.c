@@ -437,7 +437,7 @@ int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t n
         reply_store(c, ch->hdr.id, found, 0, &found->uffd, 1);
         log_info("forked child pid %d attached", (int)c->pid);
         /* it has its uffd and store now, whatever happens to us: its
-         * parent is served again (fault.c, fork_held()) */
+         * parent is served again (daemon/fault/fork.c, fork_held()) */
         mmclient_fork_release(found);
         return 1; /* replied */
 }

@@ -111,7 +111,7 @@ static bool mm_sync_now(MMClient *mm) {
         if (!mm->ft || pthread_mutex_trylock(&mm->serve_lock) != 0)
                 return false;
         pthread_mutex_unlock(&mm->serve_lock);
-        /* seq_cst: the load after the unlock in fault.c service()'s
+        /* seq_cst: the load after the unlock in events.c service()'s
          * handshake, as its serve_unlock() makes it */
         if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
                 log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));

@@ -119,14 +119,14 @@ typedef struct MMReclaim {
  *   the reader       the fault thread holding serve_lock (fault.c): any
  *                    of them, whichever woke first
  *   a worker         a compression worker running a job of this client
- *                    (evict.c, job_compress())
+ *                    (workers.c, job_compress())
  *   the last unref   whichever thread drops the last reference: after the
  *                    count's acq_rel it owns everything and frees it
  *
  * "Before publish": written by the thread that creates the MMClient and
  * then never again: the manager at ATTACH and ADOPT, before mm_serve()
  * hands it to the fault threads; for a fork child, the parent's reader at
- * the FORK event (fault.c, event_fork()), before fault_thread_own() and
+ * the FORK event (daemon/fault/fork.c, event_fork()), before fault_thread_own() and
  * the orphan list. Every other thread gets the MMClient through an inbox
  * or list (mpsc.h: release push, acquire take) or a job handed over under
  * a lock, so it reads these without one. A fork child's CHILD_ATTACH and
@@ -183,7 +183,7 @@ typedef struct MMClient {
         bool keep_store;
 
         /* regions: protected by regions_lock, which the manager and the
-         * reader handling an event (fault.c: event_remove(), event_remap(),
+         * reader handling an event (events.c: event_remove(), event_remap(),
          * event_fork()) take; never the fault path. A fork child's are
          * copied before publish (mmclient_regions_copy()) */
         pthread_mutex_t regions_lock;
@@ -200,7 +200,7 @@ typedef struct MMClient {
          * then without any synchronisation: uffd_read_msg() (is a REMOVE
          * event of the staging area?) and event_fork() (a child forked by
          * this one copies staging_addr as its origin_staging). That is a
-         * data race (manager.c, mm_set_staging()). Every other reader is
+         * data race (attach.c, mm_set_staging()). Every other reader is
          * the manager, the last unref, or comes after the manager's write
          * through something the manager published later: an entry naming
          * a slot (serve_slot(), fork_inflight()), a lane bit
@@ -234,7 +234,7 @@ typedef struct MMClient {
          * store changes (its uffd is not read, its retries wait, nothing
          * is evicted, its store is kept if it dies), so that the child,
          * should this daemon die before it attaches, can restore itself
-         * from it (libzswap.c, child_lost()). Set by the fault thread that
+         * from it (client/lib/fork.c, child_lost()). Set by the fault thread that
          * handles the fork, ended by the manager when the child attaches
          * or its orphan goes, or by a fault thread after FORK_HOLD_NS
          * (fork_hold_until, under serve_lock) */
@@ -292,7 +292,7 @@ typedef struct MMClient {
         _Atomic unsigned slot_reads;
         _Atomic unsigned tier_reads; /* of the retries, reads of the second tier in flight: the same */
         /* staging slots to poison once the events queued before them are
-         * read (UFFDIO_ZEROPAGE met EAGAIN: fault.c slot_poison()), under
+         * read (UFFDIO_ZEROPAGE met EAGAIN: events.c slot_poison()), under
          * serve_lock */
         uint32_t poison[16];
         unsigned npoison;
@@ -305,7 +305,7 @@ typedef struct MMClient {
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */
-        /* zero-fill-ahead (fault.c zero_ahead()): where the last run of
+        /* zero-fill-ahead (serve.c zero_ahead()): where the last run of
          * fresh pages mapped to the zero page ended, and the next run's
          * length in pages */
         uint64_t za_end;
@@ -316,7 +316,7 @@ typedef struct MMClient {
          * event journal (store.h), which keeps an event read and not yet
          * handled for the next daemon; journal_own without a store. The
          * pointer is set before publish and constant; what it points to
-         * is the reader's (fault.c, journal_done()) */
+         * is the reader's (events.c, journal_done()) */
         struct uffd_msg *journal;
         struct uffd_msg journal_own;
         /* set by the manager when the client is gone (mm_retire()), read
@@ -331,7 +331,7 @@ typedef struct MMClient {
          * budget, relaxed. A fork child's is set before publish */
         _Atomic int64_t quota_left;
         /* pool bytes copied for a child this client's fork event is
-         * building, which is in no list yet (fault.c event_fork(), the
+         * building, which is in no list yet (daemon/fault/fork.c event_fork(), the
          * reader's); counted for its user as if held (users.c, the
          * manager): a counter, relaxed */
         _Atomic uint64_t fork_bytes;
@@ -389,7 +389,7 @@ typedef struct MMClient {
         _Atomic bool read_stuck;
         /* lanes the agent may be moving pages into, a bit each: the
          * manager writes it (evict.c, lane_set_state()), fault threads
-         * read it to revoke those moves (fault.c, revoke_moves()) */
+         * read it to revoke those moves (events.c, revoke_moves()) */
         _Atomic uint32_t lanes_moving;
         /* the revocation of the agent's moves under way, under serve_lock:
          * lanes still to read, and whether one began since the uffd was
@@ -429,7 +429,7 @@ int mmclient_new(Core *core, int uffd, MMClient **ret);
 int mmclient_store_fd_ro(MMClient *mm);
 MMClient *mmclient_ref(MMClient *mm);
 /* A forked child attached, or its orphan goes: its parent's store is no
- * longer held for it (fault.c, fork_held()). Drops the reference to the
+ * longer held for it (daemon/fault/fork.c, fork_held()). Drops the reference to the
  * parent. */
 void mmclient_fork_release(MMClient *child);
 /* The instant of mm's announced fork token is past (its event read, or

@@ -53,7 +53,7 @@ Pool *pool_free(Pool *p);
  * per-size-class mutex; call it from worker threads, not the fault path,
  * except on a pool no other thread can see yet: a fork child's, filled by
  * the fault thread that read the fork event before it hands the child on
- * (fault.c event_fork()), whose locks nobody else can hold. */
+ * (daemon/fault/fork.c event_fork()), whose locks nobody else can hold. */
 int pool_alloc(Pool *p, size_t len, PoolHandle *ret);
 
 /* pool_alloc() that may take pool_bytes past max_bytes (one chunk per

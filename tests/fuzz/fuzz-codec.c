@@ -1,5 +1,5 @@
 /*
- * fuzz-codec.c: the page codecs (daemon/codec.c), both ways.
+ * fuzz-codec.c: the page codecs (common/codec.c), both ways.
  *
  * Input: byte 0 picks the codec (bit 0: lz4 or zstd), byte 1 the level
  * (0..22, as zswapd.conf allows), byte 2 the room for the compressed page

@@ -10,7 +10,7 @@
  *     npages, 1..512) and refuse everything else with -EPROTO.
  *
  *  2. If it is a valid ZMSG_TUNABLE_SET or _GET: key and value as
- *     do_tunable() in daemon/manager.c takes them (copied into arrays one
+ *     do_tunable() in daemon/manager/requests.c takes them (copied into arrays one
  *     byte longer, so an unterminated field still ends in NUL), then
  *     tunable_set() on the daemon's Tunables. The per-message checks of
  *     manager.c (range_check, staging_check, do_pageout_pid's) are static

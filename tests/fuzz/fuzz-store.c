@@ -35,10 +35,10 @@
  *    gives what codec_decompress() of it gives (lz4 or zstd, the store's
  *    codec), into a page between guard pages (the codecs are the system's
  *    libraries, which ASan does not see);
- *  - adopt_check() (daemon/adopt.c), with a daemon the header describes:
+ *  - adopt_check() (daemon/manager/adopt.c), with a daemon the header describes:
  *    store_check()'s answer, then -ENOENT, -EBUSY, -EBADMSG or 0 as
  *    adopt.h says, why[] filled when not 0;
- *  - zswap_store_restore() (client/restore.c), the client's own restore,
+ *  - zswap_store_restore() (client/lib/restore.c), the client's own restore,
  *    with no userfaultfd (-1): it walks the store as it would, skipping a
  *    bad directory slot instead of refusing the store, and every install
  *    fails: it must return store_check()'s answer, count as bad exactly

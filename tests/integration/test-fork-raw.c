@@ -8,7 +8,7 @@
  * its address in the child, and its content sits in the child's copy of
  * a staging slot that nothing reads; the daemon, handling the fork event,
  * finds its entry in flight (MOVING or STAGED). The daemon must install
- * it in the child from the parent's slot (fault.c, fork_inflight()).
+ * it in the child from the parent's slot (daemon/fault/fork.c, fork_inflight()).
  *
  * The parent keeps the eviction busy: one thread pages the region out
  * again and again, another reads it back, page by page. The main thread

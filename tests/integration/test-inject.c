@@ -372,7 +372,7 @@ int main(void) {
         inject_case("uffd_copy=ENOENT:1/31,uffd_zeropage=ENOENT:1/5", "uffd_copy,uffd_zeropage", true);
         inject_case("uffd_copy=ESRCH:1/31,uffd_zeropage=ESRCH:1/5", "uffd_copy,uffd_zeropage", true);
         /* installs, syncs, restores and a forked child's sync page put
-         * off as if a fault thread held the client (fault.c work_locked()) */
+         * off as if a fault thread held the client (work.c work_locked()) */
         inject_case("lock_busy=~1/2", "lock_busy", false);
         bad_clients();
         full_pool();

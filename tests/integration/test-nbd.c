@@ -1,5 +1,5 @@
 /*
- * test-nbd: the NBD client (daemon/nbd.c) against a real nbd-server, and
+ * test-nbd: the NBD client (daemon/tier/nbd.c) against a real nbd-server, and
  * against a scripted fake server for what a real one will not do.
  *
  * The fake, a child process on a Unix socket, is an old server without

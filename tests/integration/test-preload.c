@@ -1,6 +1,6 @@
 /*
  * test-preload: unmodified programs under zswap-run (the LD_PRELOAD shim,
- * client/preload.c), evicted from outside with `zswapctl pageout PID`.
+ * client/preload/preload.c), evicted from outside with `zswapctl pageout PID`.
  *
  * 1. preload-victim: threads churning malloc/realloc/free over every block
  *    size, mremap and MADV_DONTNEED of their own regions, checking every
@@ -18,7 +18,7 @@
  *    stderr.
  * 7. A shell: bash attached at once (ZSWAP_ATTACH_MS=0) runs subshells,
  *    each forking before it has attached (its parent held nothing, so it
- *    attaches late: client/libzswap.c child_pending), and so attaching
+ *    attaches late: client/lib/libzswap.c child_pending), and so attaching
  *    in the fork's prepare handler; every command's output is right, the
  *    daemon saw the subshells attach, and nothing is said on stderr (a
  *    child attaching while it execs: the kernel refuses it a thread).

@@ -1,7 +1,7 @@
 /*
  * test-quotas.c: every quota holds for pages that come by ADOPT or by
  * fork, not only for those that come by REGISTER and eviction
- * (daemon/adopt.c, daemon/users.c, fork_cb() in daemon/fault.c).
+ * (daemon/manager/adopt.c, daemon/manager/users.c, fork_cb() in daemon/fault.c).
  *
  * Each case runs as an unprivileged uid of its own (numeric, named by
  * number in the test's zswapd.conf), as test-users does. The daemon runs

@@ -1,6 +1,6 @@
 /*
  * test-systemd: systemd's service protocol with a real zswapd, the test
- * playing the service manager (daemon/sd-daemon.c).
+ * playing the service manager (daemon/util/sd-daemon.c).
  *
  *  notify      READY=1 with a STATUS=, WATCHDOG=1 at half WATCHDOG_USEC,
  *              RELOADING=1 + MONOTONIC_USEC then READY=1 around SIGHUP,

@@ -1,5 +1,5 @@
 /*
- * test-tier: the second tier (daemon/tier.c) with a real daemon, a real
+ * test-tier: the second tier (daemon/tier/tier.c) with a real daemon, a real
  * backing file on this disk (or a real nbd-server on loopback) and a real
  * client whose data is four times the pool's bound, so that most of it can
  * only live on the tier. Every case checks every page's content.

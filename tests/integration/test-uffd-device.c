@@ -1,7 +1,7 @@
 /*
  * test-uffd-device: who gets a descriptor of /dev/userfaultfd, and that
  * nobody keeps one (userfaultfd_device in zswapd.conf, do_hello() in
- * daemon/manager.c, uffd_create() in client/libzswap.c).
+ * client/lib/connect.c, uffd_create() in client/lib/libzswap.c).
  *
  * The device makes uffds that handle kernel-mode faults, which is what
  * vm.unprivileged_userfaultfd = 0 denies to unprivileged processes: a

@@ -1,6 +1,6 @@
 /*
  * test-users.c: unprivileged clients, admitted and limited by zswapd.conf's
- * [users] and [user:NAME] sections (daemon/users.c).
+ * [users] and [user:NAME] sections (daemon/manager/users.c).
  *
  * Each case runs in a child that drops to a uid of its own (numeric uids
  * need no passwd entry; the config names them by number) and makes itself

@@ -150,7 +150,7 @@ int main(void) {
                 pthread_join(threads[t], NULL);
 
         if (atomic_load(&errors) && getenv("ZSWAPD_TRACE")) {
-                /* the daemon writes its page trace (daemon/trace.h); page N
+                /* the daemon writes its page trace (daemon/util/trace.h); page N
                  * is at region + N * 4096 for scripts/trace-page.py */
                 fprintf(stderr, "trace of a daemon run with region at %p: %s\n", (void *)region, getenv("ZSWAPD_TRACE"));
                 kill(d.pid, SIGUSR2);

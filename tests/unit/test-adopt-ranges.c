@@ -1,5 +1,5 @@
 /*
- * test-adopt-ranges: adopt_ranges() (daemon/adopt.c) on a store whose
+ * test-adopt-ranges: adopt_ranges() (daemon/manager/adopt.c) on a store whose
  * range table is full and whose journal holds an event over all of it.
  *
  * A store comes back from its client (ZMSG_ADOPT) and its range table is

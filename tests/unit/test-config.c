@@ -558,7 +558,7 @@ static void test_shipped_defaults(void) {
         unsigned seen[256] = { 0 };
 
         ASSERT_TRUE(config_n_settings <= ELEMENTSOF(seen));
-        test_source_path(__FILE__, "../systemd/zswapd.conf", file, sizeof(file));
+        test_source_path(__FILE__, "../../systemd/zswapd.conf", file, sizeof(file));
         FILE *f = fopen(file, "re");
         ASSERT_TRUE(f != NULL);
         while (fgets(line, sizeof(line), f)) {

@@ -1,6 +1,6 @@
 /*
  * test-memread: reads of a client's memory that cannot make the daemon
- * wait (daemon/memread.c), on their own.
+ * wait (daemon/util/memread.c), on their own.
  *
  * - A read of another process's memory through /proc/PID/mem returns its
  *   bytes, in a buffer of the reading thread's (memread_view) and copied

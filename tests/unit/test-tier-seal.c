@@ -1,6 +1,6 @@
 /*
  * test-tier-seal: the second tier's records on their own
- * (daemon/tier-seal.c).
+ * (daemon/tier/tier-seal.c).
  *
  * A record opens into exactly what was sealed, for the page's owner, and
  * for nothing else: not for another user (a stub forged into one user's
