@@ -23,17 +23,21 @@
  * Under serve_lock. Returns what read() returned.
  */
 static void journal_done(MMClient *mm) {
-        /* release: what handling the event wrote to the store comes first,
-         * so that a daemon killed right after this store leaves a store
-         * whose journal is empty only once the event is applied. A GCC
-         * builtin, not atomic_store_explicit(): the journal is the
-         * kernel's struct uffd_msg (linux/userfaultfd.h, event a __u8),
-         * which read(2) fills whole (uffd_read_msg()) and which cannot be
-         * declared _Atomic; its layout is the store's format (store.c
-         * asserts where it lies). Every other access of it is the reader's,
-         * under serve_lock, or another process's after this daemon died
-         * (store_journal_event(): a copy) */
-        __atomic_store_n(&mm->journal->event, 0, __ATOMIC_RELEASE);
+        /* what handling the event wrote to the store comes first, so that
+         * a daemon killed right after this store leaves a store whose
+         * journal is empty only once the event is applied. The journal is
+         * the kernel's struct uffd_msg (linux/userfaultfd.h, event a
+         * __u8), which read(2) fills whole (uffd_read_msg()) and which
+         * cannot be declared _Atomic; its layout is the store's format
+         * (store.c asserts where it lies). No other thread reads it: every
+         * other access is the reader's, under serve_lock, or another
+         * process's after this daemon died (store_journal_event(): a
+         * copy). Death makes every store this thread did visible, so the
+         * only order to keep is the compiler's: a signal fence (the order
+         * a signal handler of this thread would see) and a volatile
+         * store, which is one byte and cannot tear */
+        atomic_signal_fence(memory_order_release);
+        *(volatile __u8 *)&mm->journal->event = 0;
 }
 
 /* Fault injection (kill_event): the daemon killed between reading an event
