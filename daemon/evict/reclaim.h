@@ -7,8 +7,8 @@
  * takes pages whose last use it saw (a refault, a write found by
  * PAGEMAP_SCAN, the registration) is oldest, sparing pages that came back
  * soon after their eviction and zones that thrash. Everything here runs
- * on the manager thread, except the stamp and refault helpers that the
- * fault threads call.
+ * on the manager thread; the stamps and refault notes the fault threads
+ * write are in age.h, the pool-bound checks the workers make in core.h.
  */
 #pragma once
 

@@ -346,13 +346,13 @@ typedef struct MMClient {
         uint64_t user_limit;   /* its user's default resident limit ([users] limit), 0: none */
         /* manager's list (mms, orphans); for a fork child also the link of
          * orphans_new, written by the reader that pushes it
-         * (manager_adopt_orphan()) before the manager takes it */
+         * (core_adopt_orphan()) before the manager takes it */
         struct MMClient *next;
         PageoutOp *ops, **ops_tail;
         unsigned restores;     /* restore jobs in flight */
         bool fork_paused;
         /* a fork child's is written by the reader that pushes it
-         * (manager_adopt_orphan()), before publish */
+         * (core_adopt_orphan()), before publish */
         uint64_t fork_paused_at;
         uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
         uint64_t fork_reply_serial; /* the serial of the connection that asked it (the manager finds it by it) */
