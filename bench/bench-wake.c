@@ -19,6 +19,10 @@
  *              watching the same uffd (edge-triggered); whichever wakes
  *              first takes a per-uffd trylock and serves: the daemon's
  *              arrangement. The faulting thread is not pinned.
+ *   percpu-spin as percpu, and a handler that served polls its epoll for
+ *              50 us before it sleeps again (--fault-spin-us 50)
+ *   unpin-spin one unpinned handler that polls 50 us after each fault
+ *              (--fault-home --fault-spin-us 50)
  *
  * Each arrangement prints median, p99 and max of the fault latency (one
  * volatile read bracketed by clock_gettime) and the handler CPU time per
@@ -49,9 +53,9 @@
 
 #define PAGE 4096UL
 
-typedef enum Mode { SAME_CPU, SAME_READ, CROSS_CPU, CROSS_SPIN, UNPINNED, PERCPU } Mode;
+typedef enum Mode { SAME_CPU, SAME_READ, CROSS_CPU, CROSS_SPIN, UNPINNED, PERCPU, PERCPU_SPIN, UNPINNED_SPIN } Mode;
 
-static const char *const mode_names[] = { "same-cpu", "same-read", "cross-cpu", "cross-spin", "unpinned", "percpu" };
+static const char *const mode_names[] = { "same-cpu", "same-read", "cross-cpu", "cross-spin", "unpinned", "percpu", "percpu-spin", "unpin-spin" };
 
 typedef struct Ctx {
         Mode mode;
@@ -66,6 +70,7 @@ typedef struct Handler {
         int cpu; /* -1: not pinned */
         pthread_t thread;
         double cpu_s;
+        uint64_t spin_until;
 } Handler;
 
 static uint64_t now_ns(void) {
@@ -114,7 +119,7 @@ static void *handler_main(void *arg) {
 
         pin(h->cpu);
         if (c->mode != SAME_READ && c->mode != CROSS_SPIN) {
-                struct epoll_event ev = { .events = EPOLLIN | (c->mode == PERCPU ? EPOLLET : 0) };
+                struct epoll_event ev = { .events = EPOLLIN | (c->mode == PERCPU || c->mode == PERCPU_SPIN ? EPOLLET : 0) };
                 ep = epoll_create1(0);
                 epoll_ctl(ep, EPOLL_CTL_ADD, c->uffd, &ev);
         }
@@ -131,9 +136,12 @@ static void *handler_main(void *arg) {
                         continue;
                 }
                 struct epoll_event ev;
-                if (epoll_wait(ep, &ev, 1, 100) <= 0)
+                bool spin = (c->mode == PERCPU_SPIN || c->mode == UNPINNED_SPIN) && now_ns() < h->spin_until;
+                if (epoll_wait(ep, &ev, 1, spin ? 0 : 100) <= 0)
                         continue;
-                if (c->mode == PERCPU) {
+                if (c->mode == PERCPU_SPIN || c->mode == UNPINNED_SPIN)
+                        h->spin_until = now_ns() + 50000;
+                if (c->mode == PERCPU || c->mode == PERCPU_SPIN) {
                         if (atomic_flag_test_and_set(&c->lock))
                                 continue; /* the holder's epoll has this edge too */
                         while (serve_one(c))
@@ -157,7 +165,7 @@ static int cmp_u64(const void *a, const void *b) {
 static int run(Mode mode, size_t npages, int ncpu) {
         Ctx *c = aligned_alloc(64, sizeof(*c));
         Handler hs[2] = {};
-        int nh = mode == PERCPU ? (ncpu < 2 ? 1 : 2) : 1;
+        int nh = mode == PERCPU || mode == PERCPU_SPIN ? (ncpu < 2 ? 1 : 2) : 1;
         uint64_t *lat = calloc(npages, sizeof(*lat));
         uint8_t *region;
 
@@ -187,11 +195,11 @@ static int run(Mode mode, size_t npages, int ncpu) {
                 hs[i].c = c;
                 hs[i].cpu = mode == SAME_CPU || mode == SAME_READ ? 0
                             : mode == CROSS_CPU || mode == CROSS_SPIN ? (ncpu > 1 ? 1 : 0)
-                            : mode == PERCPU ? i : -1;
+                            : mode == PERCPU || mode == PERCPU_SPIN ? i : -1;
                 pthread_create(&hs[i].thread, NULL, handler_main, &hs[i]);
         }
-        pin(mode == UNPINNED || mode == PERCPU ? -1 : 0);
-        if (mode == UNPINNED || mode == PERCPU) {
+        pin(mode >= UNPINNED ? -1 : 0);
+        if (mode >= UNPINNED) {
                 cpu_set_t all;
                 CPU_ZERO(&all);
                 for (int i = 0; i < ncpu; i++)
@@ -238,7 +246,7 @@ int main(int argc, char **argv) {
                 ncpu = 2; /* the arrangements are about two vCPUs */
         printf("uffd missing-fault round trip, %zu faults per arrangement, %d CPUs\n", npages, ncpu);
         printf("%-11s %9s %9s %9s %12s\n", "arrangement", "median us", "p99 us", "max us", "handler CPU us/fault");
-        for (Mode m = SAME_CPU; m <= PERCPU; m++)
+        for (Mode m = SAME_CPU; m <= UNPINNED_SPIN; m++)
                 if (run(m, npages, ncpu) < 0)
                         return 1;
         return 0;
