@@ -129,7 +129,7 @@ const ConfigSetting config_settings[] = {
           "resident limit of each of the user's clients, unless it sets its own; none: the [reclaim] limit" },
 
         /* the command line only (zswapd --help, zswapd(8)) */
-        { NULL, "fault-spin-us", -1, "50", CMDLINE, false,
+        { NULL, "fault-spin-us", -1, "0", CMDLINE, false,
           "after a fault, poll this many microseconds before sleeping (0..10000, 0: off)" },
         { NULL, "fault-rt-prio", -1, "0", CMDLINE, false,
           "fault threads SCHED_FIFO at this priority (0..99, 0: time-shared)" },

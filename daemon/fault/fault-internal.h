@@ -178,6 +178,9 @@ struct FaultThread {
         size_t nowned;      /* entries of owned; this thread only */
         bool retry_due;     /* this thread left retries on some mm; this thread only */
         bool read_soon;     /* a read waits for a move to end: look again in READ_RECHECK_NS; this thread only */
+        /* the spin after a fault (thread.c): faults left whose spin is
+         * skipped, and how many the next wasted spin skips; this thread only */
+        unsigned spin_skip, spin_backoff;
         /* written by the manager, read by the thread. relaxed both sides:
          * fault_thread_stop() pushes an inbox item (or writes the eventfd)
          * after the store, which wakes the thread and orders it; a thread

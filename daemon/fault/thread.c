@@ -158,6 +158,40 @@ static int wait_events(FaultThread *ft, struct epoll_event *evs, int n, int time
         return epoll_wait(ft->epfd, evs, n, soon ? 1 : timeout_ms);
 }
 
+/*
+ * After it served a fault, a thread polls for a while before it sleeps: a
+ * program reading through evicted memory faults again within
+ * microseconds, and a thread asleep on another vCPU costs a wake-up across
+ * vCPUs to reach (bench-wake). Bounded by fault_spin_us per fault; 0
+ * turns it off.
+ *
+ * The poll pays only where the next fault arrives while the thread still
+ * polls. Where the faulting thread shares this CPU and the scheduler does
+ * not let it preempt the poller (on a hypervisor whose context switches
+ * are dear, where it would matter most), the poll keeps the faulting
+ * thread off its CPU for the whole spin, and every fault costs the spin on
+ * top (bench-core, docs/benchmarks.md). So a spin that caught nothing
+ * makes the thread skip the spins of its next faults, 1, 2, 4, ... up to
+ * SPIN_SKIP_MAX of them, and one that caught a fault brings it back to
+ * spinning after every fault. A wake-up that served nothing (in the shared
+ * service, the threads of the other CPUs) never spins.
+ */
+#define SPIN_SKIP_MAX 64u
+
+static void spin_wasted(FaultThread *ft) {
+        ft->spin_backoff = ft->spin_backoff ? MIN(ft->spin_backoff * 2, SPIN_SKIP_MAX) : 1;
+        ft->spin_skip = ft->spin_backoff;
+}
+
+/* when the spin after the fault just served ends, 0: no spin */
+static uint64_t spin_next(FaultThread *ft, uint64_t spin_ns) {
+        if (ft->spin_skip) {
+                ft->spin_skip--;
+                return 0;
+        }
+        return now_ns() + spin_ns;
+}
+
 static void *fault_thread_main(void *arg) {
         FaultThread *ft = arg;
         struct epoll_event evs[16];
@@ -176,22 +210,21 @@ static void *fault_thread_main(void *arg) {
         }
 
         while (!atomic_load_explicit(&ft->stop, memory_order_relaxed)) {
-                /* After a fault, poll for a while before sleeping: a program
-                 * reading through evicted memory faults again within
-                 * microseconds, and waking a thread on an idle vCPU costs
-                 * ~60 us here (KERNEL.md). Bounded by fault_spin_us per
-                 * fault; 0 turns it off. */
-                bool spinning = spin_ns && now_ns() < spin_until;
+                bool spinning = spin_until && now_ns() < spin_until;
+                if (spin_until && !spinning) {
+                        spin_wasted(ft);
+                        spin_until = 0;
+                }
                 int timeout = spinning ? 0 : (ft->retry_due || ft->restores || ft->deferred) ? 1 : -1;
                 int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
                 int n = wait_events(ft, evs, ELEMENTSOF(evs), timeout);
                 bool inbox = false, reads = false, pump = false;
+                /* relaxed: this thread is the counter's only writer */
+                uint64_t served = atomic_load_explicit(&ft->lat.count, memory_order_relaxed);
 
-                if (n > 0 && spin_ns)
-                        spin_until = now_ns() + spin_ns;
-                else if (n == 0 && spinning)
+                if (n == 0 && spinning)
                         continue;
 
                 for (int i = 0; i < n; i++) {
@@ -223,6 +256,11 @@ static void *fault_thread_main(void *arg) {
                         run_restores(ft);
                 if (ft->deferred)
                         run_deferred(ft);
+                if (spin_ns && atomic_load_explicit(&ft->lat.count, memory_order_relaxed) != served) {
+                        if (spinning)
+                                ft->spin_backoff = 0; /* the spin caught this fault */
+                        spin_until = spin_next(ft, spin_ns);
+                }
         }
         return NULL;
 }

@@ -492,7 +492,7 @@ static void test_manager_defaults(void) {
         ASSERT_EQ(cfg.worker_nice, 10);
         ASSERT_EQ(cfg.max_clients, 1024u);
         ASSERT_TRUE(cfg.lock_memory && cfg.sandbox && cfg.fault_pin && cfg.fault_shared && !cfg.worker_sched_idle);
-        ASSERT_EQ(cfg.fault_spin_us, 50u);
+        ASSERT_EQ(cfg.fault_spin_us, 0u);
         ASSERT_EQ(cfg.fault_rt_prio, 0u);
         ASSERT_EQ(cfg.pool_max, 0u);
         ASSERT_EQ(cfg.max_compressed, (uint32_t)(ZSWAP_PAGE_SIZE * 3 / 4));
