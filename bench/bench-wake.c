@@ -48,14 +48,15 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096UL
 
-typedef enum Mode { SAME_CPU, SAME_READ, CROSS_CPU, CROSS_SPIN, UNPINNED, PERCPU, PERCPU_SPIN, UNPINNED_SPIN } Mode;
+typedef enum Mode { SAME_CPU, SAME_READ, CROSS_CPU, CROSS_SPIN, UNPINNED, PERCPU, PERCPU_SPIN, UNPINNED_SPIN, PERCPU_EXCL } Mode;
 
-static const char *const mode_names[] = { "same-cpu", "same-read", "cross-cpu", "cross-spin", "unpinned", "percpu", "percpu-spin", "unpin-spin" };
+static const char *const mode_names[] = { "same-cpu", "same-read", "cross-cpu", "cross-spin", "unpinned", "percpu", "percpu-spin", "unpin-spin", "percpu-excl" };
 
 typedef struct Ctx {
         Mode mode;
@@ -119,7 +120,7 @@ static void *handler_main(void *arg) {
 
         pin(h->cpu);
         if (c->mode != SAME_READ && c->mode != CROSS_SPIN) {
-                struct epoll_event ev = { .events = EPOLLIN | (c->mode == PERCPU || c->mode == PERCPU_SPIN ? EPOLLET : 0) };
+                struct epoll_event ev = { .events = EPOLLIN | (c->mode == PERCPU || c->mode == PERCPU_SPIN ? EPOLLET : c->mode == PERCPU_EXCL ? EPOLLET | EPOLLEXCLUSIVE : 0) };
                 ep = epoll_create1(0);
                 epoll_ctl(ep, EPOLL_CTL_ADD, c->uffd, &ev);
         }
@@ -141,7 +142,7 @@ static void *handler_main(void *arg) {
                         continue;
                 if (c->mode == PERCPU_SPIN || c->mode == UNPINNED_SPIN)
                         h->spin_until = now_ns() + 50000;
-                if (c->mode == PERCPU || c->mode == PERCPU_SPIN) {
+                if (c->mode == PERCPU || c->mode == PERCPU_SPIN || c->mode == PERCPU_EXCL) {
                         if (atomic_flag_test_and_set(&c->lock))
                                 continue; /* the holder's epoll has this edge too */
                         while (serve_one(c))
@@ -162,14 +163,39 @@ static int cmp_u64(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
+/* The handlers run in a process of their own, as the daemon's fault
+ * threads do, unless --same-process: a context switch between two
+ * processes also switches address spaces, which some hypervisors make
+ * far dearer than a switch between two threads of one process. */
+static bool same_process;
+
+static void *shared_alloc(size_t size) {
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+}
+
+static void start_handlers(Handler *hs, int nh) {
+        for (int i = 0; i < nh; i++)
+                pthread_create(&hs[i].thread, NULL, handler_main, &hs[i]);
+}
+
+static void join_handlers(Handler *hs, int nh) {
+        for (int i = 0; i < nh; i++)
+                pthread_join(hs[i].thread, NULL);
+}
+
 static int run(Mode mode, size_t npages, int ncpu) {
-        Ctx *c = aligned_alloc(64, sizeof(*c));
-        Handler hs[2] = {};
-        int nh = mode == PERCPU || mode == PERCPU_SPIN ? (ncpu < 2 ? 1 : 2) : 1;
+        Ctx *c = shared_alloc(sizeof(*c));
+        Handler *hs = shared_alloc(2 * sizeof(*hs));
+        int nh = mode == PERCPU || mode == PERCPU_SPIN || mode == PERCPU_EXCL ? (ncpu < 2 ? 1 : 2) : 1;
         uint64_t *lat = calloc(npages, sizeof(*lat));
         uint8_t *region;
+        pid_t child = -1;
 
-        memset(c, 0, sizeof(*c));
+        if (!c || !hs || !lat) {
+                perror("memory");
+                return -1;
+        }
         c->mode = mode;
         atomic_flag_clear(&c->lock);
         memset(c->page, 0x5a, PAGE);
@@ -195,8 +221,17 @@ static int run(Mode mode, size_t npages, int ncpu) {
                 hs[i].c = c;
                 hs[i].cpu = mode == SAME_CPU || mode == SAME_READ ? 0
                             : mode == CROSS_CPU || mode == CROSS_SPIN ? (ncpu > 1 ? 1 : 0)
-                            : mode == PERCPU || mode == PERCPU_SPIN ? i : -1;
-                pthread_create(&hs[i].thread, NULL, handler_main, &hs[i]);
+                            : mode == PERCPU || mode == PERCPU_SPIN || mode == PERCPU_EXCL ? i : -1;
+        }
+        if (same_process)
+                start_handlers(hs, nh);
+        else if ((child = fork()) == 0) {
+                start_handlers(hs, nh);
+                join_handlers(hs, nh);
+                _exit(0);
+        } else if (child < 0) {
+                perror("fork");
+                return -1;
         }
         pin(mode >= UNPINNED ? -1 : 0);
         if (mode >= UNPINNED) {
@@ -222,31 +257,40 @@ static int run(Mode mode, size_t npages, int ncpu) {
                         ;
         }
         atomic_store(&c->stop, true);
+        if (same_process)
+                join_handlers(hs, nh);
+        else
+                waitpid(child, NULL, 0);
         double cpu = 0;
-        for (int i = 0; i < nh; i++) {
-                pthread_join(hs[i].thread, NULL);
+        for (int i = 0; i < nh; i++)
                 cpu += hs[i].cpu_s;
-        }
         qsort(lat, npages, sizeof(*lat), cmp_u64);
         printf("%-11s %9.1f %9.1f %9.1f %12.1f\n", mode_names[mode], lat[npages / 2] / 1e3,
                lat[npages * 99 / 100] / 1e3, lat[npages - 1] / 1e3, cpu * 1e6 / (double)npages);
         munmap(region, npages * PAGE);
         close(c->uffd);
         free(lat);
-        free(c);
+        munmap(c, sizeof(*c));
+        munmap(hs, 2 * sizeof(*hs));
         pin(-1);
         return 0;
 }
 
 int main(int argc, char **argv) {
-        size_t npages = argc > 1 ? strtoul(argv[1], NULL, 0) : 20000;
+        size_t npages = 20000;
+
+        for (int i = 1; i < argc; i++)
+                if (strcmp(argv[i], "--same-process") == 0)
+                        same_process = true;
+                else
+                        npages = strtoul(argv[i], NULL, 0);
         int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
 
         if (ncpu > 2)
                 ncpu = 2; /* the arrangements are about two vCPUs */
         printf("uffd missing-fault round trip, %zu faults per arrangement, %d CPUs\n", npages, ncpu);
         printf("%-11s %9s %9s %9s %12s\n", "arrangement", "median us", "p99 us", "max us", "handler CPU us/fault");
-        for (Mode m = SAME_CPU; m <= UNPINNED_SPIN; m++)
+        for (Mode m = SAME_CPU; m <= PERCPU_EXCL; m++)
                 if (run(m, npages, ncpu) < 0)
                         return 1;
         return 0;
