@@ -11,6 +11,7 @@
 #include "inject.h"
 #include "fault-internal.h"
 #include "log.h"
+#include "stages.h"
 #include "trace.h"
 
 /*
@@ -502,6 +503,8 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
                  * the clock read drain_uffd() made just before, which
                  * saves the fault path a read */
                 ft->fault_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? (now ? now : now_ns()) : 0;
+                if (msg.event == UFFD_EVENT_PAGEFAULT)
+                        STAGE(ST_READ);
                 now = 0;
                 handle_msg(ft, mm, &msg);
                 /* a fault's fault-around may have read an event (mm->stash):
@@ -596,6 +599,7 @@ void service(FaultThread *ft, MMClient *mm) {
         atomic_store_explicit(&mm->kick, true, memory_order_seq_cst);
         if (pthread_mutex_trylock(&mm->serve_lock) != 0)
                 return;
+        STAGE(ST_LOCK);
         /* seq_cst: the clear must not pass the read of the uffd after it,
          * or it could erase a kick left for a message that read missed;
          * not argued weaker */

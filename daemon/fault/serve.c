@@ -13,6 +13,7 @@
 #include "age.h"
 #include "fault-internal.h"
 #include "log.h"
+#include "stages.h"
 #include "trace.h"
 
 typedef struct RaPage {
@@ -70,6 +71,7 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
                 keep = false;
                 r = uffd_copy(mm->uffd, addr, page, 0);
         }
+        STAGE(ST_COPIED);
         TRACE(TR_INSTALL, addr, loading, (uint64_t)(uint32_t)r | ((const uint64_t *)page)[1] << 32);
 
         if (r == -EAGAIN) {
@@ -776,6 +778,7 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                         if (tiered && tier_read_async(ft, mm, addr, v, loading, around))
                                 return;
                         int r = decode(ft, mm, v, ft->page);
+                        STAGE(ST_DECODED);
                         if (r < 0 && pe_is_tier(v)) {
                                 tier_failed(ft, mm, addr, e, v, loading, r);
                                 return;

@@ -13,6 +13,7 @@
 #include "inject.h"
 #include "fault-internal.h"
 #include "log.h"
+#include "stages.h"
 
 static void run_read_done(FaultThread *ft, MemReadOp *op) {
         if (op->tag == READ_REVOKE)
@@ -220,6 +221,7 @@ static void *fault_thread_main(void *arg) {
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
                 int n = wait_events(ft, evs, ELEMENTSOF(evs), timeout);
+                STAGE(ST_WAKE);
                 bool inbox = false, reads = false, pump = false;
                 /* relaxed: this thread is the counter's only writer */
                 uint64_t served = atomic_load_explicit(&ft->lat.count, memory_order_relaxed);
@@ -241,6 +243,7 @@ static void *fault_thread_main(void *arg) {
                                 continue;
                         }
                         service(ft, evs[i].data.ptr);
+                        STAGE(ST_SERVICE_END);
                 }
                 if (ft->reads)
                         run_reads(ft, reads);
@@ -261,7 +264,9 @@ static void *fault_thread_main(void *arg) {
                                 ft->spin_backoff = 0; /* the spin caught this fault */
                         spin_until = spin_next(ft, spin_ns);
                 }
+                STAGE_LOOP_END();
         }
+        STAGE_REPORT(ft->idx);
         return NULL;
 }
 
