@@ -33,7 +33,9 @@ static void help(void) {
                "  -w, --workers N         compression worker threads (default: CPUs)\n"
                "  -t, --fault-threads N   fault-serving threads (default: CPUs)\n"
                "  -p, --pool-max SIZE     largest pool, e.g. 4G (default: unlimited)\n"
-               "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default %s, 0: off)\n"
+               "  -S, --fault-spin-us N   after a fault, poll N us before sleeping (default %s: 0 or 50,\n"
+               "                          whichever is faster here, measured at start; 0: off)\n"
+               "      --fault-wake WHICH  a fault wakes all fault threads or one (default %s: measured)\n"
                "  -F, --fault-shared      every fault thread watches every client, pinned one per CPU,\n"
                "                          so a fault is served on the CPU that took it (default)\n"
                "  -H, --fault-home        each client is served by one fault thread only, unpinned\n"
@@ -59,14 +61,14 @@ static void help(void) {
                "      --version           show the version\n\n"
                "Command-line options win over the file's [daemon] section.\n"
                "See zswapd(8) and zswapd.conf(5).\n",
-               def("daemon", "socket"), def("daemon", "compressor"), def(NULL, "fault-spin-us"), ZSWAP_BATCH_MAX,
+               def("daemon", "socket"), def("daemon", "compressor"), def(NULL, "fault-spin-us"), def(NULL, "fault-wake"), ZSWAP_BATCH_MAX,
                def("daemon", "batch"), def("daemon", "worker_nice"), CONFIG_DEFAULT_PATH, def(NULL, "read-bound-ms"));
 }
 
 static bool no_config;    /* --no-config: not even the default file */
 static bool check_config; /* --check-config: read the configuration, say if it is good, exit */
 
-enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX, OPT_CHECK_CONFIG, OPT_READ_BOUND }; /* long options only */
+enum { OPT_NO_MLOCK = 0x100, OPT_NO_SANDBOX, OPT_CHECK_CONFIG, OPT_READ_BOUND, OPT_FAULT_WAKE }; /* long options only */
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *ret) {
         char *end;
@@ -94,6 +96,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                 { "no-mlock", no_argument, NULL, OPT_NO_MLOCK }, { "no-sandbox", no_argument, NULL, OPT_NO_SANDBOX },
                 { "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
                 { "read-bound-ms", required_argument, NULL, OPT_READ_BOUND },
+                { "fault-wake", required_argument, NULL, OPT_FAULT_WAKE },
                 {}
         };
         unsigned level;
@@ -181,8 +184,10 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         }
                         break;
                 case 'S':
-                        if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
-                                fprintf(stderr, "zswapd: --fault-spin-us takes 0..10000\n");
+                        if (strcmp(optarg, "auto") == 0)
+                                cfg->fault_spin_us = FAULT_SPIN_AUTO;
+                        else if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
+                                fprintf(stderr, "zswapd: --fault-spin-us takes auto or 0..10000\n");
                                 return -EINVAL;
                         }
                         break;
@@ -216,6 +221,12 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         break;
                 case OPT_CHECK_CONFIG:
                         check_config = true;
+                        break;
+                case OPT_FAULT_WAKE:
+                        if (fault_wake_from_string(optarg, &cfg->fault_wake) < 0) {
+                                fprintf(stderr, "zswapd: --fault-wake takes auto, all or one\n");
+                                return -EINVAL;
+                        }
                         break;
                 case OPT_READ_BOUND: {
                         unsigned ms;

@@ -129,8 +129,10 @@ const ConfigSetting config_settings[] = {
           "resident limit of each of the user's clients, unless it sets its own; none: the [reclaim] limit" },
 
         /* the command line only (zswapd --help, zswapd(8)) */
-        { NULL, "fault-spin-us", -1, "0", CMDLINE, false,
-          "after a fault, poll this many microseconds before sleeping (0..10000, 0: off)" },
+        { NULL, "fault-spin-us", -1, "auto", CMDLINE, false,
+          "after a fault, poll this many microseconds before sleeping (0..10000, 0: off; auto: 0 or 50, measured at start)" },
+        { NULL, "fault-wake", -1, "auto", CMDLINE, false,
+          "with the shared service, a fault wakes every fault thread (all) or one (one); auto: measured at start" },
         { NULL, "fault-rt-prio", -1, "0", CMDLINE, false,
           "fault threads SCHED_FIFO at this priority (0..99, 0: time-shared)" },
         { NULL, "read-bound-ms", -1, "1000", CMDLINE, false,

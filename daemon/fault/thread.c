@@ -45,7 +45,11 @@ static void run_due_retries(FaultThread *ft) {
 }
 
 void fault_thread_own(FaultThread *ft, MMClient *mm) {
-        struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = mmclient_ref(mm) };
+        /* with wake one, the kernel wakes the first thread of the uffd's
+         * queue that sleeps; the others find the uffd ready when they
+         * next look (calibrate.h) */
+        uint32_t one = ft->core->cfg.fault_shared && ft->core->cfg.fault_wake_one ? EPOLLEXCLUSIVE : 0;
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLET | one, .data.ptr = mmclient_ref(mm) };
         MMClient **n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
 
         /* an address space nobody watches has its faults wait forever (a

@@ -241,6 +241,14 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         m->cfg.conf = NULL; /* the caller's; ours is m->conf */
         m->reclaim.tun = m->conf.tun;
         m->listen_fd = m->signal_fd = m->timer_fd = m->epfd = -1;
+        /* before any thread of ours runs, and before the memory is locked
+         * (the probe's region must fault) */
+        FaultCalibration fc = { .shared = cfg->fault_shared, .pin = cfg->fault_pin, .threads = cfg->fault_threads,
+                                .wake = cfg->fault_wake, .spin_us = cfg->fault_spin_us };
+        fault_calibrate(&fc);
+        if (fc.summary[0])
+                log_info("fault service measured: %s; chosen: wake %s, spin %u us", fc.summary,
+                         fault_wake_name(fc.wake), fc.spin_us);
         m->core.cfg = (CoreConfig){
                 .codec = cfg->codec,
                 .level = cfg->level,
@@ -251,7 +259,8 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
                 .max_regions = cfg->max_regions,
                 .max_registered = cfg->max_registered,
                 .fault_threads = cfg->fault_threads,
-                .fault_spin_us = cfg->fault_spin_us,
+                .fault_spin_us = fc.spin_us,
+                .fault_wake_one = fc.wake == FAULT_WAKE_ONE,
                 .fault_pin = cfg->fault_pin,
                 .fault_shared = cfg->fault_shared,
                 .fault_rt_prio = cfg->fault_rt_prio,

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "calibrate.h"
 #include "config.h"
 #include "core.h"
 #include "macro.h"
@@ -28,7 +29,8 @@ typedef struct ManagerConfig {
         int worker_nice;        /* workers' nice value (unless SCHED_IDLE) */
         bool worker_sched_idle; /* workers run SCHED_IDLE */
         unsigned fault_threads; /* threads serving faults */
-        unsigned fault_spin_us; /* poll this long after a fault before sleeping */
+        unsigned fault_spin_us; /* poll this long after a fault before sleeping; FAULT_SPIN_AUTO: measured at start */
+        FaultWake fault_wake;   /* shared service: how many threads a fault wakes; auto: measured at start */
         bool fault_pin;         /* pin fault thread i to CPU i when there is one per CPU */
         bool fault_shared;      /* every fault thread watches every uffd (else: the home thread only) */
         unsigned fault_rt_prio; /* fault threads SCHED_FIFO at this priority, 0: time-shared */

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "conf.h"
@@ -15,11 +16,24 @@
 /* A command-line-only row's default as a number; a default its row
  * cannot be read as is a bug in the table, which tests/test-config.c
  * catches before any daemon runs. */
-static unsigned cmdline_default(const char *option) {
+static const char *cmdline_default_str(const char *option) {
         const ConfigSetting *s = config_setting(NULL, option);
+
+        if (!s) {
+                fprintf(stderr, "zswapd: no default of --%s\n", option);
+                abort();
+        }
+        return s->def;
+}
+
+/* auto: FAULT_SPIN_AUTO */
+static unsigned cmdline_default(const char *option) {
+        const char *def = cmdline_default_str(option);
         uint64_t v;
 
-        if (!s || conf_parse_uint(s->def, &v) < 0 || v > UINT_MAX) {
+        if (strcmp(def, "auto") == 0)
+                return FAULT_SPIN_AUTO;
+        if (conf_parse_uint(def, &v) < 0 || v >= UINT_MAX) {
                 fprintf(stderr, "zswapd: bad default of --%s\n", option);
                 abort();
         }
@@ -68,4 +82,8 @@ void manager_config_defaults(ManagerConfig *cfg, const DaemonConf *d, unsigned n
                 cfg->socket_path = env;
         cfg->fault_spin_us = cmdline_default("fault-spin-us");
         cfg->fault_rt_prio = cmdline_default("fault-rt-prio");
+        if (fault_wake_from_string(cmdline_default_str("fault-wake"), &cfg->fault_wake) < 0) {
+                fprintf(stderr, "zswapd: bad default of --fault-wake\n");
+                abort();
+        }
 }

@@ -349,7 +349,9 @@ static void test_table(void) {
                         test_fail("config_setting(%s, %s) does not find its row", sec, s->key);
                 if (!s->section) {
                         ASSERT_EQ(s->when, CONFIG_CMDLINE);
-                        def_uint(NULL, s->key);
+                        /* a number, or auto (measured at start, calibrate.h) */
+                        if (strcmp(s->def, "auto") != 0)
+                                def_uint(NULL, s->key);
                         continue;
                 }
                 if (strcmp(sec, "daemon") == 0 || strcmp(sec, "tier") == 0)
@@ -479,7 +481,10 @@ static void test_manager_defaults(void) {
         ASSERT_EQ((uint64_t)cfg.max_clients, def_uint("daemon", "max_clients"));
         ASSERT_EQ(cfg.lock_memory, def_bool("daemon", "lock_memory"));
         ASSERT_EQ(cfg.sandbox, def_bool("daemon", "sandbox"));
-        ASSERT_EQ((uint64_t)cfg.fault_spin_us, def_uint(NULL, "fault-spin-us"));
+        ASSERT_STREQ(def(NULL, "fault-spin-us"), "auto");
+        ASSERT_EQ(cfg.fault_spin_us, FAULT_SPIN_AUTO);
+        ASSERT_STREQ(def(NULL, "fault-wake"), "auto");
+        ASSERT_EQ(cfg.fault_wake, FAULT_WAKE_AUTO);
         ASSERT_EQ((uint64_t)cfg.fault_rt_prio, def_uint(NULL, "fault-rt-prio"));
         ASSERT_EQ(cfg.listen_fd, -1);
         ASSERT_EQ(cfg.cli_set, 0u);
@@ -492,7 +497,8 @@ static void test_manager_defaults(void) {
         ASSERT_EQ(cfg.worker_nice, 10);
         ASSERT_EQ(cfg.max_clients, 1024u);
         ASSERT_TRUE(cfg.lock_memory && cfg.sandbox && cfg.fault_pin && cfg.fault_shared && !cfg.worker_sched_idle);
-        ASSERT_EQ(cfg.fault_spin_us, 0u);
+        ASSERT_EQ(cfg.fault_spin_us, FAULT_SPIN_AUTO);
+        ASSERT_EQ(cfg.fault_wake, FAULT_WAKE_AUTO);
         ASSERT_EQ(cfg.fault_rt_prio, 0u);
         ASSERT_EQ(cfg.pool_max, 0u);
         ASSERT_EQ(cfg.max_compressed, (uint32_t)(ZSWAP_PAGE_SIZE * 3 / 4));
@@ -526,7 +532,8 @@ static void test_usage(void) {
                 { "daemon", "compressor", "--compressor NAME   %s (default)" },
                 { "daemon", "batch", "(default %s)\n  -n, --worker-nice" },
                 { "daemon", "worker_nice", "nice value of the compression workers (default %s)" },
-                { NULL, "fault-spin-us", "poll N us before sleeping (default %s, 0: off)" },
+                { NULL, "fault-spin-us", "poll N us before sleeping (default %s: 0 or 50" },
+                { NULL, "fault-wake", "all fault threads or one (default %s: measured)" },
                 { NULL, "read-bound-ms", "(default %s)\n  -o, --set" },
         };
 
