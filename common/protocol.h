@@ -193,6 +193,13 @@ typedef struct ZMsgStatsReply {
 #define ZSWAP_LAT_LE_MIN_SHIFT 10 /* lat_le[0]: <= 2^10 ns */
 #define ZSWAP_LAT_LE_N 24
 #define ZSWAP_CODEC_NAME_MAX 16
+/* ZMsgStatusReply.fault_service: the fault threads' wake-up and poll, as
+ * the daemon chose them (daemon/fault/calibrate.h) */
+#define ZSTATUS_FAULT_KNOWN (1u << 31)   /* the daemon filled the field */
+#define ZSTATUS_FAULT_WAKE_ONE (1u << 30) /* a fault wakes one thread, not all */
+#define ZSTATUS_FAULT_HOME (1u << 29)    /* each client served by its home thread only */
+#define ZSTATUS_FAULT_SPIN_MASK 0xffffu  /* microseconds of polling after a fault */
+
 typedef struct ZMsgStatusReply {
         ZMsgHeader hdr;
         int32_t status;
@@ -202,7 +209,7 @@ typedef struct ZMsgStatusReply {
         int32_t level;                     /* as configured; 0: the codec's default */
         uint32_t fault_threads;
         uint32_t workers;
-        uint32_t reserved2;
+        uint32_t fault_service;            /* ZSTATUS_FAULT_*: how faults are served; 0 from a daemon that does not say */
         uint64_t pool_bound;               /* bytes the pool may take, 0: no bound */
         uint64_t protocol_errors;          /* malformed messages since start */
         uint64_t rate_window_ms;

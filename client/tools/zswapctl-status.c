@@ -62,6 +62,15 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         /* what packing costs: chunk memory not holding object bytes */
         ADD("pool_overhead_bytes", K_SIZE, s->pool_bytes > s->compressed_bytes ? s->pool_bytes - s->compressed_bytes : 0);
         ADD("fault_threads", K_COUNT, st->fault_threads);
+        /* how a fault wakes the threads: as the daemon measured at start
+         * (zswapd(8), FAULT SERVICE); "-" from a daemon that does not say */
+        bool known = st->fault_service & ZSTATUS_FAULT_KNOWN;
+        f[n++] = (Field){ .name = "fault_wake", .kind = K_TEXT,
+                          .text = !known                                          ? "-"
+                                  : st->fault_service & ZSTATUS_FAULT_HOME       ? "home"
+                                  : st->fault_service & ZSTATUS_FAULT_WAKE_ONE   ? "one"
+                                                                                 : "all" };
+        ADD("fault_spin_us", K_COUNT, st->fault_service & ZSTATUS_FAULT_SPIN_MASK);
         ADD("workers", K_COUNT, st->workers);
         ADD("protocol_errors", K_COUNT, st->protocol_errors);
         ADD("moves_revoked", K_COUNT, st->moves_revoked);

@@ -572,6 +572,13 @@ int main(void) {
         ASSERT_EQ(json_field(out, "refaults"), 0);
         ASSERT_EQ(json_field(out, "clean_reevictions"), 0);
         ASSERT_EQ(json_field(out, "pool_full_events"), 0);
+        /* the fault service the daemon chose at start (calibrate.h): with
+         * the defaults, one of the arrangements auto chooses between */
+        if (!strstr(out, "\"fault_wake\": \"one\"") && !strstr(out, "\"fault_wake\": \"all\"") &&
+            !strstr(out, "\"fault_wake\": \"home\""))
+                test_fail("status --json says no fault_wake:\n%s", out);
+        if (!getenv("TEST_DAEMON_ARGS"))
+                ASSERT_TRUE(json_field(out, "fault_spin_us") == 0 || json_field(out, "fault_spin_us") == 50);
 
         snprintf(cmd, sizeof(cmd), "%s --socket %s status --bytes", ctl, d.sock);
         out = run(cmd, &st);
