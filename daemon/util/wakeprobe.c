@@ -28,6 +28,7 @@
 #define PAGE 4096UL
 #define MAX_HANDLERS 64
 #define FILL 0x5a
+#define PROBE_BOUND_S 10 /* the most a handler process may live */
 
 const char *const wake_arr_names[WAKE_N] = {
         [WAKE_SAME_CPU] = "same-cpu",           [WAKE_SAME_READ] = "same-read",
@@ -45,7 +46,14 @@ typedef struct Ctx {
         int stop_fd;        /* eventfd, written at the end: no handler sleeps through it */
         _Atomic bool stop;
         _Atomic unsigned ready; /* handlers waiting for faults */
-        atomic_flag lock; /* percpu: one reader of the uffd at a time */
+        /* percpu: one reader of the uffd at a time (lock), and the
+         * daemon's handshake (fault/events.c service()): a handler that
+         * finds the lock taken leaves a kick, and the holder reads again
+         * after it lets go if it finds one. With EPOLLEXCLUSIVE the
+         * holder's epoll may never hear of a fault that woke another
+         * handler, so without the kick that fault would wait for ever */
+        atomic_flag lock;
+        _Atomic bool kick;
         _Alignas(64) uint8_t page[PAGE];
 } Ctx;
 
@@ -124,11 +132,16 @@ static void *handler_main(void *arg) {
                         continue;
                 bool served = false;
                 if (arr_percpu(a)) {
-                        if (atomic_flag_test_and_set_explicit(&c->lock, memory_order_acquire))
-                                continue; /* the holder reads until the uffd is empty */
-                        while (serve_one(c))
-                                served = true;
-                        atomic_flag_clear_explicit(&c->lock, memory_order_release);
+                        /* seq_cst: a store-buffering handshake, as service()'s */
+                        atomic_store_explicit(&c->kick, true, memory_order_seq_cst);
+                        while (!atomic_flag_test_and_set_explicit(&c->lock, memory_order_seq_cst)) {
+                                atomic_store_explicit(&c->kick, false, memory_order_seq_cst);
+                                while (serve_one(c))
+                                        served = true;
+                                atomic_flag_clear_explicit(&c->lock, memory_order_seq_cst);
+                                if (!atomic_load_explicit(&c->kick, memory_order_seq_cst))
+                                        break;
+                        }
                 } else
                         while (serve_one(c))
                                 served = true;
@@ -290,9 +303,13 @@ int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret) {
                         goto out;
                 }
                 if (child == 0) {
-                        /* never outlive the probe */
+                        /* never outlive the probe, nor keep it waiting
+                         * past a bound: a child that dies ends the
+                         * caller's faults (zero pages: -EIO) */
                         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
                                 _exit(1);
+                        signal(SIGALRM, SIG_DFL);
+                        alarm(PROBE_BOUND_S);
                         _exit(start_handlers(hs, nh) < 0 ? 1 : (join_handlers(hs, nh), 0));
                 }
                 /* the child's copy is the uffd now (c->uffd names it

@@ -15,7 +15,8 @@
  * (daemon/fault/calibrate.c). The child holds the only reference to the
  * uffd once it runs, so a child that dies ends the faults instead of
  * leaving the caller waiting (the kernel then maps zero pages, which the
- * probe reports as an error).
+ * probe reports as an error), and the child lives 10 s at most (an alarm),
+ * so the caller's wait is bounded even if its handlers stopped serving.
  */
 #pragma once
 
