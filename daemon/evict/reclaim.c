@@ -445,8 +445,10 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
         if (!reclaim_watches(rc, mm, limit, idle))
                 return;
         bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
+        uint64_t back = mmclient_pages_back(mm); /* before the count: what comes after it is counted next time */
         mm->rc.resident = scan_client(rc, mm, now, write_scan);
         mm->rc.measured_ms = now;
+        mm->rc.back_at_scan = back;
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
         if (now - mm->rc.thrash_ms >= 500) {
                 ThrashCtx c = { .rc = rc, .mm = mm, .now = now };
@@ -500,11 +502,41 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
         evict_pump(rc->core, mm);
 }
 
+/*
+ * A limit is met at each count, and a program that reads through its
+ * evicted memory brings pages back between two counts: at tens of
+ * thousands of faults a second, a whole interval of them is many times a
+ * small limit. So a client with a limit whose pages came back since its
+ * last count, by a sixteenth of the limit (at least EARLY_MIN_PAGES), is
+ * counted again at the manager's next tick rather than at the next
+ * interval, and its eviction is given the new excess. The count is what
+ * it costs (a PAGEMAP_SCAN of the client's regions), at most once per
+ * that many pages brought back.
+ */
+#define EARLY_MIN_PAGES 64
+
+static void reclaim_early(Reclaim *rc, uint64_t now) {
+        for (MMClient *mm = *rc->mms; mm; mm = mm->next) {
+                if (!client_managed(mm) || !mm->rc.measured_ms)
+                        continue;
+                uint64_t limit_pages = reclaim_client_limit(rc, mm) >> ZSWAP_PAGE_SHIFT,
+                         back = mmclient_pages_back(mm) - mm->rc.back_at_scan;
+                if (!limit_pages || back < MAX(limit_pages / 16, (uint64_t)EARLY_MIN_PAGES))
+                        continue;
+                mm->rc.early_scans++;
+                log_debug("pid %d: %llu pages back since the last count: counted again before the interval",
+                          (int)mmclient_pid(mm), (unsigned long long)back);
+                reclaim_client(rc, mm, now);
+        }
+}
+
 void reclaim_tick(Reclaim *rc) {
         uint64_t now = now_ms();
 
-        if (now - rc->reclaim_last_ms < rc->tun.interval_ms)
+        if (now - rc->reclaim_last_ms < rc->tun.interval_ms) {
+                reclaim_early(rc, now);
                 return;
+        }
         rc->reclaim_last_ms = now;
         if (atomic_load_explicit(&rc->core->pool_full, memory_order_relaxed)) {
                 /* make room: kept copies of clean pages are a cache */

@@ -106,6 +106,8 @@ typedef struct MMReclaim {
         uint64_t pressure_left; /* of what it asked, pages not yet planned */
         uint64_t pressure_cap;  /* the most pressure_left may be: this period's share */
         uint64_t measured_ms;   /* when resident was counted last */
+        uint64_t back_at_scan;  /* pages the fault threads had put back (mmclient_pages_back()) at that count */
+        uint64_t early_scans;   /* counts made before the interval because pages came back (reclaim_early()) */
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;
 } MMReclaim;
@@ -448,6 +450,15 @@ static inline uint64_t mmclient_held_pages(MMClient *mm) {
         return atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed) +
                atomic_load_explicit(&mm->st.same_pages, memory_order_relaxed) +
                atomic_load_explicit(&mm->st.staged_pages, memory_order_relaxed);
+}
+
+/* Pages the fault threads have made resident for the client since it came:
+ * faults served with content or zeros, and pages installed ahead. Relaxed
+ * counters, only ever compared with an earlier reading (reclaim_early()). */
+static inline uint64_t mmclient_pages_back(MMClient *mm) {
+        return atomic_load_explicit(&mm->st.faults, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.faults_zero, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.prefetches, memory_order_relaxed);
 }
 
 /* Map the client's sync page from memfd fd (sealed against shrinking,

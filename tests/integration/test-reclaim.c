@@ -5,6 +5,8 @@
  *   limit     zswap_set_limit() and `zswapctl limit PID SIZE` hold the
  *             client's resident memory under the limit, also after the
  *             program touched everything again; no limit: nothing moves
+ *   early     a limited client whose pages came back is counted again at
+ *             once, not at the next interval
  *   clean     a page restored by a read and evicted again reuses its
  *             compressed copy (counted, no compression); a write found by
  *             the write scan drops the copy, and the new content survives
@@ -183,6 +185,49 @@ static void test_limit(void) {
         ASSERT_EQ(s.evictions, ev0);
         ASSERT_EQ(s.limit_bytes, 0);
         ASSERT_TRUE(present_pages(buf, len) == len / ZSWAP_PAGE_SIZE);
+        ASSERT_EQ(verify_pages(buf, len, h), 0);
+        zswap_disconnect(c);
+        td_stop(&d);
+        free(h);
+}
+
+/* A program reading through its memory brings pages back between two
+ * counts. A client with a limit is counted again once a sixteenth of its
+ * limit came back (at least 64 pages), at the manager's next tick (20 ms),
+ * not at the next interval (1 s here): the daemon's log says so, and the
+ * eviction it plans takes the pages out again. Without it the log never
+ * says so, whatever the interval. */
+static void test_early(void) {
+        TestDaemon d;
+        size_t len = 16 << 20;
+        uint64_t limit = 4 << 20;
+        uint64_t *h = malloc(len / ZSWAP_PAGE_SIZE * 8);
+        static const char early[] = "counted again before the interval";
+
+        td_start_logged(&d, "-v --set interval=1s");
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, len, 12, h);
+
+        ASSERT_OK(zswap_set_limit(c, limit)); /* counted at once (reclaim_soon()) */
+        ASSERT_TRUE(wait_resident(c, limit, TEST_WAIT_S) >= 0);
+        wait_settled(c, "first count");
+        unsigned early0 = td_log_count(&d, early);
+        uint64_t ev0 = client_stats(c).reclaim_evictions;
+        /* every page back, each checked: 3/4 of them were out */
+        ASSERT_EQ(verify_pages(buf, len, h), 0);
+        double t0 = now_s();
+        while (td_log_count(&d, early) == early0 || client_stats(c).reclaim_evictions == ev0) {
+                if (now_s() - t0 > TEST_WAIT_S) {
+                        td_log_dump(&d);
+                        test_fail("no early count after %d s: %u early counts, %llu reclaim evictions (%llu before)",
+                                  TEST_WAIT_S, td_log_count(&d, early),
+                                  (unsigned long long)client_stats(c).reclaim_evictions, (unsigned long long)ev0);
+                }
+                sleep_ms(20);
+        }
+        fprintf(stderr, "early: counted again %.2f s after the pages came back, %u early counts\n", now_s() - t0,
+                td_log_count(&d, early) - early0);
+        ASSERT_TRUE(wait_resident(c, limit, TEST_WAIT_S) >= 0);
         ASSERT_EQ(verify_pages(buf, len, h), 0);
         zswap_disconnect(c);
         td_stop(&d);
@@ -501,7 +546,7 @@ int main(int argc, char **argv) {
                 const char *name;
                 void (*fn)(void);
         } cases[] = {
-                { "limit", test_limit }, { "clean", test_clean },   { "idle", test_idle },
+                { "limit", test_limit }, { "early", test_early },   { "clean", test_clean },   { "idle", test_idle },
                 { "pool", test_pool },   { "thrash", test_thrash }, { "pressure", test_pressure },
         };
 
