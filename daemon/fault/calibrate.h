@@ -28,7 +28,7 @@
 
 #define FAULT_SPIN_AUTO (~0u)   /* --fault-spin-us auto */
 #define CALIBRATE_SPIN_US 50u   /* the poll auto may choose */
-#define CALIBRATE_FAULTS 250u   /* faults per arrangement and round */
+#define CALIBRATE_FAULTS 150u   /* faults per arrangement and round */
 
 typedef enum FaultWake {
         FAULT_WAKE_AUTO,
