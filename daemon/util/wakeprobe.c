@@ -308,7 +308,11 @@ int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret) {
                          * caller's faults (zero pages: -EIO) */
                         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
                                 _exit(1);
+                        sigset_t alrm;
+                        sigemptyset(&alrm);
+                        sigaddset(&alrm, SIGALRM);
                         signal(SIGALRM, SIG_DFL);
+                        sigprocmask(SIG_UNBLOCK, &alrm, NULL); /* a caller's mask must not lift the bound */
                         alarm(PROBE_BOUND_S);
                         _exit(start_handlers(hs, nh) < 0 ? 1 : (join_handlers(hs, nh), 0));
                 }
