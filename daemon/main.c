@@ -184,9 +184,7 @@ static int parse_args(int argc, char **argv, ManagerConfig *cfg) {
                         }
                         break;
                 case 'S':
-                        if (strcmp(optarg, "auto") == 0)
-                                cfg->fault_spin_us = FAULT_SPIN_AUTO;
-                        else if (parse_uint(optarg, 0, 10000, &cfg->fault_spin_us) < 0) {
+                        if (fault_spin_from_string(optarg, &cfg->fault_spin_us) < 0) {
                                 fprintf(stderr, "zswapd: --fault-spin-us takes auto or 0..10000\n");
                                 return -EINVAL;
                         }

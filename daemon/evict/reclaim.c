@@ -523,7 +523,6 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                          back = mmclient_pages_back(mm) - mm->rc.back_at_scan;
                 if (!limit_pages || back < MAX(limit_pages / 16, (uint64_t)EARLY_MIN_PAGES))
                         continue;
-                mm->rc.early_scans++;
                 log_debug("pid %d: %llu pages back since the last count: counted again before the interval",
                           (int)mmclient_pid(mm), (unsigned long long)back);
                 reclaim_client(rc, mm, now);

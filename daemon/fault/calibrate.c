@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "calibrate.h"
+#include "conf.h"
 #include "macro.h"
 #include "wakeprobe.h"
 
@@ -34,6 +35,19 @@ int fault_wake_from_string(const char *s, FaultWake *ret) {
         return 0;
 }
 
+int fault_spin_from_string(const char *s, unsigned *ret) {
+        uint64_t v;
+
+        if (strcmp(s, "auto") == 0) {
+                *ret = FAULT_SPIN_AUTO;
+                return 0;
+        }
+        if (conf_parse_uint(s, &v) < 0 || v > FAULT_SPIN_MAX)
+                return -EINVAL;
+        *ret = (unsigned)v;
+        return 0;
+}
+
 typedef struct Candidate {
         WakeArr arr;
         FaultWake wake;
@@ -41,8 +55,10 @@ typedef struct Candidate {
         double best_us; /* the lowest median over the rounds */
 } Candidate;
 
+/* auto as the defaults; and with the home service there is one thread to
+ * wake, which is "all" */
 static void settle(FaultCalibration *c) {
-        if (c->wake == FAULT_WAKE_AUTO)
+        if (c->wake == FAULT_WAKE_AUTO || !c->shared)
                 c->wake = FAULT_WAKE_ALL;
         if (c->spin_us == FAULT_SPIN_AUTO)
                 c->spin_us = 0;
@@ -55,19 +71,23 @@ void fault_calibrate(FaultCalibration *c) {
         int ncpu;
 
         c->summary[0] = 0;
-        if (c->wake != FAULT_WAKE_AUTO && c->spin_us != FAULT_SPIN_AUTO)
+        if (c->wake != FAULT_WAKE_AUTO && c->spin_us != FAULT_SPIN_AUTO) {
+                settle(c);
                 return;
+        }
         if (RUNNING_ON_VALGRIND || sched_getaffinity(0, sizeof(allowed), &allowed) < 0 ||
             (ncpu = CPU_COUNT(&allowed)) < 2) {
                 settle(c);
                 return;
         }
         /* the arrangements the daemon would run, as wakeprobe.h has them */
-        static const unsigned spins[2] = { 0, CALIBRATE_SPIN_US };
-        for (int s = 0; s < 2; s++) {
-                unsigned spin = c->spin_us == FAULT_SPIN_AUTO ? spins[s] : c->spin_us;
-                if (s == 1 && c->spin_us != FAULT_SPIN_AUTO)
-                        break;
+        unsigned spins[2] = { 0, CALIBRATE_SPIN_US }, nspins = 2;
+        if (c->spin_us != FAULT_SPIN_AUTO) {
+                spins[0] = c->spin_us;
+                nspins = 1;
+        }
+        for (unsigned s = 0; s < nspins; s++) {
+                unsigned spin = spins[s];
                 if (!c->shared) {
                         cand[n++] = (Candidate){ spin ? WAKE_UNPINNED_SPIN : WAKE_UNPINNED, FAULT_WAKE_ALL, spin, 0 };
                         continue;
@@ -104,16 +124,13 @@ void fault_calibrate(FaultCalibration *c) {
                                 cand[i].best_us = p.median_us;
                 }
         size_t best = 0, len = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 1; i < n; i++)
                 if (cand[i].best_us < cand[best].best_us)
                         best = i;
-                len += (size_t)snprintf(c->summary + len, sizeof(c->summary) - MIN(len, sizeof(c->summary)),
-                                        "%s%s %.1f us", i ? ", " : "", wake_arr_names[cand[i].arr], cand[i].best_us);
-                if (len >= sizeof(c->summary))
-                        break;
-        }
-        if (c->shared)
-                c->wake = cand[best].wake;
+        for (size_t i = 0; i < n && len < sizeof(c->summary); i++)
+                len += (size_t)snprintf(c->summary + len, sizeof(c->summary) - len, "%s%s %.1f us", i ? ", " : "",
+                                        wake_arr_names[cand[i].arr], cand[i].best_us);
+        c->wake = cand[best].wake;
         c->spin_us = cand[best].spin_us;
         settle(c);
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #define FAULT_SPIN_AUTO (~0u)   /* --fault-spin-us auto */
+#define FAULT_SPIN_MAX 10000u
 #define CALIBRATE_SPIN_US 50u   /* the poll auto may choose */
 #define CALIBRATE_FAULTS 150u   /* faults per arrangement and round */
 
@@ -53,4 +54,7 @@ typedef struct FaultCalibration {
 void fault_calibrate(FaultCalibration *c);
 
 const char *fault_wake_name(FaultWake w);
+/* "auto", "all", "one"; -EINVAL otherwise */
 int fault_wake_from_string(const char *s, FaultWake *ret);
+/* "auto" (FAULT_SPIN_AUTO) or 0..FAULT_SPIN_MAX; -EINVAL otherwise */
+int fault_spin_from_string(const char *s, unsigned *ret);

@@ -48,7 +48,7 @@ void fault_thread_own(FaultThread *ft, MMClient *mm) {
         /* with wake one, the kernel wakes the first thread of the uffd's
          * queue that sleeps; the others find the uffd ready when they
          * next look (calibrate.h) */
-        uint32_t one = ft->core->cfg.fault_shared && ft->core->cfg.fault_wake_one ? EPOLLEXCLUSIVE : 0;
+        uint32_t one = ft->core->cfg.fault_wake_one ? EPOLLEXCLUSIVE : 0;
         struct epoll_event ev = { .events = EPOLLIN | EPOLLET | one, .data.ptr = mmclient_ref(mm) };
         MMClient **n = INJECT_ALLOC(realloc(ft->owned, (ft->nowned + 1) * sizeof(*n)));
 

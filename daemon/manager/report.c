@@ -200,7 +200,7 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.level = m->cfg.level;
         rep.fault_threads = m->core.nfts;
         rep.fault_service = ZSTATUS_FAULT_KNOWN | (m->core.cfg.fault_shared ? 0 : ZSTATUS_FAULT_HOME) |
-                            (m->core.cfg.fault_shared && m->core.cfg.fault_wake_one ? ZSTATUS_FAULT_WAKE_ONE : 0) |
+                            (m->core.cfg.fault_wake_one ? ZSTATUS_FAULT_WAKE_ONE : 0) |
                             (MIN(m->core.cfg.fault_spin_us, ZSTATUS_FAULT_SPIN_MASK));
         rep.workers = m->cfg.workers;
         rep.pool_bound = atomic_load_explicit(&m->core.pool_bound, memory_order_relaxed);

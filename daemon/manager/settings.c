@@ -6,16 +6,15 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "config.h"
 #include "conf.h"
 #include "macro.h"
 #include "manager.h"
 
-/* A command-line-only row's default as a number; a default its row
- * cannot be read as is a bug in the table, which tests/test-config.c
- * catches before any daemon runs. */
+/* A command-line-only row's default, as written; as a number below. A
+ * default its row cannot be read as is a bug in the table, which
+ * tests/test-config.c catches before any daemon runs. */
 static const char *cmdline_default_str(const char *option) {
         const ConfigSetting *s = config_setting(NULL, option);
 
@@ -26,14 +25,10 @@ static const char *cmdline_default_str(const char *option) {
         return s->def;
 }
 
-/* auto: FAULT_SPIN_AUTO */
 static unsigned cmdline_default(const char *option) {
-        const char *def = cmdline_default_str(option);
         uint64_t v;
 
-        if (strcmp(def, "auto") == 0)
-                return FAULT_SPIN_AUTO;
-        if (conf_parse_uint(def, &v) < 0 || v >= UINT_MAX) {
+        if (conf_parse_uint(cmdline_default_str(option), &v) < 0 || v > UINT_MAX) {
                 fprintf(stderr, "zswapd: bad default of --%s\n", option);
                 abort();
         }
@@ -80,10 +75,10 @@ void manager_config_defaults(ManagerConfig *cfg, const DaemonConf *d, unsigned n
         manager_config_apply(cfg, d, (1u << _DKEY_MAX) - 1, ncpu);
         if (env)
                 cfg->socket_path = env;
-        cfg->fault_spin_us = cmdline_default("fault-spin-us");
         cfg->fault_rt_prio = cmdline_default("fault-rt-prio");
-        if (fault_wake_from_string(cmdline_default_str("fault-wake"), &cfg->fault_wake) < 0) {
-                fprintf(stderr, "zswapd: bad default of --fault-wake\n");
+        if (fault_spin_from_string(cmdline_default_str("fault-spin-us"), &cfg->fault_spin_us) < 0 ||
+            fault_wake_from_string(cmdline_default_str("fault-wake"), &cfg->fault_wake) < 0) {
+                fprintf(stderr, "zswapd: bad default of --fault-spin-us or --fault-wake\n");
                 abort();
         }
 }

@@ -45,7 +45,7 @@ typedef struct CoreConfig {
         uint64_t max_registered; /* bytes per client */
         unsigned fault_threads;  /* threads serving faults */
         unsigned fault_spin_us;  /* poll this long after a fault before sleeping (measured, if it was auto) */
-        bool fault_wake_one;     /* shared service: a fault wakes one sleeping thread (EPOLLEXCLUSIVE), not all */
+        bool fault_wake_one;     /* a fault wakes one sleeping thread (EPOLLEXCLUSIVE), not all; only with fault_shared */
         bool fault_pin;          /* pin fault thread i to CPU i when there is one per CPU */
         bool fault_shared;       /* every fault thread watches every uffd (else: the home thread only) */
         unsigned fault_rt_prio;  /* fault threads SCHED_FIFO at this priority, 0: time-shared */

@@ -107,7 +107,6 @@ typedef struct MMReclaim {
         uint64_t pressure_cap;  /* the most pressure_left may be: this period's share */
         uint64_t measured_ms;   /* when resident was counted last */
         uint64_t back_at_scan;  /* pages the fault threads had put back (mmclient_pages_back()) at that count */
-        uint64_t early_scans;   /* counts made before the interval because pages came back (reclaim_early()) */
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;
 } MMReclaim;
