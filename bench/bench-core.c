@@ -50,6 +50,7 @@
 #include "bench-util.h"
 #include "corpus.h"
 #include "macro.h"
+#include "util.h"
 #include "zram.h"
 
 #define RANDOM_SEED 0x5eed2024ULL
@@ -96,13 +97,6 @@ typedef struct Run {
         uint64_t out_bytes, out_ns;
 } Run;
 
-static uint64_t now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static double self_cpu_s(void) {
         struct rusage ru;
 
@@ -130,12 +124,6 @@ static long self_rss_anon_kib(const char *procfs) {
 
 static size_t region_resident(Run *run) {
         return zram_resident_pages(run->region, run->len, run->resident);
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return (x > y) - (x < y);
 }
 
 /* Nearest-rank percentile of a sorted array: the smallest value with at least p of all at or below it. */

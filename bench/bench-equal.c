@@ -52,6 +52,7 @@
 #include "corpus.h"
 #include "macro.h"
 #include "reclaim-sim.h"
+#include "util.h"
 #include "zram.h"
 #include "zswap.h"
 
@@ -164,11 +165,6 @@ static int cgroup_limit(const Cgroup *cg, uint64_t bytes) {
 }
 
 /* ---- one measurement, in a child ---- */
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? -1 : x > y;
-}
 
 static size_t replay(const Ctx *c, const uint8_t *heap, size_t from, size_t to, uint64_t *lat, Result *res) {
         size_t every = MAX((to - from) / SAMPLES, (size_t)1), bad = 0, samples = 0;

@@ -67,6 +67,7 @@
 #include "corpus.h"
 #include "kswap.h"
 #include "macro.h"
+#include "util.h"
 #include "zram.h"
 #include "zswap.h"
 
@@ -289,12 +290,6 @@ static void region_unmap(Region *g) {
 
 static size_t region_out(Region *g) {
         return g->n_pages - zram_resident_pages(g->mem, g->len, g->vec);
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return (x > y) - (x < y);
 }
 
 /* Touch every page in g->perm order, timing each fault; then check every page. */

@@ -83,6 +83,7 @@
 #include "kswap.h"
 #include "kzswap.h"
 #include "macro.h"
+#include "util.h"
 
 #define RANDOM_SEED 0x5eed2024ULL /* bench-core's */
 #define MIB (1024.0 * 1024.0)
@@ -94,8 +95,6 @@
 #define TIER_FILE "/var/tmp/zswap-bench.tier"
 #define NBD_EXPORT "/var/tmp/zswap-bench-nbd.img"
 #define NBD_EXPORT_NAME "zswapbench"
-#define PM_PRESENT (1ULL << 63)
-#define PM_SWAPPED (1ULL << 62)
 
 enum { KZSWAP, ZFILE, ZNBD, N_BACKENDS };
 static const char *const backend_label[N_BACKENDS] = { "kzswap", "zswapd-file", "zswapd-nbd" };
@@ -250,12 +249,6 @@ static size_t pages_present(Run *run) {
 }
 
 /* ---- latencies ---- */
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return (x > y) - (x < y);
-}
 
 /* v sorted ascending; nearest rank. */
 static double pct_us(const uint64_t *v, size_t n, double p) {
@@ -500,7 +493,7 @@ static size_t kernel_drop_swapcache(Run *run, size_t *ret_tier) {
         if (pagemap_read(run) < 0 || mincore(run->region, run->len, run->vec) < 0)
                 return SIZE_MAX;
         for (size_t i = 0; i < run->n_pages; i++)
-                if ((run->pm[i] & PM_SWAPPED) && (run->vec[i] & 1)) {
+                if ((run->pm[i] & PM_SWAP) && (run->vec[i] & 1)) {
                         run->tier[i] = 1;
                         (void)*(const volatile uint8_t *)(run->region + i * ZSWAP_PAGE_SIZE);
                         n++;

@@ -14,6 +14,7 @@
 
 #include "macro.h"
 #include "store.h"
+#include "util.h"
 
 #define ZONE_SIZE ((uint64_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE)
 #define HANDLE_UNITS_SHIFT (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT)
@@ -220,11 +221,6 @@ int store_object(uint8_t *map, uint32_t handle, uint32_t clen, const void **obj,
         if (cls)
                 *cls = c - 1u;
         return 0;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? -1 : x > y;
 }
 
 int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {

@@ -21,6 +21,11 @@ uint64_t now_ns(void) {
         return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+        return x < y ? -1 : x > y;
+}
+
 bool vmflags_uffd_registered(const char *line) {
         return strstr(line, " um") || strstr(line, " uw");
 }

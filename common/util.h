@@ -24,6 +24,9 @@ static inline uint64_t now_ms(void) {
         return now_ns() / 1000000;
 }
 
+/* qsort() comparison of two uint64_t, ascending. */
+int cmp_u64(const void *a, const void *b);
+
 /* 1 if fd is a userfaultfd, 0 if not, -errno on error. */
 int fd_is_userfaultfd(int fd);
 

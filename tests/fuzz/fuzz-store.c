@@ -67,6 +67,7 @@
 #include "macro.h"
 #include "manager.h"
 #include "store.h"
+#include "util.h"
 
 #define ZONE_SIZE ((uint64_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE)
 #define MAX_INPUT (64u << 10)
@@ -535,11 +536,6 @@ static bool model_in(const StoreRange *t, int n, const StoreEvent *ev, uint64_t 
         return (in_table(t, n, x) && (x < ev->start || x >= ev->end)) ||
                (ev->to != STORE_EVENT_GONE && x >= ev->to && x - ev->to < ev->end - ev->start &&
                 in_table(t, n, ev->start + (x - ev->to)));
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? -1 : x > y;
 }
 
 /* How many ranges the table after ev has: the pages in it whose page

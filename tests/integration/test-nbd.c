@@ -818,11 +818,6 @@ static void test_bounds(NbdConn *c) {
         printf("server: bounds and 32 MiB requests ok\n");
 }
 
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? -1 : x > y;
-}
-
 static void measure_latency(NbdConn *c) {
         enum { N = 1000, WARM = 100 };
         static uint64_t ns[N];
