@@ -166,7 +166,19 @@ static int cgroup_limit(const Cgroup *cg, uint64_t bytes) {
 
 /* ---- one measurement, in a child ---- */
 
-static size_t replay(const Ctx *c, const uint8_t *heap, size_t from, size_t to, uint64_t *lat, Result *res) {
+/* The store's pool now: zswapd's through the client this process holds
+ * (backend_memory() would connect anew for each sample), zram's device. */
+static uint64_t pool_bytes(const Ctx *c, struct zswap_client *zc) {
+        struct zswap_stats st;
+        uint64_t orig, used = 0;
+
+        if (zc)
+                return zswap_get_stats(zc, ZSWAP_STATS_GLOBAL, &st) == 0 ? st.pool_bytes : 0;
+        return backend_memory(c->b, &orig, &used) == 0 ? used : 0;
+}
+
+static size_t replay(const Ctx *c, struct zswap_client *zc, const uint8_t *heap, size_t from, size_t to,
+                     uint64_t *lat, Result *res) {
         size_t every = MAX((to - from) / SAMPLES, (size_t)1), bad = 0, samples = 0;
         double resident = 0, pool = 0;
 
@@ -178,11 +190,9 @@ static size_t replay(const Ctx *c, const uint8_t *heap, size_t from, size_t to, 
                         lat[i - from] = bench_now_ns() - t0;
                 bad += sum != c->corpus->sums[corpus_index(c->trace[i])];
                 if (lat && (i - from) % every == 0) {
-                        uint64_t orig, used = 0;
                         resident += (double)zram_resident_pages((void *)heap, c->n_pages * ZSWAP_PAGE_SIZE, c->vec) *
                                     ZSWAP_PAGE_SIZE;
-                        if (backend_memory(c->b, &orig, &used) == 0)
-                                pool += (double)used;
+                        pool += (double)pool_bytes(c, zc);
                         samples++;
                 }
                 if ((i & 0xffff) == 0 && bench_interrupted)
@@ -245,9 +255,9 @@ static void child(const Ctx *c, int fd) {
                                                                wait_settled(zc, c->limit, &res);
         }
         if (r == 0) {
-                res.mismatches += replay(c, heap, 0, o->warmup, NULL, &res);
+                res.mismatches += replay(c, zc, heap, 0, o->warmup, NULL, &res);
                 uint64_t t0 = bench_now_ns();
-                res.mismatches += replay(c, heap, o->warmup, o->warmup + o->accesses, c->lat, &res);
+                res.mismatches += replay(c, zc, heap, o->warmup, o->warmup + o->accesses, c->lat, &res);
                 res.rate = (double)o->accesses / ((bench_now_ns() - t0) / 1e9);
                 qsort(c->lat, o->accesses, sizeof(uint64_t), cmp_u64);
                 res.p50_us = c->lat[o->accesses / 2] / 1e3;
