@@ -67,12 +67,13 @@ ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
         *msg = *mm->journal;
         if (msg->event == UFFD_EVENT_PAGEFAULT)
                 journal_done(mm);
-        /* staging_addr and nlanes of a fork child whose ATTACH the manager
-         * is handling are written meanwhile, unsynchronised (a data race,
-         * MMClient.staging_addr): only whether fault injection may kill
-         * here depends on them */
+        /* relaxed: the lanes of a fork child whose ATTACH the manager is
+         * handling may be counted meanwhile, and only whether fault
+         * injection may kill here depends on them */
         else if (msg->event != UFFD_EVENT_REMOVE || msg->arg.remove.start < mm->staging_addr ||
-                 msg->arg.remove.start >= mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE)
+                 msg->arg.remove.start >= mm->staging_addr + (uint64_t)atomic_load_explicit(&mm->nlanes,
+                                                                                            memory_order_relaxed) *
+                                                                     LANE_SLOTS * ZSWAP_PAGE_SIZE)
                 kill_point("with an event read"); /* the library's own staging releases do not count */
         return n;
 }

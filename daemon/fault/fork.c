@@ -336,11 +336,11 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * (users.c): it may fork before it attaches. relaxed: a budget */
         atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),
                               memory_order_relaxed);
-        /* which of the parent's clients it copies. If mm is a fork child
-         * whose ATTACH the manager is handling, mm_set_staging() writes
-         * mm->staging_addr meanwhile, unsynchronised: a data race
-         * (MMClient.staging_addr) */
-        child->origin_staging = mm->staging_addr;
+        /* its staging area is the parent's, inherited at the same address:
+         * it names which of the parent's clients the child copies, and
+         * its ATTACH must name it again. mm's was written before mm was
+         * published, a fork child's too (here) */
+        child->staging_addr = mm->staging_addr;
         child->ft = ft;
         fault_thread_own(ft, child);
         for (unsigned i = 0; mm->core->cfg.fault_shared && i < mm->core->nfts; i++)

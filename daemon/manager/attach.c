@@ -99,20 +99,14 @@ static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
 }
 
 /*
- * Written once. For ATTACH and ADOPT before mm_serve() publishes mm; for a
- * fork child at its ATTACH, which comes after CHILD_ATTACH, while fault
- * threads already watch its uffd. Two of them read these two fields then
- * with no lock and no atomic: a data race. uffd_read_msg() (every event
- * of the child's uffd: is a REMOVE of the staging area?) decides only
- * whether fault injection may kill there; event_fork() (the child itself
- * forks meanwhile) copies staging_addr as the grandchild's
- * origin_staging, which do_child_attach() matches. Every other reader
- * comes after this write through something published later (mmclient.h,
- * MMClient.staging_addr).
+ * The client's staging area (mmclient.h, MMClient.staging_addr). A fork
+ * child's address is its parent's, known since its fork event; its ATTACH
+ * gives the number of lanes only, published with a release store because
+ * fault threads already watch it.
  */
 static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
         mm->staging_addr = a->staging_addr;
-        mm->nlanes = nlanes;
+        atomic_store_explicit(&mm->nlanes, nlanes, memory_order_release);
 }
 
 /*
@@ -149,7 +143,13 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         if (r < 0)
                 return r;
         if (c->role == ZROLE_CHILD && c->mm && c->mm->nlanes == 0 && nfds == 0) {
-                mm_set_staging(c->mm, a, nlanes);
+                /* the area it inherited, which CHILD_ATTACH proved */
+                if (a->staging_addr != c->mm->staging_addr) {
+                        log_warn("pid %d: refused: a forked child names a staging area other than the one it "
+                                 "inherited", (int)c->pid);
+                        return -EINVAL;
+                }
+                atomic_store_explicit(&c->mm->nlanes, nlanes, memory_order_release);
                 return 0;
         }
         if (c->role != ZROLE_CLIENT || c->mm)
@@ -392,7 +392,7 @@ int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t n
                  * the same user: the token, a secret of the two processes,
                  * names the child, and the proof below that its uffd acts
                  * on the caller's address space decides */
-                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->origin_staging == ch->staging_addr &&
+                if (mm->fork_token == ch->fork_token && ch->fork_token != 0 && mm->staging_addr == ch->staging_addr &&
                     (mm->parent_pid == ppid || (mm->uid == c->uid && mmclient_parent_gone(mm)))) {
                         found = mm;
                         matches++;

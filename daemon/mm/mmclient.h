@@ -194,21 +194,20 @@ typedef struct MMClient {
         uint64_t regions_cut; /* counts removals and moves: mmclient_region_arm() */
 
         /*
-         * staging: written once by the manager (mm_set_staging()), before
-         * the first batch. For ATTACH and ADOPT that is before publish. A
-         * fork child's are written at its ATTACH (after its CHILD_ATTACH),
-         * while fault threads already watch it, and two places read them
-         * then without any synchronisation: uffd_read_msg() (is a REMOVE
-         * event of the staging area?) and event_fork() (a child forked by
-         * this one copies staging_addr as its origin_staging). That is a
-         * data race (attach.c, mm_set_staging()). Every other reader is
-         * the manager, the last unref, or comes after the manager's write
+         * staging: the client's staging area. staging_addr is written once,
+         * before publish: by the manager at ATTACH and ADOPT, and for a
+         * fork child by event_fork() (the area it inherited, at the
+         * parent's address; its own ATTACH must name that one). nlanes is
+         * 0 until the manager has the client's ATTACH (mm_set_staging());
+         * for a fork child that is after fault threads watch it, hence
+         * atomic: uffd_read_msg() reads it then. Every other reader is the
+         * manager, the last unref, or comes after the manager's write
          * through something the manager published later: an entry naming
          * a slot (serve_slot(), fork_inflight()), a lane bit
          * (revoke_moves()), a job (workers).
          */
         uint64_t staging_addr;
-        unsigned nlanes;
+        _Atomic unsigned nlanes;
         Lane lanes[LANES_MAX]; /* each field says who writes it (Lane) */
         /* children: the parent's token at the fork; before publish
          * (event_fork()), read by the manager */
@@ -261,12 +260,6 @@ typedef struct MMClient {
          * (event_fork()), read by the manager (mmclient_parent_gone()),
          * closed by the last unref */
         int parent_pidfd;
-        /* children: the parent client's staging area, which names the
-         * client when a process has several. Before publish
-         * (event_fork()), read by the manager; copied from the parent's
-         * staging_addr, racily if the parent is a fork child whose ATTACH
-         * is under way (see staging) */
-        uint64_t origin_staging;
 
         /*
          * Every fault thread watches uffd; whichever wakes first takes

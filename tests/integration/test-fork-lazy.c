@@ -17,6 +17,11 @@
  *           (pending in turn) attaches and pages out too
  *   held    a parent that held pages at the fork: its child attaches in
  *           the fork as before, and reads every page
+ *   claim   a pending child attaches by hand, over a socket of its own:
+ *           an ATTACH naming a staging area other than the one it
+ *           inherited is refused (fault threads watch the child from its
+ *           fork on and read where its staging is, so it is fixed then),
+ *           the inherited one is taken, and its memory is whole
  *   death   the daemon killed while a child is pending: the child's
  *           memory is all in place, its attach fails, it lives on
  *
@@ -27,8 +32,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "client.h"
 #include "harness.h"
 #include "libzswap-internal.h"
+#include "protocol.h"
 
 #define NPAGES 2048
 #define LEN ((size_t)NPAGES * ZSWAP_PAGE_SIZE)
@@ -153,6 +163,75 @@ static void held_parent(struct zswap_client *c, uint8_t *buf) {
         ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
 }
 
+/* One request on a raw connection: the reply's status; its descriptors
+ * in fds (up to 2), -1 where none came. */
+static int raw_req(int sock, void *m, size_t len, int fds[2]) {
+        union {
+                ZMsgReply r;
+                uint8_t buf[256];
+        } in;
+        size_t nfds = 2;
+        fds[0] = fds[1] = -1;
+        if (zmsg_send(sock, m, len, NULL, 0) < 0 || zmsg_recv_all(sock, &in, sizeof(in), fds, &nfds, NULL) <
+                                                            (ssize_t)sizeof(ZMsgReply))
+                return -EPIPE;
+        return in.r.status;
+}
+
+static int claim_by_hand(struct zswap_client *c, uint8_t *buf) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct timeval tv = { .tv_sec = TEST_WAIT_S };
+        int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), fds[2];
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
+        if (sock < 0 || connect(sock, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+                return 40;
+        ZMsgHello h = { .role = ZROLE_CHILD };
+        zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
+        if (raw_req(sock, &h, sizeof(h), fds) != 0)
+                return 41;
+        ZMsgChild ch = { .fork_token = c->child_token, .staging_addr = (uintptr_t)c->staging };
+        int r = -ESRCH;
+        /* the daemon may still be handling the fork event */
+        for (int i = 0; i < TEST_WAIT_S * 100 && r == -ESRCH; i++) {
+                zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 2, sizeof(ch));
+                r = raw_req(sock, &ch, sizeof(ch), fds);
+                if (r == -ESRCH)
+                        usleep(10000);
+        }
+        if (r != 0 || fds[0] < 0) {
+                fprintf(stderr, "child %d: CHILD_ATTACH: %s\n", (int)getpid(), strerror(-r));
+                return 42;
+        }
+        /* the area right after the inherited one: aligned, whole lanes */
+        ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging + STAGING_BYTES, .staging_len = STAGING_BYTES };
+        zmsg_init(&a.hdr, ZMSG_ATTACH, 3, sizeof(a));
+        r = raw_req(sock, &a, sizeof(a), fds);
+        if (r != -EINVAL) {
+                fprintf(stderr, "child %d: ATTACH naming another staging area: %s\n", (int)getpid(),
+                        r ? strerror(-r) : "accepted");
+                return 43;
+        }
+        a.staging_addr = (uintptr_t)c->staging;
+        zmsg_init(&a.hdr, ZMSG_ATTACH, 4, sizeof(a));
+        if (raw_req(sock, &a, sizeof(a), fds) != 0)
+                return 44;
+        return verify_pages(buf, LEN, orig) != 0 ? 45 : 0;
+}
+
+static void claim(struct zswap_client *c, uint8_t *buf) {
+        fprintf(stderr, "-- claim: a pending child attaches by hand\n");
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0)
+                _exit(zswap_child_pending(c) ? claim_by_hand(c, buf) : 20);
+        reap(pid, "claim");
+        if (!td_log_has(&d, "names a staging area other than the one it inherited"))
+                test_fail("the refusal was not logged");
+        ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+}
+
 static void daemon_dies(struct zswap_client *c, uint8_t *buf) {
         int up[2], down[2];
 
@@ -194,6 +273,7 @@ int main(void) {
         held_parent(c, buf);
         /* every page back in: the parent holds nothing again */
         ASSERT_EQ(verify_pages(buf, LEN, orig), 0);
+        claim(c, buf);
         daemon_dies(c, buf);
         zswap_disconnect(c);
         unlink(d.log);
