@@ -348,6 +348,25 @@ static void child_lost(struct zswap_client *c, bool held, bool announced, int da
         raise(SIGKILL);
 }
 
+/* The child's attach failed: it carries on unmanaged, and the daemon still
+ * serves the pages it holds for us through the uffd it got. Before our
+ * agent runs the connection is ours to close. Once it runs (only ATTACH,
+ * the last step, failed) the connection is the agent's: closed under it,
+ * its recvmsg() would go on reading the old socket, and its next one
+ * whatever file the program opens under that number. It is shut down
+ * instead; the agent sees it end and recovers or leaves as when a daemon
+ * goes (agent_main()), and marks the client dead itself. */
+static void child_unmanaged(struct zswap_client *c) {
+        if (c->agent_running) {
+                pthread_mutex_lock(&c->send_lock);
+                shutdown(c->sock, SHUT_RDWR);
+                pthread_mutex_unlock(&c->send_lock);
+                return;
+        }
+        c->sock = safe_close(c->sock);
+        c->dead = true;
+}
+
 /* A child that put off attaching (child_pending) attaches. Under
  * clients_lock; 0, or the error that leaves it unmanaged: the daemon
  * still serves what it holds through the uffd it got. */
@@ -357,10 +376,8 @@ static int child_attach_now(struct zswap_client *c) {
         c->child_pending = false;
         c->dead = false;
         r = child_reconnect(c);
-        if (r < 0) {
-                c->sock = safe_close(c->sock);
-                c->dead = true;
-        }
+        if (r < 0)
+                child_unmanaged(c);
         return r;
 }
 
@@ -445,12 +462,8 @@ static void atfork_child(void) {
                         child_lost(c, held, announced && !adopting, daemon_pidfd, parent_store);
                 safe_close(daemon_pidfd);
                 safe_close(parent_store);
-                if (r < 0) {
-                        /* carry on unmanaged; the daemon still serves the
-                         * pages it holds for us through the uffd it got */
-                        c->sock = safe_close(c->sock);
-                        c->dead = true;
-                }
+                if (r < 0)
+                        child_unmanaged(c);
         }
         pthread_mutex_unlock(&clients_lock);
         errno = saved;
