@@ -379,10 +379,15 @@ static int arg_rules(scmp_filter_ctx f) {
         r = r ?: allow(f, "io_uring_enter");
         r = r ?: allow(f, "io_uring_register");
         r = r ?: allow(f, "pidfd_send_signal");
-        /* an NBD export over TCP is reconnected to */
+        /* an NBD export over TCP is reconnected to, its host name looked
+         * up again each time: glibc's resolver sends the A and AAAA
+         * queries together with sendmmsg() (res_send.c) */
         if (tier_inet) {
                 r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET));
                 r = r ?: allow1(f, "socket", SCMP_A0(SCMP_CMP_EQ, AF_INET6));
+                r = r ?: allow(f, "sendmmsg");
+                /* the resolver sizes each answer before it reads it */
+                r = r ?: allow1(f, "ioctl", SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, FIONREAD));
         }
         r = r ?: allow1(f, "tgkill", SCMP_A0(SCMP_CMP_EQ, (uint64_t)getpid()));
         r = r ?: allow1(f, "prlimit64", SCMP_A2(SCMP_CMP_EQ, 0)); /* getrlimit() */
