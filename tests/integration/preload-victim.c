@@ -63,10 +63,25 @@ static void fill(uint64_t *p, size_t words, uint64_t seed) {
                 p[i] = seed * 0x9e3779b97f4a7c15ull + i;
 }
 
+/* The first bad word found is described on stderr (a few more are
+ * counted only): where it is and what it holds tells a page that came
+ * back zeroed, from another page, or from an older version. */
+static _Atomic unsigned told;
+
+static void tell(const char *what, const void *base, size_t i, uint64_t got, uint64_t want) {
+        if (atomic_fetch_add(&told, 1) < 4)
+                fprintf(stderr, "preload-victim: bad %s at %p (word %zu, page %p): %#llx, not %#llx\n", what,
+                        (const void *)((const uint64_t *)base + i), i,
+                        (void *)((uintptr_t)((const uint64_t *)base + i) & ~(uintptr_t)(PAGE - 1)),
+                        (unsigned long long)got, (unsigned long long)want);
+}
+
 static int check(const uint64_t *p, size_t words, uint64_t seed) {
         for (size_t i = 0; i < words; i++)
-                if (p[i] != seed * 0x9e3779b97f4a7c15ull + i)
+                if (p[i] != seed * 0x9e3779b97f4a7c15ull + i) {
+                        tell("word", p, i, p[i], seed * 0x9e3779b97f4a7c15ull + i);
                         return -1;
+                }
         return 0;
 }
 
@@ -88,8 +103,10 @@ static int own_page_check(const Thread *t, size_t i) {
         const uint64_t *p = (const uint64_t *)(t->own + i * PAGE);
         if (t->own_ver[i] == 0) {
                 for (size_t w = 0; w < PAGE / 8; w++)
-                        if (p[w])
+                        if (p[w]) {
+                                tell("dropped page", p, w, p[w], 0);
                                 return -1;
+                        }
                 return 0;
         }
         return check(p, PAGE / 8, ((uint64_t)t->idx << 40) | ((uint64_t)i << 20) | t->own_ver[i]);
