@@ -287,7 +287,8 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         if (r < 0)
                 goto fail;
         if (m->conf.tier.backing[0]) {
-                /* before the sandbox: it opens the backing file or connects */
+                /* before the sandbox: it opens the backing file (an NBD
+                 * server is connected to after it, in tier_start()) */
                 r = tier_open(&m->conf.tier, &m->core.tier, err, sizeof(err));
                 if (r < 0) {
                         log_error("second tier: %s", err);

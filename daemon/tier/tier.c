@@ -450,13 +450,12 @@ int tier_connect_nbd(Tier *t, NbdConn **ret, int timeout_ms, char *err, size_t e
         return r;
 }
 
-static int open_nbd(Tier *t, char *err, size_t errlen) {
+/* The first connection to the NBD server, and the tier's size from it.
+ * After the sandbox, as every later one: the server's bytes are parsed by
+ * a daemon that holds no more than it needs. */
+static int connect_nbd_first(Tier *t, char *err, size_t errlen) {
         char why[256] = "";
-        int r = nbd_parse(t->conf.backing, &t->nbd, why, sizeof(why));
-
-        if (r < 0)
-                return errorf(r, err, errlen, "backing %s: %s", t->conf.backing, why);
-        r = tier_connect_nbd(t, &t->wconn, (int)t->conf.timeout_ms, why, sizeof(why));
+        int r = tier_connect_nbd(t, &t->wconn, (int)t->conf.timeout_ms, why, sizeof(why));
         if (r < 0 && t->conf.size && (r == -ECONNREFUSED || r == -ETIMEDOUT || r == -ECONNRESET ||
                                       r == -EHOSTUNREACH || r == -ENETUNREACH || r == -ENOENT || r == -EAGAIN)) {
                 /* a restart must not wait for the server: clients coming
@@ -486,6 +485,27 @@ static int open_nbd(Tier *t, char *err, size_t errlen) {
 }
 
 
+/* Once the size is known (nblocks): the free-space map and the writer's
+ * buffers. */
+static int tier_sized(Tier *t, char *err, size_t errlen) {
+        if (t->nblocks < 2 + EXTENT_BLOCKS)
+                return errorf(-EINVAL, err, errlen, "backing %s: too small (at least %u KiB)", t->conf.backing,
+                              (2 + EXTENT_BLOCKS) * TIER_BLOCK / 1024);
+        if (t->nblocks > UINT32_MAX) {
+                t->nblocks = UINT32_MAX; /* 16 TiB: the rest is not used */
+                log_warn("second tier: only the first 16 TiB of %s are used", t->conf.backing);
+        }
+        t->refs = calloc(t->nblocks, sizeof(*t->refs));
+        if (posix_memalign((void **)&t->wmem, TIER_BLOCK, NEXT * TIER_EXTENT + TIER_BLOCK) != 0)
+                t->wmem = NULL;
+        if (!t->refs || !t->wmem)
+                return errorf(-ENOMEM, err, errlen, "out of memory for the free-space map of %" PRIu64 " blocks",
+                              t->nblocks);
+        for (unsigned i = 0; i < NEXT; i++)
+                t->ext[i].buf = t->wmem + (size_t)i * TIER_EXTENT;
+        return 0;
+}
+
 int tier_open(const TierConf *conf, Tier **ret, char *err, size_t errlen) {
         Tier *t = calloc(1, sizeof(*t));
         int r;
@@ -504,28 +524,19 @@ int tier_open(const TierConf *conf, Tier **ret, char *err, size_t errlen) {
         t->kind = strncmp(conf->backing, "nbd://", 6) == 0 || strncmp(conf->backing, "nbd+unix://", 11) == 0
                           ? BACKING_NBD
                           : BACKING_FILE;
-        r = t->kind == BACKING_NBD ? open_nbd(t, err, errlen) : open_file(t, err, errlen);
+        if (t->kind == BACKING_NBD) {
+                /* only the address now: the connection comes after the
+                 * sandbox (tier_start()) */
+                char why[256] = "";
+                r = nbd_parse(t->conf.backing, &t->nbd, why, sizeof(why));
+                if (r < 0)
+                        r = errorf(r, err, errlen, "backing %s: %s", t->conf.backing, why);
+        } else {
+                r = open_file(t, err, errlen);
+                r = r ?: tier_sized(t, err, errlen);
+        }
         if (r < 0)
                 goto fail;
-        if (t->nblocks < 2 + EXTENT_BLOCKS) {
-                r = errorf(-EINVAL, err, errlen, "backing %s: too small (at least %u KiB)", conf->backing,
-                         (2 + EXTENT_BLOCKS) * TIER_BLOCK / 1024);
-                goto fail;
-        }
-        if (t->nblocks > UINT32_MAX) {
-                t->nblocks = UINT32_MAX; /* 16 TiB: the rest is not used */
-                log_warn("second tier: only the first 16 TiB of %s are used", conf->backing);
-        }
-        t->refs = calloc(t->nblocks, sizeof(*t->refs));
-        if (posix_memalign((void **)&t->wmem, TIER_BLOCK, NEXT * TIER_EXTENT + TIER_BLOCK) != 0)
-                t->wmem = NULL;
-        if (!t->refs || !t->wmem) {
-                r = errorf(-ENOMEM, err, errlen, "out of memory for the free-space map of %" PRIu64 " blocks",
-                         t->nblocks);
-                goto fail;
-        }
-        for (unsigned i = 0; i < NEXT; i++)
-                t->ext[i].buf = t->wmem + (size_t)i * TIER_EXTENT;
         *ret = t;
         return 0;
 fail:
@@ -535,6 +546,13 @@ fail:
 
 int tier_start(Tier *t, char *err, size_t errlen) {
         int r;
+
+        if (t->kind == BACKING_NBD && !t->refs) {
+                r = connect_nbd_first(t, err, errlen);
+                r = r ?: tier_sized(t, err, errlen);
+                if (r < 0)
+                        return r;
+        }
 
         /* the writer's ring: a file's writes (the NBD connection has its
          * own). Made here, not in tier_open(): the header's I/O through

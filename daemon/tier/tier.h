@@ -106,14 +106,16 @@ typedef struct TierStats {
         int state;
 } TierStats;
 
-/* Open (create a file if missing, sized conf->size) or connect, read or
- * write the header; no thread yet. 0, or -errno with why in err. Before
- * the sandbox (it opens files and sockets the sandbox then forbids). */
+/* Open a backing file (create it if missing, sized conf->size), or parse
+ * an NBD server's address; no thread yet. 0, or -errno with why in err.
+ * Before the sandbox (it opens files the sandbox then forbids). */
 int tier_open(const TierConf *conf, Tier **ret, char *err, size_t errlen);
-/* Make the writer's ring and read or write the header. After the sandbox,
- * so that an io_uring worker thread is made with the privileges that are
- * left (capabilities are per thread). The writer itself is started by
- * tier_writer_start() (tier-writer.h). */
+/* Connect to the NBD server the first time, make the writer's ring, read
+ * or write the header. After the sandbox: the server's bytes are parsed
+ * by a daemon that holds no more than it needs, and an io_uring worker
+ * thread is made with the privileges that are left (capabilities are per
+ * thread). The writer itself is started by tier_writer_start()
+ * (tier-writer.h). */
 int tier_start(Tier *t, char *err, size_t errlen);
 /* Stop the writer: the batch in flight finishes (its pages stay in RAM
  * if it fails), the clients it holds are let go. */

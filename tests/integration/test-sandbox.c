@@ -14,8 +14,9 @@
  * out before it reads every page back and checks it; the daemon's log
  * names each refused call. With a second tier (a backing file), every
  * thread, its writer and io_uring's kernel workers (iou-wrk) included,
- * holds no more. Without --no-mlock / with --no-sandbox the same fields
- * say so.
+ * holds no more. A second tier's NBD server (one of ours, on a Unix
+ * socket) finds the daemon that connects to it the first time sandboxed
+ * already. Without --no-mlock / with --no-sandbox the same fields say so.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 
@@ -373,6 +375,70 @@ static void tiered(void) {
         free(h);
 }
 
+/* The NBD server a second tier names is hostile too: its first bytes are
+ * read by a daemon already sandboxed, as every later connection's. A
+ * server of ours on a Unix socket takes the first connection, looks at
+ * the daemon's main thread (the one that connects) through /proc while
+ * the daemon waits for its greeting, and hangs up. The daemon starts
+ * without the tier (its size is set) and tries again every second. */
+static void nbd_first(void) {
+        char conf[128], sock[108], args[300], line[128];
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int p[2];
+        TestDaemon d;
+
+        snprintf(conf, sizeof(conf), "/tmp/zswap-test-sandbox-nbd-%d.conf", (int)getpid());
+        snprintf(sock, sizeof(sock), "/tmp/zswap-test-sandbox-nbd-%d.sock", (int)getpid());
+        unlink(sock);
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_TRUE(l >= 0);
+        ASSERT_OK(bind(l, (struct sockaddr *)&sa, sizeof(sa)));
+        ASSERT_OK(listen(l, 4));
+        ASSERT_OK(pipe2(p, O_CLOEXEC));
+        pid_t server = fork();
+        ASSERT_TRUE(server >= 0);
+        if (server == 0) {
+                struct ucred cr;
+                socklen_t crl = sizeof(cr);
+                char path[64], sc[32] = "?", cap[32] = "?";
+                alarm(TEST_WAIT_S);
+                int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0 || getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) < 0)
+                        _exit(1);
+                snprintf(path, sizeof(path), "/proc/%d/status", (int)cr.pid);
+                (void)td_status_field(path, "Seccomp", sc, sizeof(sc));
+                (void)td_status_field(path, "CapEff", cap, sizeof(cap));
+                dprintf(p[1], "%s %s\n", sc, cap);
+                _exit(0); /* hangs up before its greeting */
+        }
+        close(l);
+        close(p[1]);
+        FILE *f = fopen(conf, "w");
+        ASSERT_TRUE(f);
+        fprintf(f, "[tier]\nbacking = nbd+unix:///x?socket=%s\nsize = 16M\nkey = /tmp/zswap-test-tier.key\n", sock);
+        fclose(f);
+        snprintf(args, sizeof(args), "--config %s", conf);
+        start(&d, args);
+        FILE *r = fdopen(p[0], "re");
+        ASSERT_TRUE(r && fgets(line, sizeof(line), r));
+        fclose(r);
+        int st;
+        ASSERT_EQ(waitpid(server, &st, 0), server);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        unsigned long long sc = 0, cap = 0;
+        ASSERT_EQ(sscanf(line, "%llu %llx", &sc, &cap), 2);
+        fprintf(stderr, "the NBD server's first connection came from a daemon with Seccomp %llu, CapEff %#llx\n",
+                sc, cap);
+        if (sc != 2 || cap != kept_caps(d.pid, true, false))
+                test_fail("the daemon connected to its NBD server before its sandbox");
+        ASSERT_TRUE(log_has("starting without it"));
+        check_threads(d.pid, 2, kept_caps(d.pid, true, false));
+        td_stop(&d);
+        unlink(conf);
+        unlink(sock);
+}
+
 /* --no-mlock: nothing locked, so no CAP_IPC_LOCK; --no-sandbox: nothing
  * dropped, no filter. Both still serve. */
 static void switched_off(void) {
@@ -416,6 +482,7 @@ int main(void) {
         sandboxed();
         realtime();
         tiered();
+        nbd_first();
         switched_off();
         unlink(log_path);
         return 0;
