@@ -7,7 +7,16 @@
  * of the kernel's shared zram decompression streams). zstd keeps a
  * ZSTD_DCtx per thread. Both decoders are bounds-checked: a corrupted
  * object yields -EBADMSG, never a wild read or write.
+ *
+ * Built twice (common/meson.build). The daemon's and the tools' copy calls
+ * liblz4 and libzstd as linked. The client library's (CODEC_DLOPEN) loads
+ * them only when a client first makes a context (codec_load()): a program
+ * under the preload shim that never attaches (a short-lived process: most
+ * of what a shell runs) never maps them, which costs it about 0.3 ms of
+ * page faults per exec here, and the program's own symbols of the same
+ * names are never bound to ours nor ours to its (RTLD_LOCAL).
  */
+#include <errno.h>
 #include <lz4.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +26,64 @@
 
 #include "codec.h"
 #include "macro.h"
+
+#ifdef CODEC_DLOPEN
+#include <dlfcn.h>
+#include <pthread.h>
+
+/* the sonames of Debian 12's liblz4-1 and libzstd1 (and of every
+ * distribution since 2017) */
+#define LZ4_SONAME "liblz4.so.1"
+#define ZSTD_SONAME "libzstd.so.1"
+
+/* Each function of the two libraries this file calls, by its own name.
+ * Written once (dl_load(), under dl_once), read after codec_load(). */
+static struct {
+        __typeof__(LZ4_sizeofState) *LZ4_sizeofState;
+        __typeof__(LZ4_compress_fast_extState) *LZ4_compress_fast_extState;
+        __typeof__(LZ4_decompress_safe) *LZ4_decompress_safe;
+        __typeof__(ZSTD_createCCtx) *ZSTD_createCCtx;
+        __typeof__(ZSTD_freeCCtx) *ZSTD_freeCCtx;
+        __typeof__(ZSTD_CCtx_setParameter) *ZSTD_CCtx_setParameter;
+        __typeof__(ZSTD_compress2) *ZSTD_compress2;
+        __typeof__(ZSTD_isError) *ZSTD_isError;
+        __typeof__(ZSTD_createDCtx) *ZSTD_createDCtx;
+        __typeof__(ZSTD_createDCtx_advanced) *ZSTD_createDCtx_advanced;
+        __typeof__(ZSTD_freeDCtx) *ZSTD_freeDCtx;
+        __typeof__(ZSTD_decompressDCtx) *ZSTD_decompressDCtx;
+} dl;
+static pthread_once_t dl_once = PTHREAD_ONCE_INIT;
+static int dl_err;
+
+#define DL_SYM(lib, f) (*(void **)&dl.f = lib ? dlsym(lib, #f) : NULL) != NULL
+
+static void dl_load(void) {
+        void *lz4 = dlopen(LZ4_SONAME, RTLD_NOW | RTLD_LOCAL);
+        void *zstd = dlopen(ZSTD_SONAME, RTLD_NOW | RTLD_LOCAL);
+        bool ok = DL_SYM(lz4, LZ4_sizeofState) && DL_SYM(lz4, LZ4_compress_fast_extState) &&
+                  DL_SYM(lz4, LZ4_decompress_safe) && DL_SYM(zstd, ZSTD_createCCtx) && DL_SYM(zstd, ZSTD_freeCCtx) &&
+                  DL_SYM(zstd, ZSTD_CCtx_setParameter) && DL_SYM(zstd, ZSTD_compress2) && DL_SYM(zstd, ZSTD_isError) &&
+                  DL_SYM(zstd, ZSTD_createDCtx) && DL_SYM(zstd, ZSTD_createDCtx_advanced) &&
+                  DL_SYM(zstd, ZSTD_freeDCtx) && DL_SYM(zstd, ZSTD_decompressDCtx);
+        /* the handles stay open for the process's life: contexts made
+         * from them may outlive any caller */
+        dl_err = ok ? 0 : -ELIBACC;
+}
+
+/* 0 once both libraries are loaded; -ELIBACC if either is missing. */
+static int codec_load(void) {
+        pthread_once(&dl_once, dl_load);
+        return dl_err;
+}
+
+#define CALL(f) dl.f
+#else
+static int codec_load(void) {
+        return 0;
+}
+
+#define CALL(f) f
+#endif
 
 struct CodecCCtx {
         CodecKind kind;
@@ -48,30 +115,34 @@ const char *codec_to_string(CodecKind k) {
 CodecCCtx *codec_cctx_free(CodecCCtx *c) {
         if (!c)
                 return NULL;
-        ZSTD_freeCCtx(c->zc);
+        if (c->zc)
+                CALL(ZSTD_freeCCtx)(c->zc);
         free(c->lz4_state);
         free(c);
         return NULL;
 }
 
 int codec_cctx_new(CodecKind kind, int level, CodecCCtx **ret) {
+        int r = codec_load();
+        if (r < 0)
+                return r;
         CodecCCtx *c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
         c->kind = kind;
         c->level = level;
         if (kind == CODEC_ZSTD) {
-                c->zc = ZSTD_createCCtx();
-                if (!c->zc || ZSTD_isError(ZSTD_CCtx_setParameter(c->zc, ZSTD_c_compressionLevel, level ? level : 1))) {
+                c->zc = CALL(ZSTD_createCCtx)();
+                if (!c->zc || CALL(ZSTD_isError)(CALL(ZSTD_CCtx_setParameter)(c->zc, ZSTD_c_compressionLevel, level ? level : 1))) {
                         codec_cctx_free(c);
                         return -ENOMEM;
                 }
                 /* a page is a whole frame; drop what we never read back */
-                ZSTD_CCtx_setParameter(c->zc, ZSTD_c_contentSizeFlag, 0);
-                ZSTD_CCtx_setParameter(c->zc, ZSTD_c_checksumFlag, 0);
-                ZSTD_CCtx_setParameter(c->zc, ZSTD_c_dictIDFlag, 0);
+                CALL(ZSTD_CCtx_setParameter)(c->zc, ZSTD_c_contentSizeFlag, 0);
+                CALL(ZSTD_CCtx_setParameter)(c->zc, ZSTD_c_checksumFlag, 0);
+                CALL(ZSTD_CCtx_setParameter)(c->zc, ZSTD_c_dictIDFlag, 0);
         } else {
-                c->lz4_state = malloc(LZ4_sizeofState());
+                c->lz4_state = malloc((size_t)CALL(LZ4_sizeofState)());
                 if (!c->lz4_state) {
                         codec_cctx_free(c);
                         return -ENOMEM;
@@ -83,12 +154,12 @@ int codec_cctx_new(CodecKind kind, int level, CodecCCtx **ret) {
 
 int codec_compress(CodecCCtx *c, const void *page, void *dst, size_t dst_cap) {
         if (c->kind == CODEC_ZSTD) {
-                size_t n = ZSTD_compress2(c->zc, dst, dst_cap, page, ZSWAP_PAGE_SIZE);
-                if (ZSTD_isError(n))
+                size_t n = CALL(ZSTD_compress2)(c->zc, dst, dst_cap, page, ZSWAP_PAGE_SIZE);
+                if (CALL(ZSTD_isError)(n))
                         return -ENOSPC;
                 return (int)n;
         }
-        int n = LZ4_compress_fast_extState(c->lz4_state, page, dst, (int)ZSWAP_PAGE_SIZE, (int)dst_cap,
+        int n = CALL(LZ4_compress_fast_extState)(c->lz4_state, page, dst, (int)ZSWAP_PAGE_SIZE, (int)dst_cap,
                                            c->level > 1 ? c->level : 1);
         return n > 0 ? n : -ENOSPC;
 }
@@ -96,7 +167,8 @@ int codec_compress(CodecCCtx *c, const void *page, void *dst, size_t dst_cap) {
 CodecDCtx *codec_dctx_free(CodecDCtx *d) {
         if (!d)
                 return NULL;
-        ZSTD_freeDCtx(d->zd);
+        if (d->zd)
+                CALL(ZSTD_freeDCtx)(d->zd);
         if (d->a)
                 d->a->free(d);
         else
@@ -114,15 +186,19 @@ static void zstd_free(void *opaque, void *p) {
 }
 
 int codec_dctx_new_in(CodecKind kind, const CodecAlloc *a, CodecDCtx **ret) {
+        int r = codec_load();
+        if (r < 0)
+                return r;
         CodecDCtx *d = a ? a->alloc(sizeof(*d)) : calloc(1, sizeof(*d));
         if (!d)
                 return -ENOMEM;
         d->kind = kind;
+        d->zd = NULL; /* a->alloc() need not zero */
         d->a = a;
         if (kind == CODEC_ZSTD) {
                 /* the const is zstd's to keep: it only passes opaque back */
-                d->zd = a ? ZSTD_createDCtx_advanced((ZSTD_customMem){ zstd_alloc, zstd_free, (void *)a })
-                          : ZSTD_createDCtx();
+                d->zd = a ? CALL(ZSTD_createDCtx_advanced)((ZSTD_customMem){ zstd_alloc, zstd_free, (void *)a })
+                          : CALL(ZSTD_createDCtx)();
                 if (!d->zd) {
                         codec_dctx_free(d);
                         return -ENOMEM;
@@ -140,10 +216,10 @@ int codec_decompress(CodecDCtx *d, const void *src, size_t len, void *page) {
         if (len == 0 || len > ZSWAP_PAGE_SIZE)
                 return -EBADMSG;
         if (d->kind == CODEC_ZSTD) {
-                size_t n = ZSTD_decompressDCtx(d->zd, page, ZSWAP_PAGE_SIZE, src, len);
-                return !ZSTD_isError(n) && n == ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
+                size_t n = CALL(ZSTD_decompressDCtx)(d->zd, page, ZSWAP_PAGE_SIZE, src, len);
+                return !CALL(ZSTD_isError)(n) && n == ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
         }
-        int n = LZ4_decompress_safe(src, page, (int)len, (int)ZSWAP_PAGE_SIZE);
+        int n = CALL(LZ4_decompress_safe)(src, page, (int)len, (int)ZSWAP_PAGE_SIZE);
         return n == (int)ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
 }
 

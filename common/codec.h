@@ -18,6 +18,9 @@ typedef struct CodecDCtx CodecDCtx; /* one per decompressing thread */
 int codec_from_string(const char *s, CodecKind *ret);
 const char *codec_to_string(CodecKind k);
 
+/* Contexts: 0, -ENOMEM, or (the client library's copy, which loads the
+ * codec libraries with the first context: codec.c) -ELIBACC when liblz4
+ * or libzstd cannot be loaded. */
 int codec_cctx_new(CodecKind kind, int level, CodecCCtx **ret);
 CodecCCtx *codec_cctx_free(CodecCCtx *c);
 /* Compress one 4 KiB page into dst. Returns the compressed size (> 0), or

@@ -128,6 +128,8 @@ static void pageout_most(TestDaemon *d, pid_t pid, const char *what, unsigned ke
                 100.0 * (double)(before - e.rest) / (double)before);
 }
 
+static void codecs(TestDaemon *d, pid_t attached);
+
 static void churn(TestDaemon *d) {
         char *argv[] = { run_path, "--socket", d->sock, "--", victim_path, "5", "4", "stdin", NULL }, err[4096], line[128];
         Child c;
@@ -151,6 +153,7 @@ static void churn(TestDaemon *d) {
                         calls++;
                 }
         }
+        codecs(d, pid);
         fputs("stop\n", c.in);
         fflush(c.in);
         ASSERT_TRUE(fgets(line, sizeof(line), c.out));
@@ -244,6 +247,29 @@ static void shell(TestDaemon *d) {
         unsigned attached = td_log_count(d, "forked child pid") - before;
         fprintf(stderr, "shell: 200 subshells, %u fork children attached\n", attached);
         ASSERT_TRUE(attached >= 200);
+}
+
+/* A process that ends before it attaches never maps the codec libraries
+ * (codec.c, CODEC_DLOPEN: they cost a short process a third of the
+ * shim's price); one that attached has them, as its own (RTLD_LOCAL). */
+static void codecs(TestDaemon *d, pid_t attached) {
+        char *out = sh("ZSWAP_ATTACH_MS=60000 timeout %d %s --socket %s -- cat /proc/self/maps 2>&1 | "
+                       "grep -oE '[^/]*(libzswap-preload|liblz4|libzstd)[^ ]*$' | sort -u",
+                       TEST_WAIT_S, run_path, d->sock);
+        ASSERT_TRUE(strstr(out, "libzswap-preload.so") != NULL);
+        if (strstr(out, "liblz4") || strstr(out, "libzstd"))
+                test_fail("a process that never attached mapped the codec libraries:\n%s", out);
+        char path[64], line[512];
+        bool lz4 = false;
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)attached);
+        FILE *f = fopen(path, "re");
+        ASSERT_TRUE(f != NULL);
+        while (fgets(line, sizeof(line), f))
+                lz4 |= strstr(line, "liblz4.so") != NULL;
+        fclose(f);
+        if (!lz4)
+                test_fail("a process that attached has no liblz4 mapped");
+        fprintf(stderr, "codecs: loaded by the attached process only\n");
 }
 
 static void wait_for(const char *path) {
