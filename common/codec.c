@@ -29,16 +29,16 @@
 
 #ifdef CODEC_DLOPEN
 #include <dlfcn.h>
-#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 
 /* the sonames of Debian 12's liblz4-1 and libzstd1 (and of every
  * distribution since 2017) */
 #define LZ4_SONAME "liblz4.so.1"
 #define ZSTD_SONAME "libzstd.so.1"
 
-/* Each function of the two libraries this file calls, by its own name.
- * Written once (dl_load(), under dl_once), read after codec_load(). */
-static struct {
+/* Each function of the two libraries this file calls, by its own name. */
+typedef struct DlSyms {
         __typeof__(LZ4_sizeofState) *LZ4_sizeofState;
         __typeof__(LZ4_compress_fast_extState) *LZ4_compress_fast_extState;
         __typeof__(LZ4_decompress_safe) *LZ4_decompress_safe;
@@ -51,32 +51,47 @@ static struct {
         __typeof__(ZSTD_createDCtx_advanced) *ZSTD_createDCtx_advanced;
         __typeof__(ZSTD_freeDCtx) *ZSTD_freeDCtx;
         __typeof__(ZSTD_decompressDCtx) *ZSTD_decompressDCtx;
-} dl;
-static pthread_once_t dl_once = PTHREAD_ONCE_INIT;
-static int dl_err;
+} DlSyms;
 
-#define DL_SYM(lib, f) (*(void **)&dl.f = lib ? dlsym(lib, #f) : NULL) != NULL
+/*
+ * Published once whole (release), in a mapping of its own: the client
+ * library never uses the program's heap. No lock and no pthread_once():
+ * a fork taken while another thread loads would leave either held for
+ * ever in the child. Two threads that load at once both dlopen() (which
+ * counts references) and fill a table each; one table is published, the
+ * other unmapped. A failure is not remembered: the next context tries
+ * again.
+ */
+static _Atomic(DlSyms *) dl_syms;
 
-static void dl_load(void) {
-        void *lz4 = dlopen(LZ4_SONAME, RTLD_NOW | RTLD_LOCAL);
-        void *zstd = dlopen(ZSTD_SONAME, RTLD_NOW | RTLD_LOCAL);
-        bool ok = DL_SYM(lz4, LZ4_sizeofState) && DL_SYM(lz4, LZ4_compress_fast_extState) &&
-                  DL_SYM(lz4, LZ4_decompress_safe) && DL_SYM(zstd, ZSTD_createCCtx) && DL_SYM(zstd, ZSTD_freeCCtx) &&
-                  DL_SYM(zstd, ZSTD_CCtx_setParameter) && DL_SYM(zstd, ZSTD_compress2) && DL_SYM(zstd, ZSTD_isError) &&
-                  DL_SYM(zstd, ZSTD_createDCtx) && DL_SYM(zstd, ZSTD_createDCtx_advanced) &&
-                  DL_SYM(zstd, ZSTD_freeDCtx) && DL_SYM(zstd, ZSTD_decompressDCtx);
-        /* the handles stay open for the process's life: contexts made
-         * from them may outlive any caller */
-        dl_err = ok ? 0 : -ELIBACC;
-}
+#define DL_SYM(t, lib, f) (*(void **)&(t)->f = lib ? dlsym(lib, #f) : NULL) != NULL
 
 /* 0 once both libraries are loaded; -ELIBACC if either is missing. */
 static int codec_load(void) {
-        pthread_once(&dl_once, dl_load);
-        return dl_err;
+        if (atomic_load_explicit(&dl_syms, memory_order_acquire))
+                return 0;
+        void *lz4 = dlopen(LZ4_SONAME, RTLD_NOW | RTLD_LOCAL);
+        void *zstd = dlopen(ZSTD_SONAME, RTLD_NOW | RTLD_LOCAL);
+        DlSyms *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (t == MAP_FAILED)
+                return -ENOMEM;
+        bool ok = DL_SYM(t, lz4, LZ4_sizeofState) && DL_SYM(t, lz4, LZ4_compress_fast_extState) &&
+                  DL_SYM(t, lz4, LZ4_decompress_safe) && DL_SYM(t, zstd, ZSTD_createCCtx) &&
+                  DL_SYM(t, zstd, ZSTD_freeCCtx) && DL_SYM(t, zstd, ZSTD_CCtx_setParameter) &&
+                  DL_SYM(t, zstd, ZSTD_compress2) && DL_SYM(t, zstd, ZSTD_isError) &&
+                  DL_SYM(t, zstd, ZSTD_createDCtx) && DL_SYM(t, zstd, ZSTD_createDCtx_advanced) &&
+                  DL_SYM(t, zstd, ZSTD_freeDCtx) && DL_SYM(t, zstd, ZSTD_decompressDCtx);
+        DlSyms *none = NULL;
+        /* the handles stay open for the process's life: contexts made
+         * from them may outlive any caller */
+        if (!ok || !atomic_compare_exchange_strong_explicit(&dl_syms, &none, t, memory_order_acq_rel,
+                                                            memory_order_acquire))
+                munmap(t, sizeof(*t));
+        return ok ? 0 : -ELIBACC;
 }
 
-#define CALL(f) dl.f
+/* after codec_load() succeeded: its table (acquire: filled before) */
+#define CALL(f) atomic_load_explicit(&dl_syms, memory_order_acquire)->f
 #else
 static int codec_load(void) {
         return 0;
