@@ -50,6 +50,7 @@
 #include "backend.h"
 #include "bench-util.h"
 #include "corpus.h"
+#include "kswap.h"
 #include "macro.h"
 #include "reclaim-sim.h"
 #include "util.h"
@@ -95,74 +96,6 @@ typedef struct Ctx {
         uint64_t *lat;          /* ns per access of the measured part */
         unsigned char *vec;     /* mincore() of the heap */
 } Ctx;
-
-/* ---- memory cgroups (v2 where its memory controller is, else v1) ---- */
-
-static int write_file(const char *path, const char *s) {
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        ssize_t n = write(fd, s, strlen(s));
-        int r = n == (ssize_t)strlen(s) ? 0 : n < 0 ? -errno : -EIO;
-        close(fd);
-        return r;
-}
-
-static int read_u64(const char *path, uint64_t *ret) {
-        char buf[64];
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        ssize_t n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return -EIO;
-        buf[n] = 0;
-        *ret = strtoull(buf, NULL, 10);
-        return 0;
-}
-
-typedef struct Cgroup {
-        char dir[256];
-        bool v2;
-} Cgroup;
-
-static int cgroup_make(Cgroup *cg) {
-        char ctl[64] = "";
-        int fd = open("/sys/fs/cgroup/cgroup.controllers", O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-                ssize_t n = read(fd, ctl, sizeof(ctl) - 1);
-                close(fd);
-                ctl[n > 0 ? n : 0] = 0;
-        }
-        cg->v2 = strstr(ctl, "memory") != NULL;
-        snprintf(cg->dir, sizeof(cg->dir), "/sys/fs/cgroup/%szswap-bench-equal.%d", cg->v2 ? "" : "memory/",
-                 (int)getpid());
-        if (mkdir(cg->dir, 0755) < 0 && errno != EEXIST)
-                return -errno;
-        return 0;
-}
-
-static int cgroup_file(const Cgroup *cg, const char *v2, const char *v1, char *buf, size_t len) {
-        return snprintf(buf, len, "%s/%s", cg->dir, cg->v2 ? v2 : v1) < (int)len ? 0 : -ENAMETOOLONG;
-}
-
-static int cgroup_join(const Cgroup *cg) {
-        char p[320], pid[32];
-        snprintf(pid, sizeof(pid), "%d", (int)getpid());
-        return cgroup_file(cg, "cgroup.procs", "cgroup.procs", p, sizeof(p)) ?: write_file(p, pid);
-}
-
-static int cgroup_usage(const Cgroup *cg, uint64_t *ret) {
-        char p[320];
-        return cgroup_file(cg, "memory.current", "memory.usage_in_bytes", p, sizeof(p)) ?: read_u64(p, ret);
-}
-
-static int cgroup_limit(const Cgroup *cg, uint64_t bytes) {
-        char p[320], v[32];
-        snprintf(v, sizeof(v), "%" PRIu64, bytes);
-        return cgroup_file(cg, "memory.max", "memory.limit_in_bytes", p, sizeof(p)) ?: write_file(p, v);
-}
 
 /* ---- one measurement, in a child ---- */
 
@@ -222,12 +155,11 @@ static int wait_settled(struct zswap_client *zc, uint64_t limit, Result *res) {
         }
 }
 
-static void child(const Ctx *c, int fd) {
+static void child(const Ctx *c, const KswapCgroup *cg, int fd) {
         const Options *o = c->o;
         size_t len = c->n_pages * ZSWAP_PAGE_SIZE;
         struct zswap_client *zc = NULL;
         Result res = {};
-        Cgroup cg;
         uint8_t *heap = MAP_FAILED;
         uint64_t base = 0;
         int r = 0;
@@ -238,9 +170,9 @@ static void child(const Ctx *c, int fd) {
         memset(c->lat, 0, o->accesses * sizeof(uint64_t));
         memset(c->vec, 0, c->n_pages);
         if (c->kind == BACKEND_ZRAM) {
-                r = cgroup_make(&cg) ?: cgroup_join(&cg) ?: cgroup_usage(&cg, &base);
+                r = kswap_cgroup_join(cg, 0) ?: kswap_cgroup_usage(cg, &base);
                 if (r == 0)
-                        r = cgroup_limit(&cg, base + c->limit);
+                        r = kswap_cgroup_limit(cg, base + c->limit);
         } else
                 r = zswap_connect(backend_socket(c->b), &zc);
         if (r == 0) {
@@ -273,9 +205,13 @@ static void child(const Ctx *c, int fd) {
 }
 
 static int measure(const Ctx *c, Result *res) {
-        int p[2];
+        KswapCgroup cg = {};
+        int p[2], r;
         pid_t pid;
 
+        /* zram: the child runs in a memory cgroup of its own */
+        if (c->kind == BACKEND_ZRAM && (r = kswap_cgroup_make(&cg, "equal")) < 0)
+                return r;
         if (pipe2(p, O_CLOEXEC) < 0)
                 return -errno;
         pid = fork();
@@ -283,20 +219,15 @@ static int measure(const Ctx *c, Result *res) {
                 return -errno;
         if (pid == 0) {
                 close(p[0]);
-                child(c, p[1]);
+                child(c, &cg, p[1]);
         }
         close(p[1]);
         ssize_t n = read(p[0], res, sizeof(*res));
         close(p[0]);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                 ;
-        if (c->kind == BACKEND_ZRAM) {
-                char dir[256];
-                snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory/zswap-bench-equal.%d", (int)pid);
-                (void)rmdir(dir);
-                snprintf(dir, sizeof(dir), "/sys/fs/cgroup/zswap-bench-equal.%d", (int)pid);
-                (void)rmdir(dir);
-        }
+        if (c->kind == BACKEND_ZRAM)
+                (void)kswap_cgroup_remove(&cg);
         return n == sizeof(*res) ? res->err : -EIO;
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/swap.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -169,4 +170,46 @@ void kswap_signals_block(sigset_t *old) {
 
 void kswap_signals_restore(const sigset_t *old) {
         pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+int kswap_cgroup_make(KswapCgroup *cg, const char *name) {
+        char ctl[256] = "";
+
+        /* the unified hierarchy lists its controllers; v1 has no such file */
+        (void)kswap_read_file("/sys/fs/cgroup/cgroup.controllers", ctl, sizeof(ctl));
+        cg->v2 = strstr(ctl, "memory") != NULL;
+        if (snprintf(cg->dir, sizeof(cg->dir), "/sys/fs/cgroup/%szswap-bench-%s.%d", cg->v2 ? "" : "memory/", name,
+                     (int)getpid()) >= (int)sizeof(cg->dir))
+                return -ENAMETOOLONG;
+        if (mkdir(cg->dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+static int cgroup_file(const KswapCgroup *cg, const char *v2, const char *v1, char *buf, size_t len) {
+        return snprintf(buf, len, "%s/%s", cg->dir, cg->v2 ? v2 : v1) < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+int kswap_cgroup_join(const KswapCgroup *cg, pid_t pid) {
+        char p[320], v[32];
+
+        snprintf(v, sizeof(v), "%d", (int)(pid ? pid : getpid()));
+        return cgroup_file(cg, "cgroup.procs", "cgroup.procs", p, sizeof(p)) ?: kswap_write_file(p, v);
+}
+
+int kswap_cgroup_usage(const KswapCgroup *cg, uint64_t *ret) {
+        char p[320];
+
+        return cgroup_file(cg, "memory.current", "memory.usage_in_bytes", p, sizeof(p)) ?: kswap_read_u64(p, ret);
+}
+
+int kswap_cgroup_limit(const KswapCgroup *cg, uint64_t bytes) {
+        char p[320], v[32];
+
+        snprintf(v, sizeof(v), "%llu", (unsigned long long)bytes);
+        return cgroup_file(cg, "memory.max", "memory.limit_in_bytes", p, sizeof(p)) ?: kswap_write_file(p, v);
+}
+
+int kswap_cgroup_remove(const KswapCgroup *cg) {
+        return rmdir(cg->dir) < 0 ? -errno : 0;
 }

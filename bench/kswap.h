@@ -9,8 +9,10 @@
 #pragma once
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Above any priority a distribution gives its swap (the kernel caps at 32767). */
 #define KSWAP_PRIO 32767
@@ -55,3 +57,23 @@ int kswap_page_cluster_restore(const char *procfs, int *saved);
  */
 void kswap_signals_block(sigset_t *old);
 void kswap_signals_restore(const sigset_t *old);
+
+/*
+ * A memory cgroup of the bench's own: v2 where the unified hierarchy has the
+ * memory controller, else v1's memory hierarchy. Named
+ * zswap-bench-NAME.PID (PID: the caller's). The limit is memory.max (v1:
+ * memory.limit_in_bytes); the usage memory.current (v1:
+ * memory.usage_in_bytes). kswap_cgroup_remove() removes the directory once
+ * the processes in it have exited.
+ */
+typedef struct KswapCgroup {
+        char dir[256];
+        bool v2;
+} KswapCgroup;
+
+int kswap_cgroup_make(KswapCgroup *cg, const char *name);
+/* Move pid (0: the caller) into the cgroup. */
+int kswap_cgroup_join(const KswapCgroup *cg, pid_t pid);
+int kswap_cgroup_usage(const KswapCgroup *cg, uint64_t *ret);
+int kswap_cgroup_limit(const KswapCgroup *cg, uint64_t bytes);
+int kswap_cgroup_remove(const KswapCgroup *cg);
