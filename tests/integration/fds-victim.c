@@ -38,25 +38,43 @@
 #define LEN ((size_t)16 << 20)
 
 /* Whether the mapping holding p is registered with a userfaultfd (VmFlags
- * "um" in /proc/self/smaps, or "uw" alone for memory never evicted from). */
-static int uffd_registered(const void *p) {
-        FILE *f = fopen("/proc/self/smaps", "re");
-        char line[512];
-        int in = 0, r = 0;
-        unsigned long s, e;
+ * "um" in /proc/self/smaps, or "uw" alone for memory never evicted from).
+ * close-race's closer thread closes our descriptor for smaps too, at any
+ * moment: the file is read whole, in one read() after its open(), and
+ * read again until one read got to its end (stdio's buffered reads of a
+ * file closed under them looked like "not registered" every time while
+ * the closer ran on the other CPU, and the program then forked its 20000
+ * children). */
+static char smaps[1 << 22];
 
-        if (!f)
-                return 0;
-        while (fgets(line, sizeof(line), f)) {
-                if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
-                        in = (uintptr_t)p >= s && (uintptr_t)p < e;
-                else if (in && strncmp(line, "VmFlags:", 8) == 0) {
-                        r = strstr(line, " um") != NULL || strstr(line, " uw") != NULL;
-                        break;
+static int uffd_registered(const void *p) {
+        for (int tries = 0; tries < 100000; tries++) {
+                int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+                size_t n = 0;
+                ssize_t k = -1;
+
+                if (fd < 0)
+                        continue;
+                while (n < sizeof(smaps) - 1 && (k = read(fd, smaps + n, sizeof(smaps) - 1 - n)) > 0)
+                        n += (size_t)k;
+                close(fd); /* EBADF if the closer was first */
+                if (k != 0)
+                        continue; /* closed under us (or too long): again */
+                smaps[n] = 0;
+                int in = 0;
+                for (char *line = smaps, *next; line && *line; line = next) {
+                        unsigned long s, e;
+                        next = strchr(line, '\n');
+                        if (next)
+                                *next++ = 0;
+                        if (sscanf(line, "%lx-%lx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
+                                in = (uintptr_t)p >= s && (uintptr_t)p < e;
+                        else if (in && strncmp(line, "VmFlags:", 8) == 0)
+                                return strstr(line, " um") != NULL || strstr(line, " uw") != NULL;
                 }
+                return 0;
         }
-        fclose(f);
-        return r;
+        return 0;
 }
 
 /* Until the shim has registered p, for at most tries x 10 ms: whether it has. */
