@@ -42,6 +42,7 @@
 /* mmap and mmap64 are both defined here: no redirection of one to the other */
 #undef _FILE_OFFSET_BITS
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -95,6 +96,18 @@ static unsigned scan_ms = SCAN_MS_DEFAULT;
 static unsigned attach_ms = ATTACH_MS_DEFAULT;
 static uint64_t limit_bytes;      /* 0: no limit */
 static ZswapSpan scanner_stack;
+/*
+ * The /proc/self files the scanner reads at every scan, opened once while
+ * no program thread closes descriptors (attach(), child_attach(), a fork
+ * child's handler) and kept from the program as the shim's own. Opened
+ * afresh for each read, a program that closes every descriptor in a loop
+ * closed them under nearly every read (the scanner saw no mapping and
+ * managed nothing, for good), and a descriptor closed and made again by
+ * the program meanwhile would have been read, and then closed, as ours.
+ * Read with pread() from offset 0: a seq_file starts over there.
+ */
+enum { PROC_MAPS, PROC_STATUS, PROC_SMAPS, PROC_MAX };
+static int proc_fd[PROC_MAX] = { -1, -1, -1 };
 /* under scan_lock: the scanner thread, and a program thread giving memory
  * back to the program's own userfaultfd (ioctl()) */
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -171,13 +184,16 @@ _public_ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
  * and says 0; close_range() and closefrom() close all around them;
  * dup2()/dup3() over one of ours is refused with EBUSY, with one line.
  */
-#define OWN_FDS 8
+#define OWN_FDS (8 + PROC_MAX)
 
 static size_t own_fds(int *out) {
         struct zswap_client *c = atomic_load_explicit(&fds_client, memory_order_acquire);
-        size_t n = c ? zswap_client_fds(c, out, OWN_FDS - 1) : 0;
+        size_t n = c ? zswap_client_fds(c, out, OWN_FDS - 1 - PROC_MAX) : 0;
         if (poke_fd >= 0)
                 out[n++] = poke_fd;
+        for (size_t i = 0; i < PROC_MAX; i++)
+                if (proc_fd[i] >= 0)
+                        out[n++] = proc_fd[i];
         return n;
 }
 
@@ -427,31 +443,58 @@ static int span_cmp(const void *a, const void *b) {
 
 /* ---- reading /proc/self ---- */
 
-static char *read_file(const char *path, size_t *len) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* Opens what proc_fd[] lacks; the caller holds off the program's closes
+ * (or is a fork child's only thread). */
+static void proc_open(void) {
+        static const char *const path[PROC_MAX] = { "/proc/self/maps", "/proc/self/status", "/proc/self/smaps" };
+
+        for (size_t i = 0; i < PROC_MAX; i++)
+                if (proc_fd[i] < 0)
+                        proc_fd[i] = open(path[i], O_RDONLY | O_CLOEXEC);
+}
+
+/* A fork child's inherited ones show its parent (the files name the mm
+ * they were opened on). */
+static void proc_close(void) {
+        for (size_t i = 0; i < PROC_MAX; i++)
+                if (proc_fd[i] >= 0) {
+                        (void)syscall(SYS_close, proc_fd[i]);
+                        proc_fd[i] = -1;
+                }
+}
+
+/* The whole of one, NUL-terminated, or NULL (errno) */
+static char *read_proc(int which, size_t *len) {
+        int fd = proc_fd[which];
         size_t cap = 1 << 16, n = 0;
         char *buf = NULL;
 
-        if (fd < 0)
+        if (fd < 0) {
+                errno = EBADF;
                 return NULL;
+        }
         for (;;) {
                 if (n + 4096 > cap || !buf) {
                         char *b = realloc(buf, buf ? cap *= 2 : cap);
                         if (!b) {
                                 free(buf);
-                                close(fd);
                                 return NULL;
                         }
                         buf = b;
                 }
-                ssize_t r = read(fd, buf + n, cap - n - 1);
+                ssize_t r = pread(fd, buf + n, cap - n - 1, (off_t)n);
                 if (r < 0 && errno == EINTR)
                         continue;
-                if (r <= 0)
+                if (r < 0) {
+                        int e = errno;
+                        free(buf);
+                        errno = e;
+                        return NULL;
+                }
+                if (r == 0)
                         break;
                 n += (size_t)r;
         }
-        close(fd);
         buf[n] = 0;
         *len = n;
         return buf;
@@ -478,12 +521,11 @@ static bool parse_vma(const char *line, uint64_t *start, uint64_t *end, bool *ca
 /* Private anonymous writable mappings, in address order. */
 static int read_candidates(Spans *out) {
         size_t len;
-        char *buf = read_file("/proc/self/maps", &len);
+        char *buf = read_proc(PROC_MAPS, &len);
         int r = 0;
 
         if (!buf)
                 return -errno;
-        uint64_t file_end = 0; /* where the last file mapping ended */
         for (char *line = buf, *nl; *line && r == 0; line = nl + 1) {
                 uint64_t s, e;
                 bool cand, file;
@@ -491,23 +533,53 @@ static int read_candidates(Spans *out) {
                 if (!nl)
                         break;
                 *nl = 0;
-                if (!parse_vma(line, &s, &e, &cand, &file))
-                        continue;
-                /* an unnamed anonymous mapping right after a file mapping
-                 * is a loaded object's .bss: libc's holds malloc's state,
-                 * which the agent uses to reach a daemon; never managed */
-                if (cand && !(s == file_end && !strchr(line, '[')))
+                if (parse_vma(line, &s, &e, &cand, &file) && cand)
                         r = spans_add(out, s, e);
-                file_end = file ? e : 0;
         }
         free(buf);
         return r;
 }
 
+/* The part of each loaded object's segments past what its file holds
+ * (.bss), page-aligned: an anonymous mapping of its own, right after the
+ * object's last file mapping. libc's holds malloc's state, which the
+ * agent uses to reach a daemon: never managed. Told by the objects
+ * themselves, not by where a mapping lies: memory the program maps right
+ * after a library loaded later (dlopen(), libzswap's codecs) is the
+ * program's. */
+static int bss_of(struct dl_phdr_info *info, size_t size, void *arg) {
+        static const uint64_t page = 4096;
+        Spans *out = arg;
+
+        (void)size;
+        for (size_t i = 0; i < info->dlpi_phnum; i++) {
+                const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+                if (ph->p_type != PT_LOAD || ph->p_memsz <= ph->p_filesz)
+                        continue;
+                uint64_t s = info->dlpi_addr + ph->p_vaddr + ph->p_filesz;
+                uint64_t e = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+                if (spans_add(out, s & ~(page - 1), (e + page - 1) & ~(page - 1)) < 0)
+                        return -1;
+        }
+        return 0;
+}
+
+/* dl_iterate_phdr() holds the loader's lock meanwhile; connect_lock keeps
+ * a fork (connect_prepare()) from copying it held into a child. */
+static int read_bss(Spans *out) {
+        pthread_mutex_lock(&connect_lock);
+        int r = dl_iterate_phdr(bss_of, out);
+        pthread_mutex_unlock(&connect_lock);
+        if (r < 0)
+                return -ENOMEM;
+        qsort(out->v, out->n, sizeof(*out->v), span_cmp);
+        return 0;
+}
+
 /* A field of /proc/self/status, in kB ("VmLck", "RssAnon"); 0 if absent. */
 static uint64_t status_kb(const char *field) {
         size_t len, n = strlen(field);
-        char *buf = read_file("/proc/self/status", &len), *p = buf;
+        char *buf = read_proc(PROC_STATUS, &len), *p = buf;
         uint64_t kb = 0;
 
         while (p && (p = strstr(p, field)))
@@ -530,7 +602,7 @@ static int read_locked(Spans *out) {
         size_t len;
         if (status_kb("VmLck") == 0)
                 return 0;
-        char *buf = read_file("/proc/self/smaps", &len);
+        char *buf = read_proc(PROC_SMAPS, &len);
         uint64_t s = 0, e = 0;
         int r = 0;
 
@@ -559,7 +631,8 @@ static void deactivate(const char *why) {
         client = NULL; /* the connection stays: its pages are restored by libzswap or wait */
 }
 
-static void register_new(void) {
+/* Under scan_lock; bss: read_bss()'s */
+static void register_new(const Spans *bss) {
         Spans cand = { 0 }, fresh = { 0 }, unlocked = { 0 }, locked = { 0 }, next = { 0 };
         ZswapSpan own[OWN_MAX];
         size_t nown;
@@ -569,15 +642,19 @@ static void register_new(void) {
         nown = zswap_client_own_memory(client, own, OWN_MAX - 1);
         own[nown++] = scanner_stack;
         qsort(own, nown, sizeof(*own), span_cmp);
-        /* what is new: candidates minus what we hold minus our own memory
-         * minus what the program's own userfaultfd took */
-        Spans mine = { 0 }, theirs = { 0 };
-        if (spans_subtract(&mine, &cand, own, nown) < 0 || spans_subtract(&theirs, &mine, known.v, known.n) < 0 ||
+        /* what is new: candidates minus the objects' .bss minus what we
+         * hold minus our own memory minus what the program's own
+         * userfaultfd took */
+        Spans prog = { 0 }, mine = { 0 }, theirs = { 0 };
+        if (spans_subtract(&prog, &cand, bss->v, bss->n) < 0 || spans_subtract(&mine, &prog, own, nown) < 0 ||
+            spans_subtract(&theirs, &mine, known.v, known.n) < 0 ||
             spans_subtract(&fresh, &theirs, given_up.v, given_up.n) < 0) {
+                free(prog.v);
                 free(mine.v);
                 free(theirs.v);
                 goto out;
         }
+        free(prog.v);
         free(mine.v);
         free(theirs.v);
         if (fresh.n > 0) {
@@ -640,8 +717,12 @@ static uint64_t rss_anon(void) {
  * policies, docs/reclaim.md). The user asked for RssAnon, which also
  * counts what is not managed (the main stack, small and mlocked mappings,
  * pages in the staging area between a move and its release). So each scan
- * hands the daemon the limit minus that part, never less than a quarter
- * of the limit, and only when it moved by more than 1 MiB.
+ * hands the daemon the limit minus that part and 256 KiB, never less than
+ * a quarter of the limit: again when it fell by 64 KiB or more (what is
+ * not managed grew), or rose by 1 MiB or more. Never raised by less, so
+ * that the daemon is not asked at every scan; never lowered late, so that
+ * RssAnon stays under the limit (a fall of up to 1 MiB left unsent let
+ * the unmanaged part take RssAnon over it).
  */
 static uint64_t limit_sent;
 
@@ -655,8 +736,9 @@ static void apply_limit(void) {
         rss = rss_anon();
         if (limit_sent && zswap_get_stats(client, ZSWAP_STATS_CLIENT, &st) == 0 && rss > st.resident_bytes)
                 unmanaged = rss - st.resident_bytes;
+        unmanaged += 256u << 10;
         want = limit_bytes > unmanaged + limit_bytes / 4 ? limit_bytes - unmanaged : limit_bytes / 4;
-        if (limit_sent && (want > limit_sent ? want - limit_sent : limit_sent - want) < (1u << 20))
+        if (limit_sent && (want > limit_sent ? want - limit_sent < (1u << 20) : limit_sent - want < (64u << 10)))
                 return;
         if ((r = zswap_set_limit(client, want)) < 0) {
                 say("zswapd refuses the limit: %s; running without one", strerror(-r));
@@ -677,6 +759,7 @@ static bool attach(void) {
         atomic_store_explicit(&connecting, true, memory_order_seq_cst);
         while (atomic_load_explicit(&closers, memory_order_seq_cst))
                 sched_yield(); /* a close under way: it sees `connecting` next time */
+        proc_open();
         int r = zswap_connect(NULL, &c);
         if (r == 0) {
                 pthread_mutex_lock(&scan_lock);
@@ -716,6 +799,7 @@ static int child_attach(void) {
         atomic_store_explicit(&connecting, true, memory_order_seq_cst);
         while (atomic_load_explicit(&closers, memory_order_seq_cst))
                 sched_yield();
+        proc_open();
         int r = zswap_child_attach(client);
         /* release: as in attach() (the child's new descriptors) */
         atomic_store_explicit(&connecting, false, memory_order_release);
@@ -779,10 +863,14 @@ static void *scanner_main(void *arg) {
         while (client) {
                 struct pollfd p = { .fd = poke_fd, .events = POLLIN };
                 uint64_t v;
+                Spans bss = { 0 };
 
-                pthread_mutex_lock(&scan_lock);
-                register_new();
-                pthread_mutex_unlock(&scan_lock);
+                if (read_bss(&bss) == 0) {
+                        pthread_mutex_lock(&scan_lock);
+                        register_new(&bss);
+                        pthread_mutex_unlock(&scan_lock);
+                }
+                free(bss.v);
                 apply_limit();
                 if (poll(&p, 1, (int)scan_ms) > 0) {
                         (void)!read(poke_fd, &v, sizeof(v));
@@ -844,13 +932,16 @@ static void atfork_child(void) {
         /* relaxed, both: the child has this one thread yet (the scanner
          * it starts below gets what it wrote through pthread_create()) */
         atomic_store_explicit(&closers, 0, memory_order_relaxed);
+        proc_close();
         if (poke_fd >= 0 && !atomic_load_explicit(&attach_failed, memory_order_relaxed)) {
                 safe_close(poke_fd);
                 poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
                 limit_sent = 0;
                 loaded_ns = now_ns();
-                if (client && !zswap_child_pending(client))
+                if (client && !zswap_child_pending(client)) {
+                        proc_open(); /* no other thread yet: none closes */
                         apply_limit(); /* the child is a client of its own */
+                }
                 if (poke_fd < 0 || scanner_start() < 0)
                         say("cannot start the scanner in the child: new memory stays unmanaged");
         }

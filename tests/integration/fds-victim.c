@@ -3,7 +3,7 @@
  * not open itself, as a daemon does, for test-preload-fds (run under
  * zswap-run).
  *
- *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race|mlock
+ *   fds-victim close_range|closefrom|close-loop|dup2|uffd|close-race|mlock|after-file
  *
  * It fills 16 MiB, closes its descriptors above 2 the way argv says (dup2:
  * puts /dev/null over every descriptor from 3 to 63 instead; uffd: waits
@@ -14,7 +14,10 @@
  * every byte, again and again until the shim has registered the 16 MiB
  * and 50 times more, then prints "close-race children N bad M"; mlock:
  * locks the second half before anything else, waits until the shim has
- * registered the first, and prints "mlock locked-managed 0|1"), prints
+ * registered the first, and prints "mlock locked-managed 0|1"; after-file:
+ * its 16 MiB lie right after a page of a file mapping, where a loaded
+ * object's .bss would lie, and it prints "after-file managed 0|1" once the
+ * shim has registered them or 30 s have passed), prints
  * "ready PID" and waits for a line on stdin; then it checks every byte and
  * prints "ok" or "bad N" (N words differ), and exits 0 or 1.
  */
@@ -100,8 +103,17 @@ static void *closer_main(void *arg) {
 int main(int argc, char **argv) {
         if (argc != 2)
                 return 2;
-        uint64_t *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
+        uint64_t *p;
+        if (strcmp(argv[1], "after-file") == 0) {
+                /* as when a library loaded later (dlopen()) lands right
+                 * below the program's memory */
+                char *r = mmap(NULL, LEN + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+                if (r == MAP_FAILED || fd < 0 || mmap(r, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED)
+                        return 2;
+                close(fd);
+                p = (uint64_t *)(r + 4096);
+        } else if ((p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
                 return 2;
         /* mlock: at once, long before the shim attaches (ZSWAP_ATTACH_MS) */
         if (strcmp(argv[1], "mlock") == 0 && mlock((char *)p + LEN / 2, LEN / 2) < 0) {
@@ -144,6 +156,8 @@ int main(int argc, char **argv) {
                 }
                 usleep(300000); /* a scan or two more */
                 printf("mlock locked-managed %d\n", uffd_registered((char *)p + LEN / 2));
+        } else if (strcmp(argv[1], "after-file") == 0) {
+                printf("after-file managed %d\n", wait_registered(p, 3000));
         } else if (strcmp(argv[1], "close-race") == 0) {
                 int children = 0, bad = 0, after = 0, before = 0;
                 pthread_t closer;

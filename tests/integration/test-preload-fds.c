@@ -26,6 +26,11 @@
  * the shim registers the other half and never the locked one (the
  * program asked for it to stay in RAM).
  *
+ * after-file: the program's memory lies right after a file mapping,
+ * where a loaded object's .bss would lie (as when a library loaded later
+ * lands right below it): the shim manages it, since it tells a .bss by
+ * the objects' own segments, not by where a mapping lies.
+ *
  * uffd: the program registers half of its memory with a userfaultfd of
  * its own after the shim has registered it (the kernel allows one uffd per
  * range: EBUSY). The shim gives that memory up, its pages back first, says
@@ -125,6 +130,12 @@ static void run(const char *mode) {
                 ASSERT_TRUE(fgets(line, sizeof(line), out));
                 if (sscanf(line, "mlock locked-managed %d", &managed) != 1 || managed != 0)
                         test_fail("mlock: %s", line);
+        }
+        if (strcmp(mode, "after-file") == 0) {
+                int managed = -1;
+                ASSERT_TRUE(fgets(line, sizeof(line), out));
+                if (sscanf(line, "after-file managed %d", &managed) != 1 || managed != 1)
+                        test_fail("after-file: the program's memory right after a file mapping: %s", line);
         }
         if (strcmp(mode, "close-race") == 0) {
                 int children = 0, bad = -1, managed = 0, before = 0;
