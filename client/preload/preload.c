@@ -17,8 +17,8 @@
  * (VmFlags "lo": the program asked for them to stay in RAM), the shim's own
  * memory (libzswap's staging area and its agent's stack, the scanner's
  * stack, and every mapping the library makes for itself, named
- * "[anon:zswap]"), the .bss of loaded objects (an unnamed anonymous mapping
- * right after a file mapping: libc's holds malloc's state, and the agent
+ * "[anon:zswap]"), the .bss of loaded objects (their segments past their
+ * file, from dl_iterate_phdr(): libc's holds malloc's state, and the agent
  * must reach a daemon without faulting on memory only a daemon serves),
  * and mappings under 16 KiB. The daemon needs nothing from the
  * process to serve a fault, so no other memory has to be held back.
