@@ -766,7 +766,8 @@ static bool attach(void) {
                 client = c;
                 pthread_mutex_unlock(&scan_lock);
                 atomic_store_explicit(&fds_client, c, memory_order_release);
-        }
+        } else
+                proc_close(); /* no scanner reads them: the program's again */
         /* release: the client's descriptors are made before a closer that
          * reads false (seq_cst, so acquire) goes on. The handshake needs
          * no more: every store of `connecting` is made under connect_lock,
@@ -793,14 +794,17 @@ static bool attach(void) {
 
 /* A fork child that put off attaching (libzswap's zswap_child_attach())
  * attaches, as attach() connects: no program thread closes a descriptor
- * meanwhile. 0, or why it is not managed (-errno). */
-static int child_attach(void) {
+ * meanwhile. 0, or why it is not managed (-errno). scanner: called by the
+ * scanner, which stops if it fails, and then gives the /proc files up. */
+static int child_attach(bool scanner) {
         /* seq_cst, both: as in attach() */
         atomic_store_explicit(&connecting, true, memory_order_seq_cst);
         while (atomic_load_explicit(&closers, memory_order_seq_cst))
                 sched_yield();
         proc_open();
         int r = zswap_child_attach(client);
+        if (r < 0 && scanner)
+                proc_close(); /* the scanner stops: the program's again */
         /* release: as in attach() (the child's new descriptors) */
         atomic_store_explicit(&connecting, false, memory_order_release);
         return r;
@@ -845,7 +849,7 @@ static void *scanner_main(void *arg) {
                  * before then attaches in connect_prepare()) */
                 attach_wait(loaded_ns);
                 pthread_mutex_lock(&connect_lock);
-                int r = child_attach();
+                int r = child_attach(true);
                 pthread_mutex_unlock(&connect_lock);
                 if (r < 0) {
                         /* the daemon still serves what it holds for us
@@ -915,7 +919,7 @@ static void connect_prepare(void) {
         if (client && zswap_child_pending(client)) {
                 bool self = zswap_self;
                 zswap_self = true;
-                (void)child_attach();
+                (void)child_attach(false);
                 zswap_self = self;
         }
 }

@@ -26,6 +26,9 @@
  * the shim registers the other half and never the locked one (the
  * program asked for it to stay in RAM).
  *
+ * no-daemon: nobody serves the socket; the shim keeps no descriptor of
+ * its own from the program (dup2 over each of 3..63 succeeds).
+ *
  * after-file: the program's memory lies right after a file mapping,
  * where a loaded object's .bss would lie (as when a library loaded later
  * lands right below it): the shim manages it, since it tells a .bss by
@@ -205,6 +208,54 @@ static void run(const char *mode) {
         td_stop(&d);
 }
 
+/* no-daemon: fds-victim dup2 under zswap-run with nobody at the socket.
+ * The shim does not attach and keeps no descriptor of its own: every
+ * dup2() over 3..63 succeeds (the /proc files its scanner would have read
+ * are given up with the scanner), and the program runs and reads its
+ * memory as without the shim. */
+static void run_no_daemon(void) {
+        char sock[64], line[128], err[4096] = "";
+        int o[2], i[2], e[2];
+
+        fprintf(stderr, "== no-daemon\n");
+        snprintf(sock, sizeof(sock), "/tmp/zswap-test-nobody-%d.sock", (int)getpid());
+        ASSERT_OK(pipe2(o, O_CLOEXEC));
+        ASSERT_OK(pipe2(i, O_CLOEXEC));
+        ASSERT_OK(pipe2(e, O_CLOEXEC));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                dup2(i[0], 0);
+                dup2(o[1], 1);
+                dup2(e[1], 2);
+                setenv("ZSWAP_ATTACH_MS", "0", 1);
+                execl(run_path, run_path, "--socket", sock, "--", victim_path, "dup2", (char *)NULL);
+                _exit(127);
+        }
+        close(i[0]);
+        close(o[1]);
+        close(e[1]);
+        FILE *out = fdopen(o[0], "r"), *in = fdopen(i[1], "w");
+        int refused = -1;
+        ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "dup2 refused %d", &refused) == 1);
+        ASSERT_TRUE(fgets(line, sizeof(line), out) && strncmp(line, "ready ", 6) == 0);
+        fprintf(in, "check\n");
+        fflush(in);
+        ASSERT_TRUE(fgets(line, sizeof(line), out));
+        fclose(in);
+        ssize_t n = read(e[0], err, sizeof(err) - 1);
+        err[n > 0 ? n : 0] = 0;
+        int st;
+        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        fclose(out);
+        close(e[0]);
+        if (refused != 0 || strcmp(line, "ok\n") != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                test_fail("no-daemon: %d of dup2 refused, the program read back %s(status %#x), stderr: %s", refused,
+                          line, st, err);
+        ASSERT_TRUE(strstr(err, "not managing memory") && !strstr(err, "EBUSY"));
+        fprintf(stderr, "no-daemon: no dup2 refused, every byte read back; stderr: %s", err);
+}
+
 int main(int argc, char **argv) {
         const char *zswapd = getenv("ZSWAPD");
         if (!zswapd)
@@ -223,6 +274,9 @@ int main(int argc, char **argv) {
         strcpy(strrchr(victim_path, '/'), "/fds-victim");
         signal(SIGPIPE, SIG_IGN);
         for (int a = 1; a < argc; a++)
-                run(argv[a]);
+                if (strcmp(argv[a], "no-daemon") == 0)
+                        run_no_daemon();
+                else
+                        run(argv[a]);
         return 0;
 }
