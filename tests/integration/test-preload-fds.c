@@ -90,33 +90,71 @@ static bool holds_uffd(pid_t pid) {
         return found;
 }
 
-static void run(const char *mode) {
-        TestDaemon d;
-        int o[2], i[2], e[2];
-        char line[128], err[4096] = "";
+/* fds-victim under zswap-run: its stdout and stdin as streams, its stderr
+ * a descriptor */
+typedef struct Victim {
+        pid_t pid;
+        FILE *out, *in;
+        int err;
+} Victim;
 
-        fprintf(stderr, "== %s\n", mode);
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+/* fds-victim MODE under zswap-run on SOCK, attaching ATTACH_MS after its
+ * start (ZSWAP_ATTACH_MS) */
+static void victim_start(Victim *v, const char *sock, const char *mode, const char *attach_ms) {
+        int o[2], i[2], e[2];
+
         ASSERT_OK(pipe2(o, O_CLOEXEC));
         ASSERT_OK(pipe2(i, O_CLOEXEC));
         ASSERT_OK(pipe2(e, O_CLOEXEC));
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
+        v->pid = fork();
+        ASSERT_TRUE(v->pid >= 0);
+        if (v->pid == 0) {
                 dup2(i[0], 0);
                 dup2(o[1], 1);
                 dup2(e[1], 2);
-                /* close-race: attach while the program runs; mlock: long
-                 * after it locked; the others before main */
-                setenv("ZSWAP_ATTACH_MS",
-                       strcmp(mode, "close-race") == 0 ? "200" : strcmp(mode, "mlock") == 0 ? "1000" : "0", 1);
-                execl(run_path, run_path, "--socket", d.sock, "--", victim_path, mode, (char *)NULL);
+                setenv("ZSWAP_ATTACH_MS", attach_ms, 1);
+                execl(run_path, run_path, "--socket", sock, "--", victim_path, mode, (char *)NULL);
                 _exit(127);
         }
         close(i[0]);
         close(o[1]);
         close(e[1]);
-        FILE *out = fdopen(o[0], "r"), *in = fdopen(i[1], "w");
+        v->out = fdopen(o[0], "r");
+        v->in = fdopen(i[1], "w");
+        v->err = e[0];
+        ASSERT_TRUE(v->out && v->in);
+}
+
+/* "check": the victim's answer in line, what it wrote to stderr in err;
+ * its exit status */
+static int victim_check(Victim *v, char *line, size_t line_len, char *err, size_t err_len) {
+        int st;
+
+        fprintf(v->in, "check\n");
+        fflush(v->in);
+        ASSERT_TRUE(fgets(line, (int)line_len, v->out));
+        fclose(v->in);
+        ssize_t n = read(v->err, err, err_len - 1);
+        err[n > 0 ? n : 0] = 0;
+        ASSERT_EQ(waitpid(v->pid, &st, 0), v->pid);
+        fclose(v->out);
+        close(v->err);
+        return st;
+}
+
+static void run(const char *mode) {
+        TestDaemon d;
+        Victim v;
+        char line[128], err[4096] = "";
+
+        fprintf(stderr, "== %s\n", mode);
+        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
+        /* close-race: attach while the program runs; mlock: long after it
+         * locked; the others before main */
+        victim_start(&v, d.sock, mode,
+                     strcmp(mode, "close-race") == 0 ? "200" : strcmp(mode, "mlock") == 0 ? "1000" : "0");
+        pid_t pid = v.pid;
+        FILE *out = v.out;
         if (strcmp(mode, "dup2") == 0) {
                 int refused = -1;
                 ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "dup2 refused %d", &refused) == 1);
@@ -142,7 +180,7 @@ static void run(const char *mode) {
         }
         if (strcmp(mode, "close-race") == 0) {
                 int children = 0, bad = -1, managed = 0, before = 0;
-                struct pollfd pf = { .fd = o[0], .events = POLLIN };
+                struct pollfd pf = { .fd = fileno(out), .events = POLLIN };
                 if (poll(&pf, 1, TEST_WAIT_S * 1000) != 1) {
                         td_log_dump(&d);
                         test_fail("close-race: the program did not finish in %d s (hung while the shim attached)",
@@ -184,14 +222,7 @@ static void run(const char *mode) {
          * new daemon without faulting on a page only that daemon serves) */
         td_kill(&d);
         td_respawn(&d);
-        fprintf(in, "check\n");
-        fflush(in);
-        ASSERT_TRUE(fgets(line, sizeof(line), out));
-        fclose(in);
-        ssize_t n = read(e[0], err, sizeof(err) - 1);
-        err[n > 0 ? n : 0] = 0;
-        int st;
-        ASSERT_EQ(waitpid(pid, &st, 0), pid);
+        int st = victim_check(&v, line, sizeof(line), err, sizeof(err));
         if (strcmp(line, "ok\n") != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
                 td_log_dump(&d);
                 test_fail("%s: the program read back: %s (status %#x), stderr: %s", mode, line, st, err);
@@ -203,8 +234,6 @@ static void run(const char *mode) {
         if (strcmp(mode, "uffd") == 0) /* let go, said once */
                 ASSERT_TRUE(strstr(err, "registers memory with userfaultfd itself") &&
                             strchr(err, '\n') == strrchr(err, '\n'));
-        fclose(out);
-        close(e[0]);
         td_stop(&d);
 }
 
@@ -215,40 +244,15 @@ static void run(const char *mode) {
  * memory as without the shim. */
 static void run_no_daemon(void) {
         char sock[64], line[128], err[4096] = "";
-        int o[2], i[2], e[2];
+        Victim v;
+        int refused = -1;
 
         fprintf(stderr, "== no-daemon\n");
         snprintf(sock, sizeof(sock), "/tmp/zswap-test-nobody-%d.sock", (int)getpid());
-        ASSERT_OK(pipe2(o, O_CLOEXEC));
-        ASSERT_OK(pipe2(i, O_CLOEXEC));
-        ASSERT_OK(pipe2(e, O_CLOEXEC));
-        pid_t pid = fork();
-        ASSERT_TRUE(pid >= 0);
-        if (pid == 0) {
-                dup2(i[0], 0);
-                dup2(o[1], 1);
-                dup2(e[1], 2);
-                setenv("ZSWAP_ATTACH_MS", "0", 1);
-                execl(run_path, run_path, "--socket", sock, "--", victim_path, "dup2", (char *)NULL);
-                _exit(127);
-        }
-        close(i[0]);
-        close(o[1]);
-        close(e[1]);
-        FILE *out = fdopen(o[0], "r"), *in = fdopen(i[1], "w");
-        int refused = -1;
-        ASSERT_TRUE(fgets(line, sizeof(line), out) && sscanf(line, "dup2 refused %d", &refused) == 1);
-        ASSERT_TRUE(fgets(line, sizeof(line), out) && strncmp(line, "ready ", 6) == 0);
-        fprintf(in, "check\n");
-        fflush(in);
-        ASSERT_TRUE(fgets(line, sizeof(line), out));
-        fclose(in);
-        ssize_t n = read(e[0], err, sizeof(err) - 1);
-        err[n > 0 ? n : 0] = 0;
-        int st;
-        ASSERT_EQ(waitpid(pid, &st, 0), pid);
-        fclose(out);
-        close(e[0]);
+        victim_start(&v, sock, "dup2", "0");
+        ASSERT_TRUE(fgets(line, sizeof(line), v.out) && sscanf(line, "dup2 refused %d", &refused) == 1);
+        ASSERT_TRUE(fgets(line, sizeof(line), v.out) && strncmp(line, "ready ", 6) == 0);
+        int st = victim_check(&v, line, sizeof(line), err, sizeof(err));
         if (refused != 0 || strcmp(line, "ok\n") != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
                 test_fail("no-daemon: %d of dup2 refused, the program read back %s(status %#x), stderr: %s", refused,
                           line, st, err);
