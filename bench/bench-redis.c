@@ -65,6 +65,7 @@
 #include "bench-util.h"
 #include "kswap.h"
 #include "reclaim-sim.h"
+#include "util.h"
 
 #define CHUNK (1ull << 20)
 
@@ -389,6 +390,7 @@ static int fill_all(void) {
 
 typedef struct ZipfRun {
         const Zipf *z;
+        uint64_t step; /* key_step() */
         uint64_t seed;
         size_t n;
         uint64_t *lat;
@@ -396,8 +398,9 @@ typedef struct ZipfRun {
         int err;
 } ZipfRun;
 
-/* Scatter rank over the key space (a bijection: step is coprime with keys). */
-static uint32_t rank_key(uint32_t rank) {
+/* The multiplier that scatters ranks over the key space: coprime with
+ * keys, so rank * step % keys is a bijection. Found once a run. */
+static uint64_t key_step(void) {
         static const uint64_t steps[] = { 2654435761u, 1000003, 999983, 7919 };
         for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
                 uint64_t a = steps[i], b = keys;
@@ -407,9 +410,9 @@ static uint32_t rank_key(uint32_t rank) {
                         b = t;
                 }
                 if (a == 1)
-                        return (uint32_t)(((uint64_t)rank * steps[i]) % keys);
+                        return steps[i];
         }
-        return rank;
+        return 1;
 }
 
 static void *zipf_client(void *arg) {
@@ -420,7 +423,7 @@ static void *zipf_client(void *arg) {
 
         z->err = c && got && want ? conn_open(c) : -ENOMEM;
         for (size_t i = 0; z->err == 0 && i < z->n; i++) {
-                uint32_t k = rank_key(zipf_sample(z->z, &rng));
+                uint32_t k = (uint32_t)(zipf_sample(z->z, &rng) * z->step % keys);
                 int n = snprintf(cmd, sizeof(cmd), "*2\r\n$3\r\nGET\r\n$16\r\nkey:%012u\r\n", k);
                 long len = 0;
                 uint64_t t0 = bench_now_ns();
@@ -441,11 +444,6 @@ static void *zipf_client(void *arg) {
         return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? -1 : x > y;
-}
-
 /* `requests` GETs of Zipf-ranked keys over `clients` connections, each
  * waiting for its reply before the next (so p99 is a GET's own). */
 static int zipf_bench(EqResult *res) {
@@ -460,10 +458,10 @@ static int zipf_bench(EqResult *res) {
                 free(lat);
                 return r;
         }
-        uint64_t t0 = bench_now_ns();
+        uint64_t t0 = bench_now_ns(), step = key_step();
         unsigned started = 0;
         for (unsigned i = 0; i < clients; i++, started++) {
-                run[i] = (ZipfRun){ .z = z, .seed = 0x5eed + i, .n = per, .lat = lat + i * per };
+                run[i] = (ZipfRun){ .z = z, .step = step, .seed = 0x5eed + i, .n = per, .lat = lat + i * per };
                 if (pthread_create(&t[i], NULL, zipf_client, &run[i]) != 0)
                         break;
         }
