@@ -548,7 +548,6 @@ static int read_candidates(Spans *out) {
  * after a library loaded later (dlopen(), libzswap's codecs) is the
  * program's. */
 static int bss_of(struct dl_phdr_info *info, size_t size, void *arg) {
-        static const uint64_t page = 4096;
         Spans *out = arg;
 
         (void)size;
@@ -558,7 +557,7 @@ static int bss_of(struct dl_phdr_info *info, size_t size, void *arg) {
                         continue;
                 uint64_t s = info->dlpi_addr + ph->p_vaddr + ph->p_filesz;
                 uint64_t e = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-                if (spans_add(out, s & ~(page - 1), (e + page - 1) & ~(page - 1)) < 0)
+                if (spans_add(out, s & ~(ZSWAP_PAGE_SIZE - 1), ALIGN_TO(e, ZSWAP_PAGE_SIZE)) < 0)
                         return -1;
         }
         return 0;
