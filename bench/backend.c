@@ -597,6 +597,35 @@ int backend_memory(Backend *b, uint64_t *orig, uint64_t *used) {
         return 0;
 }
 
+int backend_moves(Backend *b, uint64_t *in, uint64_t *out) {
+        struct zswap_stats st;
+        char name[64];
+        unsigned long long v;
+        FILE *f;
+        int r;
+
+        if (b->kind == BACKEND_ZSWAPD) {
+                r = zswapd_stats(b, &st);
+                if (r < 0)
+                        return r;
+                *in = st.faults - st.faults_zero;
+                *out = st.evictions;
+                return 0;
+        }
+        *in = *out = 0;
+        f = fopen("/proc/vmstat", "re");
+        if (!f)
+                return -errno;
+        while (fscanf(f, "%63s %llu", name, &v) == 2) {
+                if (strcmp(name, "pswpin") == 0)
+                        *in = v;
+                else if (strcmp(name, "pswpout") == 0)
+                        *out = v;
+        }
+        fclose(f);
+        return 0;
+}
+
 /* "N" or "?" for a counter the kernel does not give. */
 static const char *count_or_unknown(uint64_t v, char *buf, size_t size) {
         if (v == UINT64_MAX)

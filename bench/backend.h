@@ -136,6 +136,14 @@ int backend_pageout(BackendClient *c, void *addr, size_t len);
  */
 int backend_memory(Backend *b, uint64_t *orig, uint64_t *used);
 
+/*
+ * Pages brought back by a fault and pages sent out, counted since the
+ * backend started: zswapd: faults less zero fills, and evictions, of the
+ * daemon (every client); kernel kinds: pswpin and pswpout of /proc/vmstat
+ * (the whole machine). Take two readings and subtract.
+ */
+int backend_moves(Backend *b, uint64_t *in, uint64_t *out);
+
 /* More of the backend's own counters, as one line of text into buf. */
 int backend_report(Backend *b, char *buf, size_t size);
 

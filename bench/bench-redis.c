@@ -233,8 +233,11 @@ typedef struct EqResult {
         uint64_t bound;            /* zram: the cgroup's limit; zswapd: the resident limit */
         double out_pct;            /* RssAnon paged out before the runs */
         double mem_mib;            /* RssAnon + pool, mean over the runs */
+        double pool_mib;           /* of which the pool */
         double get_rps, get_p99, zipf_rps, zipf_p99, set_rps, set_p99;
         uint64_t bad, miss;        /* Zipf GETs that read a wrong value, or none */
+        double in_kreq, out_kreq;  /* pages faulted back and sent out per 1000 requests over the three runs */
+        double cpu_redis, cpu_daemon; /* CPU ms per 1000 requests of redis-server and of zswapd (NAN: zram) */
         bool killed;               /* redis-server died of SIGKILL (zram: its cgroup's OOM killer) */
 } EqResult;
 
@@ -488,22 +491,25 @@ typedef struct Sampler {
         Backend *b;
         pid_t pid;
         _Atomic bool stop;
-        double sum_mib;
+        double sum_mib, sum_pool_mib;
         unsigned n;
 } Sampler;
 
-static double memory_mib(Backend *b, pid_t pid) {
+static double memory_mib(Backend *b, pid_t pid, double *pool_mib) {
         uint64_t orig = 0, used = 0;
         long rss = 0;
         (void)backend_memory(b, &orig, &used);
         (void)bench_rss_anon_kib("/proc", pid, &rss);
-        return (double)rss / 1024.0 + (double)used / (1024.0 * 1024.0);
+        *pool_mib = (double)used / (1024.0 * 1024.0);
+        return (double)rss / 1024.0 + *pool_mib;
 }
 
 static void *sampler_main(void *arg) {
         Sampler *s = arg;
         while (!atomic_load(&s->stop)) {
-                s->sum_mib += memory_mib(s->b, s->pid);
+                double pool;
+                s->sum_mib += memory_mib(s->b, s->pid, &pool);
+                s->sum_pool_mib += pool;
                 s->n++;
                 bench_sleep_us(100000);
         }
@@ -560,6 +566,12 @@ static int equal_measure(Backend *b, double f, uint64_t zs_limit, uint64_t headr
         bench_rss_anon_kib("/proc", pid, &after);
         res->out_pct = before > 0 ? 100.0 * (double)(before - after) / (double)before : 0;
 
+        uint64_t in0 = 0, out0 = 0, in1 = 0, out1 = 0;
+        double u0 = 0, s0 = 0, u1 = 0, s1 = 0, d0 = backend_daemon_cpu_s(b);
+        if (r == 0)
+                r = backend_moves(b, &in0, &out0);
+        if (r == 0)
+                r = bench_proc_times("/proc", pid, &u0, &s0);
         Sampler smp = { .b = b, .pid = pid };
         pthread_t st;
         bool sampling = r == 0 && pthread_create(&st, NULL, sampler_main, &smp) == 0;
@@ -569,16 +581,28 @@ static int equal_measure(Backend *b, double f, uint64_t zs_limit, uint64_t headr
                 r = zipf_bench(res);
         if (r == 0)
                 r = bench("set", &res->set_rps, &res->set_p99);
+        if (r == 0 && (r = backend_moves(b, &in1, &out1)) == 0) {
+                double kreq = (2.0 * requests + (double)(requests / clients * clients)) / 1000.0;
+                res->in_kreq = (double)(in1 - in0) / kreq;
+                res->out_kreq = (double)(out1 - out0) / kreq;
+                if ((r = bench_proc_times("/proc", pid, &u1, &s1)) == 0) {
+                        res->cpu_redis = 1000.0 * (u1 + s1 - u0 - s0) / kreq;
+                        res->cpu_daemon = 1000.0 * (backend_daemon_cpu_s(b) - d0) / kreq;
+                }
+        }
         if (sampling) {
                 atomic_store(&smp.stop, true);
                 pthread_join(st, NULL);
         }
         res->mem_mib = smp.n ? smp.sum_mib / smp.n : NAN;
-        fprintf(stderr, "  %s %2.0f %%: bound %.1f MiB; RssAnon %ld -> %ld KiB (%.1f %% out); memory %.1f MiB; "
-                "GET %.0f/s p99 %.3f ms; Zipf GET %.0f/s p99 %.3f ms (bad %llu, nil %llu); SET %.0f/s p99 %.3f ms\n",
+        res->pool_mib = smp.n ? smp.sum_pool_mib / smp.n : NAN;
+        fprintf(stderr, "  %s %2.0f %%: bound %.1f MiB; RssAnon %ld -> %ld KiB (%.1f %% out); memory %.1f MiB (pool %.1f); "
+                "GET %.0f/s p99 %.3f ms; Zipf GET %.0f/s p99 %.3f ms (bad %llu, nil %llu); SET %.0f/s p99 %.3f ms; "
+                "per 1000 requests %.0f pages in, %.0f out, CPU ms redis %.1f, daemon %.1f\n",
                 backend_name(b), f * 100, (double)res->bound / (1024.0 * 1024.0), before, after, res->out_pct,
-                res->mem_mib, res->get_rps, res->get_p99, res->zipf_rps, res->zipf_p99,
-                (unsigned long long)res->bad, (unsigned long long)res->miss, res->set_rps, res->set_p99);
+                res->mem_mib, res->pool_mib, res->get_rps, res->get_p99, res->zipf_rps, res->zipf_p99,
+                (unsigned long long)res->bad, (unsigned long long)res->miss, res->set_rps, res->set_p99,
+                res->in_kreq, res->out_kreq, res->cpu_redis, res->cpu_daemon);
         int ws = 0;
         if (r < 0 && waitpid(pid, &ws, WNOHANG) == pid) {
                 res->killed = WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL;
@@ -594,9 +618,9 @@ static int equal_measure(Backend *b, double f, uint64_t zs_limit, uint64_t headr
 }
 
 static void equal_row(unsigned out, const char *name, const EqResult *e) {
-        printf("%3u %%  %-10s %9.1f %6.1f %8.1f %9.0f %8.3f %9.0f %8.3f %9.0f %8.3f\n", out, name,
+        printf("%3u %%  %-10s %9.1f %6.1f %8.1f %9.0f %8.3f %9.0f %8.3f %9.0f %8.3f %7.0f %7.0f\n", out, name,
                (double)e->bound / (1024.0 * 1024.0), e->out_pct, e->mem_mib, e->get_rps, e->get_p99, e->zipf_rps,
-               e->zipf_p99, e->set_rps, e->set_p99);
+               e->zipf_p99, e->set_rps, e->set_p99, e->in_kreq, e->out_kreq);
 }
 
 static int equal_main(const unsigned *outs, unsigned n_out) {
@@ -635,7 +659,7 @@ static int equal_main(const unsigned *outs, unsigned n_out) {
         printf("\nredis-server %u keys x %u bytes, every key written; equal memory (RssAnon + pool); GET: "
                "redis-benchmark -c 50 uniform; Zipf: %u clients, s=%.2f, each value checked; SET: redis-benchmark\n",
                keys, value, clients, skew);
-        printf("out    store      bound MiB  out %%  mem MiB     GET/s  GET p99    Zipf/s Zipf p99     SET/s  SET p99\n");
+        printf("out    store      bound MiB  out %%  mem MiB     GET/s  GET p99    Zipf/s Zipf p99     SET/s  SET p99  in/kreq out/kreq\n");
         for (unsigned i = 0; i < n_out && r == 0; i++) {
                 uint64_t limit = 0;
                 equal_row(outs[i], "zram-lz4", &zr[i]);
@@ -659,10 +683,11 @@ static int equal_main(const unsigned *outs, unsigned n_out) {
         }
         printf("\nratios zswapd / zram, each store's last run (throughput: higher is better; p99, memory: lower)\n");
         for (unsigned i = 0; i < n_out; i++)
-                printf("%3u %%  GET %.2f p99 %.2f  Zipf %.2f p99 %.2f  SET %.2f p99 %.2f  memory %.2f\n", outs[i],
+                printf("%3u %%  GET %.2f p99 %.2f  Zipf %.2f p99 %.2f  SET %.2f p99 %.2f  memory %.2f  pages in %.2f\n", outs[i],
                        zw[i].get_rps / zr[i].get_rps, zw[i].get_p99 / zr[i].get_p99, zw[i].zipf_rps / zr[i].zipf_rps,
                        zw[i].zipf_p99 / zr[i].zipf_p99, zw[i].set_rps / zr[i].set_rps,
-                       zw[i].set_p99 / zr[i].set_p99, zw[i].mem_mib / zr[i].mem_mib);
+                       zw[i].set_p99 / zr[i].set_p99, zw[i].mem_mib / zr[i].mem_mib,
+                       zw[i].in_kreq / zr[i].in_kreq);
         return 0;
 }
 
