@@ -237,6 +237,9 @@ typedef struct ZMsgStatusReply {
         /* write tracking (reclaim.md): write scans of a client made, and
          * zones that sat one out (densely written: left unprotected) */
         uint64_t write_scans, write_zones_out;
+        /* pool compaction (pool.h): passes that emptied chunks, objects
+         * moved, bytes of chunk memory given back */
+        uint64_t compactions, compact_moved, compact_freed;
 } ZMsgStatusReply;
 
 /*

@@ -14,6 +14,7 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_PRESSURE_PERIOD] = "pressure_period",
         [TUNABLE_POOL_MAX] = "pool_max",
         [TUNABLE_POOL_ACCEPT] = "pool_accept",
+        [TUNABLE_POOL_COMPACT] = "pool_compact",
         [TUNABLE_THRASH_REFAULTS] = "thrash_refaults",
         [TUNABLE_THRASH_BACKOFF] = "thrash_backoff",
         [TUNABLE_KEEP_CLEAN] = "keep_clean",

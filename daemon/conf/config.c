@@ -78,6 +78,8 @@ const ConfigSetting config_settings[] = {
           "largest the compressed pool may grow; 0: unbounded" },
         { "pool", "pool_accept", TUNABLE_POOL_ACCEPT, "90", RUN, false,
           "once the pool was full, eviction resumes below this percentage of pool_max" },
+        { "pool", "pool_compact", TUNABLE_POOL_COMPACT, "5", RUN, false,
+          "move objects out of a client's sparsest pool chunks once that frees this percentage of its pool; 0: never" },
         { "reclaim", "thrash_refaults", TUNABLE_THRASH_REFAULTS, "128", RUN, false,
           "refaults per second in one 2 MiB zone that make reclaim back off it; 0: off" },
         { "reclaim", "thrash_backoff", TUNABLE_THRASH_BACKOFF, "2s", RUN, false,
@@ -145,7 +147,7 @@ const size_t config_n_settings = ELEMENTSOF(config_settings);
 #undef CMDLINE
 
 static bool pool_section_key(const char *key) {
-        return strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0;
+        return strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0 || strcmp(key, "pool_compact") == 0;
 }
 
 const ConfigSetting *config_setting(const char *section, const char *key) {
@@ -580,7 +582,7 @@ static int assignment(const char *section, const char *key, const char *value, u
                 return user_rule_assignment(&c->users, section + 5, key, value, err, errlen);
         if (strcmp(section, "reclaim") == 0 || strcmp(section, "pool") == 0) {
                 if (strcmp(section, "pool") == 0 && !pool_key)
-                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept)", key);
+                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact)", key);
                 r = tunable_set(&c->tun, key, value, err, errlen);
                 if (r == -ENOENT)
                         errorf(r, err, errlen, "unknown key '%s' in [%s] (zswapctl get lists them)", key, section);

@@ -68,6 +68,7 @@ static const Key keys[_TUNABLE_KEY_MAX] = {
         [TUNABLE_PRESSURE_PERIOD] = { KEY_DURATION, FIELD(pressure_period_ms), false, 1 * SEC, 60 * SEC },
         [TUNABLE_POOL_MAX] = { KEY_SIZE, FIELD(pool_max), false, 0, 0 },
         [TUNABLE_POOL_ACCEPT] = { KEY_PERCENT, FIELD(pool_accept), false, 1, 100 },
+        [TUNABLE_POOL_COMPACT] = { KEY_PERCENT, FIELD(pool_compact), false, 0, 100 },
         [TUNABLE_THRASH_REFAULTS] = { KEY_COUNT, FIELD(thrash_refaults), false, 0, 0 },
         [TUNABLE_THRASH_BACKOFF] = { KEY_DURATION, FIELD(thrash_backoff_ms), false, 0.1 * SEC, 600 * SEC },
         [TUNABLE_KEEP_CLEAN] = { KEY_BOOL, FIELD(keep_clean), false, 0, 0 },

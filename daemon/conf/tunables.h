@@ -31,6 +31,8 @@ typedef struct Tunables {
         uint64_t pool_max;           /* key "pool_max": bytes, 0 = unbounded */
         double pool_accept;          /* key "pool_accept": percent of pool_max under which
                                       * eviction resumes after the pool was full (default 90) */
+        double pool_compact;         /* key "pool_compact": compact a client's pool once the chunks
+                                      * that would empty come to this percent of it (default 5), 0 = never */
         /* thrash protection */
         uint64_t thrash_refaults;    /* key "thrash_refaults": refaults per second in one 2 MiB
                                       * zone above which the zone is backed off, 0 = off (default 128) */

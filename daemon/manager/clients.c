@@ -13,6 +13,7 @@
 
 #include "evict.h"
 #include "fault.h"
+#include "log.h"
 #include "manager-internal.h"
 #include "users.h"
 #include "util.h"
@@ -172,6 +173,33 @@ void tick_orphans(Manager *m) {
                 mm_link(m, mm);
                 mm_retire(m, mm);
                 p = &m->orphans;
+        }
+}
+
+/* A compaction pass moves at most this much of a client's objects (about
+ * a millisecond of copying), and runs only if it frees this much at least */
+#define COMPACT_MAX_MOVE (4ull << 20)
+#define COMPACT_MIN_GAIN (64ull << 10)
+
+void manager_pool_compact(Manager *m) {
+        double pct = m->reclaim.tun.pool_compact;
+
+        if (pct <= 0)
+                return;
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                /* a store a fork child may still restore from stays as it
+                 * was at the fork; the manager itself answers FORK_PREPARE,
+                 * so no fork can be announced during the pass */
+                if (!mm->pool || atomic_load_explicit(&mm->dead, memory_order_relaxed) || mm->fork_paused ||
+                    atomic_load_explicit(&mm->fork_announced, memory_order_acquire) ||
+                    atomic_load_explicit(&mm->fork_hold, memory_order_acquire))
+                        continue;
+                uint64_t min_gain = MAX((uint64_t)((double)pool_bytes(mm->pool) * pct / 100.0), COMPACT_MIN_GAIN);
+                uint64_t moved = 0, freed = mmclient_compact(mm, COMPACT_MAX_MOVE, min_gain, &moved);
+                if (freed)
+                        log_debug("pid %d: pool compacted: %llu objects moved, %llu KiB of chunks given back",
+                                  (int)mmclient_pid(mm), (unsigned long long)moved,
+                                  (unsigned long long)(freed >> 10));
         }
 }
 

@@ -219,6 +219,7 @@ static void tick(Manager *m) {
         if (++n % (1000 / TICK_MS) == 0) {
                 tick_orphans(m);
                 manager_pool_reclaim(m);
+                manager_pool_compact(m);
         }
 }
 

@@ -116,6 +116,8 @@ void manager_config_apply(ManagerConfig *cfg, const DaemonConf *d, uint32_t keys
 int manager_new(const ManagerConfig *cfg, Manager **ret);
 /* Give back deferred pool releases and empty chunks, of every client. */
 void manager_pool_reclaim(Manager *m);
+/* Compact the pools of the clients that can be (pool_compact). */
+void manager_pool_compact(Manager *m);
 /* The configuration of cfg: the defaults, then the file, then each --set.
  * On error, err says which and why ("path:line: ..." or "--set KEY=VALUE:
  * ..."). ret must be config_free()d. */

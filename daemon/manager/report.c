@@ -209,6 +209,11 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.zero_ahead = atomic_load_explicit(&m->core.zero_ahead, memory_order_relaxed);
         rep.write_scans = atomic_load_explicit(&m->core.write_scans, memory_order_relaxed);
         rep.write_zones_out = atomic_load_explicit(&m->core.write_zones_out, memory_order_relaxed);
+        PoolStats ps;
+        pool_shared_stats(m->core.pools, &ps);
+        rep.compactions = ps.compactions;
+        rep.compact_moved = ps.compact_moved;
+        rep.compact_freed = ps.compact_freed;
         status_rates(m, &rep);
         status_latency(m, &rep);
         status_tier(m, &rep);

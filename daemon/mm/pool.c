@@ -38,10 +38,33 @@
  * really drops, and put its id on the free-id stack for any class to reuse.
  *
  * Limits. pool_alloc() fails with -ENOSPC rather than take pool_bytes past
- * max_bytes (after one pool_reclaim() to give back what it can). Handles are
- * addresses, so objects never move: there is no compaction, and a chunk with
- * one live object keeps all its memory until that object goes. New objects
- * fill the holes of partly used chunks before any new chunk is made.
+ * max_bytes (after one pool_reclaim() to give back what it can). New
+ * objects fill the holes of partly used chunks before any new chunk is
+ * made, but a chunk with one live object keeps all its memory until that
+ * object goes: pages that come back and go out again leave chunks partly
+ * empty.
+ *
+ * Compaction. Handles are addresses, so an object moves only with the
+ * entry that names it, and the pool does not know that entry: its caller
+ * walks the page index (mmclient_compact()). pool_compact_begin() plans
+ * each class under its mutex: its partial chunks sorted sparsest first,
+ * as many of them as can empty into the free slots of the others (within
+ * a byte budget). Those sources leave the partial list (LIST_EVAC): no
+ * allocation takes a slot of theirs until pool_compact_end() puts them
+ * back, so a source slot, released or not, is never handed out again
+ * during the pass and keeps its bytes. pool_compact_move() takes a slot of
+ * another chunk of the class (the mutex, for that only), copies the
+ * object and swaps the entry from the value the walk read to the new
+ * handle. The CAS is the whole protocol: whoever swaps a STORED value out
+ * owns its object (docs/page-lifecycle.md), so if a fault, an event or
+ * the tier's writer took the entry first, the CAS fails, the new slot is
+ * released and theirs is the old object, unmoved; if the compactor's CAS
+ * comes first, they find the new handle. And no ABA: the entry can only
+ * name the old handle again if that slot were reused. The releases of the
+ * moved-out objects are drained at the end, sources that emptied go on
+ * the empty list, and pool_reclaim() gives them back. A kill -9 at any
+ * point leaves every entry naming a whole object (the copy is written
+ * before the CAS publishes it): a store stays adoptable.
  *
  * Stores. A daemon pool lives in a client's store (store.h): base is the
  * store's pool area, each chunk's class is also written to the store's
@@ -94,6 +117,7 @@ enum {
         LIST_NONE,    /* full, or detached by pool_reclaim() */
         LIST_PARTIAL, /* some slots free */
         LIST_EMPTY,   /* all slots free: reclaim gives it back */
+        LIST_EVAC,    /* being emptied by compaction: on no list, allocates nothing */
 };
 
 typedef struct Chunk {
@@ -111,6 +135,10 @@ typedef struct Chunk {
          * While detached for freeing, owned by the reclaiming thread; while
          * free, `next` links the free-id stack under Pool.id_lock. */
         uint8_t list;
+        /* Being emptied by compaction (list LIST_EVAC). Written and read
+         * only by the compacting thread (pool_compact_*), which needs it
+         * without the class mutex */
+        uint8_t evac;
         uint16_t nr_used; /* slots not in free[], including undrained releases */
         uint32_t prev, next;
         uint64_t free[CHUNK_WORDS];
@@ -152,6 +180,7 @@ struct PoolShared {
         _Atomic uint64_t objects;
         _Atomic uint64_t nr_chunks;
         _Atomic uint64_t deferred;
+        _Atomic uint64_t compactions, compact_moved, compact_freed;
 };
 
 struct Pool {
@@ -171,6 +200,15 @@ struct Pool {
         pthread_mutex_t id_lock;
         uint32_t free_ids; /* id_lock: stack of free ids, linked by Chunk.next */
         uint32_t next_id;  /* id_lock: lowest id never handed out */
+
+        _Atomic uint64_t bytes; /* this pool's chunk memory (the shared pool_bytes is every pool's) */
+
+        /* The compacting thread's own (pool_compact_*): the chunks it
+         * took out of allocation, and room to sort a class's chunks */
+        uint32_t *evac_ids;
+        size_t nevac, evac_cap;
+        struct CompactChunk *scratch;
+        size_t scratch_cap;
 
         PoolClass classes[NR_CLASSES];
 };
@@ -247,6 +285,8 @@ static void list_remove(Pool *p, ChunkList *l, uint32_t id) {
  * slots go to the tail, so allocation keeps filling the older ones. */
 static void chunk_relist(Pool *p, PoolClass *cls, uint32_t id) {
         Chunk *ch = &p->chunks[id];
+        if (ch->list == LIST_EVAC)
+                return; /* compaction puts it back when it is done (pool_compact_end()) */
         uint8_t want = ch->nr_used == cls->nr_slots ? LIST_NONE :
                        ch->nr_used == 0             ? LIST_EMPTY :
                                                       LIST_PARTIAL;
@@ -451,6 +491,7 @@ static int class_grow(Pool *p, PoolClass *cls, bool over) {
         atomic_store_explicit(&p->cls_table[id], (uint16_t) (cls - p->classes + 1), memory_order_release);
         chunk_relist(p, cls, id);
         stat_add(&p->sh->nr_chunks, 1);
+        stat_add(&p->bytes, cls->chunk_size);
         return 0;
 }
 
@@ -582,6 +623,7 @@ static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
                 n++;
         }
         stat_sub(&p->sh->pool_bytes, n * cls->chunk_size);
+        stat_sub(&p->bytes, n * cls->chunk_size);
         stat_sub(&p->sh->nr_chunks, n);
         pool_put_ids(p, l.head, l.tail);
 }
@@ -603,6 +645,183 @@ void pool_reclaim(Pool *p) {
         }
 }
 
+uint64_t pool_bytes(Pool *p) {
+        return atomic_load_explicit(&p->bytes, memory_order_relaxed);
+}
+
+/* ---- compaction ---- */
+
+typedef struct CompactChunk {
+        uint32_t id;
+        uint16_t used;
+} CompactChunk;
+
+static int compact_chunk_cmp(const void *a, const void *b) {
+        const CompactChunk *x = a, *y = b;
+        return x->used != y->used ? (x->used < y->used ? -1 : 1) : (x->id < y->id ? -1 : x->id > y->id);
+}
+
+/*
+ * Plan one class under its mutex: its partly used chunks, sparsest first,
+ * and how many of them (*ret_take) can be emptied into the free slots of
+ * the others, within *budget bytes of objects (taken off it). With evac,
+ * those chunks leave the partial list for compaction. Returns the bytes
+ * of chunks that would be freed, or -ENOMEM.
+ */
+static int64_t class_plan(Pool *p, PoolClass *cls, uint64_t *budget, bool evac) {
+        size_t n = 0, take = 0;
+        uint64_t free_after = 0, moved = 0;
+
+        pthread_mutex_lock(&cls->lock);
+        class_drain(p, cls);
+        for (uint32_t id = cls->partial.head; id; id = p->chunks[id].next) {
+                if (n == p->scratch_cap) {
+                        size_t cap = MAX(p->scratch_cap * 2, (size_t)64);
+                        CompactChunk *s = realloc(p->scratch, cap * sizeof(*s));
+                        if (!s) {
+                                pthread_mutex_unlock(&cls->lock);
+                                return -ENOMEM;
+                        }
+                        p->scratch = s;
+                        p->scratch_cap = cap;
+                }
+                p->scratch[n++] = (CompactChunk){ id, p->chunks[id].nr_used };
+                free_after += cls->nr_slots - p->chunks[id].nr_used;
+        }
+        if (free_after < cls->nr_slots) {
+                /* not a whole chunk's worth of free slots: nothing to gain */
+                pthread_mutex_unlock(&cls->lock);
+                return 0;
+        }
+        qsort(p->scratch, n, sizeof(*p->scratch), compact_chunk_cmp);
+        for (; take < n; take++) {
+                uint64_t used = p->scratch[take].used, bytes = used * cls->size;
+                /* its objects must fit the chunks that stay */
+                if (moved + used > free_after - (cls->nr_slots - used) || bytes > *budget)
+                        break;
+                free_after -= cls->nr_slots - used;
+                moved += used;
+                *budget -= bytes;
+        }
+        if (evac && take > 0 && p->nevac + take > p->evac_cap) {
+                size_t cap = MAX(p->evac_cap * 2, p->nevac + take);
+                uint32_t *v = realloc(p->evac_ids, cap * sizeof(*v));
+                if (!v)
+                        take = 0;
+                else {
+                        p->evac_ids = v;
+                        p->evac_cap = cap;
+                }
+        }
+        for (size_t i = 0; evac && i < take; i++) {
+                uint32_t id = p->scratch[i].id;
+                Chunk *ch = &p->chunks[id];
+                list_remove(p, &cls->partial, id);
+                ch->list = LIST_EVAC;
+                ch->evac = 1;
+                p->evac_ids[p->nevac++] = id;
+        }
+        pthread_mutex_unlock(&cls->lock);
+        return (int64_t)(take * cls->chunk_size);
+}
+
+uint64_t pool_compact_begin(Pool *p, uint64_t max_move, uint64_t min_gain) {
+        uint64_t gain = 0, budget = max_move;
+        int64_t r;
+
+        assert(p->nevac == 0);
+        for (unsigned k = 0; k < NR_CLASSES; k++) {
+                r = class_plan(p, &p->classes[k], &budget, false);
+                if (r < 0)
+                        return 0;
+                gain += (uint64_t)r;
+        }
+        if (gain == 0 || gain < min_gain)
+                return 0;
+        /* again, for real: the workers went on meanwhile */
+        gain = 0;
+        budget = max_move;
+        for (unsigned k = 0; k < NR_CLASSES; k++) {
+                r = class_plan(p, &p->classes[k], &budget, true);
+                if (r > 0)
+                        gain += (uint64_t)r;
+        }
+        if (p->nevac)
+                stat_add(&p->sh->compactions, 1);
+        return gain;
+}
+
+bool pool_compact_source(Pool *p, PoolHandle h) {
+        uint32_t id = handle_chunk(h);
+        return id > 0 && id < p->nr_ids && p->chunks[id].evac;
+}
+
+int pool_compact_move(Pool *p, _Atomic uint64_t *e, uint64_t expect, PoolHandle h,
+                      uint64_t (*rename)(uint64_t v, PoolHandle nh)) {
+        Chunk *src = &p->chunks[handle_chunk(h)], *dst;
+        PoolClass *cls = chunk_class(p, src);
+        uint32_t sslot = handle_offset(h) / cls->size, id, slot;
+        uint8_t slack;
+
+        assert(src->evac);
+        /* a shared object has holders this entry does not know of */
+        if (atomic_load_explicit(&src->shares[sslot], memory_order_relaxed))
+                return 0;
+        pthread_mutex_lock(&cls->lock);
+        id = cls->partial.head; /* never a source: those are on no list */
+        if (!id) {
+                pthread_mutex_unlock(&cls->lock);
+                return -ENOSPC; /* the workers filled the room: the rest stays */
+        }
+        dst = &p->chunks[id];
+        slot = chunk_take_slot(dst);
+        slack = src->slack[sslot];
+        dst->slack[slot] = slack;
+        chunk_relist(p, cls, id);
+        pthread_mutex_unlock(&cls->lock);
+
+        PoolHandle nh = handle_make(id, slot * cls->size);
+        size_t len = cls->size - slack;
+        /* h cannot be handed out again while its chunk is a source, so
+         * its bytes stay the object's whatever happens to the entry;
+         * the CAS below tells whether the entry still named it */
+        memcpy(pool_map(p, nh), pool_map(p, h), len);
+        stat_add(&p->sh->objects, 1);
+        stat_add(&p->sh->object_bytes, len);
+        /* release: the copy before the entry that names it */
+        if (atomic_compare_exchange_strong_explicit(e, &expect, rename(expect, nh), memory_order_acq_rel,
+                                                    memory_order_relaxed)) {
+                pool_release(p, h);
+                stat_add(&p->sh->compact_moved, 1);
+                return 1;
+        }
+        pool_release(p, nh); /* somebody took the page meanwhile: theirs is h */
+        return 0;
+}
+
+uint64_t pool_compact_end(Pool *p) {
+        uint64_t freed = 0;
+
+        for (size_t i = 0; i < p->nevac; i++) {
+                uint32_t id = p->evac_ids[i];
+                Chunk *ch = &p->chunks[id];
+                PoolClass *cls = chunk_class(p, ch);
+
+                pthread_mutex_lock(&cls->lock);
+                class_drain(p, cls); /* the releases of what moved */
+                ch->evac = 0;
+                ch->list = LIST_NONE;
+                chunk_relist(p, cls, id);
+                if (ch->nr_used == 0)
+                        freed += cls->chunk_size;
+                pthread_mutex_unlock(&cls->lock);
+        }
+        p->nevac = 0;
+        stat_add(&p->sh->compact_freed, freed);
+        pool_reclaim(p);
+        return freed;
+}
+
 void pool_shared_stats(PoolShared *sh, PoolStats *ret) {
         /* relaxed: independent counters, see struct PoolShared */
         *ret = (PoolStats) {
@@ -611,6 +830,9 @@ void pool_shared_stats(PoolShared *sh, PoolStats *ret) {
                 .objects = atomic_load_explicit(&sh->objects, memory_order_relaxed),
                 .chunks = atomic_load_explicit(&sh->nr_chunks, memory_order_relaxed),
                 .deferred = atomic_load_explicit(&sh->deferred, memory_order_relaxed),
+                .compactions = atomic_load_explicit(&sh->compactions, memory_order_relaxed),
+                .compact_moved = atomic_load_explicit(&sh->compact_moved, memory_order_relaxed),
+                .compact_freed = atomic_load_explicit(&sh->compact_freed, memory_order_relaxed),
         };
 }
 
@@ -670,6 +892,8 @@ Pool *pool_free(Pool *p) {
         for (unsigned k = 0; k < NR_CLASSES; k++)
                 pthread_mutex_destroy(&p->classes[k].lock);
         pthread_mutex_destroy(&p->id_lock);
+        free(p->evac_ids);
+        free(p->scratch);
         if (p->own_sh)
                 pool_shared_free(p->sh);
         free(p);

@@ -8,6 +8,8 @@
  */
 #pragma once
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +25,9 @@ typedef struct PoolStats {
         uint64_t objects;      /* live objects */
         uint64_t chunks;       /* live chunks */
         uint64_t deferred;     /* released objects whose slot is not yet reusable (see pool_reclaim) */
+        uint64_t compactions;  /* compaction passes that took chunks to empty */
+        uint64_t compact_moved; /* objects they moved */
+        uint64_t compact_freed; /* bytes of chunks they emptied */
 } PoolStats;
 
 /* The daemon's counters and bound: max_bytes caps the pool_bytes of all
@@ -82,6 +87,41 @@ int pool_share(Pool *p, PoolHandle h);
  * kernel (madvise(MADV_DONTNEED)). Call it periodically from a maintenance
  * thread; takes the size-class mutexes in turn and makes system calls. */
 void pool_reclaim(Pool *p);
+
+/* This pool's chunk memory alone, in bytes. Lock-free. */
+uint64_t pool_bytes(Pool *p);
+
+/*
+ * Compaction: objects moved out of the sparsest chunks of each class into
+ * the free slots of the others, so that those chunks empty and go back to
+ * the kernel (pool.c, "Compaction"). One thread at a time per pool, and a
+ * pass is begin, moves, end:
+ *
+ * pool_compact_begin() plans every class and, if the chunks it would
+ * empty come to min_gain bytes or more, takes them out of allocation (at
+ * most max_move bytes of objects to move in all). Returns the bytes it
+ * would free; 0: nothing taken, no pass (call nothing else).
+ *
+ * pool_compact_source(): is h in one of those chunks? Lock-free.
+ *
+ * pool_compact_move(): h is a source object that the entry *e named when
+ * the caller loaded expect from it (acquire). Copies the object into a
+ * slot of another chunk of its class and swaps *e from expect to
+ * rename(expect, new handle). Returns 1 if it moved (h is released), 0 if
+ * the entry had changed or the object is shared (nothing done: whoever
+ * changed the entry owns h), -ENOSPC if the class has no room left.
+ * Takes the class mutex for the allocation only; the fault path is never
+ * blocked: an entry a fault took is simply not moved.
+ *
+ * pool_compact_end() puts the chunks back (those it emptied are given
+ * back to the kernel, the others stay as they are), ends the pass and
+ * returns the bytes of the chunks it emptied.
+ */
+uint64_t pool_compact_begin(Pool *p, uint64_t max_move, uint64_t min_gain);
+bool pool_compact_source(Pool *p, PoolHandle h);
+int pool_compact_move(Pool *p, _Atomic uint64_t *e, uint64_t expect, PoolHandle h,
+                      uint64_t (*rename)(uint64_t v, PoolHandle nh));
+uint64_t pool_compact_end(Pool *p);
 
 /* A snapshot of the counters (of every pool sharing p's PoolShared); each
  * is read on its own (relaxed), so fields may disagree slightly while

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <time.h>
 
+#include "pentry.h"
 #include "pool.h"
 #include "test.h"
 
@@ -464,7 +465,208 @@ static void test_share(void) {
         pool_free(p);
 }
 
+
+/* ---- compaction ---- */
+
+#define CE_N 4096
+
+static uint64_t xorshift_next(uint64_t *s) {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        return *s;
+}
+
+/* Entries as a page index holds them: STORED(handle, len), 0 for none.
+ * An object's content is the pattern of (entry index, len). */
+static _Atomic uint64_t ce[CE_N];
+
+static uint64_t ce_seed(size_t i, uint32_t len) {
+        return (uint64_t)i << 16 | len;
+}
+
+static uint64_t ce_rename(uint64_t v, PoolHandle nh) {
+        return (v & 0xffffffffull) | (uint64_t)nh << 32;
+}
+
+static void ce_store(Pool *p, size_t i, uint32_t len) {
+        PoolHandle h;
+        ASSERT_OK(pool_alloc(p, len, &h));
+        pattern_fill(pool_map(p, h), len, ce_seed(i, len));
+        atomic_store_explicit(&ce[i], pe_make_stored(h, len), memory_order_release);
+}
+
+/* One compaction pass over every entry; the objects it moved. */
+static uint64_t ce_compact(Pool *p, uint64_t max_move, uint64_t min_gain, uint64_t *ret_freed) {
+        uint64_t moved = 0;
+        *ret_freed = 0;
+        if (!pool_compact_begin(p, max_move, min_gain))
+                return 0;
+        for (size_t i = 0; i < CE_N; i++) {
+                uint64_t v = atomic_load_explicit(&ce[i], memory_order_acquire);
+                if (pe_state(v) != PE_STORED || !pool_compact_source(p, pe_handle(v)))
+                        continue;
+                int r = pool_compact_move(p, &ce[i], v, pe_handle(v), ce_rename);
+                ASSERT_TRUE(r >= 0 || r == -ENOSPC);
+                moved += r > 0;
+        }
+        *ret_freed = pool_compact_end(p);
+        return moved;
+}
+
+static size_t ce_check(Pool *p) {
+        size_t bad = 0;
+        for (size_t i = 0; i < CE_N; i++) {
+                uint64_t v = atomic_load(&ce[i]);
+                if (pe_state(v) == PE_STORED && !pattern_ok(pool_map(p, pe_handle(v)), pe_clen(v), ce_seed(i, pe_clen(v))))
+                        bad++;
+        }
+        return bad;
+}
+
+/* Three quarters of the objects released at random: compaction gives back
+ * the chunks they leave, and every object left reads as it was. */
+static void test_compact(void) {
+        Pool *p;
+        PoolStats st;
+        uint64_t s = 7, freed, live_bytes = 0;
+
+        ASSERT_OK(pool_new(0, &p));
+        for (size_t i = 0; i < CE_N; i++)
+                ce_store(p, i, 300 + (uint32_t)(xorshift_next(&s) % 160));
+        uint64_t full = pool_bytes(p);
+        for (size_t i = 0; i < CE_N; i++)
+                if (xorshift_next(&s) % 4) {
+                        pool_release(p, pe_handle(ce[i]));
+                        ce[i] = 0;
+                } else
+                        live_bytes += pe_clen(ce[i]);
+        pool_reclaim(p);
+        uint64_t before = pool_bytes(p);
+        /* nothing worth it is not a pass */
+        ASSERT_EQ(pool_compact_begin(p, 64 << 20, before + 1), 0);
+
+        uint64_t moved = 0, freed_all = 0, m;
+        while ((m = ce_compact(p, 64 << 20, 0, &freed)) > 0) {
+                moved += m;
+                freed_all += freed;
+        }
+        uint64_t after = pool_bytes(p);
+        pool_get_stats(p, &st);
+        fprintf(stderr, "compaction: %llu bytes of chunks for %llu of objects, %llu after releasing 3/4, "
+                        "%llu after moving %llu objects (%llu freed)\n",
+                (unsigned long long)full, (unsigned long long)live_bytes, (unsigned long long)before,
+                (unsigned long long)after, (unsigned long long)moved, (unsigned long long)freed_all);
+        ASSERT_EQ(ce_check(p), 0);
+        ASSERT_TRUE(moved > 0);
+        ASSERT_EQ(st.compact_moved, moved);
+        ASSERT_EQ(st.compact_freed, freed_all);
+        ASSERT_EQ(before - after, freed_all);
+        /* each class keeps less than one chunk of free slots, and a class
+         * holds at most 64 KiB chunks: 11 classes here */
+        ASSERT_TRUE(after <= live_bytes + live_bytes / 8 + 11 * (64 << 10));
+        ASSERT_TRUE(after < before / 2);
+        for (size_t i = 0; i < CE_N; i++)
+                if (ce[i]) {
+                        pool_release(p, pe_handle(ce[i]));
+                        ce[i] = 0;
+                }
+        pool_reclaim(p);
+        pool_get_stats(p, &st);
+        ASSERT_EQ(st.objects, 0);
+        ASSERT_EQ(st.object_bytes, 0);
+        ASSERT_EQ(pool_bytes(p), 0);
+        pool_free(p);
+}
+
+/* Faults against compaction: threads take entries as the fault path does
+ * (CAS to LOADING, check the object, release it), and put new objects
+ * back, while another compacts over and over. An object read wrong, or an
+ * entry that names a released slot, shows up as a bad pattern; a double
+ * release trips pool_release()'s assertion. */
+typedef struct CeArg {
+        Pool *p;
+        uint64_t seed;
+        _Atomic bool *stop;
+        uint64_t ops, bad;
+} CeArg;
+
+static void *ce_fault(void *arg) {
+        CeArg *a = arg;
+        while (!atomic_load_explicit(a->stop, memory_order_relaxed)) {
+                size_t i = xorshift_next(&a->seed) % CE_N;
+                uint64_t v = atomic_load_explicit(&ce[i], memory_order_acquire);
+                if (pe_state(v) == PE_STORED) {
+                        if (!atomic_compare_exchange_strong_explicit(&ce[i], &v, pe_make_loading(v),
+                                                                     memory_order_acquire, memory_order_relaxed))
+                                continue;
+                        if (!pattern_ok(pool_map(a->p, pe_handle(v)), pe_clen(v), ce_seed(i, pe_clen(v))))
+                                a->bad++;
+                        pool_release(a->p, pe_handle(v));
+                        atomic_store_explicit(&ce[i], 0, memory_order_release);
+                        a->ops++;
+                } else if (v == 0 && xorshift_next(&a->seed) % 2) {
+                        uint64_t loading = pe_make_loading(pe_make_stored(0, 0));
+                        if (!atomic_compare_exchange_strong_explicit(&ce[i], &v, loading, memory_order_acquire,
+                                                                     memory_order_relaxed))
+                                continue;
+                        ce_store(a->p, i, 200 + (uint32_t)(xorshift_next(&a->seed) % 1200));
+                        a->ops++;
+                }
+        }
+        return NULL;
+}
+
+static void test_compact_race(void) {
+        Pool *p;
+        _Atomic bool stop = false;
+        uint64_t s = 11, passes = 0, moved = 0, freed;
+        unsigned seconds = test_env_uint("TORTURE_SECONDS", 6) / 3 + 1;
+        uint64_t min_moves = test_env_uint("TEST_COMPACT_MOVES", 10000);
+
+        ASSERT_OK(pool_new(0, &p));
+        memset((void *)ce, 0, sizeof(ce));
+        for (size_t i = 0; i < CE_N; i++)
+                if (xorshift_next(&s) % 2)
+                        ce_store(p, i, 200 + (uint32_t)(xorshift_next(&s) % 1200));
+        CeArg args[3];
+        pthread_t th[3];
+        for (unsigned t = 0; t < 3; t++) {
+                args[t] = (CeArg){ .p = p, .seed = 100 + t, .stop = &stop };
+                ASSERT_OK(pthread_create(&th[t], NULL, ce_fault, &args[t]));
+        }
+        time_t t0 = time(NULL);
+        while (time(NULL) - t0 < (time_t)seconds || moved < min_moves) {
+                moved += ce_compact(p, 1 << 20, 0, &freed);
+                passes++;
+                if (time(NULL) - t0 > 120)
+                        break; /* safety: said below */
+        }
+        atomic_store(&stop, true);
+        uint64_t ops = 0, bad = 0;
+        for (unsigned t = 0; t < 3; t++) {
+                ASSERT_OK(pthread_join(th[t], NULL));
+                ops += args[t].ops;
+                bad += args[t].bad;
+        }
+        fprintf(stderr, "compaction race: %llu passes moved %llu objects while %llu entries were taken or filled, "
+                        "%llu read wrong\n",
+                (unsigned long long)passes, (unsigned long long)moved, (unsigned long long)ops,
+                (unsigned long long)bad);
+        ASSERT_EQ(bad, 0);
+        ASSERT_EQ(ce_check(p), 0);
+        ASSERT_TRUE(moved >= min_moves); /* else: stopped by the safety timeout */
+        for (size_t i = 0; i < CE_N; i++)
+                if (pe_state(ce[i]) == PE_STORED)
+                        pool_release(p, pe_handle(ce[i]));
+        pool_reclaim(p);
+        ASSERT_EQ(pool_bytes(p), 0);
+        pool_free(p);
+}
+
 int main(void) {
+        test_compact();
+        test_compact_race();
         test_share();
         test_every_size();
         test_reuse();
