@@ -17,6 +17,13 @@
  * Counters, not flags: a forked child shares the page with its parent
  * until it attaches with a page of its own.
  *
+ * An agent that finds a reader sleeps on `reading` (a futex shared by the
+ * two mappings of the page) and the reader that brings it to 0 wakes it,
+ * but only if `waiting` says an agent sleeps, so that a read costs no
+ * system call while no move waits. Each sleep is bounded (ZSYNC_SLEEP_NS):
+ * a daemon that does not wake (an older one, or one that died) only makes
+ * the agent look again a millisecond later.
+ *
  * The daemon never trusts the page, and never waits for a move: a read
  * that finds one under way is put off (zsync_read_begin() with wait_ns 0)
  * and tried again while the fault thread serves others, and a move still
@@ -28,20 +35,25 @@
  */
 #pragma once
 
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ZSWAP_SYNC_SIZE 4096
 #define ZSYNC_READ_WAIT_NS (2 * 1000 * 1000ull)  /* daemon: how long a read is put off for a move before it revokes it */
 #define ZSYNC_MOVE_WAIT_NS (20 * 1000 * 1000ull) /* agent: longest wait for a reader */
 #define ZSYNC_MOVE_CHUNK 64                      /* pages per move between checks */
+#define ZSYNC_SLEEP_NS (1000 * 1000ull)          /* agent: longest sleep before it looks again */
 
 typedef struct ZSync {
         _Atomic uint32_t moving;  /* agent threads inside a UFFDIO_MOVE */
         _Atomic uint32_t reading; /* daemon threads between a read of the uffd and its handling */
+        _Atomic uint32_t waiting; /* agent threads asleep on `reading` until it falls to 0 */
 } ZSync;
 
 static inline uint64_t zsync_now_ns(void) {
@@ -62,10 +74,21 @@ static inline bool zsync_move_begin(ZSync *s) {
                 atomic_fetch_sub_explicit(&s->moving, 1, memory_order_seq_cst);
                 if (!t0)
                         t0 = zsync_now_ns();
-                while (atomic_load_explicit(&s->reading, memory_order_seq_cst) != 0) {
-                        if (zsync_now_ns() - t0 > ZSYNC_MOVE_WAIT_NS)
+                uint32_t r;
+                while ((r = atomic_load_explicit(&s->reading, memory_order_seq_cst)) != 0) {
+                        uint64_t waited = zsync_now_ns() - t0;
+                        if (waited > ZSYNC_MOVE_WAIT_NS)
                                 return false;
-                        sched_yield();
+                        uint64_t ns = ZSYNC_MOVE_WAIT_NS - waited;
+                        struct timespec ts = { 0, (long)(ns < ZSYNC_SLEEP_NS ? ns : ZSYNC_SLEEP_NS) };
+                        /* seq_cst, against zsync_read_end(): either the
+                         * reader sees us waiting and wakes us, or we see
+                         * `reading` changed and do not sleep (and the
+                         * futex checks the value once more) */
+                        atomic_fetch_add_explicit(&s->waiting, 1, memory_order_seq_cst);
+                        if (atomic_load_explicit(&s->reading, memory_order_seq_cst) == r)
+                                syscall(SYS_futex, &s->reading, FUTEX_WAIT, r, &ts, NULL, 0);
+                        atomic_fetch_sub_explicit(&s->waiting, 1, memory_order_seq_cst);
                 }
         }
 }
@@ -101,8 +124,11 @@ static inline bool zsync_read_begin(ZSync *s, uint64_t wait_ns, bool held) {
         return true;
 }
 
-/* Daemon: the messages read are handled. */
+/* Daemon: the messages read are handled. The last reader wakes the
+ * agents asleep for it; a client that claims sleepers it does not have
+ * costs its own reader a futex wake per read, nothing more. */
 static inline void zsync_read_end(ZSync *s) {
-        if (s)
-                atomic_fetch_sub_explicit(&s->reading, 1, memory_order_seq_cst);
+        if (s && atomic_fetch_sub_explicit(&s->reading, 1, memory_order_seq_cst) == 1 &&
+            atomic_load_explicit(&s->waiting, memory_order_seq_cst) != 0)
+                syscall(SYS_futex, &s->reading, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
