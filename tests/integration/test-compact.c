@@ -8,9 +8,10 @@
  * which drops any kept copy), so every chunk of the pool is left about
  * half empty. Then, for TORTURE_SECONDS / 3 + 2 seconds (12 s by default)
  * and until the daemon has made at least COMPACT_PASSES compaction passes,
- * two threads read random pages and check each whole against its hash,
- * one rewrites random pages the same way, and one evicts random ranges
- * again, while the daemon compacts once a second. At the end every page
+ * two threads read random even pages and check each whole against its
+ * hash, one rewrites random odd pages the same way (pages of their own, so
+ * that no byte is read and written at once by the test itself), and one
+ * evicts random ranges again, while the daemon compacts once a second. At the end every page
  * holds what it held, the daemon has moved objects, and chunks went back.
  */
 #include <pthread.h>
@@ -33,14 +34,14 @@ static struct zswap_client *client;
 static void *reader(void *arg) {
         uint64_t s = (uintptr_t)arg;
         while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % NPAGES;
+                size_t i = xorshift(&s) % (NPAGES / 2) * 2;
                 if (page_hash(buf + i * ZSWAP_PAGE_SIZE) != hashes[i]) {
                         long none = -1;
                         atomic_fetch_add(&bad, 1);
                         atomic_compare_exchange_strong(&first_bad, &none, (long)i);
                 }
                 atomic_fetch_add(&checked, 1);
-                if (i % 4 == 0)
+                if (i % 8 == 0)
                         usleep(50); /* leave most of the region out, for compaction to move */
         }
         return NULL;
@@ -49,7 +50,7 @@ static void *reader(void *arg) {
 static void *writer(void *arg) {
         uint64_t s = (uintptr_t)arg;
         while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % NPAGES;
+                size_t i = xorshift(&s) % (NPAGES / 2) * 2 + 1;
                 volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + xorshift(&s) % ZSWAP_PAGE_SIZE;
                 *b = *b; /* a write fault with the same content */
                 atomic_fetch_add(&rewritten, 1);
