@@ -28,7 +28,7 @@
 static const char *const defaults[][2] = {
         { "limit", "0" },         { "idle_age", "0" },       { "pressure_target", "0" }, { "min_free", "0" },
         { "pressure_step", "2" }, { "pressure_period", "2s" }, { "pool_max", "0" },        { "pool_accept", "90" },
-        { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "write_scan", "1s" },
+        { "pool_compact", "5" },  { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "write_scan", "1s" },
         { "interval", "250ms" },
 };
 
@@ -36,7 +36,8 @@ static bool same(const Tunables *a, const Tunables *b) {
         return a->limit == b->limit && a->idle_age_ms == b->idle_age_ms && a->pressure_target == b->pressure_target &&
                a->min_free == b->min_free && a->pressure_step == b->pressure_step &&
                a->pressure_period_ms == b->pressure_period_ms && a->pool_max == b->pool_max &&
-               a->pool_accept == b->pool_accept && a->thrash_refaults == b->thrash_refaults &&
+               a->pool_accept == b->pool_accept && a->pool_compact == b->pool_compact &&
+               a->thrash_refaults == b->thrash_refaults &&
                a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max &&
                a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms;
 }
@@ -119,6 +120,8 @@ static const char *const round_trips[][3] = {
         { "pool_accept", "1", "1" },
         { "pool_accept", "85%", "85" },
         { "pool_accept", "99.5", "99.5" },
+        { "pool_compact", "0", "0" },
+        { "pool_compact", "12.5%", "12.5" },
         { "thrash_refaults", "0", "0" },
         { "thrash_refaults", "1000", "1000" },
         { "thrash_backoff", "100ms", "100ms" },
@@ -229,6 +232,7 @@ static const char *const refusals[][3] = {
         { "pool_accept", "120", "pool_accept: 120 is not a percentage between 1 and 100" },
         { "pool_accept", "0", "pool_accept: 0 is not a percentage between 1 and 100" },
         { "pool_accept", "0.5", "pool_accept: 0.5 is not a percentage between 1 and 100" },
+        { "pool_compact", "101", "pool_compact: 101 is not a percentage between 0 and 100" },
         { "pressure_target", "100.5", "pressure_target: 100.5 is not a percentage between 0 and 100" },
         { "pressure_step", "0.05", "pressure_step: 0.05 is not a percentage between 0.1 and 100" },
         { "pressure_step", "0", "pressure_step: 0 is not a percentage between 0.1 and 100" },
@@ -346,13 +350,14 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "\n"
                                 "[pool]\n"
                                 "pool_max = 2G\n"
-                                "pool_accept = 80\n";
+                                "pool_accept = 80\n"
+                                "pool_compact = 20\n";
 
 static const char *const good_values[][2] = {
         { "limit", "512M" },        { "idle_age", "5m" },      { "pressure_target", "0.5" }, { "min_free", "1G" },
         { "pressure_step", "5" },   { "pressure_period", "4s" }, { "pool_max", "2G" },         { "pool_accept", "80" },
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
-        { "interval", "100ms" },    { "clean_max", "50" },
+        { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },
 };
 
 /* The [reclaim] and [pool] settings of path over t, through the file
@@ -405,7 +410,7 @@ static void test_load(void) {
                    "pool_accept: 120 is not a percentage between 1 and 100");
         load_fails(&t, "[reclaim]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
         load_fails(&t, "[users]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
-        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept)");
+        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact)");
         load_fails(&t, "\nlimit = 1G\n[reclaim]\n", EINVAL, 2, "'limit' comes before any [section]");
         load_fails(&t, "[reclaim\nlimit = 1G\n", EINVAL, 1, "expected [section], got '[reclaim'");
         load_fails(&t, "[reclaim]\n = 5\n", EINVAL, 2, "no key before '='");
