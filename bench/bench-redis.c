@@ -673,7 +673,7 @@ static int equal_main(const unsigned *outs, unsigned n_out) {
                         if (fabs(d) <= EQUAL_SLACK * zr[i].mem_mib)
                                 break;
                         double next = (double)zw[i].bound + d * 1024.0 * 1024.0;
-                        limit = next < 16.0 * 1024 * 1024 ? 16u << 20 : (uint64_t)next;
+                        limit = next < 1024.0 * 1024 ? 1u << 20 : (uint64_t)next; /* 0 would be no limit */
                 }
         }
         backend_teardown(b);

@@ -194,6 +194,10 @@ void manager_pool_compact(Manager *m) {
                     atomic_load_explicit(&mm->fork_announced, memory_order_acquire) ||
                     atomic_load_explicit(&mm->fork_hold, memory_order_acquire))
                         continue;
+                /* a small pool cannot give back enough to be worth the
+                 * plan's 256 class locks, every second, for every client */
+                if (pool_bytes(mm->pool) < 4 * COMPACT_MIN_GAIN)
+                        continue;
                 uint64_t min_gain = MAX((uint64_t)((double)pool_bytes(mm->pool) * pct / 100.0), COMPACT_MIN_GAIN);
                 uint64_t moved = 0, freed = mmclient_compact(mm, COMPACT_MAX_MOVE, min_gain, &moved);
                 if (freed)
