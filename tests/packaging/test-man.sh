@@ -165,12 +165,12 @@ check_conf() {
         conf_page_keys >"$tmp/conf-page"
         [ -s "$tmp/conf-page" ] || { fail "$page: no keys found in OPTIONS"; return; }
         : >"$keys"
-        # the run-time tunables: [reclaim], pool_max/pool_accept also [pool]
+        # the run-time tunables: [reclaim], pool_max, pool_accept and pool_compact also [pool]
         f=$SOURCE_ROOT/common/tunable-keys.c
         [ -f "$f" ] || fail "$f is missing"
         for k in $(sed -nE 's/^[[:space:]]*\[TUNABLE_[A-Z_]+\] = "([a-z_]+)",.*/\1/p' "$f"); do
                 case $k in
-                pool_max|pool_accept) echo "pool $k" ;;
+                pool_max|pool_accept|pool_compact) echo "pool $k" ;;
                 *) echo "reclaim $k" ;;
                 esac
         done >>"$keys"
@@ -195,7 +195,7 @@ check_conf() {
                 grep -q '^tier ' "$keys" || fail "no [tier] keys parsed from $f"
         fi
         sort -u -o "$keys" "$keys"
-        # [reclaim] may also hold pool_max and pool_accept; the page lists them under [pool]
+        # [reclaim] may also hold the pool keys; the page lists them under [pool]
         same_set "$page: key" "$keys" "$tmp/conf-page"
 }
 
