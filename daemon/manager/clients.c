@@ -176,6 +176,74 @@ void tick_orphans(Manager *m) {
         }
 }
 
+/* ---- pool compaction ---- */
+
+static uint64_t compact_rename(uint64_t v, PoolHandle nh) {
+        return (v & 0xffffffffull) | (uint64_t)nh << 32; /* pe_handle()'s bits: state, length and flags stay */
+}
+
+typedef struct CompactCtx {
+        MMClient *mm;
+        uint64_t moved, busy;
+} CompactCtx;
+
+static int compact_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        CompactCtx *c = ud;
+        MMClient *mm = c->mm;
+        /* acquire: the object's bytes, written before the entry named it */
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        (void)addr;
+
+        /* only entries nobody owns: a STORED object (a stub of the second
+         * tier too), or a kept copy. A STORED|WB one is being read by the
+         * tier's writer, LOADING belongs to a fault thread, MOVING and
+         * STAGED name slots */
+        if (!(pe_state(v) == PE_STORED && !(v & PE_WB)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
+                return 0;
+        if (!pool_compact_source(mm->pool, pe_handle(v)))
+                return 0;
+        /* Under serve_lock, trylocked as the manager always does: an event
+         * handler holds it throughout, and an mremap's handler writes each
+         * entry at its new place before it clears the old one, so that for
+         * a moment two entries name the object (events.c); a move of
+         * either then would leave the other naming a released slot. A
+         * fault thread that finds it taken sets kick and goes on; we ask
+         * for its read once we let go (as mm_sync_now()). */
+        if (pthread_mutex_trylock(&mm->serve_lock) != 0) {
+                c->busy++;
+                return 0;
+        }
+        v = atomic_load_explicit(e, memory_order_acquire);
+        int r = (pe_state(v) == PE_STORED || pe_state(v) == PE_CLEAN) && pool_compact_source(mm->pool, pe_handle(v))
+                        ? pool_compact_move(mm->pool, e, v, pe_handle(v), compact_rename)
+                        : 0;
+        pthread_mutex_unlock(&mm->serve_lock);
+        /* seq_cst: the load after the unlock in events.c service()'s handshake */
+        if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
+        if (r > 0)
+                c->moved++;
+        return 0; /* -ENOSPC ends only that class: go on for the others */
+}
+
+/* Compact the client's pool (pool.h, pool_compact_begin()): at most
+ * max_move bytes of objects moved, and only if min_gain bytes of chunks
+ * or more can be freed that way. Walks the whole page index. Returns the
+ * bytes of pool memory given back; *ret_moved the objects moved. */
+static uint64_t mm_compact(MMClient *mm, uint64_t max_move, uint64_t min_gain, uint64_t *ret_moved) {
+        CompactCtx c = { .mm = mm };
+
+        *ret_moved = 0;
+        if (!mm->pool || !mm->index || !mm->ft)
+                return 0;
+        uint64_t gain = pool_compact_begin(mm->pool, max_move, min_gain);
+        if (gain == 0)
+                return 0;
+        (void)pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, compact_cb, &c);
+        *ret_moved = c.moved;
+        return pool_compact_end(mm->pool);
+}
+
 /* A compaction pass moves at most this much of a client's objects (about
  * a millisecond of copying), and runs only if it frees this much at least */
 #define COMPACT_MAX_MOVE (4ull << 20)
@@ -199,7 +267,7 @@ void manager_pool_compact(Manager *m) {
                 if (pool_bytes(mm->pool) < 4 * COMPACT_MIN_GAIN)
                         continue;
                 uint64_t min_gain = MAX((uint64_t)((double)pool_bytes(mm->pool) * pct / 100.0), COMPACT_MIN_GAIN);
-                uint64_t moved = 0, freed = mmclient_compact(mm, COMPACT_MAX_MOVE, min_gain, &moved);
+                uint64_t moved = 0, freed = mm_compact(mm, COMPACT_MAX_MOVE, min_gain, &moved);
                 if (freed)
                         log_debug("pid %d: pool compacted: %llu objects moved, %llu KiB of chunks given back",
                                   (int)mmclient_pid(mm), (unsigned long long)moved,

@@ -343,52 +343,6 @@ void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e) {
         mmclient_release_payload(mm, v);
 }
 
-/* ---- pool compaction ---- */
-
-static uint64_t compact_rename(uint64_t v, PoolHandle nh) {
-        return (v & 0xffffffffull) | (uint64_t)nh << 32; /* pe_handle()'s bits: state, length and flags stay */
-}
-
-typedef struct CompactCtx {
-        MMClient *mm;
-        uint64_t moved;
-} CompactCtx;
-
-static int compact_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
-        CompactCtx *c = ud;
-        MMClient *mm = c->mm;
-        /* acquire: the object's bytes, written before the entry named it */
-        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
-        (void)addr;
-
-        /* only entries nobody owns: a STORED object (a stub of the second
-         * tier too), or a kept copy. A STORED|WB one is being read by the
-         * tier's writer, LOADING belongs to a fault thread, MOVING and
-         * STAGED name slots */
-        if (!(pe_state(v) == PE_STORED && !(v & PE_WB)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
-                return 0;
-        if (!pool_compact_source(mm->pool, pe_handle(v)))
-                return 0;
-        int r = pool_compact_move(mm->pool, e, v, pe_handle(v), compact_rename);
-        if (r > 0)
-                c->moved++;
-        return 0; /* -ENOSPC ends only that class: go on for the others */
-}
-
-uint64_t mmclient_compact(MMClient *mm, uint64_t max_move, uint64_t min_gain, uint64_t *ret_moved) {
-        CompactCtx c = { .mm = mm };
-
-        *ret_moved = 0;
-        if (!mm->pool || !mm->index)
-                return 0;
-        uint64_t gain = pool_compact_begin(mm->pool, max_move, min_gain);
-        if (gain == 0)
-                return 0;
-        (void)pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, compact_cb, &c);
-        *ret_moved = c.moved;
-        return pool_compact_end(mm->pool);
-}
-
 static int drop_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         /* the last reference is gone: nobody owns a LOADING entry any more */
         mmclient_release_payload(ud, atomic_exchange_explicit(e, 0, memory_order_acq_rel));

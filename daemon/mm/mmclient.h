@@ -538,14 +538,6 @@ void mmclient_release_payload(MMClient *mm, uint64_t v);
  * (LOADING): then the owner releases it. */
 void mmclient_entry_drop(MMClient *mm, _Atomic uint64_t *e);
 
-/* Compact the client's pool (pool.h, pool_compact_begin()): at most
- * max_move bytes of objects moved, and only if min_gain bytes of chunks or
- * more can be freed that way. Walks the whole page index; the manager's.
- * Returns the bytes of pool memory given back; *ret_moved the objects
- * moved. The caller makes sure no fork holds the client's store as it is
- * (fork_paused, fork_announced, fork_hold). */
-uint64_t mmclient_compact(MMClient *mm, uint64_t max_move, uint64_t min_gain, uint64_t *ret_moved);
-
 /* Address of a staging slot in the client. */
 static inline uint64_t mmclient_slot_addr(const MMClient *mm, uint32_t slot) {
         return mm->staging_addr + (uint64_t)slot * ZSWAP_PAGE_SIZE;

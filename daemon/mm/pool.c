@@ -46,7 +46,7 @@
  *
  * Compaction. Handles are addresses, so an object moves only with the
  * entry that names it, and the pool does not know that entry: its caller
- * walks the page index (mmclient_compact()). pool_compact_begin() plans
+ * walks the page index (daemon/manager/clients.c, mm_compact()). pool_compact_begin() plans
  * each class under its mutex: its partial chunks sorted sparsest first,
  * as many of them as can empty into the free slots of the others (within
  * a byte budget). Those sources leave the partial list (LIST_EVAC): no

@@ -98,7 +98,7 @@ int main(void) {
                 sleep(1);
                 td_status(&d, &st);
                 time_t t = time(NULL) - t0;
-                if ((t >= (time_t)seconds && st.compactions >= COMPACT_PASSES) || t >= SAFETY_S ||
+                if ((t >= (time_t)seconds && st.compactions >= COMPACT_PASSES && st.compact_moved > 0) || t >= SAFETY_S ||
                     atomic_load(&bad))
                         break;
         }
