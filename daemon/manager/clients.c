@@ -187,6 +187,17 @@ typedef struct CompactCtx {
         uint64_t moved, busy;
 } CompactCtx;
 
+/* Does entry v name an object compaction may move, in a chunk it is
+ * emptying? Only entries nobody owns: a STORED object (a stub of the
+ * second tier too), or a kept copy of one. A STORED|WB one is being read
+ * by the tier's writer, a CLEAN copy of a SAME page holds a fill value,
+ * LOADING belongs to a fault thread, MOVING and STAGED name slots. */
+static bool compact_movable(MMClient *mm, uint64_t v) {
+        if (!(pe_state(v) == PE_STORED && !(v & PE_WB)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
+                return false;
+        return pool_compact_source(mm->pool, pe_handle(v));
+}
+
 static int compact_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         CompactCtx *c = ud;
         MMClient *mm = c->mm;
@@ -194,13 +205,7 @@ static int compact_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
         (void)addr;
 
-        /* only entries nobody owns: a STORED object (a stub of the second
-         * tier too), or a kept copy. A STORED|WB one is being read by the
-         * tier's writer, LOADING belongs to a fault thread, MOVING and
-         * STAGED name slots */
-        if (!(pe_state(v) == PE_STORED && !(v & PE_WB)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
-                return 0;
-        if (!pool_compact_source(mm->pool, pe_handle(v)))
+        if (!compact_movable(mm, v))
                 return 0;
         /* Under serve_lock, trylocked as the manager always does: an event
          * handler holds it throughout, and an mremap's handler writes each
@@ -213,10 +218,9 @@ static int compact_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 c->busy++;
                 return 0;
         }
+        /* again, as it is now: the same test as above, whatever changed */
         v = atomic_load_explicit(e, memory_order_acquire);
-        int r = (pe_state(v) == PE_STORED || pe_state(v) == PE_CLEAN) && pool_compact_source(mm->pool, pe_handle(v))
-                        ? pool_compact_move(mm->pool, e, v, pe_handle(v), compact_rename)
-                        : 0;
+        int r = compact_movable(mm, v) ? pool_compact_move(mm->pool, e, v, pe_handle(v), compact_rename) : 0;
         pthread_mutex_unlock(&mm->serve_lock);
         /* seq_cst: the load after the unlock in events.c service()'s handshake */
         if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
