@@ -12,6 +12,14 @@
  *       one it keeps reading; a table per second of how much of each is
  *       resident, and the refaults (the bound: a page only read costs one
  *       refault per idle_age)
+ *   bench-policy wake [--size MiB] [--idle-age S]
+ *       a program reads half its memory (in a random order) every 100 ms
+ *       and never the other half; idle_age takes the cold half out, the
+ *       program sleeps until it took the hot half too, then wakes and
+ *       reads its hot half once: with refill off and on, the time of that
+ *       pass, the pages its reads brought back, the pages refilled, and
+ *       what is resident of each half a second later (refill's memory
+ *       cost: cold pages it brought back). At most 256 MiB, idle_age 5 s.
  *   bench-policy pressure [--target PCT] [--seconds N] [--client-gib G]
  *       real memory pressure, no swap: a zswapd client holding G GiB of
  *       heap pages and a reader (not a client) looping over a file a bit
@@ -273,6 +281,125 @@ static void part_idle(unsigned idle_age, unsigned seconds) {
         backend_teardown(b);
 }
 
+/* ---- wake ---- */
+
+typedef struct WakeRun {
+        double wake_s;           /* the woken program's pass over its hot half */
+        uint64_t back;           /* pages its pass brought back itself (faults, fault-around) */
+        uint64_t refilled;       /* pages the daemon brought back ahead */
+        size_t hot_in, cold_in;  /* pages of each half resident a second after the pass */
+        double cpu_s;            /* the daemon's CPU over the pass and that second */
+} WakeRun;
+
+/* Read the pages of buf listed in order, each checked against the corpus. */
+static void read_pages(const uint8_t *buf, const uint32_t *order, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (corpus_checksum(buf + (size_t)order[i] * ZSWAP_PAGE_SIZE) != corpus->sums[corpus_index(order[i])]) {
+                        fprintf(stderr, "bench-policy: wake: page %u is bad\n", order[i]);
+                        exit(1);
+                }
+}
+
+static uint64_t ctl_u64(Backend *b, const char *field) {
+        char exe[4096], cmd[8192], out[64] = "";
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+                return 0;
+        exe[n] = 0;
+        *strrchr(exe, '/') = 0;
+        snprintf(cmd, sizeof(cmd), "%s/../client/tools/zswapctl --socket %s status -n -o %s", exe, backend_socket(b),
+                 field);
+        FILE *p = popen(cmd, "r");
+        if (p && !fgets(out, sizeof(out), p))
+                out[0] = 0;
+        if (p)
+                pclose(p);
+        return strtoull(out, NULL, 10);
+}
+
+/*
+ * A program reads the first half of its memory (hot, in a random order)
+ * every 100 ms, never the second half; idle_age takes the cold half out,
+ * then the program sleeps until idle_age has taken the hot half too, and
+ * wakes to read its hot half once more.
+ */
+static void wake_run(size_t mib, unsigned idle_age, bool refill, WakeRun *out) {
+        size_t pages = mib << 8, hot = pages / 2;
+        char age[64];
+        snprintf(age, sizeof(age), "idle_age=%us", idle_age);
+        const char *args[] = { "--set", age, "--set", refill ? "refill=yes" : "refill=no", "--set", "refill_quiet=2s", NULL };
+        memcpy(daemon_args, args, sizeof(args));
+        Backend *b = start_daemon();
+        struct zswap_client *c = connect_client(b);
+        uint8_t *buf = corpus_region(pages);
+        uint32_t *order = malloc(hot * sizeof(*order));
+        uint64_t x = 88172645463325252ull;
+        if (!order)
+                die("malloc", -ENOMEM);
+        for (size_t i = 0; i < hot; i++)
+                order[i] = (uint32_t)i;
+        for (size_t i = hot - 1; i > 0; i--) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                size_t j = x % (i + 1);
+                uint32_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+        }
+        int r = zswap_register(c, buf, pages * ZSWAP_PAGE_SIZE);
+        if (r < 0)
+                die("register", r);
+        double t0 = now_s();
+        while (present(buf + hot * ZSWAP_PAGE_SIZE, pages - hot) * 20 > pages - hot) {
+                read_pages(buf, order, hot);
+                bench_sleep_us(100000);
+                if (now_s() - t0 > 20.0 * idle_age)
+                        die("the cold half never went out", -ETIMEDOUT);
+        }
+        while (present(buf, pages) * 20 > pages) {
+                bench_sleep_us(200000);
+                if (now_s() - t0 > 40.0 * idle_age)
+                        die("the hot half never went out", -ETIMEDOUT);
+        }
+        bench_sleep_us(2500000); /* refill_quiet, and then some */
+        struct zswap_stats s0 = stats(c);
+        uint64_t f0 = ctl_u64(b, "refilled");
+        double cpu0 = backend_daemon_cpu_s(b);
+        t0 = now_s();
+        read_pages(buf, order, hot);
+        out->wake_s = now_s() - t0;
+        struct zswap_stats s1 = stats(c);
+        out->back = s1.faults - s0.faults + s1.prefetches - s0.prefetches;
+        bench_sleep_us(1000000);
+        out->refilled = ctl_u64(b, "refilled") - f0;
+        out->cpu_s = backend_daemon_cpu_s(b) - cpu0;
+        out->hot_in = present(buf, hot);
+        out->cold_in = present(buf + hot * ZSWAP_PAGE_SIZE, pages - hot);
+        verify(buf, pages, "at the end");
+        free(order);
+        zswap_disconnect(c);
+        backend_teardown(b);
+        munmap(buf, pages * ZSWAP_PAGE_SIZE);
+}
+
+static void part_wake(size_t mib, unsigned idle_age) {
+        WakeRun off, on;
+        wake_run(mib, idle_age, false, &off);
+        wake_run(mib, idle_age, true, &on);
+        printf("\n### Waking after idle_age took everything (%zu MiB, hot half read in a random order, idle_age %u s)\n\n",
+               mib, idle_age);
+        printf("| refill | wake pass | pages its reads brought back | pages refilled | hot half resident after | cold half "
+               "resident after | daemon CPU |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < 2; i++) {
+                WakeRun *w = i ? &on : &off;
+                printf("| %s | %.3f s | %llu | %llu | %zu | %zu | %.3f s |\n", i ? "yes" : "no", w->wake_s,
+                       (unsigned long long)w->back, (unsigned long long)w->refilled, w->hot_in, w->cold_in, w->cpu_s);
+        }
+        printf("\nwake pass with refill / without: %.2fx; faults avoided: %.0f %%\n",
+               off.wake_s > 0 ? on.wake_s / off.wake_s : 0,
+               off.back ? 100.0 * (1.0 - (double)on.back / (double)off.back) : 0);
+}
+
 /* ---- pressure ---- */
 
 /* The ballast: memory nobody can reclaim (mlocked), so that the
@@ -461,6 +588,8 @@ int main(int argc, char **argv) {
                 part_clean(mib);
         if (!strcmp(part, "idle") || !strcmp(part, "all"))
                 part_idle(idle_age, seconds ? seconds : idle_age * 3);
+        if (!strcmp(part, "wake") || !strcmp(part, "all"))
+                part_wake(mib > 256 ? 256 : mib, idle_age > 5 ? 5 : idle_age);
         if (!strcmp(part, "pressure") || !strcmp(part, "all"))
                 part_pressure(target, seconds ? seconds : 120, gib);
         return 0;

@@ -240,6 +240,8 @@ typedef struct ZMsgStatusReply {
         /* pool compaction (pool.h): passes that emptied chunks, objects
          * moved, bytes of chunk memory given back */
         uint64_t compactions, compact_moved, compact_freed;
+        /* pages brought back ahead of use (reclaim.md, "Refill") */
+        uint64_t refilled;
 } ZMsgStatusReply;
 
 /*

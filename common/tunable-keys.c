@@ -19,6 +19,8 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_THRASH_BACKOFF] = "thrash_backoff",
         [TUNABLE_KEEP_CLEAN] = "keep_clean",
         [TUNABLE_CLEAN_MAX] = "clean_max",
+        [TUNABLE_REFILL] = "refill",
+        [TUNABLE_REFILL_QUIET] = "refill_quiet",
         [TUNABLE_WRITE_SCAN] = "write_scan",
         [TUNABLE_INTERVAL] = "interval",
 };

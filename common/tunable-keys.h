@@ -22,6 +22,8 @@ typedef enum TunableKey {
         TUNABLE_THRASH_BACKOFF,
         TUNABLE_KEEP_CLEAN,
         TUNABLE_CLEAN_MAX,
+        TUNABLE_REFILL,
+        TUNABLE_REFILL_QUIET,
         TUNABLE_WRITE_SCAN,
         TUNABLE_INTERVAL,
         _TUNABLE_KEY_MAX,

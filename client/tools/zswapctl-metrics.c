@@ -91,6 +91,8 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
                   st->compact_moved },
                 { "zswapd_compact_freed_bytes_total", "counter", "Pool chunk memory pool compaction gave back.",
                   st->compact_freed },
+                { "zswapd_refilled_pages_total", "counter",
+                  "Pages brought back ahead of use once room opened or an idle process woke.", st->refilled },
                 { "zswapd_tier_capacity_bytes", "gauge", "Bytes of the second tier's backing store for pages (0: none).",
                   st->tier_capacity },
                 { "zswapd_tier_used_bytes", "gauge", "Blocks of the second tier holding live pages, in bytes.",

@@ -80,6 +80,7 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("compactions", K_COUNT, st->compactions);
         ADD("compact_moved", K_COUNT, st->compact_moved);
         ADD("compact_freed_bytes", K_SIZE, st->compact_freed);
+        ADD("refilled", K_COUNT, st->refilled);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
         f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };

@@ -73,6 +73,8 @@ static const Key keys[_TUNABLE_KEY_MAX] = {
         [TUNABLE_THRASH_BACKOFF] = { KEY_DURATION, FIELD(thrash_backoff_ms), false, 0.1 * SEC, 600 * SEC },
         [TUNABLE_KEEP_CLEAN] = { KEY_BOOL, FIELD(keep_clean), false, 0, 0 },
         [TUNABLE_CLEAN_MAX] = { KEY_PERCENT, FIELD(clean_max), false, 0, 100 },
+        [TUNABLE_REFILL] = { KEY_BOOL, FIELD(refill), false, 0, 0 },
+        [TUNABLE_REFILL_QUIET] = { KEY_DURATION, FIELD(refill_quiet_ms), true, 1 * SEC, 3600 * SEC },
         [TUNABLE_WRITE_SCAN] = { KEY_DURATION, FIELD(write_scan_ms), true, 0.1 * SEC, 3600 * SEC },
         [TUNABLE_INTERVAL] = { KEY_DURATION, FIELD(interval_ms), false, 0.01 * SEC, 10 * SEC },
 };

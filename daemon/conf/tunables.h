@@ -43,6 +43,10 @@ typedef struct Tunables {
                                       * restored by a read until it is written (default yes) */
         double clean_max;            /* key "clean_max": most those copies may take, in percent
                                       * of the client's registered memory (default 2) */
+        bool refill;                 /* key "refill": bring held pages back ahead of use when
+                                      * room opens or an idle client wakes (default yes) */
+        uint64_t refill_quiet_ms;    /* key "refill_quiet": a client quiet this long (no refault, no
+                                      * write seen) that refaults woke (default 10 s), 0 = never */
         uint64_t write_scan_ms;      /* key "write_scan": how often written pages are looked
                                       * up with PAGEMAP_SCAN (default 1 s), 0 = never */
         uint64_t interval_ms;        /* key "interval": reclaim tick (default 250 ms) */

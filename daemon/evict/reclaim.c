@@ -33,8 +33,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include "age.h"
 #include "inject.h"
 #include "evict.h"
+#include "fault.h"
 #include "log.h"
 #include "memread.h"
 #include "core.h"
@@ -103,6 +105,7 @@ static void written_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
         uint32_t stamp = *(uint32_t *)ud;
         PageMeta *meta = NULL;
 
+        mm->rc.wrote = true;
         for (uint64_t a = start; a < end; a += ZSWAP_PAGE_SIZE) {
                 unsigned i = pmeta_idx(a);
                 if (!meta || i == 0)
@@ -186,6 +189,7 @@ static bool wp_zone_due(MMClient *mm, uint64_t z, uint32_t seq, uint32_t stamp) 
                 atomic_fetch_add_explicit(&mm->core->write_zones_out, 1, memory_order_relaxed);
                 meta->wp_skip--;
                 wp_sit_out(meta, stamp);
+                mm->rc.wrote |= meta->nwritten > 0;
                 return false;
         }
         memset(meta->written, 0, sizeof(meta->written));
@@ -365,6 +369,7 @@ static void pressure_period(Reclaim *rc, uint64_t now) {
         rc->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
                 rc->hold_target = 0;
+                rc->wants_out = false;
                 for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                         mm->rc.pressure_left = mm->rc.pressure_cap = 0;
                 return;
@@ -378,10 +383,22 @@ static void pressure_period(Reclaim *rc, uint64_t now) {
                 rc->hold_target = MIN(MAX(rc->hold_target, held) + step, resident + held);
         else if (low)
                 rc->hold_target = rc->hold_target > step ? rc->hold_target - step : 0;
+        if (low && t->refill && held > rc->hold_target) {
+                /* pressure is gone: what is held beyond the target may come
+                 * back, a step a period, shared as the pages are held */
+                uint64_t back = MIN(held - rc->hold_target, step);
+                for (MMClient *mm = *rc->mms; mm; mm = mm->next)
+                        if (client_managed(mm)) {
+                                uint64_t h = mmclient_held_pages(mm);
+                                mm->rc.refill_want =
+                                        MIN(mm->rc.refill_want + (uint64_t)((double)back * (double)h / (double)held), h);
+                        }
+        }
         log_debug("pressure: psi some %.2f%% over the period (target %.2f%%), available %llu MiB: hold %llu pages (held %llu)",
                   rc->psi_now, t->pressure_target, (unsigned long long)(rc->avail_now >> 20),
                   (unsigned long long)rc->hold_target, (unsigned long long)held);
         uint64_t want = rc->hold_target > held && resident ? MIN(rc->hold_target - held, step) : 0;
+        rc->wants_out = rc->hold_target > held;
         for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                 if (client_managed(mm)) {
                         /* this period's share; the backlog is capped at it */
@@ -436,6 +453,8 @@ static bool reclaim_watches(Reclaim *rc, MMClient *mm, uint64_t limit, int64_t i
                atomic_load_explicit(&mm->st.clean_pages, memory_order_relaxed);
 }
 
+static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit, uint64_t evict_want);
+
 static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
         const Tunables *t = &rc->tun;
         uint64_t limit = reclaim_client_limit(rc, mm);
@@ -478,6 +497,7 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
         mm->rc.pressure_want = 0;
         mm->rc.last_op = NULL;
         uint64_t want = MAX(want_limit, mm->rc.pressure_left);
+        refill_plan(rc, mm, now, limit, want);
         if ((want == 0 && idle_before == 0) || !core_pool_accepts(rc->core)) {
                 /* nothing to take (or no room to store it): an op still
                  * sweeping stops taking by the clock */
@@ -502,6 +522,137 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
         evict_pump(rc->core, mm);
 }
 
+/* ---- refill: pages back ahead of use ---- */
+
+#define REFILL_TICK_MAX 16384 /* pages (64 MiB) one refill brings back at most */
+#define AGE_BUCKETS 34
+
+typedef struct RefillCut {
+        uint32_t now;
+        uint64_t n[AGE_BUCKETS]; /* held pages by age: 0, then [2^(i-1), 2^i) stamps; the last: never used */
+} RefillCut;
+
+static int refill_cut_cb(void *ud, uint64_t addr, _Atomic uint64_t *e, MMClient *mm) {
+        RefillCut *c = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_relaxed);
+        if ((pe_state(v) != PE_STORED && pe_state(v) != PE_SAME) || pe_is_tier(v))
+                return 0;
+        PageMeta *meta = pindex_meta(mm->index, addr, false);
+        uint32_t s = meta ? atomic_load_explicit(&meta->stamp[pmeta_idx(addr)], memory_order_relaxed) : 0;
+        unsigned b = AGE_BUCKETS - 1;
+        if (s) {
+                uint32_t age = s < c->now ? c->now - s : 0;
+                b = age ? 32 - (unsigned)__builtin_clz(age) : 0;
+        }
+        c->n[b]++;
+        return 0;
+}
+
+typedef struct RefillWalk {
+        RefillCut cut;
+        MMClient *mm;
+} RefillWalk;
+
+static int refill_walk_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RefillWalk *w = ud;
+        return refill_cut_cb(&w->cut, addr, e, w->mm);
+}
+
+/*
+ * The stamp from which the client's n most recently used held pages
+ * (those in the pool) were used: ages are counted in powers of two, so
+ * the pages from it on are n to 2n; the refill stops at n.
+ */
+static uint32_t refill_since(MMClient *mm, uint64_t n) {
+        RefillWalk w = { .cut = { .now = age_stamp() }, .mm = mm };
+        pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, refill_walk_cb, &w);
+        uint64_t sum = 0;
+        for (unsigned b = 0; b < AGE_BUCKETS - 1; b++) {
+                sum += w.cut.n[b];
+                if (sum >= n) {
+                        uint32_t age = b ? (uint32_t)((1ull << b) - 1) : 0;
+                        return w.cut.now > age ? w.cut.now - age : 1;
+                }
+        }
+        return 0; /* every page, the never used too */
+}
+
+/*
+ * Pages come back ahead of use (refill), most recently used first, when
+ * room opens: the pressure controller holds less (pressure_period()), the
+ * client's limit was raised or removed, or the client took a refault
+ * after refill_quiet without any (and without a write seen) while pages
+ * were taken from it (it woke: the pages taken meanwhile). Never above the limit, never while an
+ * eviction of it is under way or the controller wants more held, one
+ * FW_REFILL out at a time, at most REFILL_TICK_MAX pages each; its fault
+ * thread brings them back between faults (work.c).
+ */
+static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit, uint64_t evict_want) {
+        MMReclaim *r = &mm->rc;
+        uint64_t held = mmclient_held_pages(mm);
+        uint64_t refaults = atomic_load_explicit(&mm->st.refaults, memory_order_relaxed);
+        uint64_t evictions = atomic_load_explicit(&mm->st.evictions, memory_order_relaxed);
+
+        if (!rc->tun.refill) {
+                r->refill_want = 0;
+                r->refill_limit = limit;
+                return;
+        }
+        if (r->wrote && refaults == r->refill_refaults) {
+                /* busy in its resident memory: not idle, whatever was taken */
+                r->refill_evictions = evictions;
+                r->refill_quiet_ms = now;
+        }
+        r->wrote = false;
+        if (refaults != r->refill_refaults) {
+                if (rc->tun.refill_quiet_ms && r->refill_quiet_ms && now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
+                    evictions > r->refill_evictions) {
+                        log_debug("pid %d woke after %llu ms without a refault: %llu pages taken meanwhile come back",
+                                  (int)mmclient_pid(mm), (unsigned long long)(now - r->refill_quiet_ms),
+                                  (unsigned long long)(evictions - r->refill_evictions));
+                        r->refill_want += evictions - r->refill_evictions;
+                }
+                r->refill_refaults = refaults;
+                r->refill_evictions = evictions;
+                r->refill_quiet_ms = now;
+        } else if (!r->refill_quiet_ms)
+                r->refill_quiet_ms = now;
+        if (r->refill_limit && (limit == 0 || limit > r->refill_limit))
+                r->refill_want += limit ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
+        r->refill_limit = limit;
+
+        r->refill_want = MIN(r->refill_want, held);
+        uint64_t n = r->refill_want;
+        if (limit) {
+                uint64_t lp = limit >> ZSWAP_PAGE_SHIFT, room = lp - lp / 16;
+                n = MIN(n, room > r->resident ? room - r->resident : 0);
+        }
+        if (rc->wants_out)
+                n = 0; /* the controller still wants pages out */
+        if (n == 0 || evict_want || r->refilling || !mm->ft)
+                return;
+        n = MIN(n, (uint64_t)REFILL_TICK_MAX);
+        Work *w = work_new(FW_REFILL, mm);
+        if (!w)
+                return;
+        w->lane = (uint32_t)n;
+        w->id = refill_since(mm, n);
+        w->a = w->v = 0;
+        r->refilling = true;
+        log_debug("pid %d: refill of %llu pages used since stamp %u (now %u)", (int)mmclient_pid(mm),
+                  (unsigned long long)n, w->id, age_stamp());
+        fault_thread_post(mm->ft, w);
+}
+
+void reclaim_refill_done(Reclaim *rc, Work *w) {
+        MMClient *mm = w->mm;
+        (void)rc;
+        mm->rc.refilling = false;
+        /* fewer than asked: the walk found no more (tier, in flight, older) */
+        mm->rc.refill_want = w->lane ? 0 : mm->rc.refill_want - MIN(mm->rc.refill_want, w->a);
+        work_free(w);
+}
+
 /*
  * A limit is met at each count, and a program that reads through its
  * evicted memory brings pages back between two counts: at tens of
@@ -519,6 +670,12 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
         for (MMClient *mm = *rc->mms; mm; mm = mm->next) {
                 if (!client_managed(mm) || !mm->rc.measured_ms)
                         continue;
+                MMReclaim *r = &mm->rc;
+                if (rc->tun.refill && rc->tun.refill_quiet_ms && r->refill_quiet_ms &&
+                    now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
+                    atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults)
+                        /* it woke: its pages back now, not at the next interval */
+                        refill_plan(rc, mm, now, reclaim_client_limit(rc, mm), r->op ? r->op->want : 0);
                 uint64_t limit_pages = reclaim_client_limit(rc, mm) >> ZSWAP_PAGE_SHIFT,
                          back = mmclient_pages_back(mm) - mm->rc.back_at_scan;
                 if (!limit_pages || back < MAX(limit_pages / 16, (uint64_t)EARLY_MIN_PAGES))

@@ -35,6 +35,7 @@ typedef struct Reclaim {
         uint64_t psi_total, psi_total_ms; /* the PSI total (µs) read then, and when */
         uint64_t avail_now;    /* last MemAvailable read, bytes */
         uint64_t hold_target;  /* pages the pressure controller wants held out */
+        bool wants_out;        /* it wanted more held than was, at its last period: no refill */
 } Reclaim;
 
 
@@ -52,6 +53,8 @@ void reclaim_tick(Reclaim *rc);
  * not let anyone make the manager walk every client's page tables in a
  * loop). */
 void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh);
+/* Manager: a fault thread ended mm's refill (MW_REFILL_DONE); takes w. */
+void reclaim_refill_done(Reclaim *rc, Work *w);
 /* One line on the pressure controller and the pool bound. */
 int reclaim_status(Reclaim *rc, char *buf, size_t len);
 

@@ -190,6 +190,8 @@ struct FaultThread {
          * work at hand is no program's fault; this thread only */
         uint64_t fault_t0;
         uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash; this thread only */
+        bool refilling;    /* installing a refill's page: install() counts no fault; this thread only */
+        bool refill_more;  /* a refill slice got through and more is to come: look for faults, then go on */
         /* this thread's buffers, this thread only (zero: zeroed by
          * fault_thread_new()'s calloc, never written) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];

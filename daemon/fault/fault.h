@@ -17,6 +17,7 @@ enum {
         FW_SYNC,       /* bounce back to the manager once every event read so far is handled */
         FW_KICK,       /* read mm's uffd: a kick was left while a non-fault thread held serve_lock */
         FW_SYNC_SWAP,  /* a forked child's own sync page (mapped at v, memfd a) replaces its parent's */
+        FW_REFILL,     /* bring back up to lane held pages of mm used at stamp id or later, then tell the manager */
 };
 
 int fault_thread_new(Core *core, unsigned idx, FaultThread **ret);

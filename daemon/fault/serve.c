@@ -98,8 +98,11 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
                         latency_record(&ft->lat, now_ns() - ft->fault_t0);
                         ft->fault_t0 = 0;
                 }
-                atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->core->faults, 1, memory_order_relaxed);
+                if (!ft->refilling) {
+                        /* a refill counts its pages itself (work.c) */
+                        atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
+                        atomic_fetch_add_explicit(&mm->core->faults, 1, memory_order_relaxed);
+                }
                 if (refault)
                         age_note_refault(mm, addr);
         } else

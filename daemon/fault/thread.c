@@ -220,7 +220,7 @@ static void *fault_thread_main(void *arg) {
                         spin_wasted(ft);
                         spin_until = 0;
                 }
-                int timeout = spinning ? 0 : (ft->retry_due || ft->restores || ft->deferred) ? 1 : -1;
+                int timeout = spinning || ft->refill_more ? 0 : (ft->retry_due || ft->restores || ft->deferred) ? 1 : -1;
                 int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;

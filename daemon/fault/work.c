@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "inject.h"
+#include "age.h"
 #include "fault-internal.h"
 #include "log.h"
 
@@ -152,7 +153,42 @@ typedef struct RestoreCtx {
         unsigned budget;
         uint64_t next;
         int busy;
+        uint32_t since; /* a refill: only pages used at this stamp or later */
+        uint32_t left;  /* a refill: pages it may still bring back */
+        uint32_t got;   /* a refill: pages brought back */
 } RestoreCtx;
+
+/*
+ * A refill brings back pages nobody faulted on yet: only those held in
+ * the pool (STORED, SAME; not the second tier's, not in flight), used at
+ * c->since or later. Each is installed as a restore installs it and
+ * stamped used now, so ageing does not take it straight out again.
+ */
+static int refill_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RestoreCtx *c = ud;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+
+        if (c->budget == 0 || c->left == 0) {
+                c->next = addr;
+                return 1;
+        }
+        if ((pe_state(v) != PE_STORED && pe_state(v) != PE_SAME) || pe_is_tier(v))
+                return 0;
+        PageMeta *meta = pindex_meta(c->mm->index, addr, false);
+        if (!meta || atomic_load_explicit(&meta->stamp[pmeta_idx(addr)], memory_order_relaxed) < c->since)
+                return 0;
+        c->budget--;
+        c->ft->refilling = true;
+        serve(c->ft, c->mm, addr, false, false);
+        c->ft->refilling = false;
+        v = atomic_load_explicit(e, memory_order_acquire);
+        if (pe_state(v) != PE_STORED && pe_state(v) != PE_SAME && pe_state(v) != PE_LOADING) {
+                age_note_stamp(c->mm, addr);
+                c->left--;
+                c->got++;
+        }
+        return 0;
+}
 
 static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RestoreCtx *c = ud;
@@ -188,6 +224,34 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
+#define REFILL_SLICE 64 /* pages a refill brings back between two looks at the uffds */
+
+/* A slice of a refill; true when it is done (its pages brought back, or
+ * the index walked to the end). w->v is the cursor, w->lane the pages
+ * still wanted, w->a the pages brought back. */
+static bool work_refill(FaultThread *ft, Work *w) {
+        RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = REFILL_SLICE, .since = w->id, .left = w->lane };
+
+        if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
+                return true;
+        if (mmclient_serve_trylock(w->mm) != 0)
+                return false; /* its holder may be in a slow read: the next pass */
+        int more = pindex_walk(w->mm->index, w->v, PINDEX_MAX_ADDR, refill_cb, &c);
+        serve_unlock(ft, w->mm);
+        w->lane = c.left;
+        w->a += c.got;
+        atomic_fetch_add_explicit(&w->mm->st.refilled, c.got, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->mm->core->refilled, c.got, memory_order_relaxed);
+        if (more && c.left) {
+                w->v = c.next;
+                /* the next slice as soon as the uffds were looked at once
+                 * (run_restores() clears it each time it runs) */
+                ft->refill_more = true;
+                return false;
+        }
+        return true;
+}
+
 /* Restore a slice of the range; true when the whole range is done. */
 static bool work_restore(FaultThread *ft, Work *w) {
         RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = 256 };
@@ -219,11 +283,6 @@ static bool work_restore(FaultThread *ft, Work *w) {
         return true;
 }
 
-static void restore_done(FaultThread *ft, Work *w) {
-        w->type = MW_RESTORE_DONE;
-        core_post(ft->core, w);
-}
-
 void run_inbox(FaultThread *ft) {
         inbox_clear(&ft->inbox);
         Work *w = inbox_take(&ft->inbox);
@@ -252,6 +311,7 @@ void run_inbox(FaultThread *ft) {
                         work_free(w);
                         break;
                 case FW_RESTORE:
+                case FW_REFILL:
                         w->next = ft->restores;
                         ft->restores = w;
                         break;
@@ -266,6 +326,7 @@ void run_inbox(FaultThread *ft) {
 void run_restores(FaultThread *ft) {
         Work *list = ft->restores;
         ft->restores = NULL;
+        ft->refill_more = false;
 
         while (list) {
                 Work *w = list;
@@ -279,9 +340,13 @@ void run_restores(FaultThread *ft) {
                         ft->retry_due = true;
                         continue;
                 }
-                if (work_restore(ft, w))
-                        restore_done(ft, w);
-                else {
+                if (w->type == FW_REFILL ? work_refill(ft, w) : work_restore(ft, w)) {
+                        if (w->type == FW_REFILL)
+                                w->type = MW_REFILL_DONE;
+                        else
+                                w->type = MW_RESTORE_DONE;
+                        core_post(ft->core, w);
+                } else {
                         w->next = ft->restores;
                         ft->restores = w;
                 }

@@ -183,6 +183,8 @@ static void run_inbox(Manager *m) {
                         restore_done(m, w);
                 else if (w->type == MW_SYNC_DONE)
                         sync_done(m, w);
+                else if (w->type == MW_REFILL_DONE)
+                        reclaim_refill_done(&m->reclaim, w);
                 else
                         work_free(w);
                 w = n;

@@ -214,6 +214,7 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.compactions = ps.compactions;
         rep.compact_moved = ps.compact_moved;
         rep.compact_freed = ps.compact_freed;
+        rep.refilled = atomic_load_explicit(&m->core.refilled, memory_order_relaxed);
         status_rates(m, &rep);
         status_latency(m, &rep);
         status_tier(m, &rep);

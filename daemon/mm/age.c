@@ -35,3 +35,9 @@ void age_note_use(MMClient *mm, uint64_t addr) {
          * like a refault */
         atomic_fetch_add_explicit(&meta->refaults, 1, memory_order_relaxed);
 }
+
+void age_note_stamp(MMClient *mm, uint64_t addr) {
+        PageMeta *meta = pindex_meta(mm->index, addr, false);
+        if (meta)
+                atomic_store_explicit(&meta->stamp[pmeta_idx(addr)], age_stamp(), memory_order_relaxed);
+}

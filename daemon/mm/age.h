@@ -31,5 +31,8 @@ static inline uint16_t age_epoch(uint64_t evictions) {
  * Stamps it used now and, if it was evicted recently compared with the
  * client's resident size (refault distance), makes it hot. */
 void age_note_refault(MMClient *mm, uint64_t addr);
+/* Fault threads: a page was brought back ahead of any use (a refill):
+ * stamped used now, no hot count, not a return for thrash protection. */
+void age_note_stamp(MMClient *mm, uint64_t addr);
 /* Fault threads: a page went in ahead of a reader (fault-around). */
 void age_note_use(MMClient *mm, uint64_t addr);

@@ -75,6 +75,7 @@ enum {
         MW_BATCH_DONE = 100, /* a worker compressed lane `lane` of mm; v = pages stored */
         MW_RESTORE_DONE,     /* a fault thread restored [a, b) of mm for request id */
         MW_SYNC_DONE,        /* a fault thread caught up with mm's events: run the request */
+        MW_REFILL_DONE,      /* a fault thread ended a refill of mm (FW_REFILL); a = pages it brought back */
 };
 
 struct Core {
@@ -108,6 +109,7 @@ struct Core {
         /* global counters, relaxed atomics: any thread adds, the manager
          * reads them for statistics and logs; nothing is ordered by them */
         _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked, zero_ahead;
+        _Atomic uint64_t refilled; /* pages brought back ahead of use (reclaim.c, refill) */
         _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
 

@@ -80,6 +80,7 @@ typedef struct MMClientStats {
         _Atomic uint64_t compressed_bytes, evictions, faults, faults_zero, prefetches;
         _Atomic uint64_t refaults, clean_pages, clean_bytes, clean_reevictions, reclaim_evictions;
         _Atomic uint64_t thrash_backoffs;
+        _Atomic uint64_t refilled; /* pages brought back ahead of use (FW_REFILL): not in faults */
         /* of stored_pages, those whose object is on the second tier, and
          * those objects' compressed bytes there (compressed_bytes counts
          * their stubs in the pool) */
@@ -109,6 +110,14 @@ typedef struct MMReclaim {
         uint64_t back_at_scan;  /* pages the fault threads had put back (mmclient_pages_back()) at that count */
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;
+        /* refill (reclaim.c): pages to bring back ahead of use, whether a
+         * FW_REFILL is out, the limit at the last tick, and the refaults
+         * and evictions counted when the client last took a refault */
+        uint64_t refill_want;
+        bool refilling;
+        uint64_t refill_limit;
+        uint64_t refill_refaults, refill_evictions, refill_quiet_ms;
+        bool wrote; /* a write scan found a page written (or a zone sitting out) since the last refill_plan() */
 } MMReclaim;
 
 /*
@@ -445,12 +454,14 @@ static inline uint64_t mmclient_held_pages(MMClient *mm) {
 }
 
 /* Pages the fault threads have made resident for the client since it came:
- * faults served with content or zeros, and pages installed ahead. Relaxed
+ * faults served with content or zeros, pages installed ahead of a reader
+ * and pages refilled. Relaxed
  * counters, only ever compared with an earlier reading (reclaim_early()). */
 static inline uint64_t mmclient_pages_back(MMClient *mm) {
         return atomic_load_explicit(&mm->st.faults, memory_order_relaxed) +
                atomic_load_explicit(&mm->st.faults_zero, memory_order_relaxed) +
-               atomic_load_explicit(&mm->st.prefetches, memory_order_relaxed);
+               atomic_load_explicit(&mm->st.prefetches, memory_order_relaxed) +
+               atomic_load_explicit(&mm->st.refilled, memory_order_relaxed);
 }
 
 /* Map the client's sync page from memfd fd (sealed against shrinking,

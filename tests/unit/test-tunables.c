@@ -28,7 +28,7 @@
 static const char *const defaults[][2] = {
         { "limit", "0" },         { "idle_age", "0" },       { "pressure_target", "0" }, { "min_free", "0" },
         { "pressure_step", "2" }, { "pressure_period", "2s" }, { "pool_max", "0" },        { "pool_accept", "90" },
-        { "pool_compact", "5" },  { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "write_scan", "1s" },
+        { "pool_compact", "5" },  { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "refill", "yes" }, { "refill_quiet", "10s" }, { "write_scan", "1s" },
         { "interval", "250ms" },
 };
 
@@ -38,7 +38,7 @@ static bool same(const Tunables *a, const Tunables *b) {
                a->pressure_period_ms == b->pressure_period_ms && a->pool_max == b->pool_max &&
                a->pool_accept == b->pool_accept && a->pool_compact == b->pool_compact &&
                a->thrash_refaults == b->thrash_refaults &&
-               a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max &&
+               a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max && a->refill == b->refill && a->refill_quiet_ms == b->refill_quiet_ms &&
                a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms;
 }
 
@@ -68,6 +68,7 @@ static void test_defaults(void) {
         ASSERT_EQ(t.thrash_refaults, 128);
         ASSERT_EQ(t.thrash_backoff_ms, 2000);
         ASSERT_TRUE(t.keep_clean);
+        ASSERT_TRUE(t.refill);
         ASSERT_EQ(t.write_scan_ms, 1000);
         ASSERT_EQ(t.interval_ms, 250);
         ASSERT_ERROR(tunable_get(&t, "nope", buf, sizeof(buf)), ENOENT);
@@ -129,6 +130,9 @@ static const char *const round_trips[][3] = {
         { "clean_max", "0", "0" },
         { "clean_max", "100", "100" },
         { "clean_max", "2.5%", "2.5" },
+        { "refill", "no", "no" },
+        { "refill_quiet", "0", "0" },
+        { "refill_quiet", "90s", "90s" },
         { "keep_clean", "no", "no" },
         { "keep_clean", "YES", "yes" },
         { "keep_clean", "off", "no" },
@@ -339,6 +343,8 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "thrash_backoff = 500ms\n"
                                 "keep_clean = no\n"
                                 "clean_max = 50\n"
+                                "refill = no\n"
+                                "refill_quiet = 30s\n"
                                 "write_scan = 0\n"
                                 "interval = 100ms\r\n"
                                 "pool_max = 1G\n"
@@ -357,7 +363,8 @@ static const char *const good_values[][2] = {
         { "limit", "512M" },        { "idle_age", "5m" },      { "pressure_target", "0.5" }, { "min_free", "1G" },
         { "pressure_step", "5" },   { "pressure_period", "4s" }, { "pool_max", "2G" },         { "pool_accept", "80" },
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
-        { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },
+        { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },     { "refill", "no" },
+        { "refill_quiet", "30s" },
 };
 
 /* The [reclaim] and [pool] settings of path over t, through the file
