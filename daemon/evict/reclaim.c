@@ -105,7 +105,7 @@ static void written_cb(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
         uint32_t stamp = *(uint32_t *)ud;
         PageMeta *meta = NULL;
 
-        mm->rc.wrote = true;
+        mm->rc.written += (end - start) >> ZSWAP_PAGE_SHIFT;
         for (uint64_t a = start; a < end; a += ZSWAP_PAGE_SIZE) {
                 unsigned i = pmeta_idx(a);
                 if (!meta || i == 0)
@@ -189,7 +189,6 @@ static bool wp_zone_due(MMClient *mm, uint64_t z, uint32_t seq, uint32_t stamp) 
                 atomic_fetch_add_explicit(&mm->core->write_zones_out, 1, memory_order_relaxed);
                 meta->wp_skip--;
                 wp_sit_out(meta, stamp);
-                mm->rc.wrote |= meta->nwritten > 0;
                 return false;
         }
         memset(meta->written, 0, sizeof(meta->written));
@@ -259,8 +258,17 @@ static uint64_t scan_client(Reclaim *rc, MMClient *mm, uint64_t now, bool do_wri
                         wp_judge(mm, rg[i].start, rg[i].end, seq);
                 atomic_fetch_add_explicit(&rc->core->write_scans, 1, memory_order_relaxed);
         }
-        if (do_write_scan)
+        if (do_write_scan) {
+                /* a page the daemon installed is not write-protected, so
+                 * it counts as written once: only more than the pages
+                 * that came back since the last scan tells of the
+                 * program's own writes */
+                uint64_t back = mmclient_pages_back(mm);
+                mm->rc.wrote |= mm->rc.written > back - mm->rc.back_at_write_scan;
+                mm->rc.back_at_write_scan = back;
+                mm->rc.written = 0;
                 mm->rc.written_ms = now;
+        }
         return resident;
 }
 
@@ -648,6 +656,7 @@ void reclaim_refill_done(Reclaim *rc, Work *w) {
         MMClient *mm = w->mm;
         (void)rc;
         mm->rc.refilling = false;
+        mm->rc.resident += w->a; /* counted again at the next tick; until then the room is this much less */
         /* fewer than asked: the walk found no more (tier, in flight, older) */
         mm->rc.refill_want = w->lane ? 0 : mm->rc.refill_want - MIN(mm->rc.refill_want, w->a);
         work_free(w);
@@ -671,10 +680,12 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                 if (!client_managed(mm) || !mm->rc.measured_ms)
                         continue;
                 MMReclaim *r = &mm->rc;
-                if (rc->tun.refill && rc->tun.refill_quiet_ms && r->refill_quiet_ms &&
-                    now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
-                    atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults)
-                        /* it woke: its pages back now, not at the next interval */
+                bool woke = rc->tun.refill_quiet_ms && r->refill_quiet_ms &&
+                            now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
+                            atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults;
+                if (rc->tun.refill && (woke || (r->refill_want && !r->refilling)))
+                        /* it woke, or a refill ended with more wanted: the
+                         * pages back now, not at the next interval */
                         refill_plan(rc, mm, now, reclaim_client_limit(rc, mm), r->op ? r->op->want : 0);
                 uint64_t limit_pages = reclaim_client_limit(rc, mm) >> ZSWAP_PAGE_SHIFT,
                          back = mmclient_pages_back(mm) - mm->rc.back_at_scan;

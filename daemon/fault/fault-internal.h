@@ -190,7 +190,6 @@ struct FaultThread {
          * work at hand is no program's fault; this thread only */
         uint64_t fault_t0;
         uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash; this thread only */
-        bool refilling;    /* installing a refill's page: install() counts no fault; this thread only */
         bool refill_more;  /* a refill slice got through and more is to come: look for faults, then go on */
         /* this thread's buffers, this thread only (zero: zeroed by
          * fault_thread_new()'s calloc, never written) */
@@ -253,6 +252,7 @@ void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t 
 void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow *w);
 void tier_read_done(FaultThread *ft, TierJob *j);
 void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around);
+unsigned refill_run(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, uint32_t since, unsigned *got);
 
 /* ---- events.c: reading the uffd, the events ---- */
 void kill_point(const char *where);

@@ -98,11 +98,8 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
                         latency_record(&ft->lat, now_ns() - ft->fault_t0);
                         ft->fault_t0 = 0;
                 }
-                if (!ft->refilling) {
-                        /* a refill counts its pages itself (work.c) */
-                        atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
-                        atomic_fetch_add_explicit(&mm->core->faults, 1, memory_order_relaxed);
-                }
+                atomic_fetch_add_explicit(&mm->st.faults, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->core->faults, 1, memory_order_relaxed);
                 if (refault)
                         age_note_refault(mm, addr);
         } else
@@ -426,9 +423,10 @@ bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *
 /*
  * Claim up to RA_CHUNK consecutive held pages from a and decode them into
  * ft->ra_buf. Stops at the first page that is not STORED/SAME, is taken by
- * somebody else, or fails to decode (its entry keeps what it held).
+ * somebody else, was last used before stamp since (0: any), or fails to
+ * decode (its entry keeps what it held).
  */
-static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, RaPage *pages) {
+static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, uint32_t since, RaPage *pages) {
         unsigned n = 0;
 
         for (; n < max; n++, a += ZSWAP_PAGE_SIZE) {
@@ -436,6 +434,11 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
                 uint64_t v = e ? atomic_load_explicit(e, memory_order_acquire) : 0;
                 if ((pe_state(v) != PE_STORED && pe_state(v) != PE_SAME) || pe_is_tier(v))
                         break; /* the second tier's pages come with their own read (tier_around) */
+                if (since) {
+                        PageMeta *meta = pindex_meta(mm->index, a, false);
+                        if (!meta || atomic_load_explicit(&meta->stamp[pmeta_idx(a)], memory_order_relaxed) < since)
+                                break;
+                }
                 uint64_t loading = pe_make_loading(v);
                 if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire, memory_order_acquire))
                         break;
@@ -486,6 +489,55 @@ static bool ra_look(FaultThread *ft, MMClient *mm, uint64_t done_from, uint64_t 
 }
 
 /*
+ * Install the n pages claimed from a (ft->ra_buf, pages) with one
+ * UFFDIO_COPY, waking whoever waits on them if wake, write-protected with
+ * the copy kept if keep. Returns the pages copied; the entries of the
+ * others keep what they held (present meanwhile, or the address space is
+ * changing: EAGAIN, an event is queued).
+ */
+static unsigned ra_install(FaultThread *ft, MMClient *mm, uint64_t a, const RaPage *pages, unsigned n, bool wake,
+                           bool keep) {
+        struct uffdio_copy c = { .dst = a, .src = (uintptr_t)ft->ra_buf, .len = n * ZSWAP_PAGE_SIZE,
+                                 .mode = (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE) | (keep ? UFFDIO_COPY_MODE_WP : 0) };
+        unsigned copied = n;
+
+        if (INJECT(INJ_UFFD_COPY))
+                copied = 0; /* the call skipped, as if it failed before the first page */
+        else if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
+                copied = c.copy > 0 ? (unsigned)((uint64_t)c.copy >> ZSWAP_PAGE_SHIFT) : 0;
+        TRACE(TR_RACOPY, a, n | (uint64_t)copied << 32, c.mode);
+        for (unsigned i = 0; i < n; i++) {
+                TRACE(TR_RA, a + i * ZSWAP_PAGE_SIZE, pages[i].v, ((uint64_t *)ft->ra_buf[i])[1]);
+                if (i >= copied)
+                        atomic_store_explicit(pages[i].e, pages[i].v & ~PE_WB, memory_order_release);
+                else if (keep)
+                        atomic_store_explicit(pages[i].e, make_clean(mm, pages[i].v), memory_order_release);
+                else {
+                        mmclient_release_payload(mm, pages[i].loading);
+                        atomic_store_explicit(pages[i].e, 0, memory_order_release);
+                }
+        }
+        return copied;
+}
+
+/*
+ * A refill's run from a (work.c): up to max consecutive held pages used
+ * at stamp since or later (0: any), installed with one UFFDIO_COPY (waking any
+ * thread of the program that faulted on one meanwhile), stamped used now.
+ * Returns the pages claimed (0: a is not such a page); *got the pages
+ * installed.
+ */
+unsigned refill_run(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, uint32_t since, unsigned *got) {
+        RaPage pages[RA_CHUNK];
+        unsigned n = ra_claim(ft, mm, a, MIN(max, (unsigned)RA_CHUNK), since, pages);
+
+        *got = n ? ra_install(ft, mm, a, pages, n, true, false) : 0;
+        for (unsigned i = 0; i < *got; i++)
+                age_note_stamp(mm, a + i * ZSWAP_PAGE_SIZE);
+        return n;
+}
+
+/*
  * Fault-around. The faulting page was installed (and its thread woken)
  * first; if this fault continues a sequential run, the next pages held
  * compressed go in too, RA_CHUNK at a time with one UFFDIO_COPY each, so
@@ -508,35 +560,12 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
         while (a < end) {
                 if (!waiter && !ra_look(ft, mm, first, a, end, &waiter))
                         break;
-                unsigned n = ra_claim(ft, mm, a, (unsigned)MIN((uint64_t)RA_CHUNK, (end - a) >> ZSWAP_PAGE_SHIFT), pages);
+                unsigned n = ra_claim(ft, mm, a, (unsigned)MIN((uint64_t)RA_CHUNK, (end - a) >> ZSWAP_PAGE_SHIFT), 0, pages);
                 if (n == 0)
                         break;
-                bool keep = keeps_clean(mm);
-                struct uffdio_copy c = { .dst = a, .src = (uintptr_t)ft->ra_buf, .len = n * ZSWAP_PAGE_SIZE,
-                                         .mode = (waiter ? 0 : UFFDIO_COPY_MODE_DONTWAKE) |
-                                                 (keep ? UFFDIO_COPY_MODE_WP : 0) };
-                unsigned copied = n;
-                if (INJECT(INJ_UFFD_COPY))
-                        copied = 0; /* the call skipped, as if it failed before the first page */
-                else if (ioctl(mm->uffd, UFFDIO_COPY, &c) < 0)
-                        copied = c.copy > 0 ? (unsigned)((uint64_t)c.copy >> ZSWAP_PAGE_SHIFT) : 0;
-                TRACE(TR_RACOPY, a, n | (uint64_t)copied << 32, c.mode);
-                for (unsigned i = 0; i < n; i++) {
-                        TRACE(TR_RA, a + i * ZSWAP_PAGE_SIZE, pages[i].v, ((uint64_t *)ft->ra_buf[i])[1]);
-                        if (i >= copied) {
-                                /* present meanwhile, or the address space is changing
-                                 * (EAGAIN: an event is queued): keep what we hold */
-                                atomic_store_explicit(pages[i].e, pages[i].v & ~PE_WB, memory_order_release);
-                                continue;
-                        }
-                        if (keep)
-                                atomic_store_explicit(pages[i].e, make_clean(mm, pages[i].v), memory_order_release);
-                        else {
-                                mmclient_release_payload(mm, pages[i].loading);
-                                atomic_store_explicit(pages[i].e, 0, memory_order_release);
-                        }
+                unsigned copied = ra_install(ft, mm, a, pages, n, waiter, keeps_clean(mm));
+                for (unsigned i = 0; i < copied; i++)
                         age_note_use(mm, a + i * ZSWAP_PAGE_SIZE);
-                }
                 atomic_fetch_add_explicit(&mm->st.prefetches, copied, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->core->prefetches, copied, memory_order_relaxed);
                 a += (uint64_t)copied * ZSWAP_PAGE_SIZE;

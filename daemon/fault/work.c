@@ -156,37 +156,30 @@ typedef struct RestoreCtx {
         uint32_t since; /* a refill: only pages used at this stamp or later */
         uint32_t left;  /* a refill: pages it may still bring back */
         uint32_t got;   /* a refill: pages brought back */
+        uint64_t skip;  /* a refill: the end of the run it tried last */
 } RestoreCtx;
 
 /*
  * A refill brings back pages nobody faulted on yet: only those held in
  * the pool (STORED, SAME; not the second tier's, not in flight), used at
- * c->since or later. Each is installed as a restore installs it and
- * stamped used now, so ageing does not take it straight out again.
+ * c->since or later, in runs of consecutive ones (refill_run(): one
+ * UFFDIO_COPY each).
  */
 static int refill_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RestoreCtx *c = ud;
-        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        (void)e;
 
         if (c->budget == 0 || c->left == 0) {
                 c->next = addr;
                 return 1;
         }
-        if ((pe_state(v) != PE_STORED && pe_state(v) != PE_SAME) || pe_is_tier(v))
-                return 0;
-        PageMeta *meta = pindex_meta(c->mm->index, addr, false);
-        if (!meta || atomic_load_explicit(&meta->stamp[pmeta_idx(addr)], memory_order_relaxed) < c->since)
-                return 0;
-        c->budget--;
-        c->ft->refilling = true;
-        serve(c->ft, c->mm, addr, false, false);
-        c->ft->refilling = false;
-        v = atomic_load_explicit(e, memory_order_acquire);
-        if (pe_state(v) != PE_STORED && pe_state(v) != PE_SAME && pe_state(v) != PE_LOADING) {
-                age_note_stamp(c->mm, addr);
-                c->left--;
-                c->got++;
-        }
+        if (addr < c->skip)
+                return 0; /* in the run just tried: what was not installed stays */
+        unsigned got, n = refill_run(c->ft, c->mm, addr, MIN(c->left, c->budget), c->since, &got);
+        c->skip = addr + (uint64_t)MAX(n, 1u) * ZSWAP_PAGE_SIZE;
+        c->budget -= MIN(c->budget, n);
+        c->left -= got;
+        c->got += got;
         return 0;
 }
 

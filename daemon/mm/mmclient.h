@@ -117,7 +117,12 @@ typedef struct MMReclaim {
         bool refilling;
         uint64_t refill_limit;
         uint64_t refill_refaults, refill_evictions, refill_quiet_ms;
-        bool wrote; /* a write scan found a page written (or a zone sitting out) since the last refill_plan() */
+        /* a write scan found more pages written than came back since the
+         * one before (the program wrote), since the last refill_plan();
+         * pages found written by this scan so far; the pages back
+         * (mmclient_pages_back()) at the last write scan */
+        bool wrote;
+        uint64_t written, back_at_write_scan;
 } MMReclaim;
 
 /*

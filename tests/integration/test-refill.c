@@ -9,6 +9,11 @@
  *   wake    a client is paged out while it does nothing; after
  *           refill_quiet it touches one page, and the pages taken while it
  *           was quiet come back before it reads them (checked whole).
+ *   busy    a client keeps writing one half of its memory while the other
+ *           half is paged out; a touch of the paged-out half after
+ *           refill_quiet brings nothing back ahead: a process busy in its
+ *           resident memory did not wake (without the write check, all
+ *           of the paged-out half would come back).
  *   off     with refill=no the same wake brings nothing back: every page
  *           read brings one page back (a fault or fault-around).
  *
@@ -180,6 +185,41 @@ static void test_wake(void) {
         td_stop(&d);
 }
 
+static void test_busy(void) {
+        TestDaemon d;
+        static uint64_t hashes[NPAGES];
+
+        td_start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms");
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, LEN, 17, hashes);
+        ASSERT_TRUE(td_pageout_want(c, buf + LEN / 2, LEN / 2, NPAGES / 2 * 9 / 10) > 0);
+        struct zswap_stats s = client_stats(c);
+        uint64_t held = s.stored_pages + s.same_pages;
+        /* 3 s of writing the first half (each page rewritten with its own
+         * bytes), then a touch of the second */
+        double t0 = now_s();
+        while (now_s() - t0 < 3.0)
+                for (size_t i = 0; i < NPAGES / 2; i += 16) {
+                        volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + 64;
+                        *b = *b;
+                }
+        (void)*(volatile uint8_t *)(buf + LEN / 2);
+        for (int i = 0; i < 10; i++) { /* ticks in which a refill would start, writing on */
+                for (size_t p = 0; p < NPAGES / 2; p += 16) {
+                        volatile uint8_t *b = buf + p * ZSWAP_PAGE_SIZE + 64;
+                        *b = *b;
+                }
+                usleep(50 * 1000);
+        }
+        s = client_stats(c);
+        fprintf(stderr, "busy: %llu pages held, %llu still held, %llu refilled\n", (unsigned long long)held,
+                (unsigned long long)(s.stored_pages + s.same_pages), (unsigned long long)refilled(&d));
+        ASSERT_EQ(refilled(&d), 0);
+        ASSERT_EQ(verify_pages(buf, LEN, hashes), 0);
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
 static void test_off(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
@@ -201,6 +241,7 @@ static void test_off(void) {
 int main(void) {
         test_limit();
         test_wake();
+        test_busy();
         test_off();
         return 0;
 }
