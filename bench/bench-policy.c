@@ -19,7 +19,9 @@
  *       reads its hot half once: with refill off and on, the time of that
  *       pass, the pages its reads brought back, the pages refilled, and
  *       what is resident of each half a second later (refill's memory
- *       cost: cold pages it brought back). At most 256 MiB, idle_age 5 s.
+ *       cost: cold pages it brought back); then the same memory on
+ *       zram-lz4 swap, all paged out, and the same pass (every page a
+ *       fault). At most 256 MiB, idle_age 5 s.
  *   bench-policy pressure [--target PCT] [--seconds N] [--client-gib G]
  *       real memory pressure, no swap: a zswapd client holding G GiB of
  *       heap pages and a reader (not a client) looping over a file a bit
@@ -44,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -300,6 +303,20 @@ static void read_pages(const uint8_t *buf, const uint32_t *order, size_t n) {
                 }
 }
 
+/* The pages 0..n-1 in one fixed random order. */
+static void wake_order(uint32_t *order, size_t n) {
+        uint64_t x = 88172645463325252ull;
+        for (size_t i = 0; i < n; i++)
+                order[i] = (uint32_t)i;
+        for (size_t i = n - 1; i > 0; i--) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                size_t j = x % (i + 1);
+                uint32_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+        }
+}
+
 static uint64_t ctl_u64(Backend *b, const char *field) {
         char exe[4096], cmd[8192], out[64] = "";
         ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -333,18 +350,9 @@ static void wake_run(size_t mib, unsigned idle_age, bool refill, WakeRun *out) {
         struct zswap_client *c = connect_client(b);
         uint8_t *buf = corpus_region(pages);
         uint32_t *order = malloc(hot * sizeof(*order));
-        uint64_t x = 88172645463325252ull;
         if (!order)
                 die("malloc", -ENOMEM);
-        for (size_t i = 0; i < hot; i++)
-                order[i] = (uint32_t)i;
-        for (size_t i = hot - 1; i > 0; i--) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                size_t j = x % (i + 1);
-                uint32_t t = order[i];
-                order[i] = order[j];
-                order[j] = t;
-        }
+        wake_order(order, hot);
         int r = zswap_register(c, buf, pages * ZSWAP_PAGE_SIZE);
         if (r < 0)
                 die("register", r);
@@ -381,22 +389,66 @@ static void wake_run(size_t mib, unsigned idle_age, bool refill, WakeRun *out) {
         munmap(buf, pages * ZSWAP_PAGE_SIZE);
 }
 
+/*
+ * The kernel's side: the same memory on zram-lz4 swap, all of it paged
+ * out (process_madvise; the kernel has no idle age), then the hot half
+ * read in the same order: every page a fault (ru_majflt).
+ */
+static void wake_zram(size_t mib, WakeRun *out) {
+        size_t pages = mib << 8, hot = pages / 2;
+        BackendConfig cfg = { .kind = BACKEND_ZRAM, .compressor = "lz4", .size_bytes = pages * ZSWAP_PAGE_SIZE };
+        Backend *b;
+        BackendClient *c;
+        int r = backend_setup(&cfg, &b);
+        if (r < 0)
+                die("zram", r);
+        if ((r = backend_client_new(b, &c)) < 0)
+                die("zram client", r);
+        uint8_t *buf = corpus_region(pages);
+        uint32_t *order = malloc(hot * sizeof(*order));
+        if (!order)
+                die("malloc", -ENOMEM);
+        wake_order(order, hot);
+        if ((r = backend_attach(c, buf, pages * ZSWAP_PAGE_SIZE)) < 0 ||
+            (r = backend_pageout(c, buf, pages * ZSWAP_PAGE_SIZE)) < 0)
+                die("zram pageout", r);
+        struct rusage ru0, ru1;
+        getrusage(RUSAGE_SELF, &ru0);
+        double t0 = now_s();
+        read_pages(buf, order, hot);
+        out->wake_s = now_s() - t0;
+        getrusage(RUSAGE_SELF, &ru1);
+        *out = (WakeRun){ .wake_s = out->wake_s, .back = (uint64_t)(ru1.ru_majflt - ru0.ru_majflt) };
+        out->hot_in = present(buf, hot);
+        out->cold_in = present(buf + hot * ZSWAP_PAGE_SIZE, pages - hot);
+        verify(buf, pages, "zram, at the end");
+        free(order);
+        backend_detach(c, buf, pages * ZSWAP_PAGE_SIZE);
+        backend_client_free(c);
+        munmap(buf, pages * ZSWAP_PAGE_SIZE);
+        backend_teardown(b);
+}
+
 static void part_wake(size_t mib, unsigned idle_age) {
-        WakeRun off, on;
+        WakeRun off, on, zram;
         wake_run(mib, idle_age, false, &off);
         wake_run(mib, idle_age, true, &on);
+        wake_zram(mib, &zram);
         printf("\n### Waking after idle_age took everything (%zu MiB, hot half read in a random order, idle_age %u s)\n\n",
                mib, idle_age);
-        printf("| refill | wake pass | pages its reads brought back | pages refilled | hot half resident after | cold half "
+        printf("| store | wake pass | pages its reads brought back | pages refilled | hot half resident after | cold half "
                "resident after | daemon CPU |\n");
         printf("|---|---|---|---|---|---|---|\n");
-        for (int i = 0; i < 2; i++) {
-                WakeRun *w = i ? &on : &off;
-                printf("| %s | %.3f s | %llu | %llu | %zu | %zu | %.3f s |\n", i ? "yes" : "no", w->wake_s,
-                       (unsigned long long)w->back, (unsigned long long)w->refilled, w->hot_in, w->cold_in, w->cpu_s);
+        for (int i = 0; i < 3; i++) {
+                WakeRun *w = i == 0 ? &off : i == 1 ? &on : &zram;
+                printf("| %s | %.3f s | %llu | %llu | %zu | %zu | %.3f s |\n",
+                       i == 0 ? "zswapd, refill=no" : i == 1 ? "zswapd, refill=yes" : "zram-lz4 (all paged out)",
+                       w->wake_s, (unsigned long long)w->back, (unsigned long long)w->refilled, w->hot_in, w->cold_in,
+                       w->cpu_s);
         }
-        printf("\nwake pass with refill / without: %.2fx; faults avoided: %.0f %%\n",
-               off.wake_s > 0 ? on.wake_s / off.wake_s : 0,
+        printf("\nwake pass with refill / without: %.2fx; / zram-lz4's: %.2fx (without: %.2fx); faults avoided: %.0f %%\n",
+               off.wake_s > 0 ? on.wake_s / off.wake_s : 0, zram.wake_s > 0 ? on.wake_s / zram.wake_s : 0,
+               zram.wake_s > 0 ? off.wake_s / zram.wake_s : 0,
                off.back ? 100.0 * (1.0 - (double)on.back / (double)off.back) : 0);
 }
 
