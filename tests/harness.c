@@ -22,6 +22,22 @@
 #include "protocol.h"
 #include "util.h"
 
+int td_ctl(const TestDaemon *d, const char *fmt, ...) {
+        char args[512], ctl[PATH_MAX], cmd[PATH_MAX + 1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(args, sizeof(args), fmt, ap);
+        va_end(ap);
+        snprintf(ctl, sizeof(ctl), "%s", td_daemon_path());
+        char *slash = strrchr(ctl, '/');
+        if (!slash)
+                test_fail("daemon path %s", ctl);
+        snprintf(slash, sizeof(ctl) - (size_t)(slash - ctl), "/../client/tools/zswapctl");
+        snprintf(cmd, sizeof(cmd), "%s --socket %s %s >&2", ctl, d->sock, args);
+        int st = system(cmd);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
 const char *td_daemon_path(void) {
         static char path[PATH_MAX];
         const char *env = getenv("ZSWAPD");

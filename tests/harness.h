@@ -114,6 +114,9 @@ void td_respawn(TestDaemon *d);
 /* Append a line of the test's own to the daemon's log (td_start_logged),
  * e.g. when it killed the daemon, to read the log against. */
 void td_log_mark(const TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
+/* Run zswapctl (the one built beside the daemon) against d with the
+ * arguments given, its output on stderr; returns its exit status. */
+int td_ctl(const TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
 /* Print the daemon's log (td_start_logged) to stderr, for a failure. */
 void td_log_dump(const TestDaemon *d);
 /* fork(), and in the child become uid (gid uid, the one supplementary

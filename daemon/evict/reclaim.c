@@ -376,6 +376,11 @@ static void pressure_period(Reclaim *rc, uint64_t now) {
         rc->avail_now = proc_mem_available("/");
         rc->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
+                if (rc->hold_target && t->refill)
+                        /* the controller turned off: what it held may come back */
+                        for (MMClient *mm = *rc->mms; mm; mm = mm->next)
+                                if (client_managed(mm))
+                                        mm->rc.refill_want = mmclient_held_pages(mm);
                 rc->hold_target = 0;
                 rc->wants_out = false;
                 for (MMClient *mm = *rc->mms; mm; mm = mm->next)
@@ -393,7 +398,8 @@ static void pressure_period(Reclaim *rc, uint64_t now) {
                 rc->hold_target = rc->hold_target > step ? rc->hold_target - step : 0;
         if (low && t->refill && held > rc->hold_target) {
                 /* pressure is gone: what is held beyond the target may come
-                 * back, a step a period, shared as the pages are held */
+                 * back, a step a period, shared as the pages are held (of
+                 * what the policies took: refill_plan()) */
                 uint64_t back = MIN(held - rc->hold_target, step);
                 for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                         if (client_managed(mm)) {
@@ -463,10 +469,15 @@ static bool reclaim_watches(Reclaim *rc, MMClient *mm, uint64_t limit, int64_t i
 
 static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit, uint64_t evict_want);
 
+/* The idle age in force for mm: its own, else the daemon's; 0: none. */
+static int64_t client_idle_age(Reclaim *rc, MMClient *mm) {
+        return mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)rc->tun.idle_age_ms;
+}
+
 static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
         const Tunables *t = &rc->tun;
         uint64_t limit = reclaim_client_limit(rc, mm);
-        int64_t idle = mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)t->idle_age_ms;
+        int64_t idle = client_idle_age(rc, mm);
 
         atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
         if (!reclaim_watches(rc, mm, limit, idle))
@@ -536,16 +547,17 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
 #define AGE_BUCKETS 34
 
 typedef struct RefillCut {
+        MMClient *mm;
         uint32_t now;
         uint64_t n[AGE_BUCKETS]; /* held pages by age: 0, then [2^(i-1), 2^i) stamps; the last: never used */
 } RefillCut;
 
-static int refill_cut_cb(void *ud, uint64_t addr, _Atomic uint64_t *e, MMClient *mm) {
+static int refill_cut_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RefillCut *c = ud;
         uint64_t v = atomic_load_explicit(e, memory_order_relaxed);
         if ((pe_state(v) != PE_STORED && pe_state(v) != PE_SAME) || pe_is_tier(v))
                 return 0;
-        PageMeta *meta = pindex_meta(mm->index, addr, false);
+        PageMeta *meta = pindex_meta(c->mm->index, addr, false);
         uint32_t s = meta ? atomic_load_explicit(&meta->stamp[pmeta_idx(addr)], memory_order_relaxed) : 0;
         unsigned b = AGE_BUCKETS - 1;
         if (s) {
@@ -556,30 +568,20 @@ static int refill_cut_cb(void *ud, uint64_t addr, _Atomic uint64_t *e, MMClient 
         return 0;
 }
 
-typedef struct RefillWalk {
-        RefillCut cut;
-        MMClient *mm;
-} RefillWalk;
-
-static int refill_walk_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
-        RefillWalk *w = ud;
-        return refill_cut_cb(&w->cut, addr, e, w->mm);
-}
-
 /*
  * The stamp from which the client's n most recently used held pages
  * (those in the pool) were used: ages are counted in powers of two, so
  * the pages from it on are n to 2n; the refill stops at n.
  */
 static uint32_t refill_since(MMClient *mm, uint64_t n) {
-        RefillWalk w = { .cut = { .now = age_stamp() }, .mm = mm };
-        pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, refill_walk_cb, &w);
+        RefillCut c = { .mm = mm, .now = age_stamp() };
+        pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, refill_cut_cb, &c);
         uint64_t sum = 0;
         for (unsigned b = 0; b < AGE_BUCKETS - 1; b++) {
-                sum += w.cut.n[b];
+                sum += c.n[b];
                 if (sum >= n) {
                         uint32_t age = b ? (uint32_t)((1ull << b) - 1) : 0;
-                        return w.cut.now > age ? w.cut.now - age : 1;
+                        return c.now > age ? c.now - age : 1;
                 }
         }
         return 0; /* every page, the never used too */
@@ -587,13 +589,15 @@ static uint32_t refill_since(MMClient *mm, uint64_t n) {
 
 /*
  * Pages come back ahead of use (refill), most recently used first, when
- * room opens: the pressure controller holds less (pressure_period()), the
- * client's limit was raised or removed, or the client took a refault
- * after refill_quiet without any (and without a write seen) while pages
- * were taken from it (it woke: the pages taken meanwhile). Never above the limit, never while an
- * eviction of it is under way or the controller wants more held, one
- * FW_REFILL out at a time, at most REFILL_TICK_MAX pages each; its fault
- * thread brings them back between faults (work.c).
+ * room opens (the pressure controller holds less: pressure_period(); the
+ * client's limit was raised or removed), as many as opened and no more
+ * than the policies took; or when the client takes a refault after
+ * refill_quiet without any and without a write seen, while pages were
+ * taken from it (it woke: the pages taken meanwhile). Never above the
+ * limit, never while an eviction of it is under way or the controller
+ * wants more held; one FW_REFILL out at a time, at most REFILL_TICK_MAX
+ * pages each, which its fault thread brings back between faults
+ * (work.c).
  */
 static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit, uint64_t evict_want) {
         MMReclaim *r = &mm->rc;
@@ -602,7 +606,7 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         uint64_t evictions = atomic_load_explicit(&mm->st.evictions, memory_order_relaxed);
 
         if (!rc->tun.refill) {
-                r->refill_want = 0;
+                r->refill_want = r->refill_wake = 0;
                 r->refill_limit = limit;
                 return;
         }
@@ -618,7 +622,7 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                         log_debug("pid %d woke after %llu ms without a refault: %llu pages taken meanwhile come back",
                                   (int)mmclient_pid(mm), (unsigned long long)(now - r->refill_quiet_ms),
                                   (unsigned long long)(evictions - r->refill_evictions));
-                        r->refill_want += evictions - r->refill_evictions;
+                        r->refill_wake += evictions - r->refill_evictions;
                 }
                 r->refill_refaults = refaults;
                 r->refill_evictions = evictions;
@@ -629,8 +633,14 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                 r->refill_want += limit ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
         r->refill_limit = limit;
 
+        /* room refills bring back only what the policies took (limit,
+         * pressure, idle), never what a pageout asked for; the wake
+         * brings back whatever was taken while the client was quiet */
+        uint64_t policy = atomic_load_explicit(&mm->st.reclaim_evictions, memory_order_relaxed);
+        r->refill_want = MIN(r->refill_want, policy > r->room_refilled ? policy - r->room_refilled : 0);
         r->refill_want = MIN(r->refill_want, held);
-        uint64_t n = r->refill_want;
+        r->refill_wake = MIN(r->refill_wake, held);
+        uint64_t n = MIN(r->refill_want + r->refill_wake, held);
         if (limit) {
                 uint64_t lp = limit >> ZSWAP_PAGE_SHIFT, room = lp - lp / 16;
                 n = MIN(n, room > r->resident ? room - r->resident : 0);
@@ -645,8 +655,14 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                 return;
         w->lane = (uint32_t)n;
         w->id = refill_since(mm, n);
+        int64_t idle = client_idle_age(rc, mm);
+        if (!r->refill_wake && idle > 0 && now > (uint64_t)idle)
+                /* room opened, but pages idle age would take again at once
+                 * stay out (a client that woke gets them: it is back) */
+                w->id = MAX(w->id, stamp_at(now - (uint64_t)idle));
         w->a = w->v = 0;
         r->refilling = true;
+        r->refill_out_wake = (uint32_t)MIN(r->refill_wake, n);
         log_debug("pid %d: refill of %llu pages used since stamp %u (now %u)", (int)mmclient_pid(mm),
                   (unsigned long long)n, w->id, age_stamp());
         fault_thread_post(mm->ft, w);
@@ -657,8 +673,15 @@ void reclaim_refill_done(Reclaim *rc, Work *w) {
         (void)rc;
         mm->rc.refilling = false;
         mm->rc.resident += w->a; /* counted again at the next tick; until then the room is this much less */
-        /* fewer than asked: the walk found no more (tier, in flight, older) */
-        mm->rc.refill_want = w->lane ? 0 : mm->rc.refill_want - MIN(mm->rc.refill_want, w->a);
+        /* the wake's part first; fewer than asked: the walk found no more
+         * (tier, in flight, older) */
+        MMReclaim *r = &mm->rc;
+        uint64_t wake = MIN((uint64_t)r->refill_out_wake, w->a), room = w->a - wake;
+        r->refill_wake -= MIN(r->refill_wake, wake);
+        r->refill_want -= MIN(r->refill_want, room);
+        r->room_refilled += room;
+        if (w->lane)
+                r->refill_want = r->refill_wake = 0;
         work_free(w);
 }
 
@@ -683,7 +706,7 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                 bool woke = rc->tun.refill_quiet_ms && r->refill_quiet_ms &&
                             now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
                             atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults;
-                if (rc->tun.refill && (woke || (r->refill_want && !r->refilling)))
+                if (rc->tun.refill && (woke || ((r->refill_want || r->refill_wake) && !r->refilling)))
                         /* it woke, or a refill ended with more wanted: the
                          * pages back now, not at the next interval */
                         refill_plan(rc, mm, now, reclaim_client_limit(rc, mm), r->op ? r->op->want : 0);

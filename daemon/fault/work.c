@@ -157,6 +157,7 @@ typedef struct RestoreCtx {
         uint32_t left;  /* a refill: pages it may still bring back */
         uint32_t got;   /* a refill: pages brought back */
         uint64_t skip;  /* a refill: the end of the run it tried last */
+        uint32_t looks; /* a refill: entries it may still look at in this slice */
 } RestoreCtx;
 
 /*
@@ -169,10 +170,11 @@ static int refill_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         RestoreCtx *c = ud;
         (void)e;
 
-        if (c->budget == 0 || c->left == 0) {
+        if (c->budget == 0 || c->left == 0 || c->looks == 0) {
                 c->next = addr;
                 return 1;
         }
+        c->looks--;
         if (addr < c->skip)
                 return 0; /* in the run just tried: what was not installed stays */
         unsigned got, n = refill_run(c->ft, c->mm, addr, MIN(c->left, c->budget), c->since, &got);
@@ -217,13 +219,15 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
-#define REFILL_SLICE 64 /* pages a refill brings back between two looks at the uffds */
+#define REFILL_SLICE 64        /* pages a refill brings back between two looks at the uffds */
+#define REFILL_SLICE_LOOKS 4096 /* and entries it looks at, at most (those too old are passed over) */
 
 /* A slice of a refill; true when it is done (its pages brought back, or
  * the index walked to the end). w->v is the cursor, w->lane the pages
  * still wanted, w->a the pages brought back. */
 static bool work_refill(FaultThread *ft, Work *w) {
-        RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = REFILL_SLICE, .since = w->id, .left = w->lane };
+        RestoreCtx c = { .ft = ft, .mm = w->mm, .budget = REFILL_SLICE, .since = w->id, .left = w->lane,
+                         .looks = REFILL_SLICE_LOOKS };
 
         if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
                 return true;

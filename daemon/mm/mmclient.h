@@ -110,10 +110,14 @@ typedef struct MMReclaim {
         uint64_t back_at_scan;  /* pages the fault threads had put back (mmclient_pages_back()) at that count */
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;
-        /* refill (reclaim.c): pages to bring back ahead of use, whether a
-         * FW_REFILL is out, the limit at the last tick, and the refaults
-         * and evictions counted when the client last took a refault */
-        uint64_t refill_want;
+        /* refill (reclaim.c): pages to bring back ahead of use because
+         * room opened (the controller, the limit) and because the client
+         * woke; of the policies' evictions (reclaim_evictions), those
+         * room refills brought back; whether a FW_REFILL is out (and its
+         * wake part); the limit at the last tick; the refaults and
+         * evictions counted when the client last took a refault */
+        uint64_t refill_want, refill_wake, room_refilled;
+        uint32_t refill_out_wake;
         bool refilling;
         uint64_t refill_limit;
         uint64_t refill_refaults, refill_evictions, refill_quiet_ms;

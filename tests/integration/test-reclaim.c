@@ -36,8 +36,6 @@
 
 #include "harness.h"
 
-static char ctl[4096];
-
 static double now_s(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -46,19 +44,6 @@ static double now_s(void) {
 
 static void sleep_ms(unsigned ms) {
         usleep(ms * 1000u);
-}
-
-/* Run zswapctl against d with the arguments given; returns its exit status. */
-static int ctl_run(TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
-static int ctl_run(TestDaemon *d, const char *fmt, ...) {
-        char args[512], cmd[5000];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(args, sizeof(args), fmt, ap);
-        va_end(ap);
-        snprintf(cmd, sizeof(cmd), "%s --socket %s %s >&2", ctl, d->sock, args);
-        int st = system(cmd);
-        return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
 static struct zswap_stats client_stats(struct zswap_client *c) {
@@ -156,7 +141,7 @@ static void test_limit(void) {
         ASSERT_TRUE(wait_resident(c, 16 << 20, TEST_WAIT_S) >= 0);
 
         /* the operator's way: zswapctl limit PID SIZE */
-        ASSERT_EQ(ctl_run(&d, "limit %d 32M", (int)getpid()), 0);
+        ASSERT_EQ(td_ctl(&d, "limit %d 32M", (int)getpid()), 0);
         touch_write(buf, len);
         t = wait_resident(c, 32 << 20, TEST_WAIT_S);
         fprintf(stderr, "zswapctl limit 32M: resident under it %.2f s after the program touched all of it\n", t);
@@ -172,8 +157,8 @@ static void test_limit(void) {
         ASSERT_EQ(verify_pages(buf, len, h), 0);
 
         /* garbage is refused by the tool, with nothing changed */
-        ASSERT_TRUE(ctl_run(&d, "limit %d lots", (int)getpid()) != 0);
-        ASSERT_TRUE(ctl_run(&d, "limit 999999999 32M") != 0);
+        ASSERT_TRUE(td_ctl(&d, "limit %d lots", (int)getpid()) != 0);
+        ASSERT_TRUE(td_ctl(&d, "limit 999999999 32M") != 0);
 
         /* no limit: nothing is evicted any more */
         ASSERT_OK(zswap_set_limit(c, 0));
@@ -351,7 +336,7 @@ static void test_idle(void) {
         pthread_join(th, NULL);
 
         /* a per-client idle age: off for this one, nothing more goes */
-        ASSERT_EQ(ctl_run(&d, "set --pid %d idle_age 0", (int)getpid()), 0);
+        ASSERT_EQ(td_ctl(&d, "set --pid %d idle_age 0", (int)getpid()), 0);
         wait_settled(c, "idle_age 0");
         touch_read(idle, idle_len);
         uint64_t ev0 = client_stats(c).evictions;
@@ -404,11 +389,11 @@ static void test_pool(void) {
                 ev);
         ASSERT_TRUE(ev > 0);
         /* raised at run time: everything fits */
-        ASSERT_EQ(ctl_run(&d, "set pool_max 64M"), 0);
+        ASSERT_EQ(td_ctl(&d, "set pool_max 64M"), 0);
         ev = zswap_pageout(c, buf, len);
         fprintf(stderr, "pool: pool_max 64M: pageout evicted %d more\n", ev);
         ASSERT_TRUE((size_t)ev >= n / 2);
-        ASSERT_TRUE(ctl_run(&d, "set pool_accept 120") != 0);
+        ASSERT_TRUE(td_ctl(&d, "set pool_accept 120") != 0);
         ASSERT_EQ(verify_pages(buf, len, h), 0);
         zswap_disconnect(c);
         td_stop(&d);
@@ -528,12 +513,12 @@ static void test_pressure(void) {
         ASSERT_TRUE(p >= p0 * 1 / 10);  /* step by step, not all at once */
         ASSERT_TRUE(p2 >= p0 * 6 / 10);
         /* pressure gone: the hold target comes down and nothing more goes */
-        ASSERT_EQ(ctl_run(&d, "set min_free 0"), 0);
+        ASSERT_EQ(td_ctl(&d, "set min_free 0"), 0);
         wait_settled(c, "min_free 0");
         uint64_t ev0 = client_stats(c).evictions;
         sleep_ms(2500);
         ASSERT_EQ(client_stats(c).evictions, ev0);
-        ASSERT_EQ(ctl_run(&d, "get status"), 0);
+        ASSERT_EQ(td_ctl(&d, "get status"), 0);
         ASSERT_EQ(verify_pages(buf, len, h), 0);
         zswap_disconnect(c);
         td_stop(&d);
@@ -550,8 +535,6 @@ int main(int argc, char **argv) {
                 { "pool", test_pool },   { "thrash", test_thrash }, { "pressure", test_pressure },
         };
 
-        snprintf(ctl, sizeof(ctl), "%s", argv[0]);
-        strcpy(strrchr(ctl, '/'), "/../client/tools/zswapctl");
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 if (only && strcmp(only, cases[i].name) != 0)
                         continue;

@@ -6,6 +6,12 @@
  *           limit; the limit is removed: the rest comes back. Then every
  *           page is read and checked, and the reads bring nothing back:
  *           it is all in.
+ *   pageout a client pages half its memory out itself, then gets a limit
+ *           that is removed: the refill brings back what the limit took,
+ *           never the pages the client paged out.
+ *   pressure the pressure controller (min_free 100 %) holds part of a
+ *           client out; once memory is plentiful (min_free 1M) it lowers
+ *           its target and the pages come back a step a period.
  *   wake    a client is paged out while it does nothing; after
  *           refill_quiet it touches one page, and the pages taken while it
  *           was quiet come back before it reads them (checked whole).
@@ -40,6 +46,25 @@ static struct zswap_stats client_stats(struct zswap_client *c) {
         struct zswap_stats s;
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
         return s;
+}
+
+/* Pages the client has held out (stored or same-filled). */
+static uint64_t held_pages(struct zswap_client *c) {
+        struct zswap_stats s = client_stats(c);
+        return s.stored_pages + s.same_pages;
+}
+
+/* A daemon with args, a client of it, its region filled (seed) and hashed. */
+static uint8_t *start(TestDaemon *d, const char *args, struct zswap_client **c, uint64_t seed, uint64_t *hashes) {
+        td_start(d, args);
+        *c = td_connect(d);
+        return td_region(*c, LEN, seed, hashes);
+}
+
+/* Page the second half of the region out; returns the pages held then. */
+static uint64_t pageout_half(struct zswap_client *c, uint8_t *buf) {
+        ASSERT_TRUE(td_pageout_want(c, buf + LEN / 2, LEN / 2, NPAGES / 2 * 9 / 10) > 0);
+        return held_pages(c);
 }
 
 static uint64_t refilled(const TestDaemon *d) {
@@ -104,13 +129,12 @@ static void test_limit(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
 
-        td_start(&d, "--set interval=100ms");
-        struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = td_region(c, LEN, 7, hashes);
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set interval=100ms", &c, 7, hashes);
         ASSERT_OK(zswap_set_limit(c, 4 << 20));
         wait_limit(c, 4 << 20);
         struct zswap_stats s = client_stats(c);
-        uint64_t held = s.stored_pages + s.same_pages, r0 = refilled(&d);
+        uint64_t held = held_pages(c), r0 = refilled(&d);
         fprintf(stderr, "limit 4M: %llu pages held, resident %llu KiB\n", (unsigned long long)held,
                 (unsigned long long)s.resident_bytes >> 10);
         ASSERT_TRUE(held > NPAGES / 2);
@@ -120,11 +144,9 @@ static void test_limit(void) {
         uint64_t room = (16u << 20) / ZSWAP_PAGE_SIZE * 15 / 16 - (4u << 20) / ZSWAP_PAGE_SIZE;
         wait_held(&d, c, held - room / 2, "limit raised to 16M");
         usleep(500 * 1000); /* a few ticks more: it must stop under the limit */
-        s = client_stats(c);
         uint64_t present = present_pages(buf);
         fprintf(stderr, "limit 16M: %llu refilled, %llu pages held, %llu present\n",
-                (unsigned long long)(refilled(&d) - r0), (unsigned long long)(s.stored_pages + s.same_pages),
-                (unsigned long long)present);
+                (unsigned long long)(refilled(&d) - r0), (unsigned long long)held_pages(c), (unsigned long long)present);
         ASSERT_TRUE(present * ZSWAP_PAGE_SIZE <= 16u << 20);
         ASSERT_TRUE(refilled(&d) - r0 >= room / 2);
 
@@ -136,6 +158,61 @@ static void test_limit(void) {
                 (unsigned long long)(refilled(&d) - r0), (unsigned long long)faults);
         ASSERT_EQ(faults, 0);
         ASSERT_TRUE(refilled(&d) - r0 >= held);
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+static void test_pageout(void) {
+        TestDaemon d;
+        static uint64_t hashes[NPAGES];
+
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set interval=100ms", &c, 19, hashes);
+        /* the second half out on the client's own request */
+        uint64_t asked = pageout_half(c, buf);
+        /* then a limit takes most of the first half */
+        ASSERT_OK(zswap_set_limit(c, 4 << 20));
+        wait_limit(c, 4 << 20);
+        uint64_t held = held_pages(c), r0 = refilled(&d);
+        ASSERT_OK(zswap_set_limit(c, 0));
+        wait_held(&d, c, asked, "limit removed");
+        usleep(500 * 1000); /* a few ticks more: the asked-for pages must stay out */
+        uint64_t still = held_pages(c);
+        fprintf(stderr, "pageout: %llu pages paged out on request, %llu held under the limit, %llu refilled, %llu still held\n",
+                (unsigned long long)asked, (unsigned long long)held, (unsigned long long)(refilled(&d) - r0),
+                (unsigned long long)still);
+        ASSERT_TRUE(still >= asked);
+        ASSERT_TRUE(refilled(&d) - r0 >= held - asked);
+        ASSERT_EQ(verify_pages(buf, LEN, hashes), 0);
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+static void test_pressure(void) {
+        TestDaemon d;
+        static uint64_t hashes[NPAGES];
+
+        /* more free memory than the machine has: the controller holds out more each period */
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set min_free=100% --set pressure_step=10 --set pressure_period=1s --set interval=100ms", &c, 23, hashes);
+        double t0 = now_s();
+        for (;;) {
+                uint64_t h = held_pages(c);
+                if (h >= NPAGES / 5)
+                        break;
+                if (now_s() - t0 > TEST_WAIT_S)
+                        test_fail("pressure: %llu pages held after %d s", (unsigned long long)h, TEST_WAIT_S);
+                usleep(100 * 1000);
+        }
+        /* memory is plentiful now: the target comes down a step a period */
+        ASSERT_EQ(td_ctl(&d, "set min_free 1M"), 0);
+        uint64_t held = held_pages(c);
+        wait_held(&d, c, 0, "pressure gone");
+        uint64_t back = read_all(c, buf, hashes);
+        fprintf(stderr, "pressure: %llu pages held, %llu refilled; reading every page brought back %llu\n",
+                (unsigned long long)held, (unsigned long long)refilled(&d), (unsigned long long)back);
+        ASSERT_EQ(back, 0);
+        ASSERT_TRUE(refilled(&d) >= held);
         zswap_disconnect(c);
         td_stop(&d);
 }
@@ -158,8 +235,7 @@ static uint64_t sleep_and_wake(TestDaemon *d, struct zswap_client *c, uint8_t *b
                         test_fail("no write scan after %d s", TEST_WAIT_S);
         } while (st.write_scans < scans + 2);
         ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES * 9 / 10) > 0);
-        struct zswap_stats s = client_stats(c);
-        uint64_t held = s.stored_pages + s.same_pages;
+        uint64_t held = held_pages(c);
         sleep(2); /* refill_quiet (1 s) and a tick */
         (void)*(volatile uint8_t *)(buf + LEN / 2); /* wakes */
         return held;
@@ -169,9 +245,8 @@ static void test_wake(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
 
-        td_start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms");
-        struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = td_region(c, LEN, 11, hashes);
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms", &c, 11, hashes);
         uint64_t r0 = refilled(&d);
         uint64_t held = sleep_and_wake(&d, c, buf);
         /* the woken page itself was a fault; the rest come back */
@@ -185,35 +260,34 @@ static void test_wake(void) {
         td_stop(&d);
 }
 
+/* Rewrite a byte of every 16th page of the first half with its own value. */
+static void rewrite_half(uint8_t *buf) {
+        for (size_t i = 0; i < NPAGES / 2; i += 16) {
+                volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + 64;
+                *b = *b;
+        }
+}
+
 static void test_busy(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
 
-        td_start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms");
-        struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = td_region(c, LEN, 17, hashes);
-        ASSERT_TRUE(td_pageout_want(c, buf + LEN / 2, LEN / 2, NPAGES / 2 * 9 / 10) > 0);
-        struct zswap_stats s = client_stats(c);
-        uint64_t held = s.stored_pages + s.same_pages;
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms", &c, 17, hashes);
+        uint64_t held = pageout_half(c, buf);
         /* 2 s (twice refill_quiet) of writing the first half (each page
-         * rewritten with its own bytes), then a touch of the second */
+         * rewritten with its own bytes), then a touch of the second, then
+         * ticks in which a refill would start, writing on */
         double t0 = now_s();
         while (now_s() - t0 < 2.0)
-                for (size_t i = 0; i < NPAGES / 2; i += 16) {
-                        volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + 64;
-                        *b = *b;
-                }
+                rewrite_half(buf);
         (void)*(volatile uint8_t *)(buf + LEN / 2);
-        for (int i = 0; i < 10; i++) { /* ticks in which a refill would start, writing on */
-                for (size_t p = 0; p < NPAGES / 2; p += 16) {
-                        volatile uint8_t *b = buf + p * ZSWAP_PAGE_SIZE + 64;
-                        *b = *b;
-                }
+        for (int i = 0; i < 10; i++) {
+                rewrite_half(buf);
                 usleep(50 * 1000);
         }
-        s = client_stats(c);
         fprintf(stderr, "busy: %llu pages held, %llu still held, %llu refilled\n", (unsigned long long)held,
-                (unsigned long long)(s.stored_pages + s.same_pages), (unsigned long long)refilled(&d));
+                (unsigned long long)held_pages(c), (unsigned long long)refilled(&d));
         ASSERT_EQ(refilled(&d), 0);
         ASSERT_EQ(verify_pages(buf, LEN, hashes), 0);
         zswap_disconnect(c);
@@ -224,9 +298,8 @@ static void test_off(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
 
-        td_start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms --set refill=no");
-        struct zswap_client *c = td_connect(&d);
-        uint8_t *buf = td_region(c, LEN, 13, hashes);
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms --set refill=no", &c, 13, hashes);
         uint64_t held = sleep_and_wake(&d, c, buf);
         usleep(500 * 1000); /* ticks in which a refill would start */
         uint64_t faults = read_all(c, buf, hashes);
@@ -240,6 +313,8 @@ static void test_off(void) {
 
 int main(void) {
         test_limit();
+        test_pageout();
+        test_pressure();
         test_wake();
         test_busy();
         test_off();
