@@ -194,7 +194,7 @@ static void test_pressure(void) {
 
         /* more free memory than the machine has: the controller holds out more each period */
         struct zswap_client *c;
-        uint8_t *buf = start(&d, "--set min_free=100% --set pressure_step=10 --set pressure_period=1s --set interval=100ms", &c, 23, hashes);
+        uint8_t *buf = start(&d, "--set min_free=100% --set pressure_step=25 --set pressure_period=1s --set interval=100ms", &c, 23, hashes);
         double t0 = now_s();
         for (;;) {
                 uint64_t h = held_pages(c);
@@ -236,7 +236,7 @@ static uint64_t sleep_and_wake(TestDaemon *d, struct zswap_client *c, uint8_t *b
         } while (st.write_scans < scans + 2);
         ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES * 9 / 10) > 0);
         uint64_t held = held_pages(c);
-        sleep(2); /* refill_quiet (1 s) and a tick */
+        usleep(1300 * 1000); /* refill_quiet (1 s) and a tick or three */
         (void)*(volatile uint8_t *)(buf + LEN / 2); /* wakes */
         return held;
 }
@@ -275,11 +275,11 @@ static void test_busy(void) {
         struct zswap_client *c;
         uint8_t *buf = start(&d, "--set interval=100ms --set refill_quiet=1s --set write_scan=100ms", &c, 17, hashes);
         uint64_t held = pageout_half(c, buf);
-        /* 2 s (twice refill_quiet) of writing the first half (each page
+        /* 1.5 s (refill_quiet and a half) of writing the first half (each page
          * rewritten with its own bytes), then a touch of the second, then
          * ticks in which a refill would start, writing on */
         double t0 = now_s();
-        while (now_s() - t0 < 2.0)
+        while (now_s() - t0 < 1.5)
                 rewrite_half(buf);
         (void)*(volatile uint8_t *)(buf + LEN / 2);
         for (int i = 0; i < 10; i++) {
