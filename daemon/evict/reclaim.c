@@ -654,7 +654,15 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         if (!w)
                 return;
         w->lane = (uint32_t)n;
-        w->id = refill_since(mm, n);
+        uint64_t total = MIN(r->refill_want + r->refill_wake, held);
+        if (!r->refill_cut_ok || total > r->refill_cut_for) {
+                /* new pages wanted: the age they start from, for all of
+                 * them (one walk of the index per burst, not per refill) */
+                r->refill_cut = refill_since(mm, total);
+                r->refill_cut_ok = true;
+        }
+        r->refill_cut_for = total;
+        w->id = r->refill_cut;
         int64_t idle = client_idle_age(rc, mm);
         if (!r->refill_wake && idle > 0 && now > (uint64_t)idle)
                 /* room opened, but pages idle age would take again at once
@@ -682,6 +690,9 @@ void reclaim_refill_done(Reclaim *rc, Work *w) {
         r->room_refilled += room;
         if (w->lane)
                 r->refill_want = r->refill_wake = 0;
+        if (!r->refill_want && !r->refill_wake)
+                r->refill_cut_ok = false;
+        r->refill_cut_for = r->refill_want + r->refill_wake;
         work_free(w);
 }
 

@@ -118,6 +118,11 @@ typedef struct MMReclaim {
          * evictions counted when the client last took a refault */
         uint64_t refill_want, refill_wake, room_refilled;
         uint32_t refill_out_wake;
+        /* the stamp the pages wanted start from (refill_since()), worked
+         * out for refill_cut_for pages; again when more are wanted */
+        uint32_t refill_cut;
+        bool refill_cut_ok;
+        uint64_t refill_cut_for;
         bool refilling;
         uint64_t refill_limit;
         uint64_t refill_refaults, refill_evictions, refill_quiet_ms;
