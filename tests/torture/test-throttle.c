@@ -7,10 +7,13 @@
  * evicts from them all the time (a resident limit of one page, and a
  * PAGEOUT every other round): map 1 MiB, write it, register it, check
  * every page (half the rounds), unmap it while its pages are in flight,
- * map new memory at the same address at once, write it, check every page.
- * munmap() returns once the daemon has read the UNMAP event, so a page
- * move the agent began before and finishes after would take a page of the
- * new mapping (docs/page-lifecycle.md, "munmap and a move in flight"):
+ * map new memory at the same address at once (one mmap(MAP_FIXED) over
+ * it, so that no other thread of the process, such as the library's agent
+ * mapping its staging area, can take the address in between), write it,
+ * check every page. The mmap returns once the daemon has read the UNMAP
+ * event of the old pages, so a page move the agent began before and
+ * finishes after would take a page of the new mapping
+ * (docs/page-lifecycle.md, "munmap and a move in flight"):
  *
  * - "quota" runs in a cgroup whose CPU quota is 7 % of one CPU (cgroup v2
  *   cpu.max, or v1's cpu.cfs_quota_us): all its threads stop for most of
@@ -145,9 +148,7 @@ static void run_client(TestDaemon *d, Shared *sh, unsigned who, const char *cgro
                         check_pages(sh, who, base, hashes, r, 0);
                 /* gone while its pages are in flight, and new memory at
                  * the same place at once */
-                ASSERT_EQ(munmap(base, LEN), 0);
-                uint8_t *p = mmap(base, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-                                  -1, 0);
+                uint8_t *p = mmap(base, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
                 ASSERT_TRUE(p == base);
                 stamp_pages(base, who, r, 1, hashes);
                 spin(&rng, 100000);
