@@ -587,6 +587,14 @@ static uint32_t refill_since(MMClient *mm, uint64_t n) {
         return 0; /* every page, the never used too */
 }
 
+/* Did mm take a refault after refill_quiet without any and without a
+ * write seen (refill_plan() restarts the clock at each)? */
+static bool refill_woke(const Reclaim *rc, MMClient *mm, uint64_t now) {
+        const MMReclaim *r = &mm->rc;
+        return rc->tun.refill_quiet_ms && r->refill_quiet_ms && now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
+               atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults;
+}
+
 /*
  * Pages come back ahead of use (refill), most recently used first, when
  * room opens (the pressure controller holds less: pressure_period(); the
@@ -610,25 +618,21 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                 r->refill_limit = limit;
                 return;
         }
-        if (r->wrote && refaults == r->refill_refaults) {
-                /* busy in its resident memory: not idle, whatever was taken */
-                r->refill_evictions = evictions;
-                r->refill_quiet_ms = now;
+        if (refill_woke(rc, mm, now) && evictions > r->refill_evictions) {
+                log_debug("pid %d woke after %llu ms without a refault: %llu pages taken meanwhile come back",
+                          (int)mmclient_pid(mm), (unsigned long long)(now - r->refill_quiet_ms),
+                          (unsigned long long)(evictions - r->refill_evictions));
+                r->refill_wake += evictions - r->refill_evictions;
         }
-        r->wrote = false;
-        if (refaults != r->refill_refaults) {
-                if (rc->tun.refill_quiet_ms && r->refill_quiet_ms && now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
-                    evictions > r->refill_evictions) {
-                        log_debug("pid %d woke after %llu ms without a refault: %llu pages taken meanwhile come back",
-                                  (int)mmclient_pid(mm), (unsigned long long)(now - r->refill_quiet_ms),
-                                  (unsigned long long)(evictions - r->refill_evictions));
-                        r->refill_wake += evictions - r->refill_evictions;
-                }
+        if (refaults != r->refill_refaults || r->wrote) {
+                /* a refault, or busy in its resident memory: active now,
+                 * whatever was taken */
                 r->refill_refaults = refaults;
                 r->refill_evictions = evictions;
                 r->refill_quiet_ms = now;
         } else if (!r->refill_quiet_ms)
                 r->refill_quiet_ms = now;
+        r->wrote = false;
         if (r->refill_limit && (limit == 0 || limit > r->refill_limit))
                 r->refill_want += limit ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
         r->refill_limit = limit;
@@ -714,10 +718,7 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                 if (!client_managed(mm) || !mm->rc.measured_ms)
                         continue;
                 MMReclaim *r = &mm->rc;
-                bool woke = rc->tun.refill_quiet_ms && r->refill_quiet_ms &&
-                            now - r->refill_quiet_ms >= rc->tun.refill_quiet_ms &&
-                            atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults;
-                if (rc->tun.refill && (woke || ((r->refill_want || r->refill_wake) && !r->refilling)))
+                if (rc->tun.refill && (refill_woke(rc, mm, now) || ((r->refill_want || r->refill_wake) && !r->refilling)))
                         /* it woke, or a refill ended with more wanted: the
                          * pages back now, not at the next interval */
                         refill_plan(rc, mm, now, reclaim_client_limit(rc, mm), r->op ? r->op->want : 0);
