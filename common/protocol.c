@@ -25,6 +25,7 @@ size_t zmsg_expected_size(uint16_t type) {
         case ZMSG_REGISTER:
         case ZMSG_UNREGISTER:
         case ZMSG_PAGEOUT:
+        case ZMSG_REGIONS:
                 return sizeof(ZMsgRange);
         case ZMSG_STATS:
                 return sizeof(ZMsgStatsReq);
@@ -54,6 +55,8 @@ size_t zmsg_expected_size(uint16_t type) {
                 return sizeof(ZMsgReply);
         case ZMSG_STATS_REPLY:
                 return sizeof(ZMsgStatsReply);
+        case ZMSG_REGIONS_REPLY:
+                return sizeof(ZMsgRegionsReply);
         case ZMSG_MOVE_DONE:
                 return sizeof(ZMsgMoveDone);
         case ZMSG_RELEASE:

@@ -13,6 +13,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -48,6 +49,8 @@ typedef enum ZMsgType {
                                 * store holds. -EBUSY: that daemon still owns them, ask again later;
                                 * -ENOENT: it gave every page back (attach anew); -EBADMSG: the store
                                 * failed a check (restore from it yourself) */
+        ZMSG_REGIONS,          /* ZMsgRange, addr = where to start, len 0 (role CLIENT); reply
+                                * ZMsgRegionsReply: the client's managed memory as the daemon has it */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */
@@ -55,6 +58,7 @@ typedef enum ZMsgType {
         ZMSG_TUNABLE_REPLY,    /* ZMsgTunable: status, and the value or an error text */
         ZMSG_STATUS_REPLY,     /* ZMsgStatusReply */
         ZMSG_CLIENTS_REPLY,    /* ZMsgClientsReply */
+        ZMSG_REGIONS_REPLY,    /* ZMsgRegionsReply */
 
         /* commands, daemon -> agent thread; answered by the *_DONE below */
         ZMSG_MOVE = 128,       /* ZMsgMove (variable: nruns) */
@@ -64,6 +68,11 @@ typedef enum ZMsgType {
         ZMSG_MOVE_DONE = 192,  /* ZMsgMoveDone */
         ZMSG_RELEASE_DONE,     /* ZMsgRelease */
 } ZMsgType;
+
+/* A reply a library request waits for (not a daemon command). */
+static inline bool zmsg_is_reply(uint16_t type) {
+        return type == ZMSG_REPLY || type == ZMSG_STATS_REPLY || type == ZMSG_REGIONS_REPLY;
+}
 
 /* The name of every mapping libzswap makes for itself (its client, its
  * lists, its scratch: [anon:zswap] in /proc/PID/maps). The library's agent
@@ -276,6 +285,24 @@ typedef struct ZClientRecord {
         uint64_t tier_pages;           /* of stored_pages, those on the second tier */
         uint64_t tier_bytes;           /* their compressed bytes there (compressed_bytes has their stubs) */
 } ZClientRecord;
+
+/* REGIONS: the client's memory the daemon manages (what REGISTER took,
+ * less what munmap(), mremap() or UNREGISTER took away since, moved where
+ * mremap() moved it), in address order from the address asked on, after
+ * every event of the client read so far was handled. The preload shim
+ * asks when the sync page's regions_gen changed (zsync.h), so that a
+ * mapping made at an address the daemon let go of is handed over again. */
+#define ZSWAP_REGIONS_PER_MSG 120
+typedef struct ZMsgRegionsReply {
+        ZMsgHeader hdr;
+        int32_t status;
+        uint32_t count;                /* spans used */
+        uint64_t next;                 /* ask again from here for more; 0: that was all */
+        struct {
+                uint64_t start, end;
+        } span[ZSWAP_REGIONS_PER_MSG];
+} ZMsgRegionsReply;
+_Static_assert(sizeof(ZMsgRegionsReply) <= ZSWAP_MSG_MAX, "a REGIONS reply fits a message");
 
 typedef struct ZMsgClientsReply {
         ZMsgHeader hdr;

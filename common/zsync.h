@@ -54,6 +54,12 @@ typedef struct ZSync {
         _Atomic uint32_t moving;  /* agent threads inside a UFFDIO_MOVE */
         _Atomic uint32_t reading; /* daemon threads between a read of the uffd and its handling */
         _Atomic uint32_t waiting; /* agent threads asleep on `reading` until it falls to 0 */
+        /* +1 each time the daemon drops or moves a part of the client's
+         * managed memory on the kernel's word (an UNMAP or REMAP event):
+         * the preload shim's scanner then asks for the list again
+         * (ZMSG_REGIONS). Written by the daemon, read by the client;
+         * nothing of the daemon depends on its value */
+        _Atomic uint32_t regions_gen;
 } ZSync;
 
 static inline uint64_t zsync_now_ns(void) {

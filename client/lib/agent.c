@@ -244,7 +244,7 @@ static void *agent_main(void *arg) {
                 bool valid = zmsg_validate(buf, (size_t)n) == 0;
                 if (valid && (h->type == ZMSG_MOVE || h->type == ZMSG_RELEASE))
                         agent_command(c, c->sock, buf);
-                else if (valid && (h->type == ZMSG_REPLY || h->type == ZMSG_STATS_REPLY)) {
+                else if (valid && zmsg_is_reply(h->type)) {
                         agent_reply(c, buf, n, fds, nfds);
                         nfds = 0;
                 }

@@ -157,8 +157,12 @@ int sync_new(struct zswap_client *c) {
          * (a child once crashed on the old page, unmapped) */
         ZSync *old = c->sync;
         int old_fd = c->sync_fd;
+        /* under lock: zswap_client_regions_gen() reads the page from the
+         * shim's scanner */
+        pthread_mutex_lock(&c->lock);
         c->sync = m;
         c->sync_fd = fd;
+        pthread_mutex_unlock(&c->lock);
         if (old)
                 munmap(old, ZSWAP_SYNC_SIZE);
         safe_close(old_fd);

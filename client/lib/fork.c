@@ -180,7 +180,9 @@ static int child_reconnect(struct zswap_client *c) {
          * it (a recovery) after the daemon read our fork event with the
          * old one, or around our fork */
         if (sync_new(c) < 0) {
+                pthread_mutex_lock(&c->lock);
                 c->sync = NULL; /* no handshake rather than a page we may not have */
+                pthread_mutex_unlock(&c->lock);
                 c->sync_fd = safe_close(c->sync_fd);
         }
         /* the daemon may still be handling the fork event that created our

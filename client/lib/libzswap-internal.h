@@ -134,6 +134,26 @@ size_t zswap_client_fds(struct zswap_client *c, int *out, size_t cap);
  * scanning). */
 bool zswap_client_recovering(struct zswap_client *c);
 
+/* The memory of c the daemon manages now, from `from` on, in address
+ * order (ZMSG_REGIONS: after every event of the process read so far was
+ * handled): up to ZSWAP_REGIONS_BATCH spans; how many, or -errno. *next:
+ * where to ask again for the rest; 0 when that was all. */
+#define ZSWAP_REGIONS_BATCH 120
+int zswap_client_regions(struct zswap_client *c, uint64_t from, ZswapSpan spans[ZSWAP_REGIONS_BATCH],
+                         uint64_t *next);
+
+/* A value that changes whenever the daemon drops or moves a part of c's
+ * managed memory on the kernel's word (an munmap(), an mremap(): the sync
+ * page's regions_gen, zsync.h) and whenever c's connection is replaced:
+ * what the preload shim remembers it registered is to be asked again. */
+uint64_t zswap_client_regions_gen(struct zswap_client *c);
+
+/* Make c's list of registered ranges (what it registers again with a new
+ * daemon, and gives up at the end) the n spans given: the daemon's own
+ * list (zswap_client_regions()). For a client whose ranges no other
+ * thread registers meanwhile (the preload shim's). */
+void zswap_client_ranges_set(struct zswap_client *c, const ZswapSpan *spans, size_t n);
+
 /* The fork token of this process's last fork (0: none yet): a random
  * 64-bit value per fork, which the daemon matches at CHILD_ATTACH. For
  * tests. */

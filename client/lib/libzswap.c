@@ -101,6 +101,61 @@ void ranges_forget(struct zswap_client *c, uint64_t addr, uint64_t len) {
         pthread_mutex_unlock(&c->lock);
 }
 
+int zswap_client_regions(struct zswap_client *c, uint64_t from, ZswapSpan spans[ZSWAP_REGIONS_BATCH],
+                         uint64_t *next) {
+        _Static_assert(ZSWAP_REGIONS_BATCH == ZSWAP_REGIONS_PER_MSG, "one reply fills the caller's spans");
+        ZMsgRange m = { .addr = from, .len = 0 };
+        ZMsgRegionsReply rep;
+        int saved = errno, r;
+
+        memset(&rep, 0, sizeof(rep));
+        zmsg_init(&m.hdr, ZMSG_REGIONS, 0, sizeof(m));
+        r = request(c, &m, sizeof(m), NULL, 0, &rep, sizeof(rep), NULL, NULL);
+        errno = saved;
+        if (r < 0)
+                return r;
+        if (rep.hdr.type != ZMSG_REGIONS_REPLY || rep.count > ZSWAP_REGIONS_PER_MSG)
+                return -EPROTO;
+        /* in order, each past the one before, and a next that moves on:
+         * the caller's loop ends */
+        uint64_t at = from;
+        for (uint32_t i = 0; i < rep.count; i++) {
+                if (rep.span[i].start < at || rep.span[i].end <= rep.span[i].start)
+                        return -EPROTO;
+                spans[i] = (ZswapSpan){ rep.span[i].start, rep.span[i].end };
+                at = rep.span[i].end;
+        }
+        if (rep.next && (rep.count == 0 || rep.next < at))
+                return -EPROTO;
+        *next = rep.next;
+        return (int)rep.count;
+}
+
+uint64_t zswap_client_regions_gen(struct zswap_client *c) {
+        pthread_mutex_lock(&c->lock);
+        uint64_t g = c->gen << 32;
+        if (c->sync)
+                /* acquire: the daemon's count after its change of the regions */
+                g |= atomic_load_explicit(&c->sync->regions_gen, memory_order_acquire);
+        pthread_mutex_unlock(&c->lock);
+        return g;
+}
+
+void zswap_client_ranges_set(struct zswap_client *c, const ZswapSpan *spans, size_t n) {
+        Range *r = n ? zswap_mem_alloc(MIN(n, (size_t)RANGES_MAX) * sizeof(*r)) : NULL;
+
+        if (n && !r)
+                return; /* the old list stays: at worst a range too many is asked again */
+        for (size_t i = 0; i < n && i < RANGES_MAX; i++)
+                r[i] = (Range){ spans[i].start, spans[i].end - spans[i].start };
+        pthread_mutex_lock(&c->lock);
+        Range *old = c->ranges;
+        c->ranges = r;
+        c->nranges = MIN(n, (size_t)RANGES_MAX);
+        pthread_mutex_unlock(&c->lock);
+        zswap_mem_free(old);
+}
+
 _public_ int zswap_unregister(struct zswap_client *c, void *addr, size_t len) {
         int saved = errno, r;
 

@@ -50,7 +50,7 @@ static ssize_t request_direct(struct zswap_client *c, uint32_t id, void *reply, 
                         return n == 0 ? -ENOTCONN : n;
                 const ZMsgHeader *h = reply;
                 bool mine = zmsg_validate(reply, (size_t)n) == 0 &&
-                            (h->type == ZMSG_REPLY || h->type == ZMSG_STATS_REPLY) && h->id == id;
+                            zmsg_is_reply(h->type) && h->id == id;
                 take_reply_fds(fds, nfds, mine, rfd);
                 if (mine)
                         return n;
@@ -145,7 +145,7 @@ int request_timed(struct zswap_client *c, void *msg, size_t len, const int *fds,
         /* the daemon went while we sent: to the caller, as while it is away */
         if (n < 0 && (status == -EPIPE || status == -ECONNRESET))
                 status = -ENOTCONN;
-        if (n >= 0 && rep->hdr.type == ZMSG_STATS_REPLY && reply && (size_t)n <= reply_cap)
+        if (n >= 0 && rep->hdr.type != ZMSG_REPLY && reply && (size_t)n <= reply_cap)
                 memcpy(reply, local, (size_t)n);
         if (n >= 0 && rep->hdr.type == ZMSG_REPLY && rep->status == 0 && value)
                 *value = rep->value;

@@ -10,7 +10,11 @@
  * every ZSWAP_SCAN_MS (200 ms) and right after the program maps anonymous
  * memory (the interposed mmap/mremap only poke it through an eventfd), and
  * registers what is new. What leaves (munmap, mremap, MADV_DONTNEED) the
- * daemon learns from the kernel's uffd events, not from us.
+ * daemon learns from the kernel's uffd events, not from us; it counts
+ * each unmap and move on the sync page, and when the count moved the
+ * scanner asks for the daemon's list (REGIONS) and hands over what it
+ * lacks: a mapping made again where one was unmapped, the grown part of
+ * an mremap (register_new()).
  *
  * Never managed: the main thread's [stack] (it grows down, one vma that
  * changes size), file-backed and shared mappings, mlocked mappings
@@ -111,8 +115,16 @@ static int proc_fd[PROC_MAX] = { -1, -1, -1 };
 /* under scan_lock: the scanner thread, and a program thread giving memory
  * back to the program's own userfaultfd (ioctl()) */
 static pthread_mutex_t scan_lock = PTHREAD_MUTEX_INITIALIZER;
-static Spans known;               /* registered by us, or found registered */
+static Spans known;               /* what the daemon manages, as far as we know */
 static Spans given_up;            /* the program's own userfaultfd has it: never ours again */
+/* found registered, not by the daemon (the program's own userfaultfd, or
+ * a change that raced with us): not asked again until the daemon's list
+ * changes */
+static Spans foreign;
+/* known is the daemon's own list (ZMSG_REGIONS) as of regions_seen
+ * (zswap_client_regions_gen()), plus what we registered since */
+static bool regions_asked;
+static uint64_t regions_seen;
 static bool said_nospc;
 
 /* ---- messages: one line each, never more than once per cause ---- */
@@ -630,13 +642,78 @@ static void deactivate(const char *why) {
         client = NULL; /* the connection stays: its pages are restored by libzswap or wait */
 }
 
-/* Under scan_lock; bss: read_bss()'s */
+/* known := what the daemon manages now, asked whole (ZMSG_REGIONS).
+ * False if it could not say. Under scan_lock. */
+static bool ask_regions(void) {
+        ZswapSpan batch[ZSWAP_REGIONS_BATCH];
+        Spans got = { 0 };
+        uint64_t g = zswap_client_regions_gen(client), from = 0, next;
+
+        for (;;) {
+                int n = zswap_client_regions(client, from, batch, &next);
+                if (n == -ENOTCONN && !zswap_client_recovering(client))
+                        deactivate("zswapd went away");
+                if (n < 0) {
+                        free(got.v);
+                        return false;
+                }
+                for (int i = 0; i < n; i++)
+                        if (spans_add(&got, batch[i].start, batch[i].end) < 0) {
+                                free(got.v);
+                                return false;
+                        }
+                if (!next)
+                        break;
+                from = next;
+        }
+        free(known.v);
+        known = got;
+        free(foreign.v);
+        foreign = (Spans){ 0 };
+        /* libzswap's list too: what it registers again with a new daemon */
+        zswap_client_ranges_set(client, known.v, known.n);
+        regions_asked = true;
+        regions_seen = g;
+        return true;
+}
+
+/* Hand [sp) over to the daemon; what the daemon answered. Under scan_lock. */
+static int hand_over(const ZswapSpan *sp) {
+        int r = zswap_register(client, (void *)(uintptr_t)sp->start, sp->end - sp->start);
+        if (r == 0)
+                spans_add(&known, sp->start, sp->end);
+        else if (r == -ENOTCONN && !zswap_client_recovering(client))
+                deactivate("zswapd went away");
+        /* -ENOTCONN while libzswap looks for a new daemon:
+         * the next scan tries again */
+        else if (r == -ENOSPC && !said_nospc) {
+                said_nospc = true;
+                say("zswapd refuses more memory of this process (a per-client limit)");
+        }
+        /* -EINVAL: changed under us; the next scan sees what it became */
+        return r;
+}
+
+/*
+ * Under scan_lock; bss: read_bss()'s.
+ *
+ * What we registered is not what the daemon manages for good: an
+ * munmap() takes a mapping away (a new one may come at the same address
+ * before we look again, and /proc/self/maps then shows the line it
+ * showed), an mremap() moves one and may grow it. The daemon counts such
+ * changes on the sync page (regions_gen); when the count moved, we ask
+ * for its list and hand over what it lacks. A REGISTER that finds part of
+ * a mapping managed already (EEXIST: a grown mapping, or a change we have
+ * not heard of yet) makes us ask too, and the rest is handed over alone.
+ */
 static void register_new(const Spans *bss) {
-        Spans cand = { 0 }, fresh = { 0 }, unlocked = { 0 }, locked = { 0 }, next = { 0 };
+        Spans cand = { 0 }, fresh = { 0 }, unlocked = { 0 }, locked = { 0 }, next = { 0 }, overlap = { 0 };
         ZswapSpan own[OWN_MAX];
         size_t nown;
 
-        if (read_candidates(&cand) < 0)
+        if ((!regions_asked || zswap_client_regions_gen(client) != regions_seen) && !ask_regions())
+                goto out; /* the next scan asks again */
+        if (!client || read_candidates(&cand) < 0)
                 goto out;
         nown = zswap_client_own_memory(client, own, OWN_MAX - 1);
         own[nown++] = scanner_stack;
@@ -644,38 +721,43 @@ static void register_new(const Spans *bss) {
         /* what is new: candidates minus the objects' .bss minus what we
          * hold minus our own memory minus what the program's own
          * userfaultfd took */
-        Spans prog = { 0 }, mine = { 0 }, theirs = { 0 };
+        Spans prog = { 0 }, mine = { 0 }, theirs = { 0 }, ours = { 0 };
         if (spans_subtract(&prog, &cand, bss->v, bss->n) < 0 || spans_subtract(&mine, &prog, own, nown) < 0 ||
             spans_subtract(&theirs, &mine, known.v, known.n) < 0 ||
-            spans_subtract(&fresh, &theirs, given_up.v, given_up.n) < 0) {
+            spans_subtract(&ours, &theirs, given_up.v, given_up.n) < 0 ||
+            spans_subtract(&fresh, &ours, foreign.v, foreign.n) < 0) {
                 free(prog.v);
                 free(mine.v);
                 free(theirs.v);
+                free(ours.v);
                 goto out;
         }
         free(prog.v);
         free(mine.v);
         free(theirs.v);
+        free(ours.v);
         if (fresh.n > 0) {
                 if (read_locked(&locked) < 0 || spans_subtract(&unlocked, &fresh, locked.v, locked.n) < 0)
                         goto out;
                 for (size_t i = 0; i < unlocked.n && client; i++) {
                         ZswapSpan *sp = &unlocked.v[i];
-                        if (sp->end - sp->start < MIN_SPAN)
-                                continue;
-                        int r = zswap_register(client, (void *)(uintptr_t)sp->start, sp->end - sp->start);
-                        if (r == 0 || r == -EEXIST)
-                                spans_add(&known, sp->start, sp->end);
-                        else if (r == -ENOTCONN && !zswap_client_recovering(client))
-                                deactivate("zswapd went away");
-                        /* -ENOTCONN while libzswap looks for a new daemon:
-                         * the next scan tries again */
-                        else if (r == -ENOSPC && !said_nospc) {
-                                said_nospc = true;
-                                say("zswapd refuses more memory of this process (a per-client limit)");
-                        }
-                        /* -EINVAL: changed under us; the next scan sees what it became */
+                        if (sp->end - sp->start >= MIN_SPAN && hand_over(sp) == -EEXIST)
+                                spans_add(&overlap, sp->start, sp->end);
                 }
+                qsort(known.v, known.n, sizeof(*known.v), span_cmp);
+        }
+        /* part of it is managed: which part, the daemon says; the rest
+         * goes alone, and what is still refused is someone else's */
+        if (overlap.n && client && ask_regions()) {
+                Spans holes = { 0 };
+                if (spans_subtract(&holes, &overlap, known.v, known.n) == 0)
+                        for (size_t i = 0; i < holes.n && client; i++) {
+                                ZswapSpan *sp = &holes.v[i];
+                                if (sp->end - sp->start >= MIN_SPAN && hand_over(sp) == -EEXIST &&
+                                    spans_add(&foreign, sp->start, sp->end) == 0)
+                                        qsort(foreign.v, foreign.n, sizeof(*foreign.v), span_cmp);
+                        }
+                free(holes.v);
                 qsort(known.v, known.n, sizeof(*known.v), span_cmp);
         }
         /* forget what is no longer mapped; keep it sorted and merged */
@@ -696,6 +778,11 @@ static void register_new(const Spans *bss) {
                 given_up = next;
                 next = (Spans){ 0 };
         }
+        if (foreign.n && spans_intersect(&next, &foreign, &cand) == 0) {
+                free(foreign.v);
+                foreign = next;
+                next = (Spans){ 0 };
+        }
         free(merged.v);
 out:
         free(cand.v);
@@ -703,6 +790,7 @@ out:
         free(unlocked.v);
         free(locked.v);
         free(next.v);
+        free(overlap.v);
 }
 
 

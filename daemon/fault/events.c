@@ -347,6 +347,17 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
         mmclient_region_move(mm, from, to, len);
 }
 
+/* Tell the client's scanner (under the preload shim) that what it
+ * registered is no longer all managed where it was: it asks for the list
+ * again (ZMSG_REGIONS) and hands over a mapping made since where one was
+ * taken away, or the part of a grown one the daemon never had. Under
+ * serve_lock, which keeps mm->sync; the page is the client's to write
+ * too, so nothing here reads it back. */
+static void regions_changed(MMClient *mm) {
+        if (mm->sync)
+                atomic_fetch_add_explicit(&mm->sync->regions_gen, 1, memory_order_release);
+}
+
 static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg) {
         switch (msg->event) {
         case UFFD_EVENT_PAGEFAULT:
@@ -358,12 +369,14 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
                 break;
         case UFFD_EVENT_REMAP:
                 event_remap(ft, mm, msg->arg.remap.from, msg->arg.remap.to, msg->arg.remap.len);
+                regions_changed(mm);
                 break;
         case UFFD_EVENT_REMOVE:
                 event_remove(ft, mm, msg->arg.remove.start, msg->arg.remove.end, false);
                 break;
         case UFFD_EVENT_UNMAP:
                 event_remove(ft, mm, msg->arg.remove.start, msg->arg.remove.end, true);
+                regions_changed(mm);
                 break;
         default:
                 break;

@@ -56,6 +56,21 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
         return r;
 }
 
+/* REGIONS: mm's regions from `from` on (protocol.h) */
+static int regions_reply(Conn *c, MMClient *mm, uint32_t id, uint64_t from) {
+        ZMsgRegionsReply rep = { .status = 0 };
+        uint64_t starts[ZSWAP_REGIONS_PER_MSG], ends[ZSWAP_REGIONS_PER_MSG];
+
+        rep.count = (uint32_t)mmclient_regions_list(mm, from, starts, ends, ZSWAP_REGIONS_PER_MSG, &rep.next);
+        for (uint32_t i = 0; i < rep.count; i++) {
+                rep.span[i].start = starts[i];
+                rep.span[i].end = ends[i];
+        }
+        zmsg_init(&rep.hdr, ZMSG_REGIONS_REPLY, id, sizeof(rep));
+        reply_send(c, &rep, sizeof(rep), NULL, 0);
+        return 1;
+}
+
 /* A range request, after the fault thread caught up with mm's events. */
 static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t id, uint64_t s, uint64_t e) {
         int r;
@@ -94,6 +109,8 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                 ZMsgRange rg = { .addr = s, .len = e - s };
                 return do_register(m, mm, &rg);
         }
+        if (type == ZMSG_REGIONS)
+                return regions_reply(c, mm, id, s);
         /* an UNREGISTER takes the range off the list itself (evict.c) */
         r = evict_queue(&m->core, mm, c, id, s, e, type == ZMSG_UNREGISTER);
         return r < 0 ? r : 1;
@@ -382,9 +399,12 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                 return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
         case ZMSG_REGISTER:
         case ZMSG_UNREGISTER:
-        case ZMSG_PAGEOUT: {
+        case ZMSG_PAGEOUT:
+        case ZMSG_REGIONS: {
                 const ZMsgRange *rg = buf;
-                int r = range_check(rg);
+                int r = h->type != ZMSG_REGIONS ? range_check(rg)
+                        : rg->len != 0 || !page_aligned(rg->addr) || rg->addr >= PINDEX_MAX_ADDR ? -EINVAL
+                                                                                                   : 0;
                 if (!ready)
                         return -ENOTCONN;
                 if (r < 0)

@@ -607,6 +607,22 @@ static int region_add_locked(MMClient *mm, uint64_t start, uint64_t end, uint32_
         return 0;
 }
 
+size_t mmclient_regions_list(MMClient *mm, uint64_t from, uint64_t *starts, uint64_t *ends, size_t max,
+                             uint64_t *next) {
+        size_t n = 0, i = 0;
+
+        pthread_mutex_lock(&mm->regions_lock);
+        while (i < mm->nregions && mm->regions[i].end <= from)
+                i++;
+        for (; i < mm->nregions && n < max; i++, n++) {
+                starts[n] = MAX(mm->regions[i].start, from);
+                ends[n] = mm->regions[i].end;
+        }
+        *next = i < mm->nregions && n > 0 ? ends[n - 1] : 0;
+        pthread_mutex_unlock(&mm->regions_lock);
+        return n;
+}
+
 int mmclient_region_add(MMClient *mm, uint64_t start, uint64_t end, bool armed) {
         pthread_mutex_lock(&mm->regions_lock);
         /* a page never seen used counts as used when it was registered */

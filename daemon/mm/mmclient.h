@@ -523,6 +523,11 @@ int mmclient_regions_copy(MMClient *dst, MMClient *src);
 /* Clip [*start, *end) to the first registered part at or after *start;
  * false if none. Takes regions_lock. */
 bool mmclient_region_clip(MMClient *mm, uint64_t *start, uint64_t *end);
+/* Up to max of mm's regions ending after `from`, in address order, into
+ * starts[]/ends[]; how many. *next: the end of the last one given if
+ * more follow, else 0. Takes regions_lock. */
+size_t mmclient_regions_list(MMClient *mm, uint64_t from, uint64_t *starts, uint64_t *ends, size_t max,
+                             uint64_t *next);
 /* The same, also giving the region's registration stamp and whether it
  * is armed. */
 bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp, bool *armed);

@@ -54,6 +54,21 @@ int main(void) {
         unpoison(half, len / 2);
         ASSERT_EQ(verify_pages(moved, len / 2, hashes), 0);
         ASSERT_EQ(verify_pages(half, len / 2, hashes + NPAGES / 2), 0);
+
+        /* grown to four times its size while evicted, moved by the kernel
+         * (the page after it is taken, a PROT_NONE page over the rest of
+         * our reservation): its pages follow it, the new part reads
+         * zeros */
+        uint8_t *fence = mmap(half + len / 2, ZSWAP_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                              -1, 0);
+        ASSERT_TRUE(fence == half + len / 2);
+        ASSERT_OK(zswap_pageout(c, half, len / 2));
+        uint8_t *grown = mremap(half, len / 2, 2 * len, MREMAP_MAYMOVE);
+        ASSERT_TRUE(grown != MAP_FAILED && grown != half);
+        unpoison(grown, 2 * len);
+        ASSERT_EQ(verify_pages(grown, len / 2, hashes + NPAGES / 2), 0);
+        for (size_t i = len / 2; i < 2 * len; i += ZSWAP_PAGE_SIZE)
+                ASSERT_EQ(grown[i], 0);
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
         ASSERT_EQ(s.stored_pages + s.same_pages, 0);
         zswap_disconnect(c);
