@@ -249,20 +249,13 @@ static bool is_own(int fd) {
         return false;
 }
 
-static void say_kept(void) {
-        static atomic_bool said;
-        if (!atomic_exchange_explicit(&said, true, memory_order_relaxed))
-                say("the program closes every descriptor: the ones zswap lives on stay open");
-}
-
 _public_ int close(int fd) {
         if (fd < 0 || zswap_self)
                 return (int)syscall(SYS_close, fd);
         closers_enter();
         if (is_own(fd)) {
                 closers_leave();
-                say_kept();
-                return 0;
+                return 0; /* silently: every subprocess Python starts does this before its exec */
         }
         int r = (int)syscall(SYS_close, fd);
         closers_leave();
@@ -284,7 +277,6 @@ static int close_range_around(unsigned first, unsigned last, int flags) {
                 unsigned o = (unsigned)own[i];
                 if (o < lo || o > last)
                         continue;
-                say_kept();
                 if (o > lo && syscall(SYS_close_range, lo, o - 1, flags) < 0)
                         return -1;
                 flags &= ~CLOSE_RANGE_UNSHARE; /* done by the first call */

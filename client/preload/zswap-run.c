@@ -6,11 +6,15 @@
  * Puts libzswap-preload.so in front of LD_PRELOAD (keeping what the user
  * had there) and executes CMD. The shim does the rest (preload.c); if no
  * daemon answers, CMD runs unmanaged with one line on stderr. A statically
- * linked CMD is not managed (nothing can be preloaded into it).
+ * linked CMD is not managed (nothing can be preloaded into it): said in
+ * one line, and it runs all the same.
  */
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +26,51 @@
 #ifndef ZSWAP_PRELOAD_PATH
 #define ZSWAP_PRELOAD_PATH "/usr/local/lib/libzswap-preload.so"
 #endif
+
+/* Where execvp() finds cmd: itself if it names a path, else the first
+ * executable file of that name in $PATH; false if none. */
+static bool resolve(const char *cmd, char *out, size_t cap) {
+        if (strchr(cmd, '/'))
+                return snprintf(out, cap, "%s", cmd) < (int)cap;
+        const char *path = getenv("PATH");
+        if (!path || !*path)
+                path = "/usr/local/bin:/usr/bin:/bin";
+        for (const char *p = path, *end; *p; p = *end ? end + 1 : end) {
+                end = strchrnul(p, ':');
+                int n = snprintf(out, cap, "%.*s%s%s", (int)(end - p), p, end > p ? "/" : "", cmd);
+                if (n > 0 && n < (int)cap && access(out, X_OK) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* Whether the file is an ELF executable with no program interpreter
+ * (statically linked, static-pie included): no dynamic loader runs in
+ * it, so LD_PRELOAD reaches nothing. Scripts and anything unreadable:
+ * false (their interpreter, or the exec, decides). */
+static bool is_static_elf(const char *file) {
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        Elf64_Ehdr eh;
+        bool interp = false, elf = false;
+
+        if (fd < 0)
+                return false;
+        if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+            eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum < 4096 &&
+            (eh.e_type == ET_EXEC || eh.e_type == ET_DYN)) {
+                elf = true;
+                for (unsigned i = 0; i < eh.e_phnum && !interp; i++) {
+                        Elf64_Phdr ph;
+                        if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != (ssize_t)sizeof(ph)) {
+                                elf = false;
+                                break;
+                        }
+                        interp = ph.p_type == PT_INTERP;
+                }
+        }
+        close(fd);
+        return elf && !interp;
+}
 
 static void help(void) {
         printf("Usage: zswap-run [OPTIONS] [--] CMD [ARGS...]\n\n"
@@ -86,6 +135,10 @@ int main(int argc, char **argv) {
                 return 2;
         }
         const char *shim = preload_path(), *old = getenv("LD_PRELOAD");
+        char file[PATH_MAX];
+        if (resolve(argv[optind], file, sizeof(file)) && is_static_elf(file))
+                fprintf(stderr, "zswap-run: %s is statically linked: nothing can be preloaded into it, so zswapd "
+                                "cannot manage its memory; running it unmanaged\n", argv[optind]);
         if (access(shim, R_OK) < 0) {
                 fprintf(stderr, "zswap-run: %s: %s; running %s unmanaged\n", shim, strerror(errno), argv[optind]);
         } else {

@@ -7,6 +7,7 @@
  * that says what to do, and exit status 1.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -95,10 +96,20 @@ int read_failed(int r, const char *what) {
         return 1;
 }
 
+/* The daemon has no client with that pid: say whether the process exists. */
+void no_client(long pid) {
+        if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+                fprintf(stderr, "zswapctl: no such process: %ld\n", pid);
+        else
+                fprintf(stderr, "zswapctl: process %ld has no memory managed by zswapd (it was not started under "
+                                "zswap-run nor linked with libzswap, or it has not attached yet: zswap-run attaches "
+                                "ZSWAP_ATTACH_MS, 100 ms, after the start)\n", pid);
+}
+
 /* Say why the daemon refused a request about process pid (0: the daemon). */
 int refused(int r, int32_t pid, bool change, const char *what, const char *msg) {
         if (r == -ESRCH)
-                fprintf(stderr, "zswapctl: no zswapd client with pid %d\n", (int)pid);
+                no_client(pid);
         else if (r == -EPERM && pid)
                 fprintf(stderr, "zswapctl: " EPERM_ADMIN " (process %d is another user's)\n", (int)pid);
         else if (r == -EPERM)

@@ -56,7 +56,7 @@ int cmd_pageout(const char *path, int argc, char **argv, bool json) {
         zmsg_init(&q.hdr, ZMSG_PAGEOUT_PID, 2, sizeof(q));
         int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
         if (r == -ESRCH) {
-                fprintf(stderr, "zswapctl: process %ld has no memory managed by zswapd\n", pid);
+                no_client(pid);
                 return 1;
         }
         if (r == -EPERM) {

@@ -68,12 +68,22 @@ static bool tunable_args_fit(const char *key, const char *value) {
         return true;
 }
 
-/* set [--pid PID] KEY VALUE: prints the value now in force */
+/* set [--pid PID] KEY VALUE, or KEY=VALUE as zswapd --set takes it:
+ * prints the value now in force */
 int cmd_set(const char *path, int32_t pid, int argc, char **argv, bool json) {
-        char value[1][ZSWAP_TUNABLE_VALUE_MAX];
+        char value[1][ZSWAP_TUNABLE_VALUE_MAX], key[ZSWAP_TUNABLE_KEY_MAX + 1];
+        char *pair[2];
+        const char *eq = argc == 1 ? strchr(argv[0], '=') : NULL;
 
+        if (eq && (size_t)(eq - argv[0]) < sizeof(key)) {
+                snprintf(key, sizeof(key), "%.*s", (int)(eq - argv[0]), argv[0]);
+                pair[0] = key;
+                pair[1] = (char *)eq + 1;
+                argv = pair;
+                argc = 2;
+        }
         if (argc != 2) {
-                fprintf(stderr, "zswapctl: usage: zswapctl set [--pid PID] KEY VALUE\n");
+                fprintf(stderr, "zswapctl: usage: zswapctl set [--pid PID] KEY VALUE (or KEY=VALUE)\n");
                 return 2;
         }
         if (!tunable_args_fit(argv[0], argv[1]))

@@ -41,7 +41,7 @@ static void help(void) {
                "                      or the part in [ADDR, ADDR+LEN)); prints the pages evicted\n"
                "  limit PID SIZE|none keep a program's resident managed memory under SIZE\n"
                "                      (64M, 1.5G, 10%% of RAM; 0 or none: no limit)\n"
-               "  set KEY VALUE       change a daemon-wide tunable (admin); prints the value in force\n"
+               "  set KEY VALUE       change a daemon-wide tunable (admin; KEY=VALUE too); prints the value in force\n"
                "  set --pid PID KEY VALUE\n"
                "                      a program's own limit, idle_age or reclaim (yes/no)\n"
                "  get [--pid PID] [KEY]\n"

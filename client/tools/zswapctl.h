@@ -70,6 +70,7 @@ int ctl_expect(int fd, void *msg, size_t len, void *reply, size_t cap, uint16_t 
 int ctl_connect(const char *path);
 int read_failed(int r, const char *what);
 int refused(int r, int32_t pid, bool change, const char *what, const char *msg);
+void no_client(long pid);
 
 /* ---- zswapctl-output.c ---- */
 void json_string(const char *s);

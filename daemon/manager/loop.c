@@ -441,8 +441,9 @@ int manager_run(Manager *m) {
                                 }
                                 /* a counter, relaxed: it orders nothing (core.h) */
                                 if (atomic_load_explicit(&m->core.move_misreports, memory_order_relaxed))
-                                        log_info("%llu pages were moved otherwise than UFFDIO_MOVE reported "
-                                                 "(decided from pagemap, evict.c)",
+                                        log_info("%llu pages were moved otherwise than the clients' agents "
+                                                 "reported (a UFFDIO_MOVE's count can be off, or an agent "
+                                                 "can lie): each was decided from pagemap, none was lost",
                                                  (unsigned long long)atomic_load_explicit(&m->core.move_misreports,
                                                                                           memory_order_relaxed));
                         } else

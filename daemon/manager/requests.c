@@ -205,8 +205,8 @@ static int steerable(Manager *m, Conn *c, int32_t pid) {
         int found = 0;
         bool allowed = false;
 
-        if (pid == 0)
-                return c->mm && c->role == ZROLE_CLIENT ? 1 : -ESRCH;
+        if (pid == 0) /* the sender's own: a client, or a fork child that took its address space over */
+                return c->mm && (c->role == ZROLE_CLIENT || c->role == ZROLE_CHILD) ? 1 : -ESRCH;
         if (pid < 0)
                 return -EINVAL;
         for (MMClient *mm = m->mms; mm; mm = mm->next) {
@@ -235,11 +235,17 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
                 return r;
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (steer_target(c, mm, q->pid)) {
+                        /* said when an operator sets it, or when it comes or
+                         * goes; the preload shim's adjustments to what the
+                         * process holds unmanaged (about one a second while
+                         * it grows) only for debugging */
+                        bool news = c->role == ZROLE_CONTROL || !mm->rc.limit_set || !mm->rc.limit != !q->bytes;
+                        log_msg(news ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG, "pid %d: resident limit %llu bytes%s",
+                                (int)mmclient_pid(mm), (unsigned long long)q->bytes,
+                                c->role == ZROLE_CONTROL ? " (zswapctl)" : "");
                         mm->rc.limit = q->bytes;
                         mm->rc.limit_set = true;
                         mm->rc.measured_ms = 0;
-                        log_info("pid %d: resident limit %llu bytes", (int)mmclient_pid(mm),
-                                 (unsigned long long)q->bytes);
                 }
         reclaim_soon(&m->reclaim); /* act on it now */
         return 0;

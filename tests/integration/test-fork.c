@@ -1,7 +1,8 @@
 /*
  * test-fork: fork after eviction. Parent and child each see the content as
  * it was at the fork, then diverge independently: what one writes (and
- * evicts again) the other never sees.
+ * evicts again) the other never sees. The child sets a resident limit of
+ * its own.
  */
 #include <sys/wait.h>
 
@@ -29,6 +30,13 @@ static int child_main(struct zswap_client *c, uint8_t *buf, const uint64_t *orig
                 return 11;
         if (verify_pages(buf, NPAGES * ZSWAP_PAGE_SIZE, mine) != 0)
                 return 12;
+        /* its own limit, as a worker of a service under one sets it (the
+         * daemon once refused a fork child's with ESRCH) */
+        int r = zswap_set_limit(c, 64 << 20);
+        if (r != 0) {
+                fprintf(stderr, "child: zswap_set_limit: %s\n", strerror(-r));
+                return 13;
+        }
         zswap_disconnect(c);
         return 0;
 }

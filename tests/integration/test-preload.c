@@ -249,6 +249,45 @@ static void shell(TestDaemon *d) {
         ASSERT_TRUE(attached >= 200);
 }
 
+/* A shell under --limit whose subshells attach and exit, and a Python
+ * that starts a subprocess: nothing is said on the program's stderr (fork
+ * children once had their share of the limit refused, "No such process",
+ * one line each; Python's subprocess children, which close every
+ * descriptor before their exec, one line each), and the daemon logs each
+ * process's limit once at most (the shim's adjustments, about one a
+ * second a process, only for debugging). */
+static void quiet(TestDaemon *d) {
+        unsigned before = td_log_count(d, "attached");
+        unsigned limits = td_log_count(d, "resident limit");
+        char *out = sh("ZSWAP_ATTACH_MS=0 timeout %d %s --socket %s --limit 48M -- bash -c "
+                       "'for i in $(seq 20); do ( x=$(echo $i; sleep 0.05); sleep 0.05; [ \"$x\" = $i ] || exit 3 ); "
+                       "done; echo ok' 2>&1",
+                       TEST_WAIT_S, run_path, d->sock);
+        ASSERT_STREQ(out, "ok");
+        out = sh("ZSWAP_ATTACH_MS=0 timeout %d %s --socket %s -- python3 -c "
+                 "'import subprocess, time; time.sleep(0.2); print(subprocess.run([\"echo\", \"ok\"], "
+                 "capture_output=True, text=True).stdout.strip())' 2>&1",
+                 TEST_WAIT_S, run_path, d->sock);
+        ASSERT_STREQ(out, "ok");
+        unsigned attached = td_log_count(d, "attached") - before;
+        limits = td_log_count(d, "resident limit") - limits;
+        fprintf(stderr, "quiet: %u processes attached, %u limit lines logged, nothing on stderr\n", attached, limits);
+        ASSERT_TRUE(attached >= 20);
+        ASSERT_TRUE(limits <= attached);
+}
+
+/* A statically linked program: zswap-run says in one line that it cannot
+ * manage it, and runs it. */
+static void static_cmd(TestDaemon *d) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s", victim_path);
+        strcpy(strrchr(path, '/'), "/static-victim");
+        char *out = sh("%s --socket %s -- %s 2>&1", run_path, d->sock, path);
+        if (!strstr(out, "is statically linked: nothing can be preloaded into it") || !strstr(out, "static ok"))
+                test_fail("static: zswap-run said: %s", out);
+        fprintf(stderr, "static: %s\n", out);
+}
+
 /* A process that ends before it attaches never maps the codec libraries
  * (codec.c, CODEC_DLOPEN: they cost a short process a third of the
  * shim's price); one that attached has them, as its own (RTLD_LOCAL). */
@@ -417,6 +456,8 @@ int main(void) {
                 t = now_ns();                                                                              \
         } while (0)
         PHASE("shell", shell(&d));
+        PHASE("quiet", quiet(&d));
+        PHASE("static", static_cmd(&d));
         PHASE("churn", churn(&d));
         PHASE("python", python(&d, 0));
         PHASE("python --limit", python(&d, 64));

@@ -76,6 +76,16 @@ static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, 
         out = run(cmd, &st);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "has no memory managed by zswapd"))
                 test_fail("pageout of init: status %#x, '%s'", st, out);
+        /* a process that is no more: said so, not "no memory managed" */
+        pid_t gone = fork();
+        ASSERT_TRUE(gone >= 0);
+        if (gone == 0)
+                _exit(0);
+        ASSERT_EQ(waitpid(gone, NULL, 0), gone);
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d 2>&1", ctl, d->sock, (int)gone);
+        out = run(cmd, &st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "no such process"))
+                test_fail("pageout of an exited process: status %#x, '%s'", st, out);
         snprintf(cmd, sizeof(cmd), "%s --socket %s pageout 12x 2>&1", ctl, d->sock);
         out = run(cmd, &st);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, "not a process id"))
@@ -116,6 +126,11 @@ static void tunables(const char *ctl, TestDaemon *d) {
         expect(cmd, 0, "interval = 500ms\n");
         snprintf(cmd, sizeof(cmd), "%s get interval", pre);
         expect(cmd, 0, "interval = 500ms\n");
+        /* KEY=VALUE, as zswapd --set takes it */
+        snprintf(cmd, sizeof(cmd), "%s set interval=0.25", pre);
+        expect(cmd, 0, "interval = 250ms\n");
+        snprintf(cmd, sizeof(cmd), "%s set interval=500ms", pre);
+        expect(cmd, 0, "interval = 500ms\n");
         snprintf(cmd, sizeof(cmd), "%s set interval 5ms 2>&1", pre);
         expect(cmd, 1, "interval: 5ms is not a duration between 10ms and 10s");
         snprintf(cmd, sizeof(cmd), "%s set bogus 1 2>&1", pre);
@@ -137,9 +152,9 @@ static void tunables(const char *ctl, TestDaemon *d) {
         snprintf(cmd, sizeof(cmd), "%s limit %d none", pre, pid);
         expect(cmd, 0, "no limit\n");
         snprintf(cmd, sizeof(cmd), "%s limit 1 64M 2>&1", pre);
-        expect(cmd, 1, "no zswapd client with pid 1");
+        expect(cmd, 1, "process 1 has no memory managed by zswapd");
         snprintf(cmd, sizeof(cmd), "%s set --pid 1 idle_age 1m 2>&1", pre);
-        expect(cmd, 1, "no zswapd client with pid 1");
+        expect(cmd, 1, "process 1 has no memory managed by zswapd");
         /* refused before asking */
         snprintf(cmd, sizeof(cmd), "%s limit %d 12x 2>&1", pre, pid);
         expect(cmd, 2, "'12x' is not a size");
