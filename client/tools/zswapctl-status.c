@@ -5,6 +5,7 @@
  * status_fetch() is metrics' source too.
  */
 #include <string.h>
+#include <strings.h>
 #include <stdio.h>
 
 #include "macro.h"
@@ -32,7 +33,12 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("pool_limit_bytes", K_SIZE, st->pool_bound);
         ADD("compressed_bytes", K_SIZE, s->compressed_bytes);
         ADD("original_bytes", K_SIZE, s->original_bytes);
+        /* what memory the pool takes, its free slots included (pages that
+         * came back leave them until compaction) */
         ADD_REAL("ratio", s->pool_bytes ? (double)s->original_bytes / (double)s->pool_bytes : 0, !s->pool_bytes);
+        /* what the codec made of the pages held: clients' RATIO, summed */
+        ADD_REAL("compression_ratio", s->compressed_bytes ? (double)s->original_bytes / (double)s->compressed_bytes : 0,
+                 !s->compressed_bytes);
         ADD("stored_pages", K_COUNT, s->stored_pages);
         ADD("same_filled_pages", K_COUNT, s->same_pages);
         ADD("incompressible_pages", K_COUNT, s->incompressible_pages);
@@ -135,12 +141,24 @@ int cmd_status(const Opts *o) {
         if (r < 0)
                 return read_failed(r, "status");
         n = status_fields(&st, f);
+        /* in the order -o names them, as clients -o keeps its columns */
+        size_t order[ELEMENTSOF(f)], norder = 0;
+        for (const char *p = o->columns; p && *p && norder < ELEMENTSOF(order);) {
+                size_t l = strcspn(p, ",");
+                for (size_t i = 0; i < n; i++)
+                        if (strlen(f[i].name) == l && strncasecmp(p, f[i].name, l) == 0) {
+                                order[norder++] = i;
+                                break;
+                        }
+                p += l + (p[l] == ',');
+        }
+        for (size_t i = 0; !o->columns && i < n; i++)
+                order[norder++] = i;
         if (o->json)
                 printf("{");
-        for (size_t i = 0, shown = 0; i < n; i++) {
+        for (size_t k = 0, shown = 0; k < norder; k++) {
+                size_t i = order[k];
                 char buf[64];
-                if (o->columns && !list_has(o->columns, f[i].name))
-                        continue;
                 if (o->json) {
                         printf("%s\"%s\": ", shown++ ? ", " : "", f[i].name);
                         field_json(&f[i]);

@@ -15,6 +15,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager-internal.h"
+#include "report.h"
 #include "users.h"
 #include "util.h"
 
@@ -91,6 +92,7 @@ void mm_retire(Manager *m, MMClient *mm) {
         if (mm->ft)
                 fault_unwatch(&m->core, mm);
         mm_unlink(m, mm);
+        report_retire(m, mm);
         mmclient_unref(mm);
 }
 

@@ -95,11 +95,22 @@ void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         pool_shared_stats(m->core.pools, &ps);
         s->pool_bytes = ps.pool_bytes;
         /* global counters outlive the clients they counted */
+        s->refaults += m->report.retired.refaults;
+        s->clean_reevictions += m->report.retired.clean_reevictions;
+        s->reclaim_evictions += m->report.retired.reclaim_evictions;
+        s->thrash_backoffs += m->report.retired.thrash_backoffs;
         s->evictions = atomic_load_explicit(&m->core.evictions, memory_order_relaxed);
         s->faults = atomic_load_explicit(&m->core.faults, memory_order_relaxed);
         s->faults_zero = atomic_load_explicit(&m->core.faults_zero, memory_order_relaxed);
         s->prefetches = atomic_load_explicit(&m->core.prefetches, memory_order_relaxed);
         s->pool_full_events = atomic_load_explicit(&m->core.pool_full_events, memory_order_relaxed);
+}
+
+void report_retire(Manager *m, MMClient *mm) {
+        m->report.retired.refaults += atomic_load_explicit(&mm->st.refaults, memory_order_relaxed);
+        m->report.retired.clean_reevictions += atomic_load_explicit(&mm->st.clean_reevictions, memory_order_relaxed);
+        m->report.retired.reclaim_evictions += atomic_load_explicit(&mm->st.reclaim_evictions, memory_order_relaxed);
+        m->report.retired.thrash_backoffs += atomic_load_explicit(&mm->st.thrash_backoffs, memory_order_relaxed);
 }
 
 int report_stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {

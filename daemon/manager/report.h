@@ -23,7 +23,16 @@ typedef struct ReportState {
         unsigned next;    /* slot the next sample goes to */
         unsigned nsamples;
         uint64_t last_ms; /* when the last sample was taken */
+        /* the event counters of the clients gone (report_retire()): the
+         * daemon's totals count for its whole life, like evictions */
+        struct {
+                uint64_t refaults, clean_reevictions, reclaim_evictions, thrash_backoffs;
+        } retired;
 } ReportState;
+
+/* mm leaves for good (mm_retire()): its event counters stay in the
+ * daemon's totals. */
+void report_retire(Manager *m, MMClient *mm);
 
 /* Once per tick or so: samples the counters once a second. */
 void report_tick(Manager *m);

@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "protocol.h"
+#include "util.h"
 
 static double now_s(void) {
         struct timespec ts;
@@ -171,7 +173,20 @@ static void test_limit(void) {
         ASSERT_EQ(s.limit_bytes, 0);
         ASSERT_TRUE(present_pages(buf, len) == len / ZSWAP_PAGE_SIZE);
         ASSERT_EQ(verify_pages(buf, len, h), 0);
+        /* the daemon's totals outlive the client, as evictions do */
+        uint64_t mine = client_stats(c).reclaim_evictions, refaults = client_stats(c).refaults;
         zswap_disconnect(c);
+        struct ZMsgStatusReply st;
+        uint64_t t0 = now_ns();
+        do
+                td_status(&d, &st);
+        while (st.stats.clients != 0 && now_ns() - t0 < TEST_WAIT_S * 1000000000ull && (sleep_ms(20), true));
+        fprintf(stderr, "after the client left: %llu clients, reclaim_evictions %llu (it had %llu), refaults %llu "
+                "(%llu)\n", (unsigned long long)st.stats.clients, (unsigned long long)st.stats.reclaim_evictions,
+                (unsigned long long)mine, (unsigned long long)st.stats.refaults, (unsigned long long)refaults);
+        ASSERT_EQ(st.stats.clients, 0);
+        ASSERT_TRUE(st.stats.reclaim_evictions >= mine && mine > 0);
+        ASSERT_TRUE(st.stats.refaults >= refaults);
         td_stop(&d);
         free(h);
 }

@@ -245,12 +245,14 @@ static void status_after_faults(const char *pre, struct zswap_client *c) {
         if (!strstr(out, "\"evictions_per_s\": null") && json_real(out, "evictions_per_s") < 0)
                 test_fail("evictions_per_s: %s", out);
 
-        /* -o picks fields, --no-headings leaves the values */
-        snprintf(cmd, sizeof(cmd), "%s status --bytes -o stored_pages,registered_bytes --no-headings", pre);
+        /* -o picks fields, in the order it names them (registered_bytes
+         * comes after stored_pages in the full list); --no-headings leaves
+         * the values */
+        snprintf(cmd, sizeof(cmd), "%s status --bytes -o registered_bytes,stored_pages --no-headings", pre);
         out = run(cmd, &st);
         char want[96];
-        snprintf(want, sizeof(want), "%llu\n%llu\n", (unsigned long long)s.stored_pages,
-                 (unsigned long long)s.registered_bytes);
+        snprintf(want, sizeof(want), "%llu\n%llu\n", (unsigned long long)s.registered_bytes,
+                 (unsigned long long)s.stored_pages);
         if (st != 0 || strcmp(out, want) != 0)
                 test_fail("status -o: status %#x, '%s', not '%s'", st, out, want);
         snprintf(cmd, sizeof(cmd), "%s status -o pool_bytes,bogus 2>&1", pre);
@@ -580,6 +582,13 @@ int main(void) {
         ASSERT_EQ(json_field(out, "stored_pages") + json_field(out, "same_filled_pages"), (unsigned long long)n);
         ASSERT_EQ(json_field(out, "original_bytes"), (unsigned long long)n * ZSWAP_PAGE_SIZE);
         ASSERT_EQ(json_field(out, "compressed_bytes"), s.compressed_bytes);
+        /* the codec's ratio, as clients shows it; ratio counts the pool's memory */
+        if (s.compressed_bytes) {
+                double want = (double)n * ZSWAP_PAGE_SIZE / (double)s.compressed_bytes;
+                double got = json_real(out, "compression_ratio");
+                if (got < want * 0.99 || got > want * 1.01)
+                        test_fail("compression_ratio %.3f, not %.3f", got, want);
+        }
         ASSERT_EQ(json_field(out, "clients"), 1);
         ASSERT_TRUE(json_field(out, "pool_bytes") >= s.compressed_bytes);
         /* reclaim's counters: everything was paged out, none of it resident */
