@@ -26,6 +26,10 @@
 #include "protocol.h"
 #include "zswapctl.h"
 
+#ifndef ZSWAP_PRELOAD_PATH
+#define ZSWAP_PRELOAD_PATH "/usr/local/lib/libzswap-preload.so"
+#endif
+
 #ifndef ZSWAP_VERSION
 #define ZSWAP_VERSION "unknown"
 #endif
@@ -45,7 +49,11 @@ static void help(void) {
                "  set --pid PID KEY VALUE\n"
                "                      a program's own limit, idle_age or reclaim (yes/no)\n"
                "  get [--pid PID] [KEY]\n"
-               "                      tunables in force, all or one, as key = value lines\n\n"
+               "                      tunables in force, all or one, as key = value lines\n"
+               "  enable UNIT [--limit SIZE]\n"
+               "                      put a systemd service under zswapd (a drop-in in\n"
+               "                      /etc/systemd/system/UNIT.d/zswap.conf; applies at its next start)\n"
+               "  disable UNIT        remove that drop-in\n\n"
                "Options:\n"
                "  -s, --socket PATH   daemon socket (default $ZSWAP_SOCKET or %s)\n"
                "  -p, --pid PID       set/get: a program's own settings, not the daemon's\n"
@@ -53,6 +61,9 @@ static void help(void) {
                "  -b, --bytes         sizes in bytes, times in ns\n"
                "  -o, --output LIST   clients: columns to print, comma-separated; status: fields\n"
                "  -n, --no-headings   clients: no header line; status: values only\n"
+               "      --limit SIZE    enable: each of the service's processes' resident limit\n"
+               "      --root DIR      enable, disable: the system's files under DIR, not /\n"
+               "      --preload PATH  enable: the shim to preload (default %s)\n"
                "  -h, --help          this help\n"
                "  -V, --version       the version\n\n"
                "Columns of clients (default " DEFAULT_COLUMNS "):\n"
@@ -67,11 +78,11 @@ static void help(void) {
                "Admin commands (another user's process, daemon-wide settings) need root or\n"
                "group zswap. Exit status: 0 done, 1 refused or failed, 2 usage.\n\n"
                "See zswapctl(8).\n",
-               ZSWAP_DEFAULT_SOCKET);
+               ZSWAP_DEFAULT_SOCKET, ZSWAP_PRELOAD_PATH);
 }
 
 /* Options that only some commands take: a usage error elsewhere. */
-static bool options_fit(const char *cmd, const Opts *o) {
+static bool options_fit(const char *cmd, const Opts *o, const UnitOpts *u) {
         bool table = strcmp(cmd, "clients") == 0 || strcmp(cmd, "status") == 0;
 
         if (o->pid && strcmp(cmd, "set") != 0 && strcmp(cmd, "get") != 0) {
@@ -80,6 +91,14 @@ static bool options_fit(const char *cmd, const Opts *o) {
         }
         if ((o->columns || o->no_headings) && !table) {
                 fprintf(stderr, "zswapctl: -o and --no-headings are for clients and status\n");
+                return false;
+        }
+        if ((u->limit || u->preload) && strcmp(cmd, "enable") != 0) {
+                fprintf(stderr, "zswapctl: --limit and --preload are for enable (limit takes PID SIZE)\n");
+                return false;
+        }
+        if (u->root && strcmp(cmd, "enable") != 0 && strcmp(cmd, "disable") != 0) {
+                fprintf(stderr, "zswapctl: --root is for enable and disable\n");
                 return false;
         }
         if (o->json && strcmp(cmd, "metrics") == 0) {
@@ -100,14 +119,21 @@ int main(int argc, char **argv) {
                 { "noheadings", no_argument, NULL, 'n' }, /* zramctl's spelling */
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
+                { "limit", required_argument, NULL, 'L' },
+                { "root", required_argument, NULL, 'R' },
+                { "preload", required_argument, NULL, 'P' },
                 {}
         };
         Opts o = { .path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET };
+        UnitOpts u = { .socket = getenv("ZSWAP_SOCKET") };
         int c;
 
         while ((c = getopt_long(argc, argv, "s:Jbp:o:nhV", opts, NULL)) >= 0) {
                 switch (c) {
-                case 's': o.path = optarg; break;
+                case 's': o.path = u.socket = optarg; break;
+                case 'L': u.limit = optarg; break;
+                case 'R': u.root = optarg; break;
+                case 'P': u.preload = optarg; break;
                 case 'J': o.json = true; break;
                 case 'b': o.bytes = true; break;
                 case 'o': o.columns = optarg; break;
@@ -126,10 +152,10 @@ int main(int argc, char **argv) {
         const char *cmd = optind < argc ? argv[optind] : "status";
         int n = optind < argc ? argc - optind - 1 : 0;
         char **args = argv + optind + 1;
-        if (!options_fit(cmd, &o))
+        if (!options_fit(cmd, &o, &u))
                 return 2;
         bool takes_args = strcmp(cmd, "pageout") == 0 || strcmp(cmd, "limit") == 0 || strcmp(cmd, "set") == 0 ||
-                          strcmp(cmd, "get") == 0;
+                          strcmp(cmd, "get") == 0 || strcmp(cmd, "enable") == 0 || strcmp(cmd, "disable") == 0;
         if (n > 0 && !takes_args) {
                 fprintf(stderr, "zswapctl: %s takes no arguments (see zswapctl --help)\n", cmd);
                 return 2;
@@ -148,6 +174,10 @@ int main(int argc, char **argv) {
                 return cmd_set(o.path, o.pid, n, args, o.json);
         if (strcmp(cmd, "get") == 0)
                 return cmd_get(o.path, o.pid, n, args, o.json);
+        if (strcmp(cmd, "enable") == 0)
+                return cmd_enable(&u, n, args);
+        if (strcmp(cmd, "disable") == 0)
+                return cmd_disable(&u, n, args);
         fprintf(stderr, "zswapctl: unknown command '%s' (see zswapctl --help)\n", cmd);
         return 2;
 }

@@ -64,6 +64,18 @@ enum {
 
 #pragma GCC visibility push(hidden)
 
+/* enable/disable's options */
+typedef struct UnitOpts {
+        const char *limit;   /* --limit, NULL: none */
+        const char *root;    /* --root, NULL: / */
+        const char *preload; /* --preload, NULL: the installed shim */
+        const char *socket;  /* --socket or $ZSWAP_SOCKET if given, else NULL */
+} UnitOpts;
+
+/* ---- zswapctl-units.c ---- */
+int cmd_enable(const UnitOpts *u, int argc, char **argv);
+int cmd_disable(const UnitOpts *u, int argc, char **argv);
+
 /* ---- zswapctl-conn.c ---- */
 int ctl_request(int fd, void *msg, size_t len, void *reply, size_t cap);
 int ctl_expect(int fd, void *msg, size_t len, void *reply, size_t cap, uint16_t want);

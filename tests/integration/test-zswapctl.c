@@ -10,7 +10,9 @@
  * client, a value that does not parse, a usage error.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -19,6 +21,7 @@
 #include "harness.h"
 #include "protocol.h"
 #include "tunable-keys.h"
+#include "util.h"
 
 static char *run(const char *cmd, int *status) {
         static char out[65536];
@@ -552,6 +555,126 @@ static void metrics(const char *pre, struct zswap_client *c) {
         expect(cmd, 2, "no --json");
 }
 
+/* The limit zswapctl clients shows for pid, in bytes (0: none); -1 while
+ * pid is not a client. */
+static long long client_limit(const char *pre, pid_t pid) {
+        char cmd[PATH_MAX + 256];
+        int st, p;
+        long long limit;
+        snprintf(cmd, sizeof(cmd), "%s clients -o pid,limit --bytes --no-headings", pre);
+        char *out = run(cmd, &st);
+        for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+                char l[32];
+                if (sscanf(line, "%d %31s", &p, l) == 2 && p == pid)
+                        return sscanf(l, "%lld", &limit) == 1 ? limit : 0;
+        }
+        return -1;
+}
+
+/*
+ * enable/disable: a drop-in for a systemd service under a root of our own
+ * (--root), the preload library in it where the drop-in says; systemd's
+ * own checker accepts it without a word; a process started with the
+ * environment it gives, as systemd would start the service, becomes a
+ * client of the daemon with the limit; names that could reach outside the
+ * drop-in directory, or name another type of unit, are refused.
+ */
+static void units(const char *ctl, TestDaemon *d) {
+        char root[] = "/tmp/zswapctl-units-XXXXXX", lib[PATH_MAX], path[3 * PATH_MAX], cmd[4 * PATH_MAX];
+        char pre[PATH_MAX + 128], line[PATH_MAX + 64], env[4][PATH_MAX + 64];
+        int st, nenv = 0;
+
+        ASSERT_TRUE(mkdtemp(root));
+        snprintf(lib, sizeof(lib), "%s", ctl);
+        strcpy(strrchr(lib, '/'), "/../preload/libzswap-preload.so");
+        char real[PATH_MAX];
+        ASSERT_TRUE(realpath(lib, real));
+        snprintf(lib, sizeof(lib), "%s", real);
+        static char mk[8 * PATH_MAX];
+        snprintf(mk, sizeof(mk), "mkdir -p %s%s && rmdir %s%s && ln -s %s %s%s", root, lib, root, lib, lib, root, lib);
+        ASSERT_EQ(system(mk), 0);
+        snprintf(pre, sizeof(pre), "%s --socket %s", ctl, d->sock);
+
+        snprintf(cmd, sizeof(cmd), "%s enable foo --limit 64M --root %s --preload %s", pre, root, lib);
+        expect(cmd, 0, "foo.service: enabled");
+        snprintf(path, sizeof(path), "%s/etc/systemd/system/foo.service.d/zswap.conf", root);
+        FILE *f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        bool wants = false;
+        while (fgets(line, sizeof(line), f)) {
+                wants |= strcmp(line, "Wants=zswapd.socket\n") == 0;
+                if (strncmp(line, "Environment=\"", 13) == 0 && nenv < 4) {
+                        snprintf(env[nenv], sizeof(env[nenv]), "%s", line + 13);
+                        *strrchr(env[nenv++], '"') = 0;
+                }
+        }
+        fclose(f);
+        ASSERT_TRUE(wants);
+        ASSERT_EQ(nenv, 3);
+        snprintf(line, sizeof(line), "LD_PRELOAD=%s", lib);
+        ASSERT_STREQ(env[0], line);
+        ASSERT_STREQ(env[1], "ZSWAP_LIMIT=67108864");
+        snprintf(line, sizeof(line), "ZSWAP_SOCKET=%s", d->sock);
+        ASSERT_STREQ(env[2], line);
+
+        /* systemd's checker: the unit with its drop-in, not a word */
+        if (system("command -v systemd-analyze >/dev/null 2>&1") == 0) {
+                snprintf(path, sizeof(path), "%s/etc/systemd/system/foo.service", root);
+                f = fopen(path, "we");
+                ASSERT_TRUE(f);
+                fprintf(f, "[Unit]\nDescription=a service under zswapd\n[Service]\nExecStart=/bin/sleep 1\n");
+                fclose(f);
+                snprintf(cmd, sizeof(cmd), "systemd-analyze verify %s 2>&1", path);
+                char *out = run(cmd, &st);
+                if (st != 0 || *out)
+                        test_fail("systemd-analyze verify of the unit with its drop-in: status %#x:\n%s", st, out);
+                unlink(path);
+        } else
+                fprintf(stderr, "units: no systemd-analyze here, the drop-in is not verified\n");
+
+        /* started as systemd starts it: with the drop-in's environment */
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                for (int i = 0; i < nenv; i++)
+                        putenv(env[i]);
+                setenv("ZSWAP_ATTACH_MS", "0", 1);
+                execl("/bin/sleep", "sleep", "60", (char *)NULL);
+                _exit(127);
+        }
+        long long limit = -1;
+        for (uint64_t t0 = now_ns(); (limit = client_limit(pre, pid)) <= 0; usleep(20000))
+                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull)
+                        test_fail("units: the process started with the drop-in's environment is no client with a "
+                                  "limit after %d s (limit %lld)", TEST_WAIT_S, limit);
+        kill(pid, SIGKILL);
+        ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+        fprintf(stderr, "units: started with the drop-in's environment, pid %d is a client, limit %lld bytes\n",
+                (int)pid, limit);
+        ASSERT_TRUE(limit > (16 << 20) && limit <= (64 << 20));
+
+        /* names and paths that are refused, nothing written */
+        snprintf(cmd, sizeof(cmd), "%s enable ../../etc/passwd --root %s --preload %s 2>&1", pre, root, lib);
+        expect(cmd, 2, "is not a service unit name");
+        snprintf(cmd, sizeof(cmd), "%s enable foo.socket --root %s --preload %s 2>&1", pre, root, lib);
+        expect(cmd, 2, "is not a service unit name");
+        snprintf(cmd, sizeof(cmd), "%s enable bar --root %s --preload lib.so 2>&1", pre, root);
+        expect(cmd, 1, "is not a plain absolute path");
+        snprintf(cmd, sizeof(cmd), "%s enable bar --limit lots --root %s --preload %s 2>&1", pre, root, lib);
+        expect(cmd, 2, "'lots' is not a size");
+        snprintf(cmd, sizeof(cmd), "%s limit 1 64M --root %s 2>&1", pre, root);
+        expect(cmd, 2, "--root is for enable and disable");
+
+        snprintf(cmd, sizeof(cmd), "%s disable foo.service --root %s", pre, root);
+        expect(cmd, 0, "foo.service: disabled");
+        snprintf(path, sizeof(path), "%s/etc/systemd/system/foo.service.d", root);
+        ASSERT_TRUE(access(path, F_OK) < 0 && errno == ENOENT);
+        snprintf(cmd, sizeof(cmd), "%s disable foo --root %s 2>&1", pre, root);
+        expect(cmd, 1, "foo.service is not enabled");
+        snprintf(path, sizeof(path), "rm -rf %s", root);
+        ASSERT_EQ(system(path), 0);
+}
+
 int main(void) {
         TestDaemon d;
         static uint64_t hashes[4096];
@@ -623,6 +746,7 @@ int main(void) {
         ASSERT_EQ(verify_pages(buf, sizeof(hashes) / 8 * ZSWAP_PAGE_SIZE, hashes), 0);
         pageout_pid(ctl, &d, c, buf, hashes);
         tunables(ctl, &d);
+        units(ctl, &d);
         zswap_disconnect(c);
         td_stop(&d);
 
