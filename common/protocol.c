@@ -39,6 +39,8 @@ size_t zmsg_expected_size(uint16_t type) {
                 return sizeof(ZMsgPageoutPid);
         case ZMSG_SET_LIMIT:
                 return sizeof(ZMsgLimit);
+        case ZMSG_SET_GROUP:
+                return sizeof(ZMsgGroup);
         case ZMSG_TUNABLE_SET:
         case ZMSG_TUNABLE_GET:
         case ZMSG_TUNABLE_REPLY:

@@ -51,6 +51,8 @@ typedef enum ZMsgType {
                                 * failed a check (restore from it yourself) */
         ZMSG_REGIONS,          /* ZMsgRange, addr = where to start, len 0 (role CLIENT); reply
                                 * ZMsgRegionsReply: the client's managed memory as the daemon has it */
+        ZMSG_SET_GROUP,        /* ZMsgGroup (role CLIENT or CHILD): the sender joins a group whose
+                                * members share one resident limit; reply ZMsgReply */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */
@@ -285,6 +287,22 @@ typedef struct ZClientRecord {
         uint64_t tier_pages;           /* of stored_pages, those on the second tier */
         uint64_t tier_bytes;           /* their compressed bytes there (compressed_bytes has their stubs) */
 } ZClientRecord;
+
+/* SET_GROUP: the sender's client joins the group `name` of its user (the
+ * processes one zswap-run started, a systemd unit's), whose members'
+ * managed resident memory is kept under `limit` less what they hold
+ * unmanaged, together, as a cgroup's memory.high keeps a service's
+ * (docs/reclaim.md, "Groups"). `unmanaged`: what this process holds that
+ * the daemon does not manage (its stack, small and locked mappings),
+ * sent again when it changes. name: 1-63 of [A-Za-z0-9._:@-], NUL
+ * after; limit 0 leaves the group. */
+#define ZSWAP_GROUP_NAME_MAX 64
+typedef struct ZMsgGroup {
+        ZMsgHeader hdr;
+        uint64_t limit;
+        uint64_t unmanaged;
+        char name[ZSWAP_GROUP_NAME_MAX];
+} ZMsgGroup;
 
 /* REGIONS: the client's memory the daemon manages (what REGISTER took,
  * less what munmap(), mremap() or UNREGISTER took away since, moved where

@@ -25,4 +25,4 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_INTERVAL] = "interval",
 };
 
-const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", NULL };
+const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", "group", NULL };

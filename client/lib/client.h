@@ -136,6 +136,9 @@ struct zswap_client {
         bool keep_uffd;       /* pages may still be held: never close our uffd */
         bool limit_set;       /* zswap_set_limit() succeeded: repeat it to a new daemon */
         uint64_t limit_bytes;
+        /* zswap_client_set_group() succeeded: repeated to a new daemon too */
+        char group[ZSWAP_GROUP_NAME_MAX];
+        uint64_t group_limit, group_unmanaged;
         Range *ranges;        /* what we registered, for disconnect and re-attach */
         size_t nranges;
         ZswapRecovery recovery; /* what recoveries did (libzswap-internal.h) */

@@ -154,6 +154,12 @@ uint64_t zswap_client_regions_gen(struct zswap_client *c);
  * thread registers meanwhile (the preload shim's). */
 void zswap_client_ranges_set(struct zswap_client *c, const ZswapSpan *spans, size_t n);
 
+/* Join the group `name` (ZMSG_SET_GROUP): the daemon keeps its members'
+ * managed resident memory under `limit` less what they hold unmanaged,
+ * together; `unmanaged` is this process's part. limit 0: leave it.
+ * Repeated to a daemon that takes the client over. 0 or -errno. */
+int zswap_client_set_group(struct zswap_client *c, const char *name, uint64_t limit, uint64_t unmanaged);
+
 /* The fork token of this process's last fork (0: none yet): a random
  * 64-bit value per fork, which the daemon matches at CHILD_ATTACH. For
  * tests. */

@@ -196,6 +196,26 @@ _public_ int zswap_set_limit(struct zswap_client *c, uint64_t bytes) {
         return r;
 }
 
+int zswap_client_set_group(struct zswap_client *c, const char *name, uint64_t limit, uint64_t unmanaged) {
+        ZMsgGroup q = { .limit = limit, .unmanaged = unmanaged };
+        int saved = errno, r;
+
+        if (!c || !name || strlen(name) >= sizeof(q.name))
+                return -EINVAL;
+        memcpy(q.name, name, strlen(name) + 1);
+        zmsg_init(&q.hdr, ZMSG_SET_GROUP, 0, sizeof(q));
+        r = request(c, &q, sizeof(q), NULL, 0, NULL, 0, NULL, NULL);
+        if (r == 0) {
+                pthread_mutex_lock(&c->lock);
+                memcpy(c->group, q.name, sizeof(c->group));
+                c->group_limit = limit;
+                c->group_unmanaged = unmanaged;
+                pthread_mutex_unlock(&c->lock);
+        }
+        errno = saved;
+        return r;
+}
+
 _public_ int zswap_set_reconnect_timeout(struct zswap_client *c, unsigned timeout_ms) {
         if (!c)
                 return -EINVAL;

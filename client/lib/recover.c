@@ -122,11 +122,17 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *spare)
 static void resend_limit(struct zswap_client *c, int sock) {
         pthread_mutex_lock(&c->lock);
         ZMsgLimit q = { .pid = 0, .bytes = c->limit_bytes };
+        ZMsgGroup g = { .limit = c->group_limit, .unmanaged = c->group_unmanaged };
+        memcpy(g.name, c->group, sizeof(g.name));
         bool limit = c->limit_set;
         pthread_mutex_unlock(&c->lock);
         if (limit) {
                 zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 0, sizeof(q));
                 (void)agent_call(c, sock, &q, sizeof(q), NULL, 0, NULL, NULL);
+        }
+        if (g.limit) {
+                zmsg_init(&g.hdr, ZMSG_SET_GROUP, 0, sizeof(g));
+                (void)agent_call(c, sock, &g, sizeof(g), NULL, 0, NULL, NULL);
         }
 }
 

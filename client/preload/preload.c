@@ -804,6 +804,12 @@ static uint64_t rss_anon(void) {
  * the unmanaged part take RssAnon over it).
  */
 static uint64_t limit_sent;
+/* ZSWAP_GROUP: the limit is the group's (every process zswap-run started,
+ * a systemd unit's), shared with its other members by the daemon
+ * (docs/reclaim.md, "Groups"); this process tells what it holds unmanaged,
+ * again when that fell by 1 MiB or rose by 64 KiB */
+static char group_name[ZSWAP_GROUP_NAME_MAX];
+static uint64_t unmanaged_sent;
 
 static void apply_limit(void) {
         struct zswap_stats st;
@@ -816,6 +822,20 @@ static void apply_limit(void) {
         if (limit_sent && zswap_get_stats(client, ZSWAP_STATS_CLIENT, &st) == 0 && rss > st.resident_bytes)
                 unmanaged = rss - st.resident_bytes;
         unmanaged += 256u << 10;
+        if (group_name[0]) {
+                if (limit_sent && (unmanaged > unmanaged_sent ? unmanaged - unmanaged_sent < (64u << 10)
+                                                              : unmanaged_sent - unmanaged < (1u << 20)))
+                        return;
+                if ((r = zswap_client_set_group(client, group_name, limit_bytes, unmanaged)) < 0) {
+                        say("zswapd refuses the limit of group %s: %s; running without one", group_name,
+                            strerror(-r));
+                        limit_bytes = 0;
+                        return;
+                }
+                limit_sent = limit_bytes;
+                unmanaged_sent = unmanaged;
+                return;
+        }
         want = limit_bytes > unmanaged + limit_bytes / 4 ? limit_bytes - unmanaged : limit_bytes / 4;
         if (limit_sent && (want > limit_sent ? want - limit_sent < (1u << 20) : limit_sent - want < (64u << 10)))
                 return;
@@ -1052,6 +1072,14 @@ __attribute__((constructor)) static void preload_init(void) {
         if ((v = getenv("ZSWAP_LIMIT")) && *v && parse_size(v, &limit_bytes) < 0) {
                 say("ZSWAP_LIMIT=%s is not a size: no limit", v);
                 limit_bytes = 0;
+        }
+        if ((v = getenv("ZSWAP_GROUP")) && *v) {
+                if (strlen(v) < sizeof(group_name) && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                "0123456789._:@-") == strlen(v))
+                        snprintf(group_name, sizeof(group_name), "%s", v);
+                else
+                        say("ZSWAP_GROUP=%s is not a group name (1-63 of A-Z a-z 0-9 . _ : @ -): the limit is this "
+                            "process's alone", v);
         }
         if ((v = getenv("ZSWAP_ATTACH_MS")) && *v)
                 attach_ms = (unsigned)MIN(strtoul(v, NULL, 10), 60000ul);

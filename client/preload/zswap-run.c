@@ -1,7 +1,11 @@
 /*
  * zswap-run: run a program with its memory managed by zswapd.
  *
- *   zswap-run [--socket PATH] [--limit SIZE] [--] CMD [ARGS...]
+ *   zswap-run [--socket PATH] [--limit SIZE | --limit-each SIZE] [--] CMD [ARGS...]
+ *
+ * --limit: one resident limit for CMD and every process it starts (one
+ * group, ZSWAP_GROUP, named after this pid and the time); --limit-each:
+ * the same limit for each of them on its own.
  *
  * Puts libzswap-preload.so in front of LD_PRELOAD (keeping what the user
  * had there) and executes CMD. The shim does the rest (preload.c); if no
@@ -76,7 +80,10 @@ static void help(void) {
         printf("Usage: zswap-run [OPTIONS] [--] CMD [ARGS...]\n\n"
                "Run CMD with its anonymous memory managed (compressed when cold) by zswapd.\n\n"
                "  -s, --socket PATH   daemon socket (default $ZSWAP_SOCKET, then %s)\n"
-               "  -l, --limit SIZE    keep CMD's resident anonymous memory under SIZE (e.g. 512M)\n"
+               "  -l, --limit SIZE    keep the resident anonymous memory of CMD and every process\n"
+               "                      it starts under SIZE, together (e.g. 512M)\n"
+               "      --limit-each SIZE\n"
+               "                      keep each of those processes under SIZE on its own\n"
                "  -h, --help          this help\n\n"
                "See zswap-run(1).\n",
                ZSWAP_DEFAULT_SOCKET);
@@ -104,6 +111,7 @@ int main(int argc, char **argv) {
         static const struct option opts[] = {
                 { "socket", required_argument, NULL, 's' },
                 { "limit", required_argument, NULL, 'l' },
+                { "limit-each", required_argument, NULL, 'e' },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
@@ -117,11 +125,23 @@ int main(int argc, char **argv) {
                         setenv("ZSWAP_SOCKET", optarg, 1);
                         break;
                 case 'l':
+                case 'e':
                         if (parse_size(optarg, &limit) < 0 || limit == 0) {
-                                fprintf(stderr, "zswap-run: --limit takes a size such as 512M or 2G, not '%s'\n", optarg);
+                                fprintf(stderr, "zswap-run: --%s takes a size such as 512M or 2G, not '%s'\n",
+                                        c == 'l' ? "limit" : "limit-each", optarg);
                                 return 2;
                         }
                         setenv("ZSWAP_LIMIT", optarg, 1);
+                        if (c == 'l') {
+                                /* one group for the tree we start: this pid and
+                                 * when, so that no later zswap-run of the same
+                                 * pid joins it */
+                                char group[64];
+                                snprintf(group, sizeof(group), "run:%d:%llu", (int)getpid(),
+                                         (unsigned long long)(now_ns() / 1000000));
+                                setenv("ZSWAP_GROUP", group, 1);
+                        } else
+                                unsetenv("ZSWAP_GROUP");
                         break;
                 case 'h':
                         help();

@@ -2,8 +2,8 @@
  * zswapctl-units.c: `zswapctl enable UNIT [--limit SIZE]` and `zswapctl
  * disable UNIT`: put a systemd service under zswapd, or take it out, with
  * a drop-in (/etc/systemd/system/UNIT.d/zswap.conf) that preloads the
- * shim into the service's processes and hands it the limit, the socket
- * and nothing else. What zswap-run does for one command line, for a unit.
+ * shim into the service's processes and hands them the limit (one for
+ * them all: the group "unit:NAME"), the socket and nothing else. What zswap-run does for one command line, for a unit.
  *
  * The file is written whole under a temporary name and renamed into place
  * (a reader sees the old one or the new one); the unit name is checked as
@@ -107,6 +107,28 @@ static int make_dirs(const char *dir) {
         return 0;
 }
 
+/* The group a unit's processes share their limit in: "unit:NAME", or for a
+ * name too long or with characters a group name has not, its first part
+ * made plain and a hash of the whole */
+static void unit_group(const char *unit, char *out, size_t cap) {
+        size_t n = strlen(unit);
+        bool plain = n + 5 < ZSWAP_GROUP_NAME_MAX &&
+                     strspn(unit, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@-") == n;
+        if (plain) {
+                snprintf(out, cap, "unit:%s", unit);
+                return;
+        }
+        uint32_t h = 2166136261u; /* FNV-1a */
+        for (const char *p = unit; *p; p++)
+                h = (h ^ (uint8_t)*p) * 16777619u;
+        char part[41] = "";
+        memcpy(part, unit, MIN(n, sizeof(part) - 1));
+        for (char *p = part; *p; p++)
+                if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@-", *p))
+                        *p = '_';
+        snprintf(out, cap, "unit:%s-%08x", part, h);
+}
+
 int cmd_enable(const UnitOpts *u, int argc, char **argv) {
         char unit[NAME_MAX + 1], dir[PATH_MAX], file[PATH_MAX], tmp[PATH_MAX + 16], preload[PATH_MAX];
         uint64_t limit = 0;
@@ -158,10 +180,14 @@ int cmd_enable(const UnitOpts *u, int argc, char **argv) {
                    "[Service]\n"
                    "Environment=\"LD_PRELOAD=%s\"\n",
                 unit, unit, lib);
-        if (limit)
-                fprintf(f, "# one resident limit per process of the service\n"
-                           "Environment=\"ZSWAP_LIMIT=%llu\"\n",
-                        (unsigned long long)limit);
+        if (limit) {
+                char group[ZSWAP_GROUP_NAME_MAX];
+                unit_group(unit, group, sizeof(group));
+                fprintf(f, "# one resident limit for the service's processes together\n"
+                           "Environment=\"ZSWAP_LIMIT=%llu\"\n"
+                           "Environment=\"ZSWAP_GROUP=%s\"\n",
+                        (unsigned long long)limit, group);
+        }
         if (sock)
                 fprintf(f, "Environment=\"ZSWAP_SOCKET=%s\"\n", sock);
         if (fflush(f) != 0 || fsync(fileno(f)) < 0 || fclose(f) != 0 || rename(tmp, file) < 0) {

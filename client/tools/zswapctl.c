@@ -61,7 +61,7 @@ static void help(void) {
                "  -b, --bytes         sizes in bytes, times in ns\n"
                "  -o, --output LIST   clients: columns to print, comma-separated; status: fields\n"
                "  -n, --no-headings   clients: no header line; status: values only\n"
-               "      --limit SIZE    enable: each of the service's processes' resident limit\n"
+               "      --limit SIZE    enable: the resident limit of the service's processes together\n"
                "      --root DIR      enable, disable: the system's files under DIR, not /\n"
                "      --preload PATH  enable: the shim to preload (default %s)\n"
                "  -h, --help          this help\n"

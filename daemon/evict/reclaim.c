@@ -431,8 +431,15 @@ static uint32_t stamp_at(uint64_t ms) {
 }
 
 uint64_t reclaim_client_limit(Reclaim *rc, MMClient *mm) {
-        /* the client's own, else its user's ([users] limit), else the daemon's */
-        return mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : rc->tun.limit;
+        /* the client's own, else its user's ([users] limit), else the
+         * daemon's; and its share of its group's, whichever is lower */
+        uint64_t own = mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : rc->tun.limit;
+        uint64_t group = mm->rc.group[0] ? mm->rc.group_share ? mm->rc.group_share : mm->rc.group_limit : 0;
+        return own && group ? MIN(own, group) : own ? own : group;
+}
+
+static bool same_group(const MMClient *a, const MMClient *b) {
+        return a->uid == b->uid && strcmp(a->rc.group, b->rc.group) == 0;
 }
 
 void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
@@ -448,6 +455,24 @@ void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
         mm->rc.resident = scan_client(rc, mm, now, false);
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
         atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
+}
+
+bool reclaim_group_of(Reclaim *rc, MMClient *mm, unsigned *members, uint64_t *resident, uint64_t *unmanaged,
+                      uint64_t *limit) {
+        *members = 0;
+        *resident = *unmanaged = *limit = 0;
+        if (!mm->rc.group[0])
+                return false;
+        for (MMClient *x = *rc->mms; x; x = x->next)
+                if (x->rc.group[0] && same_group(x, mm) && !atomic_load_explicit(&x->dead, memory_order_relaxed)) {
+                        reclaim_measure(rc, x, false); /* a count younger than 100 ms will do */
+                        (*members)++;
+                        *resident += x->rc.resident << ZSWAP_PAGE_SHIFT;
+                        *unmanaged = *unmanaged + x->rc.group_unmanaged < *unmanaged ? UINT64_MAX
+                                                                                      : *unmanaged + x->rc.group_unmanaged;
+                        *limit = MAX(*limit, x->rc.group_limit);
+                }
+        return true;
 }
 
 /*
@@ -474,14 +499,12 @@ static int64_t client_idle_age(Reclaim *rc, MMClient *mm) {
         return mm->rc.idle_age_ms >= 0 ? mm->rc.idle_age_ms : (int64_t)rc->tun.idle_age_ms;
 }
 
-static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
+/* Count mm's resident pages (and, when due, the pages it wrote) for the
+ * tick: what the policies decide from. False: no policy looks at it. */
+static bool reclaim_count(Reclaim *rc, MMClient *mm, uint64_t now) {
         const Tunables *t = &rc->tun;
-        uint64_t limit = reclaim_client_limit(rc, mm);
-        int64_t idle = client_idle_age(rc, mm);
-
-        atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
-        if (!reclaim_watches(rc, mm, limit, idle))
-                return;
+        if (!reclaim_watches(rc, mm, reclaim_client_limit(rc, mm), client_idle_age(rc, mm)))
+                return false;
         bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
         uint64_t back = mmclient_pages_back(mm); /* before the count: what comes after it is counted next time */
         mm->rc.resident = scan_client(rc, mm, now, write_scan);
@@ -493,7 +516,75 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
                 pindex_walk_meta(mm->index, thrash_cb, &c);
                 mm->rc.thrash_ms = now;
         }
+        return true;
+}
 
+/*
+ * Groups: the members of one (same user, same name: the processes of one
+ * zswap-run, of one systemd unit) share one resident limit, as a cgroup's
+ * memory.high: the group's limit less what its members hold unmanaged
+ * (never less than a quarter of it, as the preload shim's own limit) is
+ * shared out in proportion to what each member has resident, counted
+ * afresh for all of them first. Over it, each gives up the same fraction
+ * of its pages; under it, each may grow by the same fraction, and none is
+ * evicted until the group as a whole is over. A member alone gets it all.
+ */
+static int group_cmp(const void *a, const void *b) {
+        const MMClient *x = *(MMClient *const *)a, *y = *(MMClient *const *)b;
+        return x->uid != y->uid ? (x->uid < y->uid ? -1 : 1) : strcmp(x->rc.group, y->rc.group);
+}
+
+static void groups_share(Reclaim *rc, uint64_t now) {
+        uint64_t tick = ++rc->group_tick;
+        size_t n = 0, cap = 0;
+
+        for (MMClient *mm = *rc->mms; mm; mm = mm->next)
+                cap += mm->rc.group[0] != 0;
+        if (!cap)
+                return;
+        /* the members, sorted by group: each group a run (n log n, not a
+         * walk of the list per group) */
+        MMClient **v = malloc(cap * sizeof(*v));
+        if (!v)
+                return; /* the shares of the last tick stay */
+        for (MMClient *mm = *rc->mms; mm && n < cap; mm = mm->next)
+                if (mm->rc.group[0] && client_managed(mm))
+                        v[n++] = mm;
+        qsort(v, n, sizeof(*v), group_cmp);
+        for (size_t i = 0, j; i < n; i = j) {
+                uint64_t resident = 0, unmanaged = 0, limit = 0;
+                for (j = i; j < n && same_group(v[j], v[i]); j++) {
+                        MMClient *x = v[j];
+                        x->rc.group_tick = tick;
+                        x->rc.group_share = 0; /* counted against the group's whole limit */
+                        if (!reclaim_count(rc, x, now))
+                                x->rc.resident = 0;
+                        resident += x->rc.resident;
+                        /* saturating: a client's word, which may be anything */
+                        unmanaged = unmanaged + x->rc.group_unmanaged < unmanaged ? UINT64_MAX
+                                                                                  : unmanaged + x->rc.group_unmanaged;
+                        limit = MAX(limit, x->rc.group_limit);
+                }
+                uint64_t budget = (unmanaged < limit - limit / 4 ? limit - unmanaged : limit / 4) >> ZSWAP_PAGE_SHIFT;
+                for (size_t k = i; k < j; k++) {
+                        uint64_t share = resident ? (uint64_t)((double)budget * (double)v[k]->rc.resident /
+                                                               (double)resident)
+                                                  : budget / (j - i);
+                        v[k]->rc.group_share = MAX(share, (uint64_t)1) << ZSWAP_PAGE_SHIFT;
+                }
+                log_debug("group %s of uid %u: %zu processes, %llu pages resident, %llu unmanaged bytes, limit %llu "
+                          "bytes", v[i]->rc.group, (unsigned)v[i]->uid, j - i, (unsigned long long)resident,
+                          (unsigned long long)unmanaged, (unsigned long long)limit);
+        }
+        free(v);
+}
+
+/* The policies' decision for mm, from the tick's count. */
+static void reclaim_decide(Reclaim *rc, MMClient *mm, uint64_t now) {
+        uint64_t limit = reclaim_client_limit(rc, mm);
+        int64_t idle = client_idle_age(rc, mm);
+
+        atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
         uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT, want_limit = 0;
         if (limit && mm->rc.resident > limit_pages)
                 /* down to a little under the limit, so that batches stay whole */
@@ -539,6 +630,12 @@ static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
          * the daemon's own initiatives (idle, pressure) */
         op->spare_thrash = want_limit == 0;
         evict_pump(rc->core, mm);
+}
+
+static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
+        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
+        if (reclaim_count(rc, mm, now))
+                reclaim_decide(rc, mm, now);
 }
 
 /* ---- refill: pages back ahead of use ---- */
@@ -750,8 +847,13 @@ void reclaim_tick(Reclaim *rc) {
         }
         if (now - rc->pressure_last_ms >= rc->tun.pressure_period_ms)
                 pressure_period(rc, now);
+        groups_share(rc, now);
         for (MMClient *mm = *rc->mms; mm; mm = mm->next)
-                if (client_managed(mm))
+                if (!client_managed(mm))
+                        continue;
+                else if (mm->rc.group[0] && mm->rc.group_tick == rc->group_tick)
+                        reclaim_decide(rc, mm, now); /* counted by groups_share() */
+                else
                         reclaim_client(rc, mm, now);
 }
 

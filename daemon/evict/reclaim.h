@@ -36,6 +36,7 @@ typedef struct Reclaim {
         uint64_t avail_now;    /* last MemAvailable read, bytes */
         uint64_t hold_target;  /* pages the pressure controller wants held out */
         bool wants_out;        /* it wanted more held than was, at its last period: no refill */
+        uint64_t group_tick;   /* ticks that shared out the groups' limits (groups_share()) */
 } Reclaim;
 
 
@@ -55,6 +56,11 @@ void reclaim_tick(Reclaim *rc);
 void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh);
 /* Manager: a fault thread ended mm's refill (MW_REFILL_DONE); takes w. */
 void reclaim_refill_done(Reclaim *rc, Work *w);
+/* Manager: the members of mm's group (same user, same name) and their
+ * managed resident, unmanaged and share in bytes, for `zswapctl get
+ * --pid PID group`; false if mm is in none. */
+bool reclaim_group_of(Reclaim *rc, MMClient *mm, unsigned *members, uint64_t *resident, uint64_t *unmanaged,
+                      uint64_t *limit);
 /* One line on the pressure controller and the pool bound. */
 int reclaim_status(Reclaim *rc, char *buf, size_t len);
 

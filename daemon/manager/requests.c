@@ -251,6 +251,53 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
         return 0;
 }
 
+/* A group name: 1-63 of [A-Za-z0-9._:@-], then NUL */
+static bool group_name_valid(const char *name) {
+        size_t n = strnlen(name, ZSWAP_GROUP_NAME_MAX);
+        if (n == 0 || n == ZSWAP_GROUP_NAME_MAX)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+                      (name[i] >= '0' && name[i] <= '9') || strchr("._:@-", name[i])))
+                        return false;
+        return true;
+}
+
+/* SET_GROUP: the sender's client joins (limit > 0) or leaves a group of
+ * its user's; applied at the next tick */
+static int do_set_group(Manager *m, Conn *c, const ZMsgGroup *q) {
+        MMClient *mm = c->mm;
+        if (!mm || (c->role != ZROLE_CLIENT && c->role != ZROLE_CHILD))
+                return -ENOTCONN;
+        if (q->limit && !group_name_valid(q->name))
+                return -EINVAL;
+        bool joins = q->limit && strcmp(mm->rc.group, q->name) != 0;
+        if (q->limit) {
+                memcpy(mm->rc.group, q->name, sizeof(mm->rc.group));
+                mm->rc.group_limit = q->limit;
+                mm->rc.group_unmanaged = q->unmanaged;
+        } else
+                mm->rc.group[0] = 0;
+        mm->rc.group_share = 0;
+        mm->rc.group_tick = 0;
+        /* said once a group, when its first process joins: a build's
+         * thousand short processes are one line */
+        bool first = joins;
+        for (MMClient *x = m->mms; first && x; x = x->next)
+                first = x == mm || x->uid != mm->uid || strcmp(x->rc.group, mm->rc.group) != 0;
+        if (first)
+                log_info("group %s of uid %u: resident limit %llu bytes for its processes together (pid %d first)",
+                         mm->rc.group, (unsigned)mm->uid, (unsigned long long)q->limit, (int)mmclient_pid(mm));
+        else if (joins)
+                log_debug("pid %d: in group %s", (int)mmclient_pid(mm), mm->rc.group);
+        else
+                log_debug("pid %d: group %s: limit %llu, unmanaged %llu bytes", (int)mmclient_pid(mm),
+                          q->limit ? mm->rc.group : "-", (unsigned long long)q->limit,
+                          (unsigned long long)q->unmanaged);
+        reclaim_soon(&m->reclaim);
+        return 0;
+}
+
 static void tunable_reply(Conn *c, const ZMsgTunable *q, int status, const char *value) {
         ZMsgTunable rep = { .pid = q->pid, .status = status };
         zmsg_init(&rep.hdr, ZMSG_TUNABLE_REPLY, q->hdr.id, sizeof(rep));
@@ -284,6 +331,17 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                 t.idle_age_ms = mm->rc.idle_age_ms >= 0 ? (uint64_t)mm->rc.idle_age_ms : manager_of(mm->core)->reclaim.tun.idle_age_ms;
                 return tunable_get(&t, "idle_age", out, len);
         }
+        if (strcmp(key, "group") == 0) {
+                unsigned n;
+                uint64_t res, unm, lim;
+                if (value)
+                        return snprintf(out, len, "group: set by the process (zswap-run, ZSWAP_GROUP)"), -EPERM;
+                if (!reclaim_group_of(&manager_of(mm->core)->reclaim, mm, &n, &res, &unm, &lim))
+                        return snprintf(out, len, "none") < 0 ? -EINVAL : 0;
+                return snprintf(out, len, "%s: %u processes, %llu bytes managed resident (at the last count) and %llu unmanaged, "
+                                "limit %llu bytes", mm->rc.group, n, (unsigned long long)res, (unsigned long long)unm,
+                                (unsigned long long)lim) < 0 ? -EINVAL : 0;
+        }
         if (strcmp(key, "reclaim") == 0) {
                 if (value) {
                         if ((r = tunable_set(&t, "keep_clean", value, err, sizeof(err))) < 0)
@@ -292,7 +350,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                 }
                 return snprintf(out, len, "%s", mm->rc.off ? "no" : "yes") < 0 ? -EINVAL : 0;
         }
-        snprintf(out, len, "%s: not a per-client key (limit, idle_age, reclaim)", key);
+        snprintf(out, len, "%s: not a per-client key (limit, idle_age, reclaim, group)", key);
         return -ENOENT;
 }
 
@@ -378,6 +436,8 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                 return do_pageout_pid(m, c, buf);
         case ZMSG_SET_LIMIT:
                 return do_set_limit(m, c, buf);
+        case ZMSG_SET_GROUP:
+                return do_set_group(m, c, buf);
         case ZMSG_TUNABLE_SET:
         case ZMSG_TUNABLE_GET:
                 return do_tunable(m, c, buf);

@@ -132,6 +132,15 @@ typedef struct MMReclaim {
          * (mmclient_pages_back()) at the last write scan */
         bool wrote;
         uint64_t written, back_at_write_scan;
+        /* a group (ZMSG_SET_GROUP: the processes of one zswap-run, of a
+         * systemd unit) that shares one resident limit: its name ("":
+         * none; a group is its user's: the connection's uid goes with
+         * it), the group's limit as this client gave it, what the client
+         * holds unmanaged, and its share of the limit as the tick that
+         * counted every member (group_tick) worked it out (bytes; 0: not
+         * yet) */
+        char group[ZSWAP_GROUP_NAME_MAX];
+        uint64_t group_limit, group_unmanaged, group_share, group_tick;
 } MMReclaim;
 
 /*

@@ -277,6 +277,8 @@ static void not_attached(int fd) {
         type_req(fd, ZMSG_MOVE_DONE, -EPROTO); /* out of the blue */
         type_req(fd, ZMSG_RELEASE_DONE, -EPROTO);
         type_req(fd, ZMSG_CHILD_ATTACH, -EPERM);
+        range_req(fd, ZMSG_REGIONS, 0, 0, -ENOTCONN);
+        type_req(fd, ZMSG_SET_GROUP, -ENOTCONN);
         u32_req(fd, ZMSG_STATS, ZSWAP_STATS_CLIENT, -ENOTCONN);
         u32_req(fd, ZMSG_STATS, 2, -EINVAL);
         u32_req(fd, ZMSG_STATS, UINT32_MAX, -EINVAL);
@@ -405,6 +407,41 @@ static void bad_ranges(int fd, uint64_t staging, uint64_t a) {
         } else /* no CONFIG_ANON_VMA_NAME: nothing can be named */
                 fprintf(stderr, "-- mappings cannot be named here (%s): [anon:zswap] refusal not tried\n",
                         strerror(errno));
+        /* REGIONS: a length, an unaligned or impossible start; then a real
+         * answer, in order, page-aligned */
+        range_req(fd, ZMSG_REGIONS, 0, P, -EINVAL);
+        range_req(fd, ZMSG_REGIONS, 1, 0, -EINVAL);
+        range_req(fd, ZMSG_REGIONS, top, 0, -EINVAL);
+        uint32_t id = range_send(fd, ZMSG_REGIONS, 0, 0);
+        ASSERT_TRUE(recv_msg(fd, NULL) == (ssize_t)sizeof(ZMsgRegionsReply));
+        const ZMsgRegionsReply *rr = (const ZMsgRegionsReply *)in;
+        ASSERT_EQ(rr->hdr.type, ZMSG_REGIONS_REPLY);
+        ASSERT_EQ(rr->hdr.id, id);
+        ASSERT_EQ(rr->status, 0);
+        ASSERT_TRUE(rr->count <= ZSWAP_REGIONS_PER_MSG);
+        for (uint32_t i = 0; i < rr->count; i++)
+                ASSERT_TRUE(page_aligned(rr->span[i].start) && page_aligned(rr->span[i].end) &&
+                            rr->span[i].start < rr->span[i].end && (i == 0 || rr->span[i - 1].end <= rr->span[i].start));
+        /* SET_GROUP: names without their NUL, with a byte a name has not,
+         * empty; then a real one, and leaving it */
+        ZMsgGroup *g = MSG(ZMsgGroup, ZMSG_SET_GROUP);
+        g->limit = 64 << 20;
+        memset(g->name, 'a', sizeof(g->name));
+        req(fd, NULL, 0, -EINVAL);
+        g = MSG(ZMsgGroup, ZMSG_SET_GROUP);
+        g->limit = 64 << 20;
+        strcpy(g->name, "../etc");
+        req(fd, NULL, 0, -EINVAL);
+        g = MSG(ZMsgGroup, ZMSG_SET_GROUP);
+        g->limit = 64 << 20;
+        req(fd, NULL, 0, -EINVAL);
+        g = MSG(ZMsgGroup, ZMSG_SET_GROUP);
+        g->limit = 64 << 20;
+        g->unmanaged = UINT64_MAX; /* a lie: the budget floors at a quarter of the limit */
+        strcpy(g->name, "run:1:2");
+        req(fd, NULL, 0, 0);
+        MSG(ZMsgGroup, ZMSG_SET_GROUP)->limit = 0;
+        req(fd, NULL, 0, 0);
         /* answers to commands never sent: lane 0 is idle, lane 7 does not exist */
         for (uint32_t lane = 0; lane < 8; lane += 7) {
                 MSG(ZMsgHeader, ZMSG_MOVE_DONE)->id = lane;

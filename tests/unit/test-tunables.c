@@ -76,7 +76,8 @@ static void test_defaults(void) {
         ASSERT_STREQ(tunable_client_names[0], "limit");
         ASSERT_STREQ(tunable_client_names[1], "idle_age");
         ASSERT_STREQ(tunable_client_names[2], "reclaim");
-        ASSERT_TRUE(tunable_client_names[3] == NULL);
+        ASSERT_STREQ(tunable_client_names[3], "group"); /* read-only: the process's group and its figures */
+        ASSERT_TRUE(tunable_client_names[4] == NULL);
 }
 
 /* key, what is set, what reads back */

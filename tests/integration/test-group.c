@@ -1,0 +1,152 @@
+/*
+ * test-group: one limit for every process a zswap-run starts.
+ *
+ *  group  zswap-run --limit 48M over a shell that starts three processes
+ *         of 32 MiB each (group-victim): the daemon keeps their RssAnon
+ *         under 48 MiB together (96 MiB in all: with a limit per process,
+ *         as before, none of them was over it and nothing left), `zswapctl
+ *         get --pid PID group` names the group and its processes, and
+ *         every page reads back as written;
+ *  each   zswap-run --limit-each 48M over the same: each process under 48
+ *         MiB on its own, so nothing leaves and the sum stays over 48 MiB.
+ *
+ * RssAnon is the kernel's own count (/proc/PID/status).
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "util.h"
+
+#define VICTIMS 3
+#define VICTIM_MIB 32
+#define LIMIT_MIB 48
+
+static char run_path[PATH_MAX], ctl_path[PATH_MAX], victim_path[PATH_MAX];
+
+/* A line of the group's stdout, waiting for at most TEST_WAIT_S */
+static bool read_line(FILE *f, char *line, size_t len) {
+        struct pollfd p = { .fd = fileno(f), .events = POLLIN };
+        return poll(&p, 1, TEST_WAIT_S * 1000) == 1 && fgets(line, (int)len, f);
+}
+
+static void run(const char *mode) {
+        TestDaemon d;
+        char go[] = "/tmp/test-group-go-XXXXXX", cmd[4 * PATH_MAX], line[256];
+        int o[2];
+        pid_t pids[VICTIMS];
+
+        fprintf(stderr, "== %s\n", mode);
+        td_start_logged(&d, "--set interval=200ms");
+        ASSERT_TRUE(mkdtemp(go));
+        strcat(go, "/go");
+        snprintf(cmd, sizeof(cmd), "for i in 1 2 3; do %s %d %s & done; wait", victim_path, VICTIM_MIB, go);
+        ASSERT_OK(pipe2(o, O_CLOEXEC));
+        pid_t sh = fork();
+        ASSERT_TRUE(sh >= 0);
+        if (sh == 0) {
+                dup2(o[1], 1);
+                setenv("ZSWAP_ATTACH_MS", "0", 1);
+                execl(run_path, run_path, "--socket", d.sock, strcmp(mode, "group") == 0 ? "--limit" : "--limit-each",
+                      "48M", "--", "/bin/sh", "-c", cmd, (char *)NULL);
+                _exit(127);
+        }
+        close(o[1]);
+        FILE *out = fdopen(o[0], "r");
+        ASSERT_TRUE(out);
+        for (int i = 0; i < VICTIMS; i++) {
+                int p = 0;
+                if (!read_line(out, line, sizeof(line)) || sscanf(line, "ready %d", &p) != 1)
+                        test_fail("%s: the victims did not start: '%s'", mode, line);
+                pids[i] = p;
+        }
+
+        uint64_t limit = (uint64_t)LIMIT_MIB << 20, sum = 0, t0 = now_ns();
+        if (strcmp(mode, "group") == 0) {
+                /* the shell is a client too (it lives on): counted in */
+                for (;;) {
+                        sum = rss_anon_bytes(sh);
+                        for (int i = 0; i < VICTIMS; i++)
+                                sum += rss_anon_bytes(pids[i]);
+                        if (sum <= limit)
+                                break;
+                        if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
+                                td_log_dump(&d);
+                                test_fail("group: RssAnon of the group %llu KiB after %d s, over its limit of %u MiB",
+                                          (unsigned long long)sum >> 10, TEST_WAIT_S, LIMIT_MIB);
+                        }
+                        usleep(50000);
+                }
+                fprintf(stderr, "group: %d processes of %d MiB under one limit of %d MiB: RssAnon %llu KiB together "
+                        "after %.1f s (", VICTIMS, VICTIM_MIB, LIMIT_MIB, (unsigned long long)sum >> 10,
+                        (double)(now_ns() - t0) / 1e9);
+                for (int i = 0; i < VICTIMS; i++)
+                        fprintf(stderr, "%s%llu", i ? ", " : "", (unsigned long long)rss_anon_bytes(pids[i]) >> 10);
+                fprintf(stderr, " KiB each)\n");
+                snprintf(cmd, sizeof(cmd), "%s --socket %s get --pid %d group", ctl_path, d.sock, (int)pids[0]);
+                FILE *p = popen(cmd, "r");
+                ASSERT_TRUE(p && fgets(line, sizeof(line), p));
+                pclose(p);
+                fprintf(stderr, "group: %s", line);
+                if (strncmp(line, "group = run:", 12) != 0 || !strstr(line, " processes, "))
+                        test_fail("group: zswapctl get --pid %d group: %s", (int)pids[0], line);
+        } else {
+                /* each under its own: 32 MiB is under 48, nothing to take */
+                uint64_t each = 0;
+                for (int i = 0; i < VICTIMS; i++) {
+                        uint64_t r = rss_anon_bytes(pids[i]);
+                        sum += r;
+                        each = MAX(each, r);
+                }
+                fprintf(stderr, "each: RssAnon %llu KiB together, %llu KiB at most each\n",
+                        (unsigned long long)sum >> 10, (unsigned long long)each >> 10);
+                ASSERT_TRUE(sum > limit && each <= limit);
+        }
+
+        /* every page back, as written */
+        int fd = open(go, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+        ASSERT_TRUE(fd >= 0);
+        close(fd);
+        for (int i = 0; i < VICTIMS; i++) {
+                int p = 0;
+                if (!read_line(out, line, sizeof(line)) || sscanf(line, "ok %d", &p) != 1)
+                        test_fail("%s: a victim read back: %s", mode, line);
+        }
+        int st;
+        ASSERT_EQ(waitpid(sh, &st, 0), sh);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        fclose(out);
+        unlink(go);
+        *strrchr(go, '/') = 0;
+        rmdir(go);
+        td_stop(&d);
+}
+
+int main(int argc, char **argv) {
+        const char *zswapd = getenv("ZSWAPD");
+        if (!zswapd)
+                test_skip("ZSWAPD not set");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        test_skip("sanitizer build: the LD_PRELOAD shim is tested in the plain build");
+#endif
+        test_require_root();
+        snprintf(run_path, sizeof(run_path), "%s", zswapd);
+        strcpy(strrchr(run_path, '/'), "/../client/preload/zswap-run");
+        snprintf(ctl_path, sizeof(ctl_path), "%s", zswapd);
+        strcpy(strrchr(ctl_path, '/'), "/../client/tools/zswapctl");
+        ssize_t n = readlink("/proc/self/exe", victim_path, sizeof(victim_path) - 32);
+        ASSERT_TRUE(n > 0);
+        victim_path[n] = 0;
+        strcpy(strrchr(victim_path, '/'), "/group-victim");
+        signal(SIGPIPE, SIG_IGN);
+        for (int a = 1; a < argc; a++)
+                run(argv[a]);
+        return 0;
+}
