@@ -36,6 +36,7 @@ size_t zmsg_expected_size(uint16_t type) {
         case ZMSG_CHILD_ATTACH:
                 return sizeof(ZMsgChild);
         case ZMSG_PAGEOUT_PID:
+        case ZMSG_PAGEIN_PID:
                 return sizeof(ZMsgPageoutPid);
         case ZMSG_SET_LIMIT:
                 return sizeof(ZMsgLimit);

@@ -53,6 +53,9 @@ typedef enum ZMsgType {
                                 * ZMsgRegionsReply: the client's managed memory as the daemon has it */
         ZMSG_SET_GROUP,        /* ZMsgGroup (role CLIENT or CHILD): the sender joins a group whose
                                 * members share one resident limit; reply ZMsgReply */
+        ZMSG_PAGEIN_PID,       /* ZMsgPageoutPid (role CONTROL): every page held for process pid back
+                                * in it, and it out of the automatic policies; reply value = pages
+                                * that were held */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */

@@ -1,6 +1,7 @@
 /*
  * zswapctl-process.c: the commands about one running program, named by
  * its pid: `pageout PID [ADDR LEN]` evicts its managed memory now,
+ * `pagein PID [ADDR LEN]` brings it all back and keeps it there,
  * `limit PID SIZE` keeps its resident managed memory under SIZE. Sizes and
  * pids are parsed with the daemon's grammar (common/conf.h) before
  * anything is sent.
@@ -27,15 +28,18 @@ int32_t parse_pid(const char *s) {
         return (int32_t)pid;
 }
 
-/* pageout PID [ADDR LEN]: evict a running program's managed memory */
-int cmd_pageout(const char *path, int argc, char **argv, bool json) {
+/* pageout PID [ADDR LEN]: evict a running program's managed memory;
+ * pagein PID [ADDR LEN]: every page of it held back in it, and it out of
+ * the automatic policies (for a debugger, a core dump) */
+int cmd_pageout(const char *path, int argc, char **argv, bool json, bool pagein) {
         ZMsgPageoutPid q = { 0 };
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        const char *what = pagein ? "pagein" : "pageout";
         char *end;
         long pid;
 
         if (argc != 1 && argc != 3) {
-                fprintf(stderr, "zswapctl: usage: zswapctl pageout PID [ADDR LEN]\n");
+                fprintf(stderr, "zswapctl: usage: zswapctl %s PID [ADDR LEN]\n", what);
                 return 2;
         }
         q.pid = parse_pid(argv[0]);
@@ -53,7 +57,7 @@ int cmd_pageout(const char *path, int argc, char **argv, bool json) {
         _cleanup_close_ int fd = ctl_connect(path);
         if (fd < 0)
                 return 1;
-        zmsg_init(&q.hdr, ZMSG_PAGEOUT_PID, 2, sizeof(q));
+        zmsg_init(&q.hdr, pagein ? ZMSG_PAGEIN_PID : ZMSG_PAGEOUT_PID, 2, sizeof(q));
         int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
         if (r == -ESRCH) {
                 no_client(pid);
@@ -63,13 +67,22 @@ int cmd_pageout(const char *path, int argc, char **argv, bool json) {
                 fprintf(stderr, "zswapctl: " EPERM_ADMIN " (process %ld is another user's)\n", pid);
                 return 1;
         }
+        if (r == -EPROTO && pagein) {
+                fprintf(stderr, "zswapctl: the running zswapd does not understand pagein: restart it with this "
+                                "version\n");
+                return 1;
+        }
         if (r < 0) {
-                fprintf(stderr, "zswapctl: pageout of process %ld: %s\n", pid, strerror(-r));
+                fprintf(stderr, "zswapctl: %s of process %ld: %s\n", what, pid, strerror(-r));
                 return 1;
         }
         uint64_t pages = (uint64_t)((ZMsgReply *)buf)->value;
         if (json)
-                printf("{\"pid\": %ld, \"evicted_pages\": %llu}\n", pid, (unsigned long long)pages);
+                printf("{\"pid\": %ld, \"%s\": %llu}\n", pid, pagein ? "held_pages" : "evicted_pages",
+                       (unsigned long long)pages);
+        else if (pagein)
+                printf("process %ld: every page back (%llu were held); automatic reclaim is off for it until "
+                       "zswapctl set --pid %ld reclaim yes\n", pid, (unsigned long long)pages, pid);
         else
                 printf("process %ld: %llu pages evicted\n", pid, (unsigned long long)pages);
         return 0;

@@ -43,6 +43,9 @@ static void help(void) {
                "  pageout PID [ADDR LEN]\n"
                "                      evict a running program's managed memory (all of it,\n"
                "                      or the part in [ADDR, ADDR+LEN)); prints the pages evicted\n"
+               "  pagein PID [ADDR LEN]\n"
+               "                      bring every page of it back and keep it there (for a\n"
+               "                      debugger or a core dump); reclaim is off for it after\n"
                "  limit PID SIZE|none keep a program's resident managed memory under SIZE\n"
                "                      (64M, 1.5G, 10%% of RAM; 0 or none: no limit)\n"
                "  set KEY VALUE       change a daemon-wide tunable (admin; KEY=VALUE too); prints the value in force\n"
@@ -154,8 +157,10 @@ int main(int argc, char **argv) {
         char **args = argv + optind + 1;
         if (!options_fit(cmd, &o, &u))
                 return 2;
-        bool takes_args = strcmp(cmd, "pageout") == 0 || strcmp(cmd, "limit") == 0 || strcmp(cmd, "set") == 0 ||
-                          strcmp(cmd, "get") == 0 || strcmp(cmd, "enable") == 0 || strcmp(cmd, "disable") == 0;
+        static const char *const with_args[] = { "pageout", "pagein", "limit", "set", "get", "enable", "disable" };
+        bool takes_args = false;
+        for (size_t i = 0; i < ELEMENTSOF(with_args); i++)
+                takes_args |= strcmp(cmd, with_args[i]) == 0;
         if (n > 0 && !takes_args) {
                 fprintf(stderr, "zswapctl: %s takes no arguments (see zswapctl --help)\n", cmd);
                 return 2;
@@ -166,8 +171,8 @@ int main(int argc, char **argv) {
                 return cmd_clients(&o);
         if (strcmp(cmd, "metrics") == 0)
                 return cmd_metrics(&o);
-        if (strcmp(cmd, "pageout") == 0)
-                return cmd_pageout(o.path, n, args, o.json);
+        if (strcmp(cmd, "pageout") == 0 || strcmp(cmd, "pagein") == 0)
+                return cmd_pageout(o.path, n, args, o.json, strcmp(cmd, "pagein") == 0);
         if (strcmp(cmd, "limit") == 0)
                 return cmd_limit(o.path, n, args, o.json);
         if (strcmp(cmd, "set") == 0)

@@ -99,7 +99,7 @@ Field client_field(const Client *c, int col);
 int cmd_clients(const Opts *o);
 int cmd_metrics(const Opts *o);
 int32_t parse_pid(const char *s);
-int cmd_pageout(const char *path, int argc, char **argv, bool json);
+int cmd_pageout(const char *path, int argc, char **argv, bool json, bool pagein);
 int cmd_limit(const char *path, int argc, char **argv, bool json);
 int cmd_set(const char *path, int32_t pid, int argc, char **argv, bool json);
 int cmd_get(const char *path, int32_t pid, int argc, char **argv, bool json);

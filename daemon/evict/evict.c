@@ -86,7 +86,7 @@ void evict_op_drop(Core *core, PageoutOp *op) {
 }
 
 static int queue_op(Core *core, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t id, uint64_t start, uint64_t end,
-                    bool unregister) {
+                    bool unregister, bool restore) {
         PageoutOp *op = INJECT_ALLOC(calloc(1, sizeof(*op)));
         if (!op)
                 return -ENOMEM;
@@ -107,6 +107,9 @@ static int queue_op(Core *core, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t
         op->start = op->cursor = start;
         op->end = end;
         op->unregister = unregister;
+        op->restore = unregister || restore;
+        if (restore && !unregister)
+                op->evicted = mmclient_held_pages(mm); /* the answer: what was held */
         if (unregister)
                 mm->unregisters++;
         *mm->ops_tail = op;
@@ -116,11 +119,15 @@ static int queue_op(Core *core, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t
 }
 
 int evict_queue(Core *core, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister) {
-        return queue_op(core, mm, NULL, c, id, start, end, unregister);
+        return queue_op(core, mm, NULL, c, id, start, end, unregister, false);
 }
 
 int evict_queue_group(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end) {
-        return queue_op(core, mm, g, NULL, 0, start, end, false);
+        return queue_op(core, mm, g, NULL, 0, start, end, false, false);
+}
+
+int evict_queue_pagein(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end) {
+        return queue_op(core, mm, g, NULL, 0, start, end, false, true);
 }
 
 PageoutOp *evict_queue_reclaim(Core *core, MMClient *mm) {
@@ -430,14 +437,15 @@ static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
          * evicted so far. relaxed: a hint (mmclient.h, read_stuck) */
         bool stuck = atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) && memread_stuck(mm->uid) > 0;
         for (op = mm->ops; op; op = op->next) {
-                if (stuck && !op->unregister) {
+                if (stuck && !op->restore) {
                         op->cursor = op->end;
                         op->want = 0;
                         op->wrapped = true;
                 }
-                if (op->unregister) {
-                        /* an unregister waits until nothing of the client is in
-                         * flight, then the fault thread puts the pages back */
+                if (op->restore) {
+                        /* an unregister (or pagein) waits until nothing of the
+                         * client is in flight, then the fault thread puts the
+                         * pages back */
                         if (op == mm->ops && !op->posted && evict_settled(mm)) {
                                 Work *w = work_new(FW_RESTORE, mm);
                                 if (!w)
@@ -652,7 +660,7 @@ void evict_batch_done(Core *core, Work *w) {
 void evict_restore_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
         for (PageoutOp *op = mm->ops; op; op = op->next)
-                if (op->unregister && op->posted && op->id == w->id && op->start == w->a) {
+                if (op->restore && op->posted && op->id == w->id && op->start == w->a) {
                         op_finish(core, mm, op);
                         break;
                 }

@@ -24,6 +24,9 @@ struct PageoutOp {
         Conn *conn;       /* NULL once the requester is gone */
         uint32_t id;      /* request id to reply to; 0: internal */
         bool unregister;  /* an UNREGISTER waiting for the lanes to settle */
+        /* every page of the range back (FW_RESTORE) once the lanes settle:
+         * an UNREGISTER, or a PAGEIN (the range stays registered) */
+        bool restore;
         bool posted;      /* its restore was handed to the fault thread */
         uint64_t start, end, cursor;
         uint64_t evicted;
@@ -49,6 +52,10 @@ Evictor *evictor_free(Evictor *ev);
 int evict_queue(Core *core, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister);
 /* The same as one op of group g (which counts it). */
 int evict_queue_group(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end);
+/* Every page of [start, end) that mm's pool or tier holds back in the
+ * process, once nothing of mm is in flight; the range stays registered.
+ * One op of group g, which counts the pages held before. */
+int evict_queue_pagein(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end);
 /* Answer for an op and free it (also one that will not finish: its
  * address space is gone). */
 void evict_op_drop(Core *core, PageoutOp *op);

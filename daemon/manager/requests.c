@@ -159,9 +159,13 @@ void sync_done(Manager *m, Work *w) {
  * zswapctl pageout PID: evict a running process's managed memory, over
  * every client it has (a process may connect more than once). Root may
  * ask for any process, other users for their own. Replied when the last
- * client's pageout is done, with the pages evicted in all.
+ * client's pageout is done, with the pages evicted in all. zswapctl
+ * pagein PID: the other way, every page held back in the process (for a
+ * debugger, a core dump: the kernel shows neither what is held out), and
+ * the process out of the automatic policies; replied once all are back,
+ * with the pages that were held.
  */
-static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
+static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q, bool pagein) {
         uint64_t start = q->addr, end = q->len ? q->addr + q->len : PINDEX_MAX_ADDR;
         PageoutGroup *g;
         bool found = false, allowed = false;
@@ -186,11 +190,24 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q) {
         g->conn = c;
         g->id = q->hdr.id;
         g->ops = 1; /* ours, until every op is queued: one that finishes at once must not answer */
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
-                if (mmclient_pid(mm) == q->pid && mm->conn && mm->nlanes > 0 &&
-                    !atomic_load_explicit(&mm->dead, memory_order_relaxed) &&
-                    evict_queue_group(&m->core, mm, g, start, end) < 0)
-                        log_warn("pid %d: no memory to queue a pageout", (int)q->pid);
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                if (mmclient_pid(mm) != q->pid || !mm->conn || mm->nlanes == 0 ||
+                    atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                        continue;
+                if (pagein) {
+                        /* what comes back stays: out of every automatic
+                         * policy until `zswapctl set --pid PID reclaim yes` */
+                        mm->rc.off = true;
+                        if (mm->rc.op)
+                                mm->rc.op->want = 0;
+                }
+                if ((pagein ? evict_queue_pagein(&m->core, mm, g, start, end)
+                            : evict_queue_group(&m->core, mm, g, start, end)) < 0)
+                        log_warn("pid %d: no memory to queue a %s", (int)q->pid, pagein ? "pagein" : "pageout");
+        }
+        if (pagein)
+                log_info("pid %d: its pages come back and stay (zswapctl pagein): automatic reclaim off for it",
+                         (int)q->pid);
         evict_group_done(&m->core, g, 0);
         return 1;
 }
@@ -433,7 +450,8 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
         case ZMSG_ADOPT:
                 return do_adopt(m, c, buf, fds, nfds);
         case ZMSG_PAGEOUT_PID:
-                return do_pageout_pid(m, c, buf);
+        case ZMSG_PAGEIN_PID:
+                return do_pageout_pid(m, c, buf, h->type == ZMSG_PAGEIN_PID);
         case ZMSG_SET_LIMIT:
                 return do_set_limit(m, c, buf);
         case ZMSG_SET_GROUP:

@@ -11,6 +11,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,6 +50,48 @@ static uint64_t held(struct zswap_client *c) {
 }
 
 /* `zswapctl pageout PID [ADDR LEN]`: another program's view of this one */
+/* cmd must exit with status and print want (a substring) */
+static void expect(const char *cmd, int status, const char *want) {
+        int st;
+        char *out = run(cmd, &st);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != status || !strstr(out, want))
+                test_fail("%s: status %#x, not %d with '%s':\n%s", cmd, st, status, want, out);
+}
+
+/* Of npages pages at buf, how many a child process fails to read as
+ * written through /proc/PARENT/mem, as a debugger reads (-1: it could not
+ * look). */
+static long remote_unreadable(const uint8_t *buf, size_t npages, const uint64_t *hashes) {
+        int p[2];
+        pid_t parent = getpid();
+        ASSERT_OK(pipe(p));
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                char path[64];
+                static uint8_t page[ZSWAP_PAGE_SIZE];
+                long bad = 0;
+                snprintf(path, sizeof(path), "/proc/%d/mem", (int)parent);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        bad = -1;
+                for (size_t i = 0; fd >= 0 && i < npages; i++)
+                        if (pread(fd, page, sizeof(page), (off_t)(uintptr_t)(buf + i * ZSWAP_PAGE_SIZE)) !=
+                                    (ssize_t)sizeof(page) ||
+                            page_hash(page) != hashes[i])
+                                bad++;
+                (void)!write(p[1], &bad, sizeof(bad));
+                _exit(0);
+        }
+        close(p[1]);
+        long bad = -1;
+        ASSERT_EQ(read(p[0], &bad, sizeof(bad)), (ssize_t)sizeof(bad));
+        close(p[0]);
+        ASSERT_EQ(waitpid(pid, NULL, 0), pid);
+        ASSERT_TRUE(bad >= 0);
+        return bad;
+}
+
 static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, uint8_t *buf, const uint64_t *hashes) {
         const size_t npages = 4096, len = npages * ZSWAP_PAGE_SIZE;
         char cmd[PATH_MAX + 256];
@@ -61,6 +104,29 @@ static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, 
         ASSERT_EQ(st, 0);
         ASSERT_EQ(json_field(out, "evicted_pages"), held(c));
         ASSERT_TRUE(held(c) > npages * 9 / 10);
+
+        /* pagein: what a debugger sees. gdb and gcore read another
+         * process through /proc/PID/mem, where an evicted page is an error
+         * (the kernel hands a remote access to a userfault no fault);
+         * after pagein every page is back and such a read sees it */
+        uint64_t before = held(c);
+        long unread = remote_unreadable(buf, npages, hashes);
+        fprintf(stderr, "pagein: %llu pages held, %ld of %zu unreadable through /proc/PID/mem\n",
+                (unsigned long long)before, unread, npages);
+        ASSERT_TRUE(unread > 0);
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pagein %d --json", ctl, d->sock, (int)getpid());
+        out = run(cmd, &st);
+        ASSERT_EQ(st, 0);
+        ASSERT_EQ(json_field(out, "held_pages"), before);
+        ASSERT_EQ(held(c), 0);
+        ASSERT_EQ(remote_unreadable(buf, npages, hashes), 0);
+        snprintf(cmd, sizeof(cmd), "%s --socket %s get --pid %d reclaim", ctl, d->sock, (int)getpid());
+        expect(cmd, 0, "reclaim = no\n");
+        snprintf(cmd, sizeof(cmd), "%s --socket %s set --pid %d reclaim yes", ctl, d->sock, (int)getpid());
+        expect(cmd, 0, "reclaim = yes\n");
+        /* out again, for what follows */
+        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d", ctl, d->sock, (int)getpid());
+        expect(cmd, 0, " pages evicted\n");
         ASSERT_EQ(verify_pages(buf, len, hashes), 0);
 
         /* a range: 16 pages from the 8th */
@@ -102,13 +168,6 @@ static void pageout_pid(const char *ctl, TestDaemon *d, struct zswap_client *c, 
         ASSERT_EQ(verify_pages(buf, len, hashes), 0);
 }
 
-/* cmd must exit with status and print want (a substring) */
-static void expect(const char *cmd, int status, const char *want) {
-        int st;
-        char *out = run(cmd, &st);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != status || !strstr(out, want))
-                test_fail("%s: status %#x, not %d with '%s':\n%s", cmd, st, status, want, out);
-}
 
 /* `zswapctl limit`, `set` and `get`, daemon-wide and per client */
 static void tunables(const char *ctl, TestDaemon *d) {
