@@ -815,6 +815,12 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                 if (!client_managed(mm) || !mm->rc.measured_ms)
                         continue;
                 MMReclaim *r = &mm->rc;
+                if (r->count_soon) {
+                        /* it grew past most of its limit since its last count */
+                        r->count_soon = false;
+                        reclaim_client(rc, mm, now);
+                        continue;
+                }
                 if (rc->tun.refill && (refill_woke(rc, mm, now) || ((r->refill_want || r->refill_wake) && !r->refilling)))
                         /* it woke, or a refill ended with more wanted: the
                          * pages back now, not at the next interval */

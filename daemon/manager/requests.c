@@ -260,11 +260,13 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
                         log_msg(news ? LOG_LEVEL_INFO : LOG_LEVEL_DEBUG, "pid %d: resident limit %llu bytes%s",
                                 (int)mmclient_pid(mm), (unsigned long long)q->bytes,
                                 c->role == ZROLE_CONTROL ? " (zswapctl)" : "");
+                        bool same = mm->rc.limit_set && mm->rc.limit == q->bytes;
                         mm->rc.limit = q->bytes;
                         mm->rc.limit_set = true;
-                        mm->rc.measured_ms = 0;
+                        mm->rc.count_soon = true;
+                        if (!same)
+                                reclaim_soon(&m->reclaim); /* a new limit: act on it now */
                 }
-        reclaim_soon(&m->reclaim); /* act on it now */
         return 0;
 }
 
@@ -295,8 +297,11 @@ static int do_set_group(Manager *m, Conn *c, const ZMsgGroup *q) {
                 mm->rc.group_unmanaged = q->unmanaged;
         } else
                 mm->rc.group[0] = 0;
-        mm->rc.group_share = 0;
-        mm->rc.group_tick = 0;
+        if (joins || !q->limit) {
+                mm->rc.group_share = 0;
+                mm->rc.group_tick = 0;
+        }
+        mm->rc.count_soon = true;
         /* said once a group, when its first process joins: a build's
          * thousand short processes are one line */
         bool first = joins;
@@ -311,7 +316,8 @@ static int do_set_group(Manager *m, Conn *c, const ZMsgGroup *q) {
                 log_debug("pid %d: group %s: limit %llu, unmanaged %llu bytes", (int)mmclient_pid(mm),
                           q->limit ? mm->rc.group : "-", (unsigned long long)q->limit,
                           (unsigned long long)q->unmanaged);
-        reclaim_soon(&m->reclaim);
+        if (joins || !q->limit)
+                reclaim_soon(&m->reclaim); /* the group's shares anew */
         return 0;
 }
 

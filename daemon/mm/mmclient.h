@@ -141,6 +141,9 @@ typedef struct MMReclaim {
          * yet) */
         char group[ZSWAP_GROUP_NAME_MAX];
         uint64_t group_limit, group_unmanaged, group_share, group_tick;
+        /* the client said its limit (or group) again: it grew fast; counted
+         * at the next manager tick (reclaim_early()) */
+        bool count_soon;
 } MMReclaim;
 
 /*
