@@ -4,8 +4,12 @@
  * only (no --json). test-man checks that every metric zswapctl(8)
  * names is one zswapctl prints.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "macro.h"
 #include "protocol.h"
@@ -181,6 +185,7 @@ static void metrics_clients(const Client *v, size_t n) {
 int cmd_metrics(const Opts *o) {
         ZMsgStatusReply st;
         _cleanup_free_ Client *v = NULL;
+        char tmp[PATH_MAX];
 
         _cleanup_close_ int fd = ctl_connect(o->path);
         if (fd < 0)
@@ -191,8 +196,23 @@ int cmd_metrics(const Opts *o) {
         int n = clients_fetch(fd, &v);
         if (n < 0)
                 return read_failed(n, "clients");
+        /* --textfile: node_exporter's textfile collector reads the file at
+         * any moment; it sees the last one whole, never half of this one */
+        if (o->textfile) {
+                if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", o->textfile, (int)getpid()) >= (int)sizeof(tmp) ||
+                    !freopen(tmp, "we", stdout)) {
+                        fprintf(stderr, "zswapctl: %s: %s\n", o->textfile, strerror(errno ? errno : ENAMETOOLONG));
+                        return 1;
+                }
+        }
         metrics_daemon(&st);
         metrics_latency(&st);
         metrics_clients(v, (size_t)n);
+        if (o->textfile &&
+            (fflush(stdout) != 0 || ferror(stdout) || fsync(fileno(stdout)) < 0 || rename(tmp, o->textfile) < 0)) {
+                fprintf(stderr, "zswapctl: %s: %s\n", o->textfile, strerror(errno));
+                unlink(tmp);
+                return 1;
+        }
         return 0;
 }

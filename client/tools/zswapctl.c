@@ -67,6 +67,7 @@ static void help(void) {
                "      --limit SIZE    enable: the resident limit of the service's processes together\n"
                "      --root DIR      enable, disable: the system's files under DIR, not /\n"
                "      --preload PATH  enable: the shim to preload (default %s)\n"
+               "      --textfile FILE metrics: into FILE, whole (for node_exporter's textfile collector)\n"
                "  -h, --help          this help\n"
                "  -V, --version       the version\n\n"
                "Columns of clients (default " DEFAULT_COLUMNS "):\n"
@@ -100,6 +101,10 @@ static bool options_fit(const char *cmd, const Opts *o, const UnitOpts *u) {
                 fprintf(stderr, "zswapctl: --limit and --preload are for enable (limit takes PID SIZE)\n");
                 return false;
         }
+        if (o->textfile && strcmp(cmd, "metrics") != 0) {
+                fprintf(stderr, "zswapctl: --textfile is for metrics\n");
+                return false;
+        }
         if (u->root && strcmp(cmd, "enable") != 0 && strcmp(cmd, "disable") != 0) {
                 fprintf(stderr, "zswapctl: --root is for enable and disable\n");
                 return false;
@@ -125,6 +130,7 @@ int main(int argc, char **argv) {
                 { "limit", required_argument, NULL, 'L' },
                 { "root", required_argument, NULL, 'R' },
                 { "preload", required_argument, NULL, 'P' },
+                { "textfile", required_argument, NULL, 'T' },
                 {}
         };
         Opts o = { .path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET };
@@ -137,6 +143,7 @@ int main(int argc, char **argv) {
                 case 'L': u.limit = optarg; break;
                 case 'R': u.root = optarg; break;
                 case 'P': u.preload = optarg; break;
+                case 'T': o.textfile = optarg; break;
                 case 'J': o.json = true; break;
                 case 'b': o.bytes = true; break;
                 case 'o': o.columns = optarg; break;

@@ -25,6 +25,7 @@ typedef struct Opts {
         bool json, bytes, no_headings;
         const char *columns; /* -o, NULL: the default ones */
         int32_t pid;         /* --pid, 0: none */
+        const char *textfile; /* metrics --textfile: written whole, then renamed into place */
 } Opts;
 
 /* One figure of a read command, in the kind that says how to print it. */

@@ -612,6 +612,58 @@ static void metrics(const char *pre, struct zswap_client *c) {
                     metrics_check(out, "zswapd_fault_latency_max_seconds{}", fams, &n));
         snprintf(cmd, sizeof(cmd), "%s metrics --json 2>&1", pre);
         expect(cmd, 2, "no --json");
+
+        /* --textfile: the same figures in a file, written whole (no
+         * temporary one left), as node_exporter's textfile collector reads
+         * them (zswapd-metrics.service) */
+        char dir[] = "/tmp/zswapctl-textfile-XXXXXX", file[64];
+        ASSERT_TRUE(mkdtemp(dir));
+        snprintf(file, sizeof(file), "%s/zswapd.prom", dir);
+        snprintf(cmd, sizeof(cmd), "%s metrics --textfile %s", pre, file);
+        expect(cmd, 0, "");
+        FILE *f = fopen(file, "re");
+        ASSERT_TRUE(f);
+        static char prom[65536], text[65536];
+        size_t len = fread(prom, 1, sizeof(prom) - 1, f);
+        prom[len] = 0;
+        fclose(f);
+        ASSERT_EQ(metrics_check(prom, "zswapd_stored_pages{}", fams, &n), (double)s.stored_pages);
+        snprintf(cmd, sizeof(cmd), "ls -A %s", dir);
+        ASSERT_STREQ(run(cmd, &st), "zswapd.prom\n");
+        snprintf(cmd, sizeof(cmd), "%s status --textfile %s 2>&1", pre, file);
+        expect(cmd, 2, "--textfile is for metrics");
+        unlink(file);
+        rmdir(dir);
+
+        /* the Grafana dashboard asks for no metric that is not there */
+        const char *src = getenv("ZSWAP_SOURCE_ROOT");
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/client/tools/zswapd-grafana.json", src ? src : ".");
+        f = fopen(path, "re");
+        ASSERT_TRUE(f);
+        len = fread(text, 1, sizeof(text) - 1, f);
+        text[len] = 0;
+        fclose(f);
+        unsigned names = 0;
+        for (char *p = strstr(text, "zswapd_"); p; p = strstr(p + 1, "zswapd_")) {
+                char name[64];
+                size_t k = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+                if (k >= sizeof(name))
+                        test_fail("dashboard: a name too long at %.40s", p);
+                memcpy(name, p, k);
+                name[k] = 0;
+                char *b = strstr(name, "_bucket");
+                if (b && b[7] == 0)
+                        *b = 0; /* a histogram's buckets: its family */
+                snprintf(want, sizeof(want), "# TYPE %s ", name);
+                char sample[80];
+                snprintf(sample, sizeof(sample), "\n%s{", name);
+                if (!strstr(prom, want) && !strstr(prom, sample))
+                        test_fail("dashboard %s: %s is not a metric zswapctl prints", path, name);
+                names++;
+        }
+        fprintf(stderr, "metrics: --textfile written whole; the dashboard's %u metric names all printed\n", names);
+        ASSERT_TRUE(names >= 20);
 }
 
 /* The limit zswapctl clients shows for pid, in bytes (0: none); -1 while

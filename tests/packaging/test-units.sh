@@ -39,6 +39,7 @@ dest="$tmp/dest"
 meson install -C "$MESON_BUILD_ROOT" --destdir "$dest" --no-rebuild --quiet >"$tmp/install.log" 2>&1 ||
         { cat "$tmp/install.log" >&2; fail "meson install --destdir failed"; }
 for f in "$INSTALL_UNITDIR/zswapd.service" "$INSTALL_UNITDIR/zswapd.socket" \
+         "$INSTALL_UNITDIR/zswapd-metrics.service" "$INSTALL_UNITDIR/zswapd-metrics.timer" \
          "$INSTALL_TMPFILESDIR/zswapd.conf" "$INSTALL_SYSUSERSDIR/zswapd.conf" "$INSTALL_CONFIG"; do
         [ -f "$dest$f" ] || fail "not installed: $f"
 done
@@ -47,11 +48,14 @@ cmp "$dest$INSTALL_UNITDIR/zswapd.service" "$UNIT_BUILDDIR/zswapd.service" || fa
 cmp "$dest$INSTALL_UNITDIR/zswapd.socket" "$UNIT_SRCDIR/zswapd.socket" || fail "installed zswapd.socket differs"
 cmp "$dest$INSTALL_CONFIG" "$UNIT_SRCDIR/zswapd.conf" || fail "installed zswapd.conf differs"
 
-# 2. verify both units under their real names, side by side (the socket
-# activates the service of its name; the service requires the socket)
+# 2. verify the units under their real names, side by side (the socket
+# activates the service of its name; the service requires the socket; the
+# metrics timer starts the metrics service)
 mkdir "$tmp/units"
 cp "$UNIT_BUILDDIR/zswapd.service.build-tree" "$tmp/units/zswapd.service"
 cp "$UNIT_SRCDIR/zswapd.socket" "$tmp/units/zswapd.socket"
+cp "$UNIT_BUILDDIR/zswapd-metrics.service.build-tree" "$tmp/units/zswapd-metrics.service"
+cp "$UNIT_SRCDIR/zswapd-metrics.timer" "$tmp/units/zswapd-metrics.timer"
 grep -q "^ExecStart=$ZSWAPD\$" "$tmp/units/zswapd.service" || fail "build-tree unit does not start $ZSWAPD"
 # Documentation= is checked against the staged man pages once they are built
 man=no
@@ -64,7 +68,8 @@ if [ -n "$mandir" ] && [ -f "$mandir/zswapd.8" ] && [ -f "$mandir/zswapctl.8" ] 
 else
         echo "note: man pages not staged (yet): Documentation= not checked"
 fi
-if ! out=$(systemd-analyze verify --man="$man" "$tmp/units/zswapd.service" "$tmp/units/zswapd.socket" 2>&1); then
+if ! out=$(systemd-analyze verify --man="$man" "$tmp/units/zswapd.service" "$tmp/units/zswapd.socket" \
+        "$tmp/units/zswapd-metrics.service" "$tmp/units/zswapd-metrics.timer" 2>&1); then
         echo "$out" >&2
         fail "systemd-analyze verify failed"
 fi
