@@ -265,8 +265,9 @@ typedef struct ZMsgStatusReply {
  * comes or goes between two pages is listed or not, never twice. Root (and
  * the admin group) see every client, other users only their own.
  */
-#define ZSWAP_CLIENTS_PER_MSG 15
+#define ZSWAP_CLIENTS_PER_MSG 10
 #define ZSWAP_COMM_MAX 16
+#define ZSWAP_GROUP_NAME_MAX 64 /* a group's name and its NUL (SET_GROUP) */
 typedef struct ZMsgClientsReq {
         ZMsgHeader hdr;
         uint64_t after; /* list clients with a larger id */
@@ -289,6 +290,8 @@ typedef struct ZClientRecord {
         uint64_t limit_bytes;          /* resident limit in force, 0: none */
         uint64_t tier_pages;           /* of stored_pages, those on the second tier */
         uint64_t tier_bytes;           /* their compressed bytes there (compressed_bytes has their stubs) */
+        char group[ZSWAP_GROUP_NAME_MAX]; /* the group it shares its limit with (SET_GROUP); "": none */
+        uint64_t group_limit;          /* that group's limit, 0: none */
 } ZClientRecord;
 
 /* SET_GROUP: the sender's client joins the group `name` of its user (the
@@ -299,7 +302,6 @@ typedef struct ZClientRecord {
  * the daemon does not manage (its stack, small and locked mappings),
  * sent again when it changes. name: 1-63 of [A-Za-z0-9._:@-], NUL
  * after; limit 0 leaves the group. */
-#define ZSWAP_GROUP_NAME_MAX 64
 typedef struct ZMsgGroup {
         ZMsgHeader hdr;
         uint64_t limit;

@@ -39,6 +39,8 @@ int clients_fetch(int fd, Client **ret) {
                         v[n] = (Client){ .r = rep->rec[i] };
                         memcpy(v[n].comm, rep->rec[i].comm, sizeof(v[n].comm));
                         v[n].comm[sizeof(v[n].comm) - 1] = 0;
+                        memcpy(v[n].group, rep->rec[i].group, sizeof(v[n].group));
+                        v[n].group[sizeof(v[n].group) - 1] = 0;
                 }
                 if (!rep->more || rep->count == 0)
                         break;
@@ -54,6 +56,8 @@ int clients_fetch(int fd, Client **ret) {
                         snprintf(v[i].user, sizeof(v[i].user), "?");
                 if (!v[i].comm[0])
                         snprintf(v[i].comm, sizeof(v[i].comm), "?");
+                if (!v[i].group[0])
+                        snprintf(v[i].group, sizeof(v[i].group), "-");
         }
         *ret = TAKE_PTR(v);
         return (int)n;
@@ -71,6 +75,7 @@ static const struct {
         [COL_REFAULTS] = { "REFAULTS", K_COUNT },  [COL_LIMIT] = { "LIMIT", K_SIZE },
         [COL_STAGED] = { "STAGED", K_COUNT },      [COL_INCOMPRESSIBLE] = { "INCOMPRESSIBLE", K_COUNT },
         [COL_ID] = { "ID", K_COUNT },             [COL_TIER] = { "TIER", K_SIZE },
+        [COL_GROUP] = { "GROUP", K_TEXT },
 };
 
 /* Column col of client c as a Field (name: the JSON key, lower case). */
@@ -102,6 +107,7 @@ Field client_field(const Client *c, int col) {
         case COL_INCOMPRESSIBLE: f.v = r->incompressible_pages; break;
         case COL_ID: f.v = r->id; break;
         case COL_TIER: f.v = r->tier_pages * ZSWAP_PAGE_SIZE; break;
+        case COL_GROUP: f.text = c->group; break;
         }
         return f;
 }
@@ -194,5 +200,83 @@ int cmd_clients(const Opts *o) {
                 clients_json(v, (size_t)n, cols, ncols);
         else
                 clients_table(v, (size_t)n, cols, ncols, o);
+        return 0;
+}
+
+/* ---- groups: the clients that share a limit, one row each ---- */
+
+typedef struct Group {
+        const char *name, *user;
+        uint32_t uid;
+        unsigned processes;
+        uint64_t registered, resident, held, pool, refaults, limit;
+} Group;
+
+/* groups: one row per group (zswap-run --limit, a unit under zswapctl
+ * enable --limit), its processes' figures summed: the service's view of
+ * what clients shows per process */
+int cmd_groups(const Opts *o) {
+        _cleanup_free_ Client *v = NULL;
+        _cleanup_free_ Group *g = NULL;
+        size_t ng = 0;
+
+        _cleanup_close_ int fd = ctl_connect(o->path);
+        if (fd < 0)
+                return 1;
+        int n = clients_fetch(fd, &v);
+        if (n < 0)
+                return read_failed(n, "clients");
+        g = calloc((size_t)n + 1, sizeof(*g));
+        if (!g) {
+                fprintf(stderr, "zswapctl: out of memory\n");
+                return 1;
+        }
+        for (int i = 0; i < n; i++) {
+                const ZClientRecord *r = &v[i].r;
+                if (!r->group[0])
+                        continue;
+                size_t k = 0;
+                while (k < ng && !(g[k].uid == r->uid && strcmp(g[k].name, v[i].group) == 0))
+                        k++;
+                if (k == ng)
+                        g[ng++] = (Group){ .name = v[i].group, .user = v[i].user, .uid = r->uid };
+                g[k].processes++;
+                g[k].registered += r->registered_bytes;
+                g[k].resident += r->resident_bytes;
+                g[k].held += (r->stored_pages + r->same_pages) * ZSWAP_PAGE_SIZE;
+                g[k].pool += r->compressed_bytes;
+                g[k].refaults += r->refaults;
+                g[k].limit = MAX(g[k].limit, r->group_limit);
+        }
+        if (o->json) {
+                printf("[");
+                for (size_t k = 0; k < ng; k++) {
+                        printf("%s{\"group\": ", k ? ",\n " : "");
+                        json_string(g[k].name);
+                        printf(", \"user\": ");
+                        json_string(g[k].user);
+                        printf(", \"processes\": %u, \"registered\": %llu, \"resident\": %llu, \"evicted\": %llu, "
+                               "\"pool\": %llu, \"refaults\": %llu, \"limit\": %llu}",
+                               g[k].processes, (unsigned long long)g[k].registered, (unsigned long long)g[k].resident,
+                               (unsigned long long)g[k].held, (unsigned long long)g[k].pool,
+                               (unsigned long long)g[k].refaults, (unsigned long long)g[k].limit);
+                }
+                printf("]\n");
+                return 0;
+        }
+        if (!o->no_headings)
+                printf("%-24s %-10s %9s %10s %10s %10s %10s %9s %10s\n", "GROUP", "USER", "PROCESSES", "REGISTERED",
+                       "RESIDENT", "EVICTED", "POOL", "REFAULTS", "LIMIT");
+        for (size_t k = 0; k < ng; k++) {
+                char c[5][32];
+                Field f = { .kind = K_SIZE };
+                uint64_t vals[5] = { g[k].registered, g[k].resident, g[k].held, g[k].pool, g[k].limit };
+                for (int j = 0; j < 5; j++) {
+                        f.v = vals[j];
+                        field_text(&f, o->bytes, c[j], sizeof(c[j]));
+                }
+                printf("%-24s %-10s %9u %10s %10s %10s %10s %9llu %10s\n", g[k].name, g[k].user, g[k].processes, c[0],
+                       c[1], c[2], c[3], (unsigned long long)g[k].refaults, c[4]);
+        }
         return 0;
 }

@@ -39,6 +39,8 @@ static void help(void) {
                "Commands:\n"
                "  status              what the daemon holds and saves, fault latency, rates (default)\n"
                "  clients             one row per client process\n"
+               "  groups              one row per group of processes sharing a limit (zswap-run\n"
+               "                      --limit, a unit under enable --limit), their figures summed\n"
                "  metrics             every counter in the Prometheus text format\n"
                "  pageout PID [ADDR LEN]\n"
                "                      evict a running program's managed memory (all of it,\n"
@@ -78,7 +80,8 @@ static void help(void) {
                "  LIMIT                  resident limit (- for none)\n"
                "  STAGED INCOMPRESSIBLE  pages awaiting compression, pages kept as incompressible\n"
                "  ID                     the daemon's id of the client (a process may have several)\n"
-               "  TIER                   of what the daemon holds, what is on the second tier\n\n"
+               "  TIER                   of what the daemon holds, what is on the second tier\n"
+               "  GROUP                  the group it shares its limit with (- for none)\n\n"
                "Admin commands (another user's process, daemon-wide settings) need root or\n"
                "group zswap. Exit status: 0 done, 1 refused or failed, 2 usage.\n\n"
                "See zswapctl(8).\n",
@@ -88,13 +91,14 @@ static void help(void) {
 /* Options that only some commands take: a usage error elsewhere. */
 static bool options_fit(const char *cmd, const Opts *o, const UnitOpts *u) {
         bool table = strcmp(cmd, "clients") == 0 || strcmp(cmd, "status") == 0;
+        bool headed = table || strcmp(cmd, "groups") == 0;
 
         if (o->pid && strcmp(cmd, "set") != 0 && strcmp(cmd, "get") != 0) {
                 fprintf(stderr, "zswapctl: --pid is for set and get (limit and pageout take PID as an argument)\n");
                 return false;
         }
-        if ((o->columns || o->no_headings) && !table) {
-                fprintf(stderr, "zswapctl: -o and --no-headings are for clients and status\n");
+        if ((o->columns && !table) || (o->no_headings && !headed)) {
+                fprintf(stderr, "zswapctl: -o is for clients and status, --no-headings for them and groups\n");
                 return false;
         }
         if ((u->limit || u->preload) && strcmp(cmd, "enable") != 0) {
@@ -176,6 +180,8 @@ int main(int argc, char **argv) {
                 return cmd_status(&o);
         if (strcmp(cmd, "clients") == 0)
                 return cmd_clients(&o);
+        if (strcmp(cmd, "groups") == 0)
+                return cmd_groups(&o);
         if (strcmp(cmd, "metrics") == 0)
                 return cmd_metrics(&o);
         if (strcmp(cmd, "pageout") == 0 || strcmp(cmd, "pagein") == 0)

@@ -52,13 +52,14 @@ typedef struct Client {
         ZClientRecord r;
         char user[33];
         char comm[ZSWAP_COMM_MAX];
+        char group[ZSWAP_GROUP_NAME_MAX]; /* "-": none */
 } Client;
 
 /* The columns of `clients` (zswapctl-clients.c); metrics reads its
  * per-client series through them (client_field()). */
 enum {
         COL_PID, COL_UID, COL_USER, COL_COMMAND, COL_REGISTERED, COL_RESIDENT, COL_EVICTED, COL_POOL, COL_RATIO,
-        COL_FAULTS, COL_REFAULTS, COL_LIMIT, COL_STAGED, COL_INCOMPRESSIBLE, COL_ID, COL_TIER, _COL_MAX
+        COL_FAULTS, COL_REFAULTS, COL_LIMIT, COL_STAGED, COL_INCOMPRESSIBLE, COL_ID, COL_TIER, COL_GROUP, _COL_MAX
 };
 
 #define DEFAULT_COLUMNS "PID,USER,COMMAND,REGISTERED,RESIDENT,EVICTED,POOL,RATIO,REFAULTS,LIMIT"
@@ -98,6 +99,7 @@ int cmd_status(const Opts *o);
 int clients_fetch(int fd, Client **ret);
 Field client_field(const Client *c, int col);
 int cmd_clients(const Opts *o);
+int cmd_groups(const Opts *o);
 int cmd_metrics(const Opts *o);
 int32_t parse_pid(const char *s);
 int cmd_pageout(const char *path, int argc, char **argv, bool json, bool pagein);

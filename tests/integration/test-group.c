@@ -97,6 +97,34 @@ static void run(const char *mode) {
                 fprintf(stderr, "group: %s", line);
                 if (strncmp(line, "group = run:", 12) != 0 || !strstr(line, " processes, "))
                         test_fail("group: zswapctl get --pid %d group: %s", (int)pids[0], line);
+                /* one set of figures for the group: groups, and GROUP in clients */
+                snprintf(cmd, sizeof(cmd), "%s --socket %s groups --bytes --no-headings", ctl_path, d.sock);
+                p = popen(cmd, "r");
+                ASSERT_TRUE(p);
+                unsigned groups = 0, procs = 0;
+                unsigned long long reg = 0, lim = 0;
+                char gname[80], user[40];
+                while (fgets(line, sizeof(line), p))
+                        if (sscanf(line, "%79s %39s %u %llu %*s %*s %*s %*s %llu", gname, user, &procs, &reg, &lim) == 5)
+                                groups++;
+                pclose(p);
+                fprintf(stderr, "group: zswapctl groups: %u row, %s: %u processes, %llu bytes registered, limit %llu\n",
+                        groups, gname, procs, reg, lim);
+                ASSERT_EQ(groups, 1);
+                ASSERT_TRUE(strncmp(gname, "run:", 4) == 0 && procs >= VICTIMS && reg >= (uint64_t)VICTIMS * VICTIM_MIB << 20);
+                ASSERT_EQ(lim, limit);
+                snprintf(cmd, sizeof(cmd), "%s --socket %s clients -o pid,group --no-headings", ctl_path, d.sock);
+                p = popen(cmd, "r");
+                ASSERT_TRUE(p);
+                unsigned in_group = 0;
+                while (fgets(line, sizeof(line), p)) {
+                        int pid;
+                        if (sscanf(line, "%d %79s", &pid, user) == 2 && strcmp(user, gname) == 0)
+                                for (int i = 0; i < VICTIMS; i++)
+                                        in_group += pid == pids[i];
+                }
+                pclose(p);
+                ASSERT_EQ(in_group, VICTIMS);
         } else {
                 /* each under its own: 32 MiB is under 48, nothing to take */
                 uint64_t each = 0;
