@@ -38,6 +38,25 @@ int td_ctl(const TestDaemon *d, const char *fmt, ...) {
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+void td_shim_paths(char *run, char *ctl, char *victim, const char *victim_name) {
+        const char *zswapd = getenv("ZSWAPD");
+        if (!zswapd)
+                test_skip("ZSWAPD not set");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        test_skip("sanitizer build: the LD_PRELOAD shim is tested in the plain build");
+#endif
+        test_require_root();
+        snprintf(run, PATH_MAX, "%s", zswapd);
+        snprintf(strrchr(run, '/'), PATH_MAX - (size_t)(strrchr(run, '/') - run), "/../client/preload/zswap-run");
+        snprintf(ctl, PATH_MAX, "%s", zswapd);
+        snprintf(strrchr(ctl, '/'), PATH_MAX - (size_t)(strrchr(ctl, '/') - ctl), "/../client/tools/zswapctl");
+        ssize_t n = readlink("/proc/self/exe", victim, PATH_MAX - 1);
+        ASSERT_TRUE(n > 0);
+        victim[n] = 0;
+        char *slash = strrchr(victim, '/');
+        snprintf(slash + 1, PATH_MAX - (size_t)(slash + 1 - victim), "%s", victim_name);
+}
+
 const char *td_daemon_path(void) {
         static char path[PATH_MAX];
         const char *env = getenv("ZSWAPD");

@@ -39,6 +39,14 @@ typedef struct TestDaemon {
 /* Start $ZSWAPD (or ../daemon/zswapd next to the test) with a temporary
  * socket and extra arguments; returns once it accepts connections. Skips
  * the test (77) if not root. */
+/* For the tests of unmodified programs under zswap-run: zswap-run and
+ * zswapctl of $ZSWAPD's build tree into run and ctl, and the program
+ * victim_name beside the test into victim (PATH_MAX bytes each). Skips
+ * the test without $ZSWAPD, when not root, and in a sanitizer build (a
+ * sanitized shim cannot be preloaded into a program without the
+ * sanitizer's runtime, which must come first: the plain build runs
+ * them). */
+void td_shim_paths(char *run, char *ctl, char *victim, const char *victim_name);
 /* The zswapd binary the tests run: $ZSWAPD, or the build tree's. */
 const char *td_daemon_path(void);
 void td_start(TestDaemon *d, const char *extra_args);

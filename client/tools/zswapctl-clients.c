@@ -183,6 +183,20 @@ static void clients_json(const Client *v, size_t n, const int *cols, size_t ncol
         printf("]\n");
 }
 
+/* Every client, from a connection of its own; count, or -1 after saying
+ * why not */
+static int clients_load(const Opts *o, Client **v) {
+        _cleanup_close_ int fd = ctl_connect(o->path);
+        if (fd < 0)
+                return -1;
+        int n = clients_fetch(fd, v);
+        if (n < 0) {
+                read_failed(n, "clients");
+                return -1;
+        }
+        return n;
+}
+
 int cmd_clients(const Opts *o) {
         int cols[64];
         _cleanup_free_ Client *v = NULL;
@@ -190,12 +204,9 @@ int cmd_clients(const Opts *o) {
         size_t ncols = columns_pick(o->columns ? o->columns : DEFAULT_COLUMNS, cols);
         if (ncols == 0)
                 return 2;
-        _cleanup_close_ int fd = ctl_connect(o->path);
-        if (fd < 0)
-                return 1;
-        int n = clients_fetch(fd, &v);
+        int n = clients_load(o, &v);
         if (n < 0)
-                return read_failed(n, "clients");
+                return 1;
         if (o->json)
                 clients_json(v, (size_t)n, cols, ncols);
         else
@@ -220,12 +231,9 @@ int cmd_groups(const Opts *o) {
         _cleanup_free_ Group *g = NULL;
         size_t ng = 0;
 
-        _cleanup_close_ int fd = ctl_connect(o->path);
-        if (fd < 0)
-                return 1;
-        int n = clients_fetch(fd, &v);
+        int n = clients_load(o, &v);
         if (n < 0)
-                return read_failed(n, "clients");
+                return 1;
         g = calloc((size_t)n + 1, sizeof(*g));
         if (!g) {
                 fprintf(stderr, "zswapctl: out of memory\n");

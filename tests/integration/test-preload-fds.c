@@ -261,21 +261,7 @@ static void run_no_daemon(void) {
 }
 
 int main(int argc, char **argv) {
-        const char *zswapd = getenv("ZSWAPD");
-        if (!zswapd)
-                test_skip("ZSWAPD not set");
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-        test_skip("sanitizer build: the LD_PRELOAD shim is tested in the plain build");
-#endif
-        test_require_root();
-        snprintf(run_path, sizeof(run_path), "%s", zswapd);
-        strcpy(strrchr(run_path, '/'), "/../client/preload/zswap-run");
-        snprintf(ctl_path, sizeof(ctl_path), "%s", zswapd);
-        strcpy(strrchr(ctl_path, '/'), "/../client/tools/zswapctl");
-        ssize_t n = readlink("/proc/self/exe", victim_path, sizeof(victim_path) - 32);
-        ASSERT_TRUE(n > 0);
-        victim_path[n] = 0;
-        strcpy(strrchr(victim_path, '/'), "/fds-victim");
+        td_shim_paths(run_path, ctl_path, victim_path, "fds-victim");
         signal(SIGPIPE, SIG_IGN);
         for (int a = 1; a < argc; a++)
                 if (strcmp(argv[a], "no-daemon") == 0)

@@ -429,23 +429,9 @@ static void fail_open(void) {
 
 int main(void) {
         TestDaemon d;
-        const char *zswapd = getenv("ZSWAPD");
-
-        if (!zswapd)
-                test_skip("ZSWAPD not set");
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-        /* a sanitized shim cannot be preloaded into python (the runtime
-         * must come first); the plain build runs this test */
-        test_skip("sanitizer build: the LD_PRELOAD shim is tested in the plain build");
-#endif
-        snprintf(run_path, sizeof(run_path), "%s", zswapd);
-        strcpy(strrchr(run_path, '/'), "/../client/preload/zswap-run");
-        snprintf(ctl_path, sizeof(ctl_path), "%s", zswapd);
-        strcpy(strrchr(ctl_path, '/'), "/../client/tools/zswapctl");
-        ssize_t n = readlink("/proc/self/exe", victim_path, sizeof(victim_path) - 32);
-        ASSERT_TRUE(n > 0);
-        victim_path[n] = 0;
-        strcpy(strrchr(victim_path, '/'), "/preload-victim");
+        /* (a sanitized shim cannot be preloaded into python: the
+         * runtime must come first; the plain build runs this test) */
+        td_shim_paths(run_path, ctl_path, victim_path, "preload-victim");
 
         td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
         uint64_t t = now_ns();
