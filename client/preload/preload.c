@@ -856,13 +856,17 @@ static void apply_limit(void) {
 /*
  * Between two scans: until the next is due (scan_ms), a poke of the
  * interposed mmap/mremap comes (then 2 ms for a burst to end), or, under
- * a limit, RssAnon has grown by a sixteenth of it since the last scan
- * while over seven eighths of it. A program allocating fast (malloc's own
+ * a limit and holding half of it or more, RssAnon has grown by a
+ * sixteenth of it since the last scan while over seven eighths of it.
+ * Only then is RssAnon read between scans: a service of a hundred
+ * processes under one limit (a group) has at most two of them each
+ * holding half of it, and a process well under its limit pays nothing.
+ * A program allocating fast (malloc's own
  * mmap and brk are not interposed) grew past its limit by what it
  * allocated in a whole scan period: now the new memory is handed over,
  * and the daemon asked to count the process at once (limit_nudge), every
  * sixteenth of the limit. 1 GiB in 1 MiB mallocs under --limit 200M
- * peaked at 287-300 MiB (VmHWM), 403-455 MiB before; what is left over
+ * peaked at 287-304 MiB (VmHWM), 403-455 MiB before; what is left over
  * is the eviction's pace against the program's. Reading RssAnon costs a
  * read of /proc/self/status every WATCH_MS, only under a limit.
  */
@@ -871,18 +875,19 @@ static void apply_limit(void) {
 static void scan_wait(void) {
         struct pollfd p = { .fd = poke_fd, .events = POLLIN };
         uint64_t v, start = now_ns(), rss0 = limit_bytes ? rss_anon() : 0;
+        bool watch = limit_bytes && rss0 >= limit_bytes / 2;
 
         for (;;) {
                 uint64_t waited = (now_ns() - start) / 1000000;
                 if (waited >= scan_ms)
                         return;
-                int ms = limit_bytes ? (int)MIN((uint64_t)WATCH_MS, scan_ms - waited) : (int)(scan_ms - waited);
+                int ms = watch ? (int)MIN((uint64_t)WATCH_MS, scan_ms - waited) : (int)(scan_ms - waited);
                 if (poll(&p, 1, ms) > 0) {
                         (void)!read(poke_fd, &v, sizeof(v));
                         usleep(2000); /* let a burst of mappings finish */
                         return;
                 }
-                if (!limit_bytes)
+                if (!watch || !limit_bytes)
                         continue;
                 uint64_t rss = rss_anon();
                 if (rss > limit_bytes - limit_bytes / 8 && rss >= rss0 + limit_bytes / 16) {
