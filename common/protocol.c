@@ -70,6 +70,11 @@ size_t zmsg_expected_size(uint16_t type) {
         }
 }
 
+bool zgroup_name_valid(const char *name, size_t cap) {
+        size_t n = strnlen(name, MIN(cap, (size_t)ZSWAP_GROUP_NAME_MAX));
+        return n > 0 && n < MIN(cap, (size_t)ZSWAP_GROUP_NAME_MAX) && strspn(name, ZSWAP_GROUP_NAME_CHARS) == n;
+}
+
 void zmsg_init(ZMsgHeader *h, uint16_t type, uint32_t id, size_t size) {
         h->magic = ZSWAP_PROTO_MAGIC;
         h->version = ZSWAP_PROTO_VERSION;

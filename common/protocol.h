@@ -268,6 +268,8 @@ typedef struct ZMsgStatusReply {
 #define ZSWAP_CLIENTS_PER_MSG 10
 #define ZSWAP_COMM_MAX 16
 #define ZSWAP_GROUP_NAME_MAX 64 /* a group's name and its NUL (SET_GROUP) */
+/* the characters of a group's name */
+#define ZSWAP_GROUP_NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@-"
 typedef struct ZMsgClientsReq {
         ZMsgHeader hdr;
         uint64_t after; /* list clients with a larger id */
@@ -381,6 +383,10 @@ static inline size_t zmsg_move_size(uint32_t nruns) {
 
 /* The most fds one message can carry (the kernel's SCM_MAX_FD). */
 #define ZMSG_FDS_MAX 253
+
+/* Whether name is a group's name: 1 to ZSWAP_GROUP_NAME_MAX - 1 of
+ * ZSWAP_GROUP_NAME_CHARS, its NUL within the first cap bytes. */
+bool zgroup_name_valid(const char *name, size_t cap);
 
 /*
  * Send one message with up to ZMSG_FDS_MAX fds. Non-blocking sockets return -EAGAIN

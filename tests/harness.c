@@ -22,20 +22,43 @@
 #include "protocol.h"
 #include "util.h"
 
+/* zswapctl of the daemon's build tree */
+static void ctl_path(char ctl[PATH_MAX]) {
+        snprintf(ctl, PATH_MAX, "%s", td_daemon_path());
+        char *slash = strrchr(ctl, '/');
+        if (!slash)
+                test_fail("daemon path %s", ctl);
+        snprintf(slash, PATH_MAX - (size_t)(slash - ctl), "/../client/tools/zswapctl");
+}
+
 int td_ctl(const TestDaemon *d, const char *fmt, ...) {
         char args[512], ctl[PATH_MAX], cmd[PATH_MAX + 1024];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(args, sizeof(args), fmt, ap);
         va_end(ap);
-        snprintf(ctl, sizeof(ctl), "%s", td_daemon_path());
-        char *slash = strrchr(ctl, '/');
-        if (!slash)
-                test_fail("daemon path %s", ctl);
-        snprintf(slash, sizeof(ctl) - (size_t)(slash - ctl), "/../client/tools/zswapctl");
+        ctl_path(ctl);
         snprintf(cmd, sizeof(cmd), "%s --socket %s %s >&2", ctl, d->sock, args);
         int st = system(cmd);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+long td_pageout_pid(const TestDaemon *d, pid_t pid, uint64_t addr, uint64_t len) {
+        char ctl[PATH_MAX], cmd[PATH_MAX + 256], out[256] = "";
+        ctl_path(ctl);
+        if (len)
+                snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d %#llx %llu 2>/dev/null", ctl, d->sock, (int)pid,
+                         (unsigned long long)addr, (unsigned long long)len);
+        else
+                snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d 2>/dev/null", ctl, d->sock, (int)pid);
+        FILE *p = popen(cmd, "r");
+        ASSERT_TRUE(p);
+        size_t n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = 0;
+        long got;
+        if (pclose(p) != 0 || sscanf(out, "process %*d: %ld pages evicted", &got) != 1)
+                got = -1;
+        return got;
 }
 
 void td_shim_paths(char *run, char *ctl, char *victim, const char *victim_name) {

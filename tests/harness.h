@@ -125,6 +125,9 @@ void td_log_mark(const TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
 /* Run zswapctl (the one built beside the daemon) against d with the
  * arguments given, its output on stderr; returns its exit status. */
 int td_ctl(const TestDaemon *d, const char *fmt, ...) _printf_(2, 3);
+/* `zswapctl pageout PID` (len 0), or of [addr, addr+len): the pages it
+ * says were evicted, -1 if it failed (the process has no client yet). */
+long td_pageout_pid(const TestDaemon *d, pid_t pid, uint64_t addr, uint64_t len);
 /* Print the daemon's log (td_start_logged) to stderr, for a failure. */
 void td_log_dump(const TestDaemon *d);
 /* fork(), and in the child become uid (gid uid, the one supplementary

@@ -858,17 +858,16 @@ static void apply_limit(void) {
  * interposed mmap/mremap comes (then 2 ms for a burst to end), or, under
  * a limit and holding half of it or more, RssAnon has grown by a
  * sixteenth of it since the last scan while over seven eighths of it.
- * Only then is RssAnon read between scans: a service of a hundred
+ * A program allocating fast (malloc's own mmap and brk are not
+ * interposed) grew past its limit by what it allocated in a whole scan
+ * period: now the new memory is handed over, and the daemon asked to
+ * count the process at once (limit_nudge), every sixteenth of the limit.
+ * 1 GiB in 1 MiB mallocs under --limit 200M peaked at 287-304 MiB
+ * (VmHWM), 403-455 MiB before; what is left over is the eviction's pace
+ * against the program's. RssAnon is read between scans (every WATCH_MS)
+ * only while the process holds half its limit: a service of a hundred
  * processes under one limit (a group) has at most two of them each
  * holding half of it, and a process well under its limit pays nothing.
- * A program allocating fast (malloc's own
- * mmap and brk are not interposed) grew past its limit by what it
- * allocated in a whole scan period: now the new memory is handed over,
- * and the daemon asked to count the process at once (limit_nudge), every
- * sixteenth of the limit. 1 GiB in 1 MiB mallocs under --limit 200M
- * peaked at 287-304 MiB (VmHWM), 403-455 MiB before; what is left over
- * is the eviction's pace against the program's. Reading RssAnon costs a
- * read of /proc/self/status every WATCH_MS, only under a limit.
  */
 #define WATCH_MS 10
 
@@ -887,7 +886,7 @@ static void scan_wait(void) {
                         usleep(2000); /* let a burst of mappings finish */
                         return;
                 }
-                if (!watch || !limit_bytes)
+                if (!watch)
                         continue;
                 uint64_t rss = rss_anon();
                 if (rss > limit_bytes - limit_bytes / 8 && rss >= rss0 + limit_bytes / 16) {
@@ -1119,8 +1118,7 @@ __attribute__((constructor)) static void preload_init(void) {
                 limit_bytes = 0;
         }
         if ((v = getenv("ZSWAP_GROUP")) && *v) {
-                if (strlen(v) < sizeof(group_name) && strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                                "0123456789._:@-") == strlen(v))
+                if (zgroup_name_valid(v, sizeof(group_name)))
                         snprintf(group_name, sizeof(group_name), "%s", v);
                 else
                         say("ZSWAP_GROUP=%s is not a group name (1-63 of A-Z a-z 0-9 . _ : @ -): the limit is this "

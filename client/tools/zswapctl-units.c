@@ -112,19 +112,15 @@ static int make_dirs(const char *dir) {
  * made plain and a hash of the whole */
 static void unit_group(const char *unit, char *out, size_t cap) {
         size_t n = strlen(unit);
-        bool plain = n + 5 < ZSWAP_GROUP_NAME_MAX &&
-                     strspn(unit, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@-") == n;
-        if (plain) {
-                snprintf(out, cap, "unit:%s", unit);
+        if (snprintf(out, cap, "unit:%s", unit) < (int)cap && zgroup_name_valid(out, cap))
                 return;
-        }
         uint32_t h = 2166136261u; /* FNV-1a */
         for (const char *p = unit; *p; p++)
                 h = (h ^ (uint8_t)*p) * 16777619u;
         char part[41] = "";
         memcpy(part, unit, MIN(n, sizeof(part) - 1));
         for (char *p = part; *p; p++)
-                if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@-", *p))
+                if (!strchr(ZSWAP_GROUP_NAME_CHARS, *p))
                         *p = '_';
         snprintf(out, cap, "unit:%s-%08x", part, h);
 }

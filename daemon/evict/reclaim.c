@@ -438,8 +438,20 @@ uint64_t reclaim_client_limit(Reclaim *rc, MMClient *mm) {
         return own && group ? MIN(own, group) : own ? own : group;
 }
 
-static bool same_group(const MMClient *a, const MMClient *b) {
-        return a->uid == b->uid && strcmp(a->rc.group, b->rc.group) == 0;
+/* A group's members summed: resident pages, unmanaged bytes (saturating:
+ * each a client's word, which may be anything), the limit (the highest
+ * any member gave) */
+typedef struct GroupSum {
+        unsigned members;
+        uint64_t resident, unmanaged, limit;
+} GroupSum;
+
+static void group_add(GroupSum *g, const MMClient *x) {
+        g->members++;
+        g->resident += x->rc.resident;
+        g->unmanaged = g->unmanaged + x->rc.group_unmanaged < g->unmanaged ? UINT64_MAX
+                                                                             : g->unmanaged + x->rc.group_unmanaged;
+        g->limit = MAX(g->limit, x->rc.group_limit);
 }
 
 void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
@@ -459,20 +471,19 @@ void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
 
 bool reclaim_group_of(Reclaim *rc, MMClient *mm, unsigned *members, uint64_t *resident, uint64_t *unmanaged,
                       uint64_t *limit) {
-        *members = 0;
-        *resident = *unmanaged = *limit = 0;
-        if (!mm->rc.group[0])
-                return false;
-        for (MMClient *x = *rc->mms; x; x = x->next)
-                if (x->rc.group[0] && same_group(x, mm) && !atomic_load_explicit(&x->dead, memory_order_relaxed)) {
-                        reclaim_measure(rc, x, false); /* a count younger than 100 ms will do */
-                        (*members)++;
-                        *resident += x->rc.resident << ZSWAP_PAGE_SHIFT;
-                        *unmanaged = *unmanaged + x->rc.group_unmanaged < *unmanaged ? UINT64_MAX
-                                                                                      : *unmanaged + x->rc.group_unmanaged;
-                        *limit = MAX(*limit, x->rc.group_limit);
-                }
-        return true;
+        GroupSum g = { 0 };
+        if (mm->rc.group[0])
+                for (MMClient *x = *rc->mms; x; x = x->next)
+                        if (x->rc.group[0] && mmclient_same_group(x, mm) &&
+                            !atomic_load_explicit(&x->dead, memory_order_relaxed)) {
+                                reclaim_measure(rc, x, false); /* a count younger than 100 ms will do */
+                                group_add(&g, x);
+                        }
+        *members = g.members;
+        *resident = g.resident << ZSWAP_PAGE_SHIFT;
+        *unmanaged = g.unmanaged;
+        *limit = g.limit;
+        return mm->rc.group[0] != 0;
 }
 
 /*
@@ -552,29 +563,26 @@ static void groups_share(Reclaim *rc, uint64_t now) {
                         v[n++] = mm;
         qsort(v, n, sizeof(*v), group_cmp);
         for (size_t i = 0, j; i < n; i = j) {
-                uint64_t resident = 0, unmanaged = 0, limit = 0;
-                for (j = i; j < n && same_group(v[j], v[i]); j++) {
+                GroupSum g = { 0 };
+                for (j = i; j < n && mmclient_same_group(v[j], v[i]); j++) {
                         MMClient *x = v[j];
                         x->rc.group_tick = tick;
                         x->rc.group_share = 0; /* counted against the group's whole limit */
                         if (!reclaim_count(rc, x, now))
                                 x->rc.resident = 0;
-                        resident += x->rc.resident;
-                        /* saturating: a client's word, which may be anything */
-                        unmanaged = unmanaged + x->rc.group_unmanaged < unmanaged ? UINT64_MAX
-                                                                                  : unmanaged + x->rc.group_unmanaged;
-                        limit = MAX(limit, x->rc.group_limit);
+                        group_add(&g, x);
                 }
-                uint64_t budget = (unmanaged < limit - limit / 4 ? limit - unmanaged : limit / 4) >> ZSWAP_PAGE_SHIFT;
+                uint64_t budget = (g.unmanaged < g.limit - g.limit / 4 ? g.limit - g.unmanaged : g.limit / 4) >>
+                                  ZSWAP_PAGE_SHIFT;
                 for (size_t k = i; k < j; k++) {
-                        uint64_t share = resident ? (uint64_t)((double)budget * (double)v[k]->rc.resident /
-                                                               (double)resident)
-                                                  : budget / (j - i);
+                        uint64_t share = g.resident ? (uint64_t)((double)budget * (double)v[k]->rc.resident /
+                                                                 (double)g.resident)
+                                                    : budget / g.members;
                         v[k]->rc.group_share = MAX(share, (uint64_t)1) << ZSWAP_PAGE_SHIFT;
                 }
-                log_debug("group %s of uid %u: %zu processes, %llu pages resident, %llu unmanaged bytes, limit %llu "
-                          "bytes", v[i]->rc.group, (unsigned)v[i]->uid, j - i, (unsigned long long)resident,
-                          (unsigned long long)unmanaged, (unsigned long long)limit);
+                log_debug("group %s of uid %u: %u processes, %llu pages resident, %llu unmanaged bytes, limit %llu "
+                          "bytes", v[i]->rc.group, (unsigned)v[i]->uid, g.members, (unsigned long long)g.resident,
+                          (unsigned long long)g.unmanaged, (unsigned long long)g.limit);
         }
         free(v);
 }
@@ -633,9 +641,10 @@ static void reclaim_decide(Reclaim *rc, MMClient *mm, uint64_t now) {
 }
 
 static void reclaim_client(Reclaim *rc, MMClient *mm, uint64_t now) {
-        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
         if (reclaim_count(rc, mm, now))
-                reclaim_decide(rc, mm, now);
+                reclaim_decide(rc, mm, now); /* which says the limit in force */
+        else
+                atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
 }
 
 /* ---- refill: pages back ahead of use ---- */

@@ -218,12 +218,18 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q, bool pag
  * (MMClient.dead, here and below, is the manager's own write, mm_retire():
  * relaxed.)
  */
+/* c speaks for an address space of its own: a client, or a fork child
+ * that took over the one its fork made */
+static bool own_client(const Conn *c) {
+        return c->mm && (c->role == ZROLE_CLIENT || c->role == ZROLE_CHILD);
+}
+
 static int steerable(Manager *m, Conn *c, int32_t pid) {
         int found = 0;
         bool allowed = false;
 
-        if (pid == 0) /* the sender's own: a client, or a fork child that took its address space over */
-                return c->mm && (c->role == ZROLE_CLIENT || c->role == ZROLE_CHILD) ? 1 : -ESRCH;
+        if (pid == 0)
+                return own_client(c) ? 1 : -ESRCH;
         if (pid < 0)
                 return -EINVAL;
         for (MMClient *mm = m->mms; mm; mm = mm->next) {
@@ -270,25 +276,13 @@ static int do_set_limit(Manager *m, Conn *c, const ZMsgLimit *q) {
         return 0;
 }
 
-/* A group name: 1-63 of [A-Za-z0-9._:@-], then NUL */
-static bool group_name_valid(const char *name) {
-        size_t n = strnlen(name, ZSWAP_GROUP_NAME_MAX);
-        if (n == 0 || n == ZSWAP_GROUP_NAME_MAX)
-                return false;
-        for (size_t i = 0; i < n; i++)
-                if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
-                      (name[i] >= '0' && name[i] <= '9') || strchr("._:@-", name[i])))
-                        return false;
-        return true;
-}
-
 /* SET_GROUP: the sender's client joins (limit > 0) or leaves a group of
  * its user's; applied at the next tick */
 static int do_set_group(Manager *m, Conn *c, const ZMsgGroup *q) {
         MMClient *mm = c->mm;
-        if (!mm || (c->role != ZROLE_CLIENT && c->role != ZROLE_CHILD))
+        if (!own_client(c))
                 return -ENOTCONN;
-        if (q->limit && !group_name_valid(q->name))
+        if (q->limit && !zgroup_name_valid(q->name, sizeof(q->name)))
                 return -EINVAL;
         bool joins = q->limit && strcmp(mm->rc.group, q->name) != 0;
         if (q->limit) {
@@ -306,7 +300,7 @@ static int do_set_group(Manager *m, Conn *c, const ZMsgGroup *q) {
          * thousand short processes are one line */
         bool first = joins;
         for (MMClient *x = m->mms; first && x; x = x->next)
-                first = x == mm || x->uid != mm->uid || strcmp(x->rc.group, mm->rc.group) != 0;
+                first = x == mm || !mmclient_same_group(x, mm);
         if (first)
                 log_info("group %s of uid %u: resident limit %llu bytes for its processes together (pid %d first)",
                          mm->rc.group, (unsigned)mm->uid, (unsigned long long)q->limit, (int)mmclient_pid(mm));

@@ -433,6 +433,12 @@ typedef struct MMClient {
         _Atomic unsigned revoke_reads;
 } MMClient;
 
+/* Whether a and b are in one group (MMReclaim.group): the same name and
+ * the same user. Manager thread. */
+static inline bool mmclient_same_group(const MMClient *a, const MMClient *b) {
+        return a->uid == b->uid && strcmp(a->rc.group, b->rc.group) == 0;
+}
+
 /* The process and its fds (MMClient.pid): the only accesses to them, but
  * for their initialisation and bind_publish(). seq_cst, not argued
  * weaker: a reader needs at least acquire (the fd was opened, and is

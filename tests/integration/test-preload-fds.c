@@ -57,20 +57,6 @@
 
 static char run_path[PATH_MAX], ctl_path[PATH_MAX], victim_path[PATH_MAX];
 
-/* `zswapctl pageout PID`: pages evicted, -1 if it failed */
-static long pageout(TestDaemon *d, pid_t pid) {
-        char cmd[PATH_MAX + sizeof(d->sock) + 64], out[256] = "";
-        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d 2>/dev/null", ctl_path, d->sock, (int)pid);
-        FILE *p = popen(cmd, "r");
-        ASSERT_TRUE(p);
-        size_t n = fread(out, 1, sizeof(out) - 1, p);
-        out[n] = 0;
-        long got = -1;
-        if (pclose(p) == 0 && sscanf(out, "process %*d: %ld pages evicted", &got) != 1)
-                got = -1;
-        return got;
-}
-
 /* Whether pid holds a userfaultfd among its descriptors. */
 static bool holds_uffd(pid_t pid) {
         char dir[64], path[PATH_MAX], target[64];
@@ -206,7 +192,7 @@ static void run(const char *mode) {
          * agent's moves are slow, so 1 MiB is enough to show the point) */
         long total = 0;
         for (uint64_t t0 = now_ns(); total < (long)(EVICT_MIN / ZSWAP_PAGE_SIZE); usleep(100000)) {
-                long n = pageout(&d, pid);
+                long n = td_pageout_pid(&d, pid, 0, 0);
                 total += n > 0 ? n : 0;
                 if (now_ns() - t0 > 120 * 1000000000ull) {
                         td_log_dump(&d);

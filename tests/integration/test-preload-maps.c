@@ -32,21 +32,6 @@
 
 static char run_path[PATH_MAX], ctl_path[PATH_MAX], victim_path[PATH_MAX];
 
-/* `zswapctl pageout PID ADDR LEN`: pages evicted, -1 if it failed */
-static long pageout_range(TestDaemon *d, pid_t pid, uint64_t addr, uint64_t len) {
-        char cmd[PATH_MAX + sizeof(d->sock) + 128], out[256] = "";
-        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d %#llx %llu 2>&1", ctl_path, d->sock, (int)pid,
-                 (unsigned long long)addr, (unsigned long long)len);
-        FILE *p = popen(cmd, "r");
-        ASSERT_TRUE(p);
-        size_t n = fread(out, 1, sizeof(out) - 1, p);
-        out[n] = 0;
-        long got = -1;
-        if (pclose(p) == 0 && sscanf(out, "process %*d: %ld pages evicted", &got) != 1)
-                got = -1;
-        return got;
-}
-
 /* Pages of [addr, addr+len) present in pid's memory (pagemap bit 63). */
 static uint64_t present_pages(pid_t pid, uint64_t addr, uint64_t len) {
         char path[64];
@@ -104,7 +89,7 @@ static void evict_range(TestDaemon *d, pid_t pid, const char *mode, const char *
                                   (unsigned long long)len, (unsigned long long)present, (unsigned long long)pages,
                                   evicted, TEST_WAIT_S);
                 }
-                long n = pageout_range(d, pid, addr, len);
+                long n = td_pageout_pid(d, pid, addr, len);
                 evicted += n > 0 ? n : 0;
                 if (n <= 0)
                         usleep(50000);

@@ -80,21 +80,6 @@ static int finish(Child *c, char *err, size_t cap) {
         return st;
 }
 
-/* `zswapctl pageout PID`: pages evicted, or -1 if the process has no client (yet) */
-static long pageout(TestDaemon *d, pid_t pid) {
-        char cmd[PATH_MAX + sizeof(d->sock) + 64], out[256] = "";
-        snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d 2>/dev/null", ctl_path, d->sock, (int)pid);
-        FILE *p = popen(cmd, "r");
-        ASSERT_TRUE(p);
-        size_t n = fread(out, 1, sizeof(out) - 1, p);
-        out[n] = 0;
-        int st = pclose(p);
-        long pages = -1, got;
-        if (st == 0 && sscanf(out, "process %*d: %ld pages evicted", &got) == 1)
-                pages = got;
-        return pages;
-}
-
 /* Pageouts of one process so far: pages evicted, calls, RssAnon left. */
 typedef struct Evicted {
         long pages, calls;
@@ -104,7 +89,7 @@ typedef struct Evicted {
 /* One more `zswapctl pageout PID`; whether at most 1/keep_div of before
  * is still resident and something was evicted. */
 static bool pageout_more(TestDaemon *d, pid_t pid, uint64_t before, unsigned keep_div, Evicted *e) {
-        long r = pageout(d, pid);
+        long r = td_pageout_pid(d, pid, 0, 0);
 
         e->calls++;
         e->pages += r > 0 ? r : 0;
@@ -147,7 +132,7 @@ static void churn(TestDaemon *d) {
                         test_fail("churn: %ld pages evicted in %ld pageouts in %.0f s, not 1000", total, calls,
                                   (double)(now_ns() - start) / 1e9);
                 usleep(200000);
-                long n = pageout(d, pid);
+                long n = td_pageout_pid(d, pid, 0, 0);
                 if (n >= 0) {
                         total += n;
                         calls++;
