@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc clang libclang-rt-14-dev liblz4-dev libzstd-dev liburing-dev libsodium-dev
       libcap-dev libseccomp-dev zstd util-linux python3 redis-server redis-tools sqlite3
-      scdoc man-db groff-base systemd valgrind nbd-server)
+      scdoc man-db groff-base systemd valgrind nbd-server tmux)
 missing=()
 for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,7 +23,7 @@
 #include "util.h"
 
 /* zswapctl of the daemon's build tree */
-static void ctl_path(char ctl[PATH_MAX]) {
+void td_ctl_path(char *ctl) {
         snprintf(ctl, PATH_MAX, "%s", td_daemon_path());
         char *slash = strrchr(ctl, '/');
         if (!slash)
@@ -37,7 +37,7 @@ int td_ctl(const TestDaemon *d, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(args, sizeof(args), fmt, ap);
         va_end(ap);
-        ctl_path(ctl);
+        td_ctl_path(ctl);
         snprintf(cmd, sizeof(cmd), "%s --socket %s %s >&2", ctl, d->sock, args);
         int st = system(cmd);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -45,7 +45,7 @@ int td_ctl(const TestDaemon *d, const char *fmt, ...) {
 
 long td_pageout_pid(const TestDaemon *d, pid_t pid, uint64_t addr, uint64_t len) {
         char ctl[PATH_MAX], cmd[PATH_MAX + 256], out[256] = "";
-        ctl_path(ctl);
+        td_ctl_path(ctl);
         if (len)
                 snprintf(cmd, sizeof(cmd), "%s --socket %s pageout %d %#llx %llu 2>/dev/null", ctl, d->sock, (int)pid,
                          (unsigned long long)addr, (unsigned long long)len);

@@ -49,6 +49,8 @@ typedef struct TestDaemon {
 void td_shim_paths(char *run, char *ctl, char *victim, const char *victim_name);
 /* The zswapd binary the tests run: $ZSWAPD, or the build tree's. */
 const char *td_daemon_path(void);
+/* The zswapctl built beside it, into ctl (PATH_MAX bytes). */
+void td_ctl_path(char *ctl);
 void td_start(TestDaemon *d, const char *extra_args);
 /* td_start() with the daemon's log (stderr) appended to a fresh temporary
  * file, d->log, for tests that check what it says. */

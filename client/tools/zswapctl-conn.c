@@ -42,8 +42,9 @@ int ctl_expect(int fd, void *msg, size_t len, void *reply, size_t cap, uint16_t 
         return r;
 }
 
-/* A control connection that said HELLO, or -1 after saying why not. */
-int ctl_connect(const char *path) {
+/* A control connection that said HELLO, or -1 with why not in why[len]
+ * (one line, no newline). */
+int ctl_open(const char *path, char *why, size_t len) {
         int fd = unix_connect(path);
         ZMsgHello h = { .role = ZROLE_CONTROL };
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
@@ -54,33 +55,42 @@ int ctl_connect(const char *path) {
          * directory could be listening there (common/util.c) */
         if (fd >= 0 && unix_peer_trusted(fd, daemon_uid_from_env(), &peer) < 0) {
                 close(fd);
-                fprintf(stderr,
-                        "zswapctl: %s is served by uid %u, not by root: not trusted as zswapd, nothing sent "
-                        "(set ZSWAP_DAEMON_UID=%u if zswapd runs as that user)\n",
-                        path, (unsigned)peer, (unsigned)peer);
+                snprintf(why, len,
+                         "zswapctl: %s is served by uid %u, not by root: not trusted as zswapd, nothing sent "
+                         "(set ZSWAP_DAEMON_UID=%u if zswapd runs as that user)",
+                         path, (unsigned)peer, (unsigned)peer);
                 return -1;
         }
 
         if (fd == -ENOENT || fd == -ECONNREFUSED) {
-                fprintf(stderr, "zswapd is not running: start it with systemctl start zswapd (no socket at %s)\n",
-                        path);
+                snprintf(why, len, "zswapd is not running: start it with systemctl start zswapd (no socket at %s)",
+                         path);
                 return -1;
         }
         if (fd == -EACCES) {
-                fprintf(stderr, "zswapctl: permission denied on %s: run as root or a member of group zswap\n", path);
+                snprintf(why, len, "zswapctl: permission denied on %s: run as root or a member of group zswap", path);
                 return -1;
         }
         if (fd < 0) {
-                fprintf(stderr, "zswapctl: cannot connect to %s: %s\n", path, strerror(-fd));
+                snprintf(why, len, "zswapctl: cannot connect to %s: %s", path, strerror(-fd));
                 return -1;
         }
         zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
         int r = ctl_request(fd, &h, sizeof(h), buf, sizeof(buf));
         if (r < 0) {
-                fprintf(stderr, "zswapctl: %s refused the connection: %s\n", path, strerror(-r));
+                snprintf(why, len, "zswapctl: %s refused the connection: %s", path, strerror(-r));
                 close(fd);
                 return -1;
         }
+        return fd;
+}
+
+/* A control connection that said HELLO, or -1 after saying why not. */
+int ctl_connect(const char *path) {
+        char why[512];
+        int fd = ctl_open(path, why, sizeof(why));
+        if (fd < 0)
+                fprintf(stderr, "%s\n", why);
         return fd;
 }
 

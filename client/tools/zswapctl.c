@@ -17,6 +17,7 @@
  * drops the header. Exit status: 0 done, 1 refused or failed (the message
  * says what to do), 2 usage.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,9 @@ static void help(void) {
                "  groups              one row per group of processes sharing a limit (zswap-run\n"
                "                      --limit, a unit under enable --limit), their figures summed\n"
                "  metrics             every counter in the Prometheus text format\n"
+               "  top                 a live view of the pool and the clients, refreshed like top\n"
+               "                      (keys: q quit; e r p f n sort by evicted, resident, pool,\n"
+               "                      fault rate, pid)\n"
                "  pageout PID [ADDR LEN]\n"
                "                      evict a running program's managed memory (all of it,\n"
                "                      or the part in [ADDR, ADDR+LEN)); prints the pages evicted\n"
@@ -70,6 +74,9 @@ static void help(void) {
                "      --root DIR      enable, disable: the system's files under DIR, not /\n"
                "      --preload PATH  enable: the shim to preload (default %s)\n"
                "      --textfile FILE metrics: into FILE, whole (for node_exporter's textfile collector)\n"
+               "  -d, --delay SECONDS top: seconds between frames (default 2)\n"
+               "      --iterations N  top: stop after N frames\n"
+               "      --sort KEY      top: evicted (default), resident, pool, faults or pid\n"
                "  -h, --help          this help\n"
                "  -V, --version       the version\n\n"
                "Columns of clients (default " DEFAULT_COLUMNS "):\n"
@@ -113,8 +120,13 @@ static bool options_fit(const char *cmd, const Opts *o, const UnitOpts *u) {
                 fprintf(stderr, "zswapctl: --root is for enable and disable\n");
                 return false;
         }
-        if (o->json && strcmp(cmd, "metrics") == 0) {
-                fprintf(stderr, "zswapctl: metrics has one format (Prometheus text): no --json\n");
+        if ((o->delay_given || o->iterations || o->sort) && strcmp(cmd, "top") != 0) {
+                fprintf(stderr, "zswapctl: --delay, --iterations and --sort are for top\n");
+                return false;
+        }
+        if (o->json && (strcmp(cmd, "metrics") == 0 || strcmp(cmd, "top") == 0)) {
+                fprintf(stderr, "zswapctl: %s has one format (%s): no --json\n", cmd,
+                        cmd[0] == 'm' ? "Prometheus text" : "a screen");
                 return false;
         }
         return true;
@@ -135,19 +147,45 @@ int main(int argc, char **argv) {
                 { "root", required_argument, NULL, 'R' },
                 { "preload", required_argument, NULL, 'P' },
                 { "textfile", required_argument, NULL, 'T' },
+                { "delay", required_argument, NULL, 'd' },
+                { "iterations", required_argument, NULL, 'I' },
+                { "sort", required_argument, NULL, 'S' },
                 {}
         };
-        Opts o = { .path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET };
+        Opts o = { .path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET, .delay = 2 };
         UnitOpts u = { .socket = getenv("ZSWAP_SOCKET") };
         int c;
 
-        while ((c = getopt_long(argc, argv, "s:Jbp:o:nhV", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:Jbp:o:nhVd:", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's': o.path = u.socket = optarg; break;
                 case 'L': u.limit = optarg; break;
                 case 'R': u.root = optarg; break;
                 case 'P': u.preload = optarg; break;
                 case 'T': o.textfile = optarg; break;
+                case 'd': {
+                        char *end;
+                        errno = 0;
+                        o.delay = strtod(optarg, &end);
+                        if (errno || end == optarg || *end || !(o.delay >= 0.1 && o.delay <= 3600)) {
+                                fprintf(stderr, "zswapctl: --delay takes seconds from 0.1 to 3600, not '%s'\n", optarg);
+                                return 2;
+                        }
+                        o.delay_given = true;
+                        break;
+                }
+                case 'I': {
+                        char *end;
+                        errno = 0;
+                        unsigned long long v = strtoull(optarg, &end, 10);
+                        if (errno || end == optarg || *end || *optarg == '-' || v == 0 || v > UINT32_MAX) {
+                                fprintf(stderr, "zswapctl: --iterations takes a count of frames, not '%s'\n", optarg);
+                                return 2;
+                        }
+                        o.iterations = (unsigned long)v;
+                        break;
+                }
+                case 'S': o.sort = optarg; break;
                 case 'J': o.json = true; break;
                 case 'b': o.bytes = true; break;
                 case 'o': o.columns = optarg; break;
@@ -184,6 +222,8 @@ int main(int argc, char **argv) {
                 return cmd_groups(&o);
         if (strcmp(cmd, "metrics") == 0)
                 return cmd_metrics(&o);
+        if (strcmp(cmd, "top") == 0)
+                return cmd_top(&o);
         if (strcmp(cmd, "pageout") == 0 || strcmp(cmd, "pagein") == 0)
                 return cmd_pageout(o.path, n, args, o.json, strcmp(cmd, "pagein") == 0);
         if (strcmp(cmd, "limit") == 0)

@@ -6,7 +6,8 @@
  * or JSON, -o lists); then one file per command or family of commands:
  * zswapctl-status.c, zswapctl-clients.c (with the clients table, which
  * metrics reuses), zswapctl-metrics.c, zswapctl-process.c (pageout,
- * limit), zswapctl-tunables.c (set, get). The tool is one thread and
+ * limit, pagein), zswapctl-tunables.c (set, get), zswapctl-units.c
+ * (enable, disable), zswapctl-top.c (top). The tool is one thread and
  * depends on common/ only (the wire protocol, the configuration grammar,
  * tunable names), never on libzswap.
  */
@@ -26,6 +27,10 @@ typedef struct Opts {
         const char *columns; /* -o, NULL: the default ones */
         int32_t pid;         /* --pid, 0: none */
         const char *textfile; /* metrics --textfile: written whole, then renamed into place */
+        double delay;        /* top --delay: seconds between frames */
+        bool delay_given;
+        unsigned long iterations; /* top --iterations: frames, 0: until q */
+        const char *sort;    /* top --sort, NULL: evicted */
 } Opts;
 
 /* One figure of a read command, in the kind that says how to print it. */
@@ -82,6 +87,7 @@ int cmd_disable(const UnitOpts *u, int argc, char **argv);
 int ctl_request(int fd, void *msg, size_t len, void *reply, size_t cap);
 int ctl_expect(int fd, void *msg, size_t len, void *reply, size_t cap, uint16_t want);
 int ctl_connect(const char *path);
+int ctl_open(const char *path, char *why, size_t len);
 int read_failed(int r, const char *what);
 int refused(int r, int32_t pid, bool change, const char *what, const char *msg);
 void no_client(long pid);
@@ -101,6 +107,7 @@ Field client_field(const Client *c, int col);
 int cmd_clients(const Opts *o);
 int cmd_groups(const Opts *o);
 int cmd_metrics(const Opts *o);
+int cmd_top(const Opts *o);
 int32_t parse_pid(const char *s);
 int cmd_pageout(const char *path, int argc, char **argv, bool json, bool pagein);
 int cmd_limit(const char *path, int argc, char **argv, bool json);
