@@ -13,11 +13,11 @@
 # files. Nothing is written outside the staging directory; no network.
 # Environment (tests/meson.build): MESON_BUILD_ROOT, MESON, CC,
 # SANITIZE_CFLAGS, PREFIX, BINDIR, SBINDIR, LIBDIR, INCLUDEDIR, MANDIR,
-# SYSCONFDIR, UNITDIR, TMPFILESDIR, SYSUSERSDIR, SCDOC_FOUND.
+# SYSCONFDIR, UNITDIR, TMPFILESDIR, SYSUSERSDIR, PRELOAD_PATH, SCDOC_FOUND.
 set -u
 export LC_ALL=C
 
-for v in MESON_BUILD_ROOT PREFIX BINDIR SBINDIR LIBDIR INCLUDEDIR MANDIR SYSCONFDIR UNITDIR TMPFILESDIR SYSUSERSDIR; do
+for v in MESON_BUILD_ROOT PREFIX BINDIR SBINDIR LIBDIR INCLUDEDIR MANDIR SYSCONFDIR UNITDIR TMPFILESDIR SYSUSERSDIR PRELOAD_PATH; do
         if [ -z "${!v:-}" ]; then
                 echo "FAIL: \$$v is not set (run through meson test)"
                 exit 1
@@ -87,13 +87,17 @@ else
                 sed 's/^/    /' "$work/diff"
         }
 fi
-shim=$(at "$LIBDIR/libzswap-preload.so")
+shim=$(at "$PRELOAD_PATH")
 if [ ! -f "$shim" ]; then
-        fail "$LIBDIR/libzswap-preload.so is not installed"
+        fail "$PRELOAD_PATH is not installed"
 else
         readelf --dyn-syms -W "$shim" | grep -qE ' GLOBAL +DEFAULT +[0-9]+ mmap(@|$)' ||
                 fail "libzswap-preload.so does not export mmap"
 fi
+# zswap-run and zswapctl enable preload the shim from where it was installed
+for prog in "$BINDIR/zswap-run" "$BINDIR/zswapctl"; do
+        grep -qaF "$PRELOAD_PATH" "$(at "$prog")" || fail "$prog does not name $PRELOAD_PATH"
+done
 
 # ---- header and pkg-config: build a client against the staged tree only ----
 file "$INCLUDEDIR/zswap.h"
