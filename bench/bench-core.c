@@ -64,6 +64,7 @@ typedef struct Options {
         long workers;
         bool skip_zram;
         bool skip_kzswap;
+        const char *latencies;  /* --latencies DIR: each pass's distribution, for bench/plot.sh */
 } Options;
 
 typedef struct Latency {
@@ -95,6 +96,7 @@ typedef struct Run {
         uint64_t *lat;           /* ns, one per fault of the current pass */
         size_t *perm;            /* the random order, same for every phase */
         uint64_t out_bytes, out_ns;
+        const char *lat_dir;     /* --latencies, NULL: none */
 } Run;
 
 static double self_cpu_s(void) {
@@ -144,6 +146,42 @@ static void latency_summarize(uint64_t *lat, size_t n, Latency *ret) {
         ret->p99_us = percentile_us(lat, n, 0.99);
         ret->p999_us = percentile_us(lat, n, 0.999);
         ret->max_us = percentile_us(lat, n, 1.0);
+}
+
+/*
+ * A pass's fault latencies (sorted, ns) into DIR/NAME-PASS.dat for plots
+ * (bench/plot.sh): "us fraction" lines, fraction being the share of faults
+ * slower than us (the complementary CDF, each share plus half a fault's
+ * so that the slowest has one on a log scale), at up to 1000 points from
+ * the median down to the slowest fault, spaced evenly on a log scale of
+ * the share so that the tail has as many points as the body.
+ */
+static void latency_write(const char *dir, const char *name, const char *pass, const uint64_t *lat, size_t n) {
+        char path[4096];
+        size_t last = 0;
+
+        if (!dir || n == 0)
+                return;
+        snprintf(path, sizeof(path), "%s/%s-%s.dat", dir, name, pass);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+                fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
+                return;
+        }
+        fprintf(f, "# %s %s fault-in: %zu faults; latency_us fraction_slower\n", name, pass, n);
+        for (int k = 0; k <= 1000; k++) {
+                /* the share slower, from 1/2 down to 1/n */
+                double tail = 0.5 * pow(2.0 / (double)n, k / 1000.0);
+                size_t rank = (size_t)((1.0 - tail) * (double)n); /* faults at or below */
+                rank = MIN(MAX(rank, 1), n);
+                if (rank == last)
+                        continue;
+                last = rank;
+                fprintf(f, "%.3f %.9g\n", lat[rank - 1] / 1000.0, (double)(n - rank) / (double)n + 0.5 / (double)n);
+        }
+        if (last != n) /* the slowest fault, at half a fault's share */
+                fprintf(f, "%.3f %.9g\n", lat[n - 1] / 1000.0, 0.5 / (double)n);
+        fclose(f);
 }
 
 /* What the backend holds after the first pageout: memory ratio and its own counters. */
@@ -211,6 +249,7 @@ static int measure_faults(Run *run, const char *name, bool random, Latency *ret,
         res->self_cpu_s += self_cpu_s() - cpu0;
         res->moved_gib += k * ZSWAP_PAGE_SIZE / GIB;
         latency_summarize(run->lat, k, ret);
+        latency_write(run->lat_dir, name, random ? "random" : "sequential", run->lat, k);
         ret->mbs = run->len / (dt / 1e3);
 
         bad = corpus_verify(run->corpus, run->region, run->n_pages, &first_bad);
@@ -463,10 +502,11 @@ static void print_machine(const Options *o, const char *corpus_dir) {
 
 static void help(void) {
         printf("bench-core [--zswapd PATH] [--size MiB] [--corpus DIR] [--compressor lz4|zstd]\n"
-               "           [--workers N] [--skip-zram] [--skip-kzswap]\n\n"
+               "           [--workers N] [--skip-zram] [--skip-kzswap] [--latencies DIR]\n\n"
                "Measure zswapd against kernel zram (lz4) and kernel zswap (lzo, in front of a swapfile)\n"
                "on real heap pages, and print the project's targets as ratios to zram. Kernel phases\n"
-               "need root and take %s.\n", BACKEND_LOCK_FILE);
+               "need root and take %s. --latencies DIR: each fault-in pass's latency\n"
+               "distribution into DIR/BACKEND-PASS.dat (bench/plot.sh draws them).\n", BACKEND_LOCK_FILE);
 }
 
 static int parse_argv(int argc, char **argv, Options *o) {
@@ -479,6 +519,7 @@ static int parse_argv(int argc, char **argv, Options *o) {
                 { "workers", required_argument, NULL, 'w' },
                 { "skip-zram", no_argument, NULL, 'Z' },
                 { "skip-kzswap", no_argument, NULL, 'K' },
+                { "latencies", required_argument, NULL, 'L' },
                 {}
         };
         char *end;
@@ -515,6 +556,9 @@ static int parse_argv(int argc, char **argv, Options *o) {
                         break;
                 case 'K':
                         o->skip_kzswap = true;
+                        break;
+                case 'L':
+                        o->latencies = optarg;
                         break;
                 default:
                         return -EINVAL;
@@ -593,6 +637,7 @@ int main(int argc, char **argv) {
                                corpus_dir ?: o.corpus ?: "not found", strerror(-r)), 1;
         if (run_init(&run, corpus, o.size_mib) < 0)
                 return fprintf(stderr, "out of memory\n"), 1;
+        run.lat_dir = o.latencies;
         for (int i = 0; i < N_BACKENDS; i++)
                 res[i] = (Result) { .daemon_cpu_s = NAN };
         bench_install_signals();
