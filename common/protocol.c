@@ -8,6 +8,7 @@
  * are returned, all others are closed, including those of rejected or
  * truncated packets. Stateless; safe from any thread.
  */
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -41,6 +42,7 @@ size_t zmsg_expected_size(uint16_t type) {
         case ZMSG_SET_LIMIT:
                 return sizeof(ZMsgLimit);
         case ZMSG_SET_GROUP:
+        case ZMSG_GROUP_LIMIT:
                 return sizeof(ZMsgGroup);
         case ZMSG_TUNABLE_SET:
         case ZMSG_TUNABLE_GET:
@@ -68,6 +70,21 @@ size_t zmsg_expected_size(uint16_t type) {
         default:
                 return 0;
         }
+}
+
+void zgroup_of_unit(const char *unit, char *out, size_t cap) {
+        size_t n = strlen(unit);
+        if (snprintf(out, cap, "unit:%s", unit) < (int)cap && zgroup_name_valid(out, cap))
+                return;
+        uint32_t h = 2166136261u; /* FNV-1a */
+        for (const char *p = unit; *p; p++)
+                h = (h ^ (uint8_t)*p) * 16777619u;
+        char part[41] = "";
+        memcpy(part, unit, MIN(n, sizeof(part) - 1));
+        for (char *p = part; *p; p++)
+                if (!strchr(ZSWAP_GROUP_NAME_CHARS, *p))
+                        *p = '_';
+        snprintf(out, cap, "unit:%s-%08x", part, h);
 }
 
 bool zgroup_name_valid(const char *name, size_t cap) {

@@ -56,6 +56,9 @@ typedef enum ZMsgType {
         ZMSG_PAGEIN_PID,       /* ZMsgPageoutPid (role CONTROL): every page held for process pid back
                                 * in it, and it out of the automatic policies; reply value = pages
                                 * that were held */
+        ZMSG_GROUP_LIMIT,      /* ZMsgGroup (role CONTROL, admin): every client in a group of that
+                                * name, now and later, under limit together (0: their own again);
+                                * unmanaged unused (0); reply value = clients in it now */
 
         /* replies, daemon -> requester */
         ZMSG_REPLY = 64,       /* ZMsgReply */
@@ -387,6 +390,12 @@ static inline size_t zmsg_move_size(uint32_t nruns) {
 /* Whether name is a group's name: 1 to ZSWAP_GROUP_NAME_MAX - 1 of
  * ZSWAP_GROUP_NAME_CHARS, its NUL within the first cap bytes. */
 bool zgroup_name_valid(const char *name, size_t cap);
+/* The group of systemd unit `unit`'s processes (cap >= ZSWAP_GROUP_NAME_MAX):
+ * "unit:NAME", or for a name too long or with characters a group name has
+ * not, its first part made plain and a hash of the whole. What `zswapctl
+ * enable` puts in ZSWAP_GROUP, and the daemon's group of a process whose
+ * cgroup is that unit's. */
+void zgroup_of_unit(const char *unit, char *out, size_t cap);
 
 /*
  * Send one message with up to ZMSG_FDS_MAX fds. Non-blocking sockets return -EAGAIN

@@ -283,6 +283,8 @@ int cmd_groups(const Opts *o) {
                         f.v = vals[j];
                         field_text(&f, o->bytes, c[j], sizeof(c[j]));
                 }
+                if (!g[k].limit) /* a group by cgroup nobody gave a limit */
+                        snprintf(c[4], sizeof(c[4]), "-");
                 printf("%-24s %-10s %9u %10s %10s %10s %10s %9llu %10s\n", g[k].name, g[k].user, g[k].processes, c[0],
                        c[1], c[2], c[3], (unsigned long long)g[k].refaults, c[4]);
         }

@@ -90,24 +90,70 @@ int cmd_pageout(const char *path, int argc, char **argv, bool json, bool pagein)
 
 
 /* limit PID SIZE: keep a program's resident managed memory under SIZE */
-int cmd_limit(const char *path, int argc, char **argv, bool json) {
-        ZMsgLimit q = { 0 };
+/* limit --unit UNIT SIZE, --group NAME SIZE: every process of the group,
+ * now and later, together (admin) */
+static int cmd_limit_group(const Opts *o, const char *name, uint64_t bytes) {
+        ZMsgGroup q = { .limit = bytes };
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
         char size[32];
 
-        if (argc != 2) {
-                fprintf(stderr, "zswapctl: usage: zswapctl limit PID SIZE\n");
+        snprintf(q.name, sizeof(q.name), "%s", name);
+        _cleanup_close_ int fd = ctl_connect(o->path);
+        if (fd < 0)
+                return 1;
+        zmsg_init(&q.hdr, ZMSG_GROUP_LIMIT, 2, sizeof(q));
+        int r = ctl_request(fd, &q, sizeof(q), buf, sizeof(buf));
+        if (r == -ENOSPC) {
+                fprintf(stderr, "zswapctl: zswapd keeps limits for 64 groups at most: remove one (limit --group "
+                                "NAME none)\n");
+                return 1;
+        }
+        if (r < 0)
+                return refused(r, 0, true, "limit --group", NULL);
+        long long now = (long long)((ZMsgReply *)buf)->value;
+        conf_format_size(bytes, size, sizeof(size));
+        if (o->json)
+                printf("{\"group\": \"%s\", \"limit\": %llu, \"processes\": %lld}\n", q.name,
+                       (unsigned long long)bytes, now);
+        else if (bytes)
+                printf("group %s: limit %s for its processes together (%lld now)\n", q.name, size, now);
+        else
+                printf("group %s: no limit of the operator's (%lld processes now)\n", q.name, now);
+        return 0;
+}
+
+int cmd_limit(const Opts *o, int argc, char **argv) {
+        ZMsgLimit q = { 0 };
+        _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
+        char size[32], group[ZSWAP_GROUP_NAME_MAX];
+        bool by_group = o->unit || o->group;
+
+        if (argc != (by_group ? 1 : 2) || (o->unit && o->group)) {
+                fprintf(stderr, "zswapctl: usage: zswapctl limit PID SIZE, limit --unit UNIT SIZE or "
+                                "limit --group NAME SIZE\n");
                 return 2;
         }
-        q.pid = parse_pid(argv[0]);
-        if (q.pid == 0)
+        if (o->unit && !unit_group_name(o->unit, group, sizeof(group))) {
+                fprintf(stderr, "zswapctl: '%s' is not a service or scope unit name\n", o->unit);
                 return 2;
-        if (conf_parse_size(argv[1], conf_ram_bytes(), &q.bytes) < 0) {
+        }
+        if (o->group && !zgroup_name_valid(o->group, strlen(o->group) + 1)) {
+                fprintf(stderr, "zswapctl: '%s' is not a group name (1-63 of A-Z a-z 0-9 . _ : @ -)\n", o->group);
+                return 2;
+        }
+        if (o->group)
+                snprintf(group, sizeof(group), "%s", o->group);
+        if (!by_group && (q.pid = parse_pid(argv[0])) == 0)
+                return 2;
+        const char *arg = argv[by_group ? 0 : 1];
+        if (conf_parse_size(arg, conf_ram_bytes(), &q.bytes) < 0) {
                 fprintf(stderr, "zswapctl: '%s' is not a size: use bytes or K, M, G, T (64M, 1.5G), a percentage "
-                        "of RAM (10%%), or none to remove the limit\n", argv[1]);
+                        "of RAM (10%%), or none to remove the limit\n", arg);
                 return 2;
         }
-        _cleanup_close_ int fd = ctl_connect(path);
+        if (by_group)
+                return cmd_limit_group(o, group, q.bytes);
+        _cleanup_close_ int fd = ctl_connect(o->path);
         if (fd < 0)
                 return 1;
         zmsg_init(&q.hdr, ZMSG_SET_LIMIT, 2, sizeof(q));
@@ -115,7 +161,7 @@ int cmd_limit(const char *path, int argc, char **argv, bool json) {
         if (r < 0)
                 return refused(r, q.pid, true, "limit", NULL);
         conf_format_size(q.bytes, size, sizeof(size));
-        if (json)
+        if (o->json)
                 printf("{\"pid\": %d, \"limit\": %llu}\n", (int)q.pid, (unsigned long long)q.bytes);
         else if (q.bytes)
                 printf("process %d: limit %s\n", (int)q.pid, size);

@@ -57,6 +57,25 @@ static bool service_name(const char *arg, char *out, size_t cap) {
         return w > 0 && (size_t)w < cap && strlen(out) <= 255;
 }
 
+/* The group name of unit arg for `limit --unit`: a service (".service"
+ * added when arg has no type) or a scope; false for anything else. */
+bool unit_group_name(const char *arg, char *group, size_t cap) {
+        char unit[NAME_MAX + 16], base[NAME_MAX + 1];
+        size_t n = strlen(arg);
+        bool scope = n > 6 && strcmp(arg + n - 6, ".scope") == 0;
+
+        if (n > 255)
+                return false;
+        /* a scope's name is checked as a service of that name would be */
+        snprintf(base, sizeof(base), "%.*s", (int)(scope ? n - 6 : n), arg);
+        if (!service_name(base, unit, sizeof(unit)))
+                return false;
+        if (scope)
+                snprintf(unit, sizeof(unit), "%s.scope", base);
+        zgroup_of_unit(unit, group, cap);
+        return true;
+}
+
 /* systemd is the init here (sd_booted()'s test), and we act on this root */
 static bool systemd_running(const char *root) {
         struct stat st;
@@ -105,24 +124,6 @@ static int make_dirs(const char *dir) {
         if (mkdir(p, 0755) < 0 && errno != EEXIST)
                 return -errno;
         return 0;
-}
-
-/* The group a unit's processes share their limit in: "unit:NAME", or for a
- * name too long or with characters a group name has not, its first part
- * made plain and a hash of the whole */
-static void unit_group(const char *unit, char *out, size_t cap) {
-        size_t n = strlen(unit);
-        if (snprintf(out, cap, "unit:%s", unit) < (int)cap && zgroup_name_valid(out, cap))
-                return;
-        uint32_t h = 2166136261u; /* FNV-1a */
-        for (const char *p = unit; *p; p++)
-                h = (h ^ (uint8_t)*p) * 16777619u;
-        char part[41] = "";
-        memcpy(part, unit, MIN(n, sizeof(part) - 1));
-        for (char *p = part; *p; p++)
-                if (!strchr(ZSWAP_GROUP_NAME_CHARS, *p))
-                        *p = '_';
-        snprintf(out, cap, "unit:%s-%08x", part, h);
 }
 
 int cmd_enable(const UnitOpts *u, int argc, char **argv) {
@@ -178,7 +179,7 @@ int cmd_enable(const UnitOpts *u, int argc, char **argv) {
                 unit, unit, lib);
         if (limit) {
                 char group[ZSWAP_GROUP_NAME_MAX];
-                unit_group(unit, group, sizeof(group));
+                zgroup_of_unit(unit, group, sizeof(group));
                 fprintf(f, "# one resident limit for the service's processes together\n"
                            "Environment=\"ZSWAP_LIMIT=%llu\"\n"
                            "Environment=\"ZSWAP_GROUP=%s\"\n",

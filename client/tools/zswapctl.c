@@ -54,6 +54,9 @@ static void help(void) {
                "                      debugger or a core dump); reclaim is off for it after\n"
                "  limit PID SIZE|none keep a program's resident managed memory under SIZE\n"
                "                      (64M, 1.5G, 10%% of RAM; 0 or none: no limit)\n"
+               "  limit --unit UNIT SIZE|none\n"
+               "                      the same for a systemd unit's processes together (admin;\n"
+               "                      --group NAME for any group); none: their own limits again\n"
                "  set KEY VALUE       change a daemon-wide tunable (admin; KEY=VALUE too); prints the value in force\n"
                "  set --pid PID KEY VALUE\n"
                "                      a program's own limit, idle_age or reclaim (yes/no)\n"
@@ -74,6 +77,7 @@ static void help(void) {
                "      --root DIR      enable, disable: the system's files under DIR, not /\n"
                "      --preload PATH  enable: the shim to preload (default %s)\n"
                "      --textfile FILE metrics: into FILE, whole (for node_exporter's textfile collector)\n"
+               "      --unit UNIT     limit: a systemd unit's processes (--group NAME: a group's)\n"
                "  -d, --delay SECONDS top: seconds between frames (default 2)\n"
                "      --iterations N  top: stop after N frames\n"
                "      --sort KEY      top: evicted (default), resident, pool, faults or pid\n"
@@ -110,6 +114,10 @@ static bool options_fit(const char *cmd, const Opts *o, const UnitOpts *u) {
         }
         if ((u->limit || u->preload) && strcmp(cmd, "enable") != 0) {
                 fprintf(stderr, "zswapctl: --limit and --preload are for enable (limit takes PID SIZE)\n");
+                return false;
+        }
+        if ((o->unit || o->group) && strcmp(cmd, "limit") != 0) {
+                fprintf(stderr, "zswapctl: --unit and --group are for limit\n");
                 return false;
         }
         if (o->textfile && strcmp(cmd, "metrics") != 0) {
@@ -150,6 +158,8 @@ int main(int argc, char **argv) {
                 { "delay", required_argument, NULL, 'd' },
                 { "iterations", required_argument, NULL, 'I' },
                 { "sort", required_argument, NULL, 'S' },
+                { "unit", required_argument, NULL, 'U' },
+                { "group", required_argument, NULL, 'G' },
                 {}
         };
         Opts o = { .path = getenv("ZSWAP_SOCKET") ? getenv("ZSWAP_SOCKET") : ZSWAP_DEFAULT_SOCKET, .delay = 2 };
@@ -186,6 +196,8 @@ int main(int argc, char **argv) {
                         break;
                 }
                 case 'S': o.sort = optarg; break;
+                case 'U': o.unit = optarg; break;
+                case 'G': o.group = optarg; break;
                 case 'J': o.json = true; break;
                 case 'b': o.bytes = true; break;
                 case 'o': o.columns = optarg; break;
@@ -227,7 +239,7 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, "pageout") == 0 || strcmp(cmd, "pagein") == 0)
                 return cmd_pageout(o.path, n, args, o.json, strcmp(cmd, "pagein") == 0);
         if (strcmp(cmd, "limit") == 0)
-                return cmd_limit(o.path, n, args, o.json);
+                return cmd_limit(&o, n, args);
         if (strcmp(cmd, "set") == 0)
                 return cmd_set(o.path, o.pid, n, args, o.json);
         if (strcmp(cmd, "get") == 0)

@@ -31,6 +31,7 @@ typedef struct Opts {
         bool delay_given;
         unsigned long iterations; /* top --iterations: frames, 0: until q */
         const char *sort;    /* top --sort, NULL: evicted */
+        const char *unit, *group; /* limit --unit, --group: a group's limit, not a process's */
 } Opts;
 
 /* One figure of a read command, in the kind that says how to print it. */
@@ -81,6 +82,7 @@ typedef struct UnitOpts {
 
 /* ---- zswapctl-units.c ---- */
 int cmd_enable(const UnitOpts *u, int argc, char **argv);
+bool unit_group_name(const char *arg, char *group, size_t cap);
 int cmd_disable(const UnitOpts *u, int argc, char **argv);
 
 /* ---- zswapctl-conn.c ---- */
@@ -110,7 +112,7 @@ int cmd_metrics(const Opts *o);
 int cmd_top(const Opts *o);
 int32_t parse_pid(const char *s);
 int cmd_pageout(const char *path, int argc, char **argv, bool json, bool pagein);
-int cmd_limit(const char *path, int argc, char **argv, bool json);
+int cmd_limit(const Opts *o, int argc, char **argv);
 int cmd_set(const char *path, int32_t pid, int argc, char **argv, bool json);
 int cmd_get(const char *path, int32_t pid, int argc, char **argv, bool json);
 

@@ -434,7 +434,10 @@ uint64_t reclaim_client_limit(Reclaim *rc, MMClient *mm) {
         /* the client's own, else its user's ([users] limit), else the
          * daemon's; and its share of its group's, whichever is lower */
         uint64_t own = mm->rc.limit_set ? mm->rc.limit : mm->user_limit ? mm->user_limit : rc->tun.limit;
-        uint64_t group = mm->rc.group[0] ? mm->rc.group_share ? mm->rc.group_share : mm->rc.group_limit : 0;
+        uint64_t group = !mm->rc.group[0]        ? 0
+                         : mm->rc.group_share    ? mm->rc.group_share
+                         : mm->rc.group_op_limit ? mm->rc.group_op_limit
+                                                 : mm->rc.group_limit;
         return own && group ? MIN(own, group) : own ? own : group;
 }
 
@@ -451,7 +454,8 @@ static void group_add(GroupSum *g, const MMClient *x) {
         g->resident += x->rc.resident;
         g->unmanaged = g->unmanaged + x->rc.group_unmanaged < g->unmanaged ? UINT64_MAX
                                                                              : g->unmanaged + x->rc.group_unmanaged;
-        g->limit = MAX(g->limit, x->rc.group_limit);
+        /* the operator's, where there is one (every member has it) */
+        g->limit = MAX(g->limit, x->rc.group_op_limit ? x->rc.group_op_limit : x->rc.group_limit);
 }
 
 void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
@@ -572,6 +576,8 @@ static void groups_share(Reclaim *rc, uint64_t now) {
                                 x->rc.resident = 0;
                         group_add(&g, x);
                 }
+                if (!g.limit) /* a cgroup's group nobody gave a limit: none */
+                        continue;
                 uint64_t budget = (g.unmanaged < g.limit - g.limit / 4 ? g.limit - g.unmanaged : g.limit / 4) >>
                                   ZSWAP_PAGE_SHIFT;
                 for (size_t k = i; k < j; k++) {

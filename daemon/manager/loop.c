@@ -209,6 +209,7 @@ static void tick(Manager *m) {
                 }
                 evict_tick(&m->core, mm);
         }
+        groups_tick(m);
         reclaim_tick(&m->reclaim);
         memread_reap();
         if (m->core.tier)

@@ -13,6 +13,7 @@
  *               restored, retired; fork orphans
  *   reload.c    the configuration: built at start, reread on SIGHUP
  *   notify.c    what systemd hears: STATUS= and the watchdog
+ *   groups.c    groups by cgroup, and the operator's limits by group name
  * and beside them users.c, report.c, adopt.c, sandbox.c (their headers).
  * Everything here runs on the manager thread. main.c sees manager.h only;
  * the layers below see a Conn as opaque (core.h).
@@ -62,6 +63,14 @@ void conn_reply(Conn *c, uint32_t id, int status, int64_t value);
 void conn_kill(Conn *c, const char *why);
 /* Root or a member of the admin group (zswapd.conf [users] admin_group). */
 bool conn_admin(Manager *m, Conn *c);
+
+/* ---- groups.c ---- */
+/* Groups by cgroup for the clients not yet looked at (each tick). */
+void groups_tick(Manager *m);
+/* mm's operator limit, from the table, after it joined a group. */
+void groups_apply(Manager *m, MMClient *mm);
+struct ZMsgGroup;
+int groups_set_limit(Manager *m, Conn *c, const struct ZMsgGroup *q);
 /* Send msg with fds, unless c is going; a failed send ends c. */
 void reply_send(Conn *c, const void *msg, size_t len, const int *fds, size_t nfds);
 /* The listening socket is readable: accept every connection waiting. */

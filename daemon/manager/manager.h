@@ -57,6 +57,13 @@ typedef struct ManagerConfig {
  * below share of it is the Core (core.h); the rest is the manager's. Each
  * group of fields below says who writes it and how the others read it.
  */
+/* A limit the operator gave every group of a name (groups.c). */
+#define GROUP_LIMITS_MAX 64
+typedef struct GroupLimit {
+        char name[ZSWAP_GROUP_NAME_MAX];
+        uint64_t limit;
+} GroupLimit;
+
 struct Manager {
         /* first: manager_of() casts back from the Core the layers below see */
         Core core;
@@ -94,6 +101,9 @@ struct Manager {
 
         /* the reclaim policy's state and tunables (reclaim.c); manager thread only */
         Reclaim reclaim;
+        /* the operator's limits by group name (groups.c); manager thread only */
+        GroupLimit group_limits[GROUP_LIMITS_MAX];
+        unsigned ngroup_limits;
         ReportState report;    /* counters' recent samples, for rates (report.c); manager thread only */
 };
 

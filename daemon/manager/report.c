@@ -280,7 +280,9 @@ static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
                 .limit_bytes = s.limit_bytes,
                 .tier_pages = atomic_load_explicit(&mm->st.tier_pages, memory_order_relaxed),
                 .tier_bytes = atomic_load_explicit(&mm->st.tier_bytes, memory_order_relaxed),
-                .group_limit = mm->rc.group[0] ? mm->rc.group_limit : 0,
+                .group_limit = !mm->rc.group[0]       ? 0
+                               : mm->rc.group_op_limit ? mm->rc.group_op_limit
+                                                       : mm->rc.group_limit,
         };
         memcpy(rec->group, mm->rc.group, sizeof(rec->group));
         read_comm(mmclient_pid(mm), rec->comm, sizeof(rec->comm));

@@ -295,6 +295,8 @@ static int do_set_group(Manager *m, Conn *c, const ZMsgGroup *q) {
                 mm->rc.group_share = 0;
                 mm->rc.group_tick = 0;
         }
+        mm->rc.cgroup_read = true; /* its own group, not its cgroup's */
+        groups_apply(m, mm);
         mm->rc.count_soon = true;
         /* said once a group, when its first process joins: a build's
          * thousand short processes are one line */
@@ -456,6 +458,10 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                 return do_set_limit(m, c, buf);
         case ZMSG_SET_GROUP:
                 return do_set_group(m, c, buf);
+        case ZMSG_GROUP_LIMIT:
+                if (c->role != ZROLE_CONTROL)
+                        return -EPROTO;
+                return groups_set_limit(m, c, buf);
         case ZMSG_TUNABLE_SET:
         case ZMSG_TUNABLE_GET:
                 return do_tunable(m, c, buf);

@@ -141,6 +141,11 @@ typedef struct MMReclaim {
          * yet) */
         char group[ZSWAP_GROUP_NAME_MAX];
         uint64_t group_limit, group_unmanaged, group_share, group_tick;
+        /* the operator's limit for groups of that name (GROUP_LIMIT,
+         * groups.c), over group_limit; 0: none. cgroup_read: groups.c
+         * looked at the process's cgroup (once) */
+        uint64_t group_op_limit;
+        bool cgroup_read;
         /* the client said its limit (or group) again: it grew fast; counted
          * at the next manager tick (reclaim_early()) */
         bool count_soon;

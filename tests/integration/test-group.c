@@ -8,7 +8,14 @@
  *         get --pid PID group` names the group and its processes, and
  *         every page reads back as written;
  *  each   zswap-run --limit-each 48M over the same: each process under 48
- *         MiB on its own, so nothing leaves and the sum stays over 48 MiB.
+ *         MiB on its own, so nothing leaves and the sum stays over 48 MiB;
+ *  cgroup the same processes under zswap-run without a limit, in a cgroup
+ *         v2 group named as a systemd unit (zswap-test-PID.service, in a
+ *         cgroup2 mount of the test's own): the daemon groups them as
+ *         unit:zswap-test-PID.service with no limit (nothing leaves);
+ *         `zswapctl limit --unit zswap-test-PID 48M` brings their RssAnon
+ *         under 48 MiB together, a user who is not an admin is refused,
+ *         and `none` takes the limit away again.
  *
  * RssAnon is the kernel's own count (/proc/PID/status).
  */
@@ -18,6 +25,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +45,50 @@ static bool read_line(FILE *f, char *line, size_t len) {
         return poll(&p, 1, TEST_WAIT_S * 1000) == 1 && fgets(line, (int)len, f);
 }
 
+/* zswapctl groups: the row of group name, its processes, managed resident bytes and limit
+ * (bytes; 0 for "-"); false if there is none */
+static bool group_row(const char *sock, const char *name, unsigned *procs, unsigned long long *resident,
+                      unsigned long long *limit) {
+        char cmd[2 * PATH_MAX], line[512], gname[80], lim[40];
+        bool found = false;
+        snprintf(cmd, sizeof(cmd), "%s --socket %s groups --bytes --no-headings", ctl_path, sock);
+        FILE *p = popen(cmd, "r");
+        ASSERT_TRUE(p);
+        while (fgets(line, sizeof(line), p))
+                if (sscanf(line, "%79s %*s %u %*s %llu %*s %*s %*s %39s", gname, procs, resident, lim) == 4 &&
+                    strcmp(gname, name) == 0) {
+                        found = true;
+                        *limit = strcmp(lim, "-") == 0 ? 0 : strtoull(lim, NULL, 10);
+                }
+        pclose(p);
+        return found;
+}
+
+/* The mode cgroup's cgroup: a cgroup2 mount of the test's own (the same
+ * hierarchy as any other) and in it a group named as a unit. */
+static char cg_mount[64], cg_dir[128], cg_unit[64];
+
+static bool cgroup_make(void) {
+        snprintf(cg_mount, sizeof(cg_mount), "/tmp/test-group-cg-XXXXXX");
+        ASSERT_TRUE(mkdtemp(cg_mount));
+        if (mount("none", cg_mount, "cgroup2", 0, NULL) < 0) {
+                fprintf(stderr, "cgroup: cannot mount cgroup2 (%s): the mode is skipped\n", strerror(errno));
+                rmdir(cg_mount);
+                return false;
+        }
+        snprintf(cg_unit, sizeof(cg_unit), "zswap-test-%d.service", (int)getpid());
+        snprintf(cg_dir, sizeof(cg_dir), "%s/%s", cg_mount, cg_unit);
+        ASSERT_OK(mkdir(cg_dir, 0755));
+        return true;
+}
+
+static void cgroup_remove(void) {
+        for (int i = 0; i < 100 && rmdir(cg_dir) < 0 && errno == EBUSY; i++)
+                usleep(20000); /* the last process is still leaving */
+        umount2(cg_mount, MNT_DETACH);
+        rmdir(cg_mount);
+}
+
 static void run(const char *mode) {
         TestDaemon d;
         char go[] = "/tmp/test-group-go-XXXXXX", cmd[4 * PATH_MAX], line[256];
@@ -44,6 +96,9 @@ static void run(const char *mode) {
         pid_t pids[VICTIMS];
 
         fprintf(stderr, "== %s\n", mode);
+        bool by_cgroup = strcmp(mode, "cgroup") == 0;
+        if (by_cgroup && !cgroup_make())
+                return;
         td_start_logged(&d, "--set interval=200ms");
         ASSERT_TRUE(mkdtemp(go));
         strcat(go, "/go");
@@ -54,6 +109,16 @@ static void run(const char *mode) {
         if (sh == 0) {
                 dup2(o[1], 1);
                 setenv("ZSWAP_ATTACH_MS", "0", 1);
+                if (by_cgroup) {
+                        /* into the unit's cgroup, then zswap-run with no limit */
+                        char procs[192];
+                        snprintf(procs, sizeof(procs), "%s/cgroup.procs", cg_dir);
+                        FILE *f = fopen(procs, "w");
+                        if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0)
+                                _exit(126);
+                        execl(run_path, run_path, "--socket", d.sock, "--", "/bin/sh", "-c", cmd, (char *)NULL);
+                        _exit(127);
+                }
                 execl(run_path, run_path, "--socket", d.sock, strcmp(mode, "group") == 0 ? "--limit" : "--limit-each",
                       "48M", "--", "/bin/sh", "-c", cmd, (char *)NULL);
                 _exit(127);
@@ -69,13 +134,56 @@ static void run(const char *mode) {
         }
 
         uint64_t limit = (uint64_t)LIMIT_MIB << 20, sum = 0, t0 = now_ns();
-        if (strcmp(mode, "group") == 0) {
-                /* the shell is a client too (it lives on): counted in */
+        if (by_cgroup) {
+                char name[80], cmd2[2 * PATH_MAX], said[512];
+                unsigned procs = 0;
+                unsigned long long lim = 1, res = 0;
+                snprintf(name, sizeof(name), "unit:%s", cg_unit);
+                /* grouped by their cgroup, with no limit: nothing leaves */
+                WAIT_UNTIL(group_row(d.sock, name, &procs, &res, &lim) && procs >= VICTIMS, TEST_WAIT_S,
+                           "zswapctl groups has %s with %u processes", name, procs);
+                ASSERT_EQ(lim, 0);
+                for (int i = 0; i < VICTIMS; i++)
+                        sum += rss_anon_bytes(pids[i]);
+                fprintf(stderr, "cgroup: %s: %u processes, no limit, RssAnon %llu KiB together\n", name, procs,
+                        (unsigned long long)sum >> 10);
+                ASSERT_TRUE(sum > limit);
+                /* refused to a user who is not an admin */
+                snprintf(cmd2, sizeof(cmd2),
+                         "setpriv --reuid 60051 --regid 60051 --clear-groups %s --socket %s limit --unit %s 1G 2>&1",
+                         ctl_path, d.sock, cg_unit);
+                FILE *p = popen(cmd2, "r");
+                ASSERT_TRUE(p);
+                size_t n = fread(said, 1, sizeof(said) - 1, p);
+                said[n] = 0;
+                int st = pclose(p);
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(said, "permission denied"))
+                        test_fail("cgroup: a user who is not an admin set a unit's limit: status %#x: %s", st, said);
+                /* the operator's limit for the unit */
+                snprintf(cmd2, sizeof(cmd2), "%s --socket %s limit --unit %s %dM", ctl_path, d.sock,
+                         cg_unit, LIMIT_MIB);
+                p = popen(cmd2, "r");
+                ASSERT_TRUE(p);
+                n = fread(said, 1, sizeof(said) - 1, p);
+                said[n] = 0;
+                ASSERT_EQ(pclose(p), 0);
+                fprintf(stderr, "cgroup: %s", said);
+                ASSERT_TRUE(strstr(said, name) != NULL);
+        }
+        if (strcmp(mode, "group") == 0 || by_cgroup) {
+                /* the shell is a client too (it lives on): counted in. By
+                 * cgroup the processes do not say what they hold unmanaged
+                 * (the shim does in a group of zswap-run's or a unit's
+                 * drop-in): the limit bounds what the daemon manages */
                 for (;;) {
                         sum = rss_anon_bytes(sh);
                         for (int i = 0; i < VICTIMS; i++)
                                 sum += rss_anon_bytes(pids[i]);
-                        if (sum <= limit)
+                        unsigned procs = 0;
+                        unsigned long long res = 0, lim = 0;
+                        char name[80];
+                        snprintf(name, sizeof(name), "unit:%s", cg_unit);
+                        if (by_cgroup ? group_row(d.sock, name, &procs, &res, &lim) && res <= limit : sum <= limit)
                                 break;
                         if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
                                 td_log_dump(&d);
@@ -84,12 +192,26 @@ static void run(const char *mode) {
                         }
                         usleep(50000);
                 }
-                fprintf(stderr, "group: %d processes of %d MiB under one limit of %d MiB: RssAnon %llu KiB together "
-                        "after %.1f s (", VICTIMS, VICTIM_MIB, LIMIT_MIB, (unsigned long long)sum >> 10,
+                fprintf(stderr, "%s: %d processes of %d MiB under one limit of %d MiB: RssAnon %llu KiB together "
+                        "after %.1f s (", mode, VICTIMS, VICTIM_MIB, LIMIT_MIB, (unsigned long long)sum >> 10,
                         (double)(now_ns() - t0) / 1e9);
                 for (int i = 0; i < VICTIMS; i++)
                         fprintf(stderr, "%s%llu", i ? ", " : "", (unsigned long long)rss_anon_bytes(pids[i]) >> 10);
                 fprintf(stderr, " KiB each)\n");
+        }
+        if (by_cgroup) {
+                /* none: the processes' own limits again (they have none) */
+                char name[80];
+                unsigned procs = 0;
+                unsigned long long lim = 0, res = 0;
+                snprintf(name, sizeof(name), "unit:%s", cg_unit);
+                ASSERT_TRUE(group_row(d.sock, name, &procs, &res, &lim));
+                ASSERT_EQ(lim, (unsigned long long)limit);
+                ASSERT_EQ(td_ctl(&d, "limit --unit %s none", cg_unit), 0);
+                ASSERT_TRUE(group_row(d.sock, name, &procs, &res, &lim));
+                ASSERT_EQ(lim, 0);
+        }
+        if (strcmp(mode, "group") == 0) {
                 snprintf(cmd, sizeof(cmd), "%s --socket %s get --pid %d group", ctl_path, d.sock, (int)pids[0]);
                 FILE *p = popen(cmd, "r");
                 ASSERT_TRUE(p && fgets(line, sizeof(line), p));
@@ -125,7 +247,7 @@ static void run(const char *mode) {
                 }
                 pclose(p);
                 ASSERT_EQ(in_group, VICTIMS);
-        } else {
+        } else if (!by_cgroup) {
                 /* each under its own: 32 MiB is under 48, nothing to take */
                 uint64_t each = 0;
                 for (int i = 0; i < VICTIMS; i++) {
@@ -155,6 +277,8 @@ static void run(const char *mode) {
         *strrchr(go, '/') = 0;
         rmdir(go);
         td_stop(&d);
+        if (by_cgroup)
+                cgroup_remove();
 }
 
 int main(int argc, char **argv) {

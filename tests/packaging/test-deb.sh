@@ -97,7 +97,7 @@ else
 fi
 echo "building the packages of $version"
 start=$SECONDS
-if ! (cd "$tree" && DEB_BUILD_OPTIONS="parallel=$(nproc) noddebs" nice -n 10 dpkg-buildpackage -us -uc -b \
+if ! (cd "$tree" && DEB_BUILD_OPTIONS="parallel=$(nproc) noddebs" nice -n 19 dpkg-buildpackage -us -uc -b \
               >"$work/build.log" 2>&1); then
         tail -40 "$work/build.log"
         echo "FAIL: dpkg-buildpackage"

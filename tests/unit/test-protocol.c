@@ -28,7 +28,8 @@ static const uint16_t types[] = { ZMSG_HELLO,      ZMSG_ATTACH,      ZMSG_REGIST
                                   ZMSG_MOVE_DONE,  ZMSG_RELEASE,    ZMSG_RELEASE_DONE, ZMSG_SET_LIMIT,
                                   ZMSG_TUNABLE_SET, ZMSG_TUNABLE_GET, ZMSG_TUNABLE_REPLY, ZMSG_STATUS,
                                   ZMSG_CLIENTS,    ZMSG_STATUS_REPLY, ZMSG_CLIENTS_REPLY, ZMSG_ADOPT,
-                                  ZMSG_REGIONS,    ZMSG_REGIONS_REPLY, ZMSG_SET_GROUP, ZMSG_PAGEIN_PID };
+                                  ZMSG_REGIONS,    ZMSG_REGIONS_REPLY, ZMSG_SET_GROUP, ZMSG_PAGEIN_PID,
+                                  ZMSG_GROUP_LIMIT };
 
 /* A well-formed message of type t in msg; returns its length. */
 static size_t build(uint16_t t) {
@@ -80,6 +81,8 @@ static void test_validate(void) {
         ASSERT_EQ(ZMSG_REGIONS_REPLY, 69);
         ASSERT_EQ(ZMSG_SET_GROUP, 18);
         ASSERT_EQ(ZMSG_PAGEIN_PID, 19);
+        ASSERT_EQ(ZMSG_GROUP_LIMIT, 20);
+        ASSERT_EQ(zmsg_expected_size(ZMSG_GROUP_LIMIT), sizeof(ZMsgGroup));
         ASSERT_EQ(zmsg_expected_size(ZMSG_SET_GROUP), sizeof(ZMsgGroup));
         ASSERT_EQ(zmsg_expected_size(ZMSG_REGIONS), sizeof(ZMsgRange));
         ASSERT_EQ(zmsg_expected_size(ZMSG_REGIONS_REPLY), sizeof(ZMsgRegionsReply));
@@ -135,7 +138,7 @@ static void test_validate(void) {
         ASSERT_ERROR(zmsg_validate(msg, ZSWAP_MSG_MAX + 64), EPROTO);
 
         /* unknown types, at every size that would fit a known one */
-        static const uint16_t unknown[] = { 0, 20, 21, 63, 70, 127, 130, 191, 194, 255, 0x8000, 0xffff };
+        static const uint16_t unknown[] = { 0, 21, 22, 63, 70, 127, 130, 191, 194, 255, 0x8000, 0xffff };
         for (size_t i = 0; i < ELEMENTSOF(unknown); i++) {
                 ASSERT_EQ(zmsg_expected_size(unknown[i]), 0);
                 for (size_t j = 0; j < ELEMENTSOF(types); j++) {
