@@ -117,17 +117,15 @@ static const Seen *seen_find(const Top *t, uint64_t id) {
 
 static Sort sort_by; /* qsort has no context argument */
 
-static uint64_t held_bytes(const ZClientRecord *r) {
-        return (r->stored_pages + r->same_pages) * ZSWAP_PAGE_SIZE;
-}
-
 static int row_cmp(const void *a, const void *b) {
         const Row *x = a, *y = b;
         const ZClientRecord *p = &x->c->r, *q = &y->c->r;
         double u = 0, v = 0;
 
         switch (sort_by) {
-        case SORT_EVICTED: u = (double)held_bytes(p), v = (double)held_bytes(q); break;
+        case SORT_EVICTED:
+                u = (double)client_field(x->c, COL_EVICTED).v, v = (double)client_field(y->c, COL_EVICTED).v;
+                break;
         case SORT_RESIDENT: u = (double)p->resident_bytes, v = (double)q->resident_bytes; break;
         case SORT_POOL: u = (double)p->compressed_bytes, v = (double)q->compressed_bytes; break;
         case SORT_FAULTS: u = x->faults_s, v = y->faults_s; break;
@@ -240,7 +238,7 @@ static void rows_print(Screen *s, const Top *t, Row *rows, size_t n) {
                 const ZClientRecord *r = &rows[i].c->r;
                 char res[32], held[32], pool[32], lim[32], ratio[16] = "-", fr[16], rr[16];
                 fmt(K_SIZE, r->resident_bytes, b, res, sizeof(res));
-                fmt(K_SIZE, held_bytes(r), b, held, sizeof(held));
+                fmt(K_SIZE, client_field(rows[i].c, COL_EVICTED).v, b, held, sizeof(held));
                 fmt(K_SIZE, r->compressed_bytes, b, pool, sizeof(pool));
                 Field lf = client_field(rows[i].c, COL_LIMIT);
                 if (lf.v)
