@@ -272,7 +272,9 @@ static bool frame(Top *t) {
                 return false;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
-        double dt = t->nseen || t->seen_at.tv_sec ? since(&t->seen_at, &now) : 0;
+        /* read only for a client the last frame saw (was != NULL below),
+         * so seen_at is then that frame's time */
+        double dt = since(&t->seen_at, &now);
         rows = calloc((size_t)n + 1, sizeof(*rows));
         Seen *seen = calloc((size_t)n + 1, sizeof(*seen));
         if (!rows || !seen) {
