@@ -45,22 +45,34 @@ static bool read_line(FILE *f, char *line, size_t len) {
         return poll(&p, 1, TEST_WAIT_S * 1000) == 1 && fgets(line, (int)len, f);
 }
 
-/* zswapctl groups: the row of group name, its processes, managed resident bytes and limit
- * (bytes; 0 for "-"); false if there is none */
-static bool group_row(const char *sock, const char *name, unsigned *procs, unsigned long long *resident,
-                      unsigned long long *limit) {
+/* A row of zswapctl groups --bytes */
+typedef struct GroupRow {
+        unsigned procs;
+        unsigned long long registered, resident, limit; /* bytes; limit 0 for "-" */
+        unsigned rows;                                  /* rows in the whole table */
+} GroupRow;
+
+/* zswapctl groups: the row of group name in *ret; false if there is none */
+static bool group_row(const char *sock, const char *name, GroupRow *ret) {
         char cmd[2 * PATH_MAX], line[512], gname[80], lim[40];
+        GroupRow g = { 0 };
+        unsigned rows = 0;
         bool found = false;
         snprintf(cmd, sizeof(cmd), "%s --socket %s groups --bytes --no-headings", ctl_path, sock);
         FILE *p = popen(cmd, "r");
         ASSERT_TRUE(p);
-        while (fgets(line, sizeof(line), p))
-                if (sscanf(line, "%79s %*s %u %*s %llu %*s %*s %*s %39s", gname, procs, resident, lim) == 4 &&
-                    strcmp(gname, name) == 0) {
-                        found = true;
-                        *limit = strcmp(lim, "-") == 0 ? 0 : strtoull(lim, NULL, 10);
+        while (fgets(line, sizeof(line), p)) {
+                if (sscanf(line, "%79s %*s %u %llu %llu %*s %*s %*s %39s", gname, &g.procs, &g.registered, &g.resident,
+                           lim) != 5)
+                        continue;
+                rows++;
+                if (strcmp(gname, name) == 0) {
+                        g.limit = strcmp(lim, "-") == 0 ? 0 : strtoull(lim, NULL, 10);
+                        *ret = g, found = true;
                 }
+        }
         pclose(p);
+        ret->rows = rows;
         return found;
 }
 
@@ -136,16 +148,15 @@ static void run(const char *mode) {
         uint64_t limit = (uint64_t)LIMIT_MIB << 20, sum = 0, t0 = now_ns();
         if (by_cgroup) {
                 char name[80], cmd2[2 * PATH_MAX], said[512];
-                unsigned procs = 0;
-                unsigned long long lim = 1, res = 0;
+                GroupRow g = { .limit = 1 };
                 snprintf(name, sizeof(name), "unit:%s", cg_unit);
                 /* grouped by their cgroup, with no limit: nothing leaves */
-                WAIT_UNTIL(group_row(d.sock, name, &procs, &res, &lim) && procs >= VICTIMS, TEST_WAIT_S,
-                           "zswapctl groups has %s with %u processes", name, procs);
-                ASSERT_EQ(lim, 0);
+                WAIT_UNTIL(group_row(d.sock, name, &g) && g.procs >= VICTIMS, TEST_WAIT_S,
+                           "zswapctl groups has %s with %u processes", name, g.procs);
+                ASSERT_EQ(g.limit, 0);
                 for (int i = 0; i < VICTIMS; i++)
                         sum += rss_anon_bytes(pids[i]);
-                fprintf(stderr, "cgroup: %s: %u processes, no limit, RssAnon %llu KiB together\n", name, procs,
+                fprintf(stderr, "cgroup: %s: %u processes, no limit, RssAnon %llu KiB together\n", name, g.procs,
                         (unsigned long long)sum >> 10);
                 ASSERT_TRUE(sum > limit);
                 /* refused to a user who is not an admin */
@@ -179,11 +190,10 @@ static void run(const char *mode) {
                         sum = rss_anon_bytes(sh);
                         for (int i = 0; i < VICTIMS; i++)
                                 sum += rss_anon_bytes(pids[i]);
-                        unsigned procs = 0;
-                        unsigned long long res = 0, lim = 0;
+                        GroupRow g = { 0 };
                         char name[80];
                         snprintf(name, sizeof(name), "unit:%s", cg_unit);
-                        if (by_cgroup ? group_row(d.sock, name, &procs, &res, &lim) && res <= limit : sum <= limit)
+                        if (by_cgroup ? group_row(d.sock, name, &g) && g.resident <= limit : sum <= limit)
                                 break;
                         if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
                                 td_log_dump(&d);
@@ -202,14 +212,13 @@ static void run(const char *mode) {
         if (by_cgroup) {
                 /* none: the processes' own limits again (they have none) */
                 char name[80];
-                unsigned procs = 0;
-                unsigned long long lim = 0, res = 0;
+                GroupRow g = { 0 };
                 snprintf(name, sizeof(name), "unit:%s", cg_unit);
-                ASSERT_TRUE(group_row(d.sock, name, &procs, &res, &lim));
-                ASSERT_EQ(lim, (unsigned long long)limit);
+                ASSERT_TRUE(group_row(d.sock, name, &g));
+                ASSERT_EQ(g.limit, (unsigned long long)limit);
                 ASSERT_EQ(td_ctl(&d, "limit --unit %s none", cg_unit), 0);
-                ASSERT_TRUE(group_row(d.sock, name, &procs, &res, &lim));
-                ASSERT_EQ(lim, 0);
+                ASSERT_TRUE(group_row(d.sock, name, &g));
+                ASSERT_EQ(g.limit, 0);
         }
         if (strcmp(mode, "group") == 0) {
                 snprintf(cmd, sizeof(cmd), "%s --socket %s get --pid %d group", ctl_path, d.sock, (int)pids[0]);
@@ -217,24 +226,21 @@ static void run(const char *mode) {
                 ASSERT_TRUE(p && fgets(line, sizeof(line), p));
                 pclose(p);
                 fprintf(stderr, "group: %s", line);
-                if (strncmp(line, "group = run:", 12) != 0 || !strstr(line, " processes, "))
-                        test_fail("group: zswapctl get --pid %d group: %s", (int)pids[0], line);
-                /* one set of figures for the group: groups, and GROUP in clients */
-                snprintf(cmd, sizeof(cmd), "%s --socket %s groups --bytes --no-headings", ctl_path, d.sock);
-                p = popen(cmd, "r");
-                ASSERT_TRUE(p);
-                unsigned groups = 0, procs = 0;
-                unsigned long long reg = 0, lim = 0;
+                /* "group = NAME: N processes, ...": NAME is run:PID:MS */
                 char gname[80], user[40];
-                while (fgets(line, sizeof(line), p))
-                        if (sscanf(line, "%79s %39s %u %llu %*s %*s %*s %*s %llu", gname, user, &procs, &reg, &lim) == 5)
-                                groups++;
-                pclose(p);
+                size_t glen;
+                if (strncmp(line, "group = run:", 12) != 0 || !strstr(line, " processes, ") ||
+                    sscanf(line, "group = %79s", gname) != 1 || (glen = strlen(gname)) < 2 || gname[glen - 1] != ':')
+                        test_fail("group: zswapctl get --pid %d group: %s", (int)pids[0], line);
+                gname[glen - 1] = 0;
+                /* one set of figures for the group: groups, and GROUP in clients */
+                GroupRow g = { 0 };
+                ASSERT_TRUE(group_row(d.sock, gname, &g));
                 fprintf(stderr, "group: zswapctl groups: %u row, %s: %u processes, %llu bytes registered, limit %llu\n",
-                        groups, gname, procs, reg, lim);
-                ASSERT_EQ(groups, 1);
-                ASSERT_TRUE(strncmp(gname, "run:", 4) == 0 && procs >= VICTIMS && reg >= (uint64_t)VICTIMS * VICTIM_MIB << 20);
-                ASSERT_EQ(lim, limit);
+                        g.rows, gname, g.procs, g.registered, g.limit);
+                ASSERT_EQ(g.rows, 1);
+                ASSERT_TRUE(g.procs >= VICTIMS && g.registered >= (uint64_t)VICTIMS * VICTIM_MIB << 20);
+                ASSERT_EQ(g.limit, limit);
                 snprintf(cmd, sizeof(cmd), "%s --socket %s clients -o pid,group --no-headings", ctl_path, d.sock);
                 p = popen(cmd, "r");
                 ASSERT_TRUE(p);
