@@ -55,16 +55,19 @@ static bool cgroup_unit(pid_t pid, char *group, size_t len) {
         return zgroup_name_valid(group, len);
 }
 
-static const GroupLimit *limit_find(const Manager *m, const char *name) {
+/* The index of name's limit in m->group_limits, or -1: none. An index,
+ * not a pointer, so that readers and groups_set_limit(), which writes
+ * the entry, share one lookup without casting away const. */
+static int limit_find(const Manager *m, const char *name) {
         for (unsigned i = 0; i < m->ngroup_limits; i++)
                 if (strcmp(m->group_limits[i].name, name) == 0)
-                        return &m->group_limits[i];
-        return NULL;
+                        return (int)i;
+        return -1;
 }
 
 void groups_apply(Manager *m, MMClient *mm) {
-        const GroupLimit *g = mm->rc.group[0] ? limit_find(m, mm->rc.group) : NULL;
-        mm->rc.group_op_limit = g ? g->limit : 0;
+        int i = mm->rc.group[0] ? limit_find(m, mm->rc.group) : -1;
+        mm->rc.group_op_limit = i >= 0 ? m->group_limits[i].limit : 0;
 }
 
 void groups_tick(Manager *m) {
@@ -93,7 +96,8 @@ int groups_set_limit(Manager *m, Conn *c, const ZMsgGroup *q) {
                 return -EPERM;
         if (!zgroup_name_valid(q->name, sizeof(q->name)))
                 return -EINVAL;
-        GroupLimit *g = (GroupLimit *)limit_find(m, q->name);
+        int i = limit_find(m, q->name);
+        GroupLimit *g = i >= 0 ? &m->group_limits[i] : NULL;
         if (q->limit && !g) {
                 if (m->ngroup_limits == GROUP_LIMITS_MAX)
                         return -ENOSPC;
