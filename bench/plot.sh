@@ -4,6 +4,9 @@
 #   sudo bench/plot.sh [--replot] [BUILD_DIR [OUT_DIR]]   (default: build docs/img)
 #
 # Measures, on this machine and in this one run:
+#   0. bench-wake: the bare userfaultfd round trip (no decompression) with
+#      the handler in another process on the same CPU, the floor under
+#      every zswapd fault below; its median and p99 go into machine.txt;
 #   1. bench-core --latencies: every fault's latency when a region of real
 #      heap pages (the corpus, $PLOT_SIZE_MIB MiB, default 256) is read
 #      back after a pageout, in random and in sequential order, for
@@ -15,10 +18,10 @@
 #      0.2 s (the program's RssAnon, what zswapd holds for it, the pool).
 # then draws them with gnuplot into OUT_DIR: fault-latency.svg (the share
 # of faults slower than each latency, log-log: the tail is where the
-# backends differ) and reclaim-timeline.svg. The data and bench-core's
-# report go to OUT_DIR/data/, with the machine they were measured on;
-# --replot draws again from them without measuring; PLOT_FORMAT=png draws
-# PNGs instead of SVGs. Needs root (kernel
+# backends differ) and reclaim-timeline.svg. The data and the reports of
+# bench-core and bench-wake go to OUT_DIR/data/, with the machine they were
+# measured on; --replot draws again from them without measuring;
+# PLOT_FORMAT=png draws PNGs instead of SVGs. Needs root (kernel
 # phases, the daemon) and gnuplot (gnuplot-nox, installed if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +42,7 @@ fi
 
 if [ -z "$replot" ]; then
         [ "$(id -u)" -eq 0 ] || { echo "plot.sh: measuring needs root (or --replot)" >&2; exit 1; }
-        for f in bench/bench-core daemon/zswapd client/preload/zswap-run client/tools/zswapctl; do
+        for f in bench/bench-core bench/bench-wake daemon/zswapd client/preload/zswap-run client/tools/zswapctl; do
                 [ -x "$build/$f" ] || { echo "plot.sh: no $build/$f: build first (meson setup $build && ninja -C $build)" >&2; exit 1; }
         done
         {
@@ -47,6 +50,14 @@ if [ -z "$replot" ]; then
                 echo "# $(uname -r), $(nproc) CPUs, virtualization: $(systemd-detect-virt 2>/dev/null || echo unknown)"
                 echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
         } >"$data/machine.txt"
+
+        # 0. the bare uffd round trip: bench-wake's same-cpu row is
+        # "same-cpu MEDIAN P99 MAX CPU" (us)
+        "$build/bench/bench-wake" 20000 | tee "$data/bench-wake.txt"
+        awk '$1 == "same-cpu" { found = 1
+                printf "# uffd round trip, same CPU, handler in another process (bench-wake): median %s us, p99 %s us\n", $2, $3 }
+             END { exit !found }' "$data/bench-wake.txt" >>"$data/machine.txt" ||
+                { echo "plot.sh: no same-cpu row in bench-wake's report" >&2; exit 1; }
 
         # 1. fault latency distributions
         rm -f "$data"/*-random.dat "$data"/*-sequential.dat
