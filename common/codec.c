@@ -167,6 +167,16 @@ int codec_cctx_new(CodecKind kind, int level, CodecCCtx **ret) {
         return 0;
 }
 
+int codec_cctx_set_level(CodecCCtx *c, int level) {
+        if (c->level == level)
+                return 0;
+        if (c->kind == CODEC_ZSTD &&
+            CALL(ZSTD_isError)(CALL(ZSTD_CCtx_setParameter)(c->zc, ZSTD_c_compressionLevel, level ? level : 1)))
+                return -EINVAL;
+        c->level = level;
+        return 0;
+}
+
 int codec_compress(CodecCCtx *c, const void *page, void *dst, size_t dst_cap) {
         if (c->kind == CODEC_ZSTD) {
                 size_t n = CALL(ZSTD_compress2)(c->zc, dst, dst_cap, page, ZSWAP_PAGE_SIZE);
@@ -210,14 +220,14 @@ int codec_dctx_new_in(CodecKind kind, const CodecAlloc *a, CodecDCtx **ret) {
         d->kind = kind;
         d->zd = NULL; /* a->alloc() need not zero */
         d->a = a;
-        if (kind == CODEC_ZSTD) {
-                /* the const is zstd's to keep: it only passes opaque back */
-                d->zd = a ? CALL(ZSTD_createDCtx_advanced)((ZSTD_customMem){ zstd_alloc, zstd_free, (void *)a })
-                          : CALL(ZSTD_createDCtx)();
-                if (!d->zd) {
-                        codec_dctx_free(d);
-                        return -ENOMEM;
-                }
+        /* every context decodes zstd too: the strong tier's objects
+         * (PE_STRONG) are zstd whatever the store's codec. The const is
+         * zstd's to keep: it only passes opaque back */
+        d->zd = a ? CALL(ZSTD_createDCtx_advanced)((ZSTD_customMem){ zstd_alloc, zstd_free, (void *)a })
+                  : CALL(ZSTD_createDCtx)();
+        if (!d->zd) {
+                codec_dctx_free(d);
+                return -ENOMEM;
         }
         *ret = d;
         return 0;
@@ -228,14 +238,22 @@ int codec_dctx_new(CodecKind kind, CodecDCtx **ret) {
 }
 
 int codec_decompress(CodecDCtx *d, const void *src, size_t len, void *page) {
+        return codec_decompress_as(d, d->kind, src, len, page);
+}
+
+int codec_decompress_as(CodecDCtx *d, CodecKind kind, const void *src, size_t len, void *page) {
         if (len == 0 || len > ZSWAP_PAGE_SIZE)
                 return -EBADMSG;
-        if (d->kind == CODEC_ZSTD) {
+        if (kind == CODEC_ZSTD) {
                 size_t n = CALL(ZSTD_decompressDCtx)(d->zd, page, ZSWAP_PAGE_SIZE, src, len);
                 return !CALL(ZSTD_isError)(n) && n == ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
         }
         int n = CALL(LZ4_decompress_safe)(src, page, (int)len, (int)ZSWAP_PAGE_SIZE);
         return n == (int)ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
+}
+
+CodecKind codec_dctx_kind(const CodecDCtx *d) {
+        return d->kind;
 }
 
 bool page_same_filled(const void *page, uint32_t *fill) {

@@ -23,16 +23,20 @@ const char *codec_to_string(CodecKind k);
  * or libzstd cannot be loaded. */
 int codec_cctx_new(CodecKind kind, int level, CodecCCtx **ret);
 CodecCCtx *codec_cctx_free(CodecCCtx *c);
+/* The level of the next compressions (as codec_cctx_new()'s): 0, or
+ * -EINVAL if the codec refuses it. */
+int codec_cctx_set_level(CodecCCtx *c, int level);
 /* Compress one 4 KiB page into dst. Returns the compressed size (> 0), or
  * -ENOSPC when it does not fit in dst_cap (the page is incompressible). */
 int codec_compress(CodecCCtx *c, const void *page, void *dst, size_t dst_cap);
 
 /*
- * Decompression contexts. For lz4 a context holds no state that the codec
- * writes: codec_dctx_new() returns a shared, read-only context and any
- * number of threads decompress through it at once without a lock. For zstd
- * each thread needs its own context (ZSTD_DCtx is written while
- * decompressing); contexts never wait for each other.
+ * Decompression contexts, one per thread. lz4 decompression writes no
+ * state: it needs nothing of the context and threads never wait for each
+ * other. zstd writes its ZSTD_DCtx while decompressing, so each thread
+ * has its own. Every context decodes both codecs (a store of either codec
+ * holds zstd objects of the strong tier, pentry.h PE_STRONG); kind is the
+ * one codec_decompress() assumes.
  */
 int codec_dctx_new(CodecKind kind, CodecDCtx **ret);
 CodecDCtx *codec_dctx_free(CodecDCtx *d);
@@ -51,6 +55,10 @@ int codec_dctx_new_in(CodecKind kind, const CodecAlloc *a, CodecDCtx **ret);
  * compressed page of exactly 4096 bytes (never reads or writes out of
  * bounds, whatever src holds). */
 int codec_decompress(CodecDCtx *d, const void *src, size_t len, void *page);
+/* codec_decompress() of an object of codec kind. */
+int codec_decompress_as(CodecDCtx *d, CodecKind kind, const void *src, size_t len, void *page);
+/* The codec the context was made for. */
+CodecKind codec_dctx_kind(const CodecDCtx *d);
 
 /* True if the page is one 32-bit value repeated; *fill gets it. */
 bool page_same_filled(const void *page, uint32_t *fill);

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "codec.h"
+
 /* Entry states (low 3 bits). */
 enum {
         PE_EMPTY = 0,   /* the daemon holds nothing: page resident or zero */
@@ -37,6 +39,26 @@ static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
  * 16-byte TierStub naming where the compressed page lies on the second
  * tier; the entry's length is the stub's */
 #define PE_TIER ((uint64_t)1 << 21)
+/* On STORED (and the LOADING and CLEAN made from it, and on the stub of a
+ * page on the second tier): the object is a zstd frame, the strong tier of
+ * compression (recompressed when it grew cold, or first compressed by the
+ * strong codec because the store's codec found the page incompressible),
+ * whatever the store's codec is (pe_codec()). It stays with the object
+ * wherever it goes, like the length. */
+#define PE_STRONG ((uint64_t)1 << 22)
+/* On STORED: the recompressor (daemon/evict/recompress.c) copied the object
+ * and is compressing it again; the same contract as PE_WB, with a bit of
+ * its own so that neither marker can take the other's mark for its own:
+ * whoever takes the entry drops it, and only the recompressor stores a
+ * value carrying it. */
+#define PE_RC ((uint64_t)1 << 23)
+/* On STORED (and what is made from it, while it names the same object):
+ * the strong codec was tried on the object and would not put it in a
+ * smaller size class; the recompressor leaves it alone. A hint: a value
+ * made anew for the object (a fork's copy, an adoption) may lose it */
+#define PE_NOGAIN ((uint64_t)1 << 24)
+/* the markers' bits, which nobody but the marker ever carries forward */
+#define PE_MARKS (PE_WB | PE_RC)
 
 #define PINDEX_MAX_ADDR ((uint64_t)1 << 48)
 
@@ -53,6 +75,14 @@ static inline uint32_t pe_fill(uint64_t e) { return (uint32_t)(e >> 32); }
 static inline uint32_t pe_slot(uint64_t e) { return (uint32_t)(e >> 32); }
 static inline uint32_t pe_clen(uint64_t e) { return (uint32_t)(e >> 8) & 0x1fff; }
 static inline bool pe_is_tier(uint64_t e) { return (e & PE_TIER) != 0; } /* of a STORED entry or its LOADING */
+/* The codec of a STORED entry's object (or its LOADING's, CLEAN's) in a
+ * store whose other objects are of codec base. */
+static inline CodecKind pe_codec(uint64_t e, CodecKind base) { return (e & PE_STRONG) ? CODEC_ZSTD : base; }
+/* Decompress the object of entry value e (len bytes at src) with d, made
+ * for the codec of e's store: codec_decompress_as() of e's codec. */
+static inline int pe_decompress(CodecDCtx *d, uint64_t e, const void *src, size_t len, void *page) {
+        return codec_decompress_as(d, pe_codec(e, codec_dctx_kind(d)), src, len, page);
+}
 /* LOADING keeps the payload of the entry it came from; bits 4-6 say which
  * state that was (STORED if none is set). */
 #define PE_LOADING_SAME ((uint64_t)1 << 4)
@@ -60,7 +90,7 @@ static inline bool pe_is_tier(uint64_t e) { return (e & PE_TIER) != 0; } /* of a
 #define PE_LOADING_STAGED ((uint64_t)1 << 6) /* with SLOT: it was STAGED */
 #define PE_LOADING_BITS (PE_LOADING_SAME | PE_LOADING_SLOT | PE_LOADING_STAGED | PE_FLAG_INCOMPRESSIBLE)
 static inline uint64_t pe_make_loading(uint64_t from) {
-        from &= ~PE_WB;
+        from &= ~PE_MARKS;
         switch (pe_state(from)) {
         case PE_SAME:
                 return pe_with_state(from, PE_LOADING) | PE_LOADING_SAME;
@@ -75,7 +105,7 @@ static inline uint64_t pe_make_loading(uint64_t from) {
 #define PE_CLEAN_SAME ((uint64_t)1 << 4)
 /* CLEAN from the STORED/SAME entry it was restored from, and back */
 static inline uint64_t pe_make_clean(uint64_t origin) {
-        origin &= ~PE_WB;
+        origin &= ~PE_MARKS;
         return pe_with_state(origin, PE_CLEAN) | (pe_state(origin) == PE_SAME ? PE_CLEAN_SAME : 0);
 }
 static inline uint64_t pe_clean_origin(uint64_t e) {

@@ -106,8 +106,13 @@ typedef enum ZRole {
 typedef struct ZMsgHello {
         ZMsgHeader hdr;
         uint32_t role;
-        uint32_t reserved;
+        uint32_t features; /* ZHELLO_F_*: what the sender's library understands; 0 from an older one */
 } ZMsgHello;
+/* The library decodes the strong tier's zstd objects (pentry.h PE_STRONG)
+ * when it restores itself from its store: without it the daemon stores
+ * none for that client (a program still running an older library after
+ * the daemon was upgraded) */
+#define ZHELLO_F_STRONG 1u
 
 typedef struct ZMsgAttach {
         ZMsgHeader hdr;
@@ -259,6 +264,16 @@ typedef struct ZMsgStatusReply {
         uint64_t compactions, compact_moved, compact_freed;
         /* pages brought back ahead of use (reclaim.md, "Refill") */
         uint64_t refilled;
+        /* the strong tier (reclaim.md, "Recompression"): its objects in
+         * the pool and their bytes (of stored_pages and compressed_bytes);
+         * pages recompressed since start, the pool bytes that saved, the
+         * CPU time it took; incompressible pages the strong codec stored.
+         * Its settings: recompress_age (0: off) and the zstd level */
+        uint64_t strong_pages, strong_bytes;
+        uint64_t recompressed, recompress_saved, recompress_cpu_ns, strong_rescued;
+        uint64_t recompress_age_ms;
+        int32_t recompress_level;
+        uint32_t reserved4;
 } ZMsgStatusReply;
 
 /*
@@ -268,7 +283,7 @@ typedef struct ZMsgStatusReply {
  * comes or goes between two pages is listed or not, never twice. Root (and
  * the admin group) see every client, other users only their own.
  */
-#define ZSWAP_CLIENTS_PER_MSG 10
+#define ZSWAP_CLIENTS_PER_MSG 8
 #define ZSWAP_COMM_MAX 16
 #define ZSWAP_GROUP_NAME_MAX 64 /* a group's name and its NUL (SET_GROUP) */
 /* the characters of a group's name */
@@ -297,6 +312,10 @@ typedef struct ZClientRecord {
         uint64_t tier_bytes;           /* their compressed bytes there (compressed_bytes has their stubs) */
         char group[ZSWAP_GROUP_NAME_MAX]; /* the group it shares its limit with (SET_GROUP); "": none */
         uint64_t group_limit;          /* that group's limit, 0: none */
+        uint64_t strong_pages;         /* of stored_pages, those of the strong tier in the pool (zstd) */
+        uint64_t strong_bytes;         /* their compressed bytes (of compressed_bytes) */
+        uint64_t recompressed;         /* pages recompressed since it attached */
+        uint64_t recompress_age_ms;    /* its recompress_age in force, 0: off */
 } ZClientRecord;
 
 /* SET_GROUP: the sender's client joins the group `name` of its user (the
@@ -340,6 +359,7 @@ typedef struct ZMsgClientsReply {
         uint32_t reserved;
         ZClientRecord rec[ZSWAP_CLIENTS_PER_MSG];
 } ZMsgClientsReply;
+_Static_assert(sizeof(ZMsgClientsReply) <= ZSWAP_MSG_MAX, "a CLIENTS reply fits a message");
 
 typedef struct ZMoveRun {
         uint64_t addr;   /* first page in the client */

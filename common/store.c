@@ -291,5 +291,5 @@ int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page) {
         /* decompress from a private copy: somebody may be writing the
          * object while we read it */
         memcpy(copy, obj, clen);
-        return codec_decompress(dctx, copy, clen, page) < 0 ? -EBADMSG : 1;
+        return pe_decompress(dctx, e, copy, clen, page) < 0 ? -EBADMSG : 1;
 }

@@ -23,6 +23,9 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_REFILL_QUIET] = "refill_quiet",
         [TUNABLE_WRITE_SCAN] = "write_scan",
         [TUNABLE_INTERVAL] = "interval",
+        [TUNABLE_RECOMPRESS_AGE] = "recompress_age",
+        [TUNABLE_RECOMPRESS_LEVEL] = "recompress_level",
+        [TUNABLE_RECOMPRESS_CPU] = "recompress_cpu",
 };
 
-const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", "group", NULL };
+const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", "group", "recompress_age", NULL };

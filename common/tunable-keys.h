@@ -26,6 +26,9 @@ typedef enum TunableKey {
         TUNABLE_REFILL_QUIET,
         TUNABLE_WRITE_SCAN,
         TUNABLE_INTERVAL,
+        TUNABLE_RECOMPRESS_AGE,
+        TUNABLE_RECOMPRESS_LEVEL,
+        TUNABLE_RECOMPRESS_CPU,
         _TUNABLE_KEY_MAX,
 } TunableKey;
 

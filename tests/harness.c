@@ -255,30 +255,46 @@ void td_status(const TestDaemon *d, ZMsgStatusReply *st) {
         close(fd);
 }
 
-void td_clients_tier(const TestDaemon *d, pid_t pid, uint64_t *pages, uint64_t *bytes) {
+void td_clients_sum(const TestDaemon *d, pid_t pid, ZClientRecord *sum) {
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
         ZMsgClientsReq q = { .after = 0 };
         const ZMsgClientsReply *rep = (const ZMsgClientsReply *)buf;
         int fd = ctl_open(d);
 
-        *pages = *bytes = 0;
+        *sum = (ZClientRecord){ 0 };
         for (uint32_t id = 2;; id++) {
                 zmsg_init(&q.hdr, ZMSG_CLIENTS, id, sizeof(q));
                 ctl_roundtrip(fd, &q, sizeof(q), buf, sizeof(buf), ZMSG_CLIENTS_REPLY);
                 ASSERT_EQ(rep->status, 0);
                 ASSERT_LE(rep->count, ZSWAP_CLIENTS_PER_MSG);
                 for (uint32_t i = 0; i < rep->count; i++) {
-                        if (pid && rep->rec[i].pid != pid)
+                        const ZClientRecord *r = &rep->rec[i];
+                        if (pid && r->pid != pid)
                                 continue;
-                        *pages += rep->rec[i].tier_pages;
-                        *bytes += rep->rec[i].tier_bytes;
-                        ASSERT_LE(rep->rec[i].tier_pages, rep->rec[i].stored_pages);
+                        ASSERT_LE(r->tier_pages, r->stored_pages);
+                        ASSERT_LE(r->strong_pages + r->tier_pages, r->stored_pages);
+                        ASSERT_LE(r->strong_bytes, r->compressed_bytes);
+                        sum->stored_pages += r->stored_pages;
+                        sum->compressed_bytes += r->compressed_bytes;
+                        sum->tier_pages += r->tier_pages;
+                        sum->tier_bytes += r->tier_bytes;
+                        sum->strong_pages += r->strong_pages;
+                        sum->strong_bytes += r->strong_bytes;
+                        sum->recompressed += r->recompressed;
+                        sum->recompress_age_ms = r->recompress_age_ms;
                 }
                 if (!rep->more || !rep->count)
                         break;
                 q.after = rep->rec[rep->count - 1].id;
         }
         close(fd);
+}
+
+void td_clients_tier(const TestDaemon *d, pid_t pid, uint64_t *pages, uint64_t *bytes) {
+        ZClientRecord sum;
+        td_clients_sum(d, pid, &sum);
+        *pages = sum.tier_pages;
+        *bytes = sum.tier_bytes;
 }
 
 void *test_map(size_t len) {

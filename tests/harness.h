@@ -104,10 +104,15 @@ void td_stats(struct zswap_client *c, struct zswap_stats *s);
 /* The daemon's STATUS (what zswapctl status shows), over a control
  * connection of its own. */
 struct ZMsgStatusReply;
+struct ZClientRecord;
 void td_status(const TestDaemon *d, struct ZMsgStatusReply *st);
 /* Sum of the CLIENTS records (what zswapctl clients lists) of every
  * client (pid 0) or of pid's: pages on the second tier and their
  * compressed bytes there. */
+/* The clients' records of process pid (0: all) summed: stored, compressed,
+ * tier and strong-tier figures, recompressed (and the last one's
+ * recompress_age_ms); checks that each record's parts add up. */
+void td_clients_sum(const TestDaemon *d, pid_t pid, struct ZClientRecord *sum);
 void td_clients_tier(const TestDaemon *d, pid_t pid, uint64_t *pages, uint64_t *bytes);
 
 /*

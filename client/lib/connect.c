@@ -45,10 +45,12 @@ int sock_connect(struct zswap_client *c) {
         return fd;
 }
 
+uint32_t zswap_hello_features = ZHELLO_F_STRONG;
+
 /* HELLO; *devfd: the daemon's /dev/userfaultfd descriptor, or -1 when it
  * hands none (userfaultfd_device, zswapd.conf(5); never to a fork child). */
 int hello(struct zswap_client *c, uint32_t role, int *devfd) {
-        ZMsgHello h = { .role = role };
+        ZMsgHello h = { .role = role, .features = zswap_hello_features };
         int fds[2];
         zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
         int r = request(c, &h, sizeof(h), NULL, 0, NULL, 0, fds, NULL);

@@ -98,6 +98,11 @@ void *zswap_mem_realloc(void *p, size_t n);
 /* The same, for a decompression context (zstd's workspace included). */
 extern const CodecAlloc zswap_own_alloc;
 
+/* What this library tells the daemon it understands in every HELLO
+ * (protocol.h ZHELLO_F_*): all it does. Tests set it to 0 to be a library
+ * older than the strong tier (tests/integration/test-recompress.c). */
+extern uint32_t zswap_hello_features;
+
 /* What a client's recoveries from daemon loss did, since it connected. */
 typedef struct ZswapRecovery {
         uint64_t losses;      /* times the connection was lost with a store to recover */

@@ -97,7 +97,7 @@ static bool conn_error(int r) {
  * if none could be made. Replies are waited for wait_ms at most. */
 static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *spare) {
         struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
-        ZMsgHello h = { .role = ZROLE_CLIENT };
+        ZMsgHello h = { .role = ZROLE_CLIENT, .features = zswap_hello_features };
         int fds[2];
         int s = sock_connect(c);
 

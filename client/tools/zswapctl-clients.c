@@ -75,7 +75,7 @@ static const struct {
         [COL_REFAULTS] = { "REFAULTS", K_COUNT },  [COL_LIMIT] = { "LIMIT", K_SIZE },
         [COL_STAGED] = { "STAGED", K_COUNT },      [COL_INCOMPRESSIBLE] = { "INCOMPRESSIBLE", K_COUNT },
         [COL_ID] = { "ID", K_COUNT },             [COL_TIER] = { "TIER", K_SIZE },
-        [COL_GROUP] = { "GROUP", K_TEXT },
+        [COL_GROUP] = { "GROUP", K_TEXT },        [COL_STRONG] = { "STRONG", K_SIZE },
 };
 
 /* Column col of client c as a Field (name: the JSON key, lower case). */
@@ -108,6 +108,7 @@ Field client_field(const Client *c, int col) {
         case COL_ID: f.v = r->id; break;
         case COL_TIER: f.v = r->tier_pages * ZSWAP_PAGE_SIZE; break;
         case COL_GROUP: f.text = c->group; break;
+        case COL_STRONG: f.v = r->strong_pages * ZSWAP_PAGE_SIZE; break;
         }
         return f;
 }

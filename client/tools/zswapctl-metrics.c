@@ -97,6 +97,16 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
                   st->compact_freed },
                 { "zswapd_refilled_pages_total", "counter",
                   "Pages brought back ahead of use once room opened or an idle process woke.", st->refilled },
+                { "zswapd_strong_pages", "gauge", "Pages held as objects of the strong tier (zstd) in the pool.",
+                  st->strong_pages },
+                { "zswapd_strong_bytes", "gauge", "Compressed bytes of the strong tier's objects in the pool.",
+                  st->strong_bytes },
+                { "zswapd_recompressed_pages_total", "counter", "Pages recompressed with the strong codec once cold.",
+                  st->recompressed },
+                { "zswapd_recompress_saved_bytes_total", "counter", "Pool bytes recompression saved, when it was done.",
+                  st->recompress_saved },
+                { "zswapd_strong_rescued_pages_total", "counter",
+                  "Pages the compressor found incompressible that the strong codec stored.", st->strong_rescued },
                 { "zswapd_tier_capacity_bytes", "gauge", "Bytes of the second tier's backing store for pages (0: none).",
                   st->tier_capacity },
                 { "zswapd_tier_used_bytes", "gauge", "Blocks of the second tier holding live pages, in bytes.",
@@ -129,6 +139,9 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
         printf(",level=\"%d\"} 1\n", (int)st->level);
         for (size_t i = 0; i < ELEMENTSOF(plain); i++)
                 prom_u64(plain[i].name, plain[i].type, plain[i].help, plain[i].v);
+        prom_family("zswapd_recompress_cpu_seconds_total", "counter",
+                    "CPU time recompression took (the workers' and the manager's).");
+        printf("zswapd_recompress_cpu_seconds_total %.9f\n", (double)st->recompress_cpu_ns / 1e9);
         /* no sample until the daemon has a rate (a second after start) */
         prom_family("zswapd_evictions_per_second", "gauge", "Pages evicted per second over the last 1-5 seconds.");
         if (st->rate_window_ms)
@@ -164,6 +177,8 @@ static void metrics_clients(const Client *v, size_t n) {
                 { "zswapd_client_pool_bytes", "gauge", "Compressed size of the client's pages.", COL_POOL },
                 { "zswapd_client_tier_bytes", "gauge", "Original size of the client's pages on the second tier.",
                   COL_TIER },
+                { "zswapd_client_strong_bytes", "gauge", "Original size of the client's pages held by the strong tier.",
+                  COL_STRONG },
                 { "zswapd_client_limit_bytes", "gauge", "The client's resident limit (0: none).", COL_LIMIT },
                 { "zswapd_client_faults_total", "counter", "Faults served to the client.", COL_FAULTS },
                 { "zswapd_client_refaults_total", "counter", "Faults that brought back a page the daemon held.",

@@ -87,6 +87,24 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("compact_moved", K_COUNT, st->compact_moved);
         ADD("compact_freed_bytes", K_SIZE, st->compact_freed);
         ADD("refilled", K_COUNT, st->refilled);
+        /* the pool's objects by codec: the compressor's, and the strong
+         * tier's (zstd: recompressed, or stored by it when the compressor
+         * found the page incompressible); stubs of the second tier are
+         * neither */
+        uint64_t strong = MIN(st->strong_pages, s->stored_pages);
+        uint64_t fast = s->stored_pages - strong - MIN(st->tier_pages, s->stored_pages - strong);
+        uint64_t fast_bytes = s->compressed_bytes - MIN(st->strong_bytes + st->tier_pages * 16, s->compressed_bytes);
+        ADD("fast_pages", K_COUNT, fast);
+        ADD("fast_bytes", K_SIZE, fast_bytes);
+        ADD("strong_pages", K_COUNT, strong);
+        ADD("strong_bytes", K_SIZE, st->strong_bytes);
+        ADD("recompress_age_ms", K_COUNT, st->recompress_age_ms);
+        f[n++] = (Field){ .name = "recompress_level", .kind = K_COUNT, .v = (uint64_t)(int64_t)st->recompress_level,
+                          .is_signed = true };
+        ADD("recompressed", K_COUNT, st->recompressed);
+        ADD("recompress_saved_bytes", K_SIZE, st->recompress_saved);
+        ADD("recompress_cpu_ns", K_NS, st->recompress_cpu_ns);
+        ADD("strong_rescued", K_COUNT, st->strong_rescued);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
         f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };
@@ -124,7 +142,7 @@ int status_fetch(int fd, ZMsgStatusReply *st) {
 
 int cmd_status(const Opts *o) {
         ZMsgStatusReply st;
-        Field f[96];
+        Field f[128];
 
         size_t n = status_fields(&(ZMsgStatusReply){ 0 }, f);
         if (o->columns) {

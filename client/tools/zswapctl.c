@@ -92,7 +92,8 @@ static void help(void) {
                "  STAGED INCOMPRESSIBLE  pages awaiting compression, pages kept as incompressible\n"
                "  ID                     the daemon's id of the client (a process may have several)\n"
                "  TIER                   of what the daemon holds, what is on the second tier\n"
-               "  GROUP                  the group it shares its limit with (- for none)\n\n"
+               "  GROUP                  the group it shares its limit with (- for none)\n"
+               "  STRONG                 of what the daemon holds, what the strong tier (zstd) holds\n\n"
                "Admin commands (another user's process, daemon-wide settings) need root or\n"
                "group zswap. Exit status: 0 done, 1 refused or failed, 2 usage.\n\n"
                "See zswapctl(8).\n",

@@ -96,6 +96,12 @@ const ConfigSetting config_settings[] = {
           "how often written pages are looked for with PAGEMAP_SCAN; 0: never" },
         { "reclaim", "interval", TUNABLE_INTERVAL, "250ms", RUN, false,
           "how often reclaim looks at the clients and their limits (the reclaim tick)" },
+        { "pool", "recompress_age", TUNABLE_RECOMPRESS_AGE, "2m", RUN, false,
+          "recompress with zstd the objects of pages nobody touched for this long (a client's own setting wins); 0: off" },
+        { "pool", "recompress_level", TUNABLE_RECOMPRESS_LEVEL, "3", RUN, false,
+          "the zstd level of recompression and of pages the compressor finds incompressible, 1..22" },
+        { "pool", "recompress_cpu", TUNABLE_RECOMPRESS_CPU, "10", RUN, false,
+          "most of one CPU recompression may use, in percent" },
 
         /* [tier], in the order "unknown key" lists them in */
         { "tier", "backing", -1, NULL, START, false,
@@ -151,7 +157,8 @@ const size_t config_n_settings = ELEMENTSOF(config_settings);
 #undef CMDLINE
 
 static bool pool_section_key(const char *key) {
-        return strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0 || strcmp(key, "pool_compact") == 0;
+        return strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0 || strcmp(key, "pool_compact") == 0 ||
+               strncmp(key, "recompress_", 11) == 0;
 }
 
 const ConfigSetting *config_setting(const char *section, const char *key) {
@@ -586,7 +593,7 @@ static int assignment(const char *section, const char *key, const char *value, u
                 return user_rule_assignment(&c->users, section + 5, key, value, err, errlen);
         if (strcmp(section, "reclaim") == 0 || strcmp(section, "pool") == 0) {
                 if (strcmp(section, "pool") == 0 && !pool_key)
-                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact)", key);
+                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu)", key);
                 r = tunable_set(&c->tun, key, value, err, errlen);
                 if (r == -ENOENT)
                         errorf(r, err, errlen, "unknown key '%s' in [%s] (zswapctl get lists them)", key, section);

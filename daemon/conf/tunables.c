@@ -77,6 +77,9 @@ static const Key keys[_TUNABLE_KEY_MAX] = {
         [TUNABLE_REFILL_QUIET] = { KEY_DURATION, FIELD(refill_quiet_ms), true, 1 * SEC, 3600 * SEC },
         [TUNABLE_WRITE_SCAN] = { KEY_DURATION, FIELD(write_scan_ms), true, 0.1 * SEC, 3600 * SEC },
         [TUNABLE_INTERVAL] = { KEY_DURATION, FIELD(interval_ms), false, 0.01 * SEC, 10 * SEC },
+        [TUNABLE_RECOMPRESS_AGE] = { KEY_DURATION, FIELD(recompress_age_ms), true, 1 * SEC, 30 * 24 * 3600 * SEC },
+        [TUNABLE_RECOMPRESS_LEVEL] = { KEY_COUNT, FIELD(recompress_level), false, 1, 22 },
+        [TUNABLE_RECOMPRESS_CPU] = { KEY_PERCENT, FIELD(recompress_cpu), false, 0.1, 100 },
 };
 
 /* What a value of each type looks like, for error messages. */

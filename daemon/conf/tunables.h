@@ -50,6 +50,11 @@ typedef struct Tunables {
         uint64_t write_scan_ms;      /* key "write_scan": how often written pages are looked
                                       * up with PAGEMAP_SCAN (default 1 s), 0 = never */
         uint64_t interval_ms;        /* key "interval": reclaim tick (default 250 ms) */
+        /* the strong tier of compression (docs/reclaim.md, "Recompression") */
+        uint64_t recompress_age_ms;  /* key "recompress_age": recompress objects unused this long
+                                      * with zstd (default 2 min), 0 = off */
+        uint64_t recompress_level;   /* key "recompress_level": its zstd level (default 3) */
+        double recompress_cpu;       /* key "recompress_cpu": most of one CPU it may use, percent (default 10) */
 } Tunables;
 
 /* The defaults: each key's row of config_settings[] (daemon/conf/config.c). */

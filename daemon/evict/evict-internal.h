@@ -9,9 +9,11 @@
 #include "core.h"
 #include "mmclient.h"
 
-/* the Work type of a lane's compression job (evict.c makes it, a worker
- * runs it and posts it back to the manager as MW_BATCH_DONE) */
-enum { JOB_COMPRESS = 1 };
+/* the Work types of jobs: a lane's compression (evict.c makes it, a
+ * worker runs it and posts it back to the manager as MW_BATCH_DONE) and a
+ * recompression (recompress.c: its thread runs it, back as
+ * MW_RECOMP_DONE) */
+enum { JOB_COMPRESS = 1, JOB_RECOMPRESS };
 
 /* Queue a job for the workers (manager thread; the queue is under
  * Evictor.lock). w->mm and w->lane say which lane: from here until its

@@ -201,7 +201,7 @@ static void extent_publish(Tier *t, Extent *x) {
                 }
                 TierStub *s = pool_map(mm->pool, h);
                 *s = (TierStub){ .off = o->off, .gen = o->gen, .len = (uint16_t)o->len, .magic = TIER_STUB_MAGIC };
-                uint64_t nv = pe_make_stored(h, sizeof(TierStub)) | PE_TIER;
+                uint64_t nv = pe_make_stored(h, sizeof(TierStub)) | PE_TIER | (v & PE_STRONG);
                 /* release: the stub's bytes before the entry naming it */
                 if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
                         pool_release(mm->pool, h);
@@ -212,6 +212,8 @@ static void extent_publish(Tier *t, Extent *x) {
                 pool_release(mm->pool, pe_handle(o->v));
                 atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(o->v) - sizeof(TierStub),
                                           memory_order_relaxed);
+                if (o->v & PE_STRONG)
+                        mmclient_count_strong(mm, pe_clen(o->v), -1); /* now on the tier */
                 mmclient_count_tier(mm, o->len, 1);
                 stat_add(&t->st.pages, 1);
                 stat_add(&t->st.bytes, o->len);
@@ -333,7 +335,7 @@ static unsigned bucket(const Pass *p, uint32_t stamp) {
 
 /* An object worth a stub: one of 32 bytes or less would save nothing. */
 static bool takeable(uint64_t v) {
-        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_WB)) && pe_clen(v) > 2 * sizeof(TierStub);
+        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_MARKS)) && pe_clen(v) > 2 * sizeof(TierStub);
 }
 
 static uint32_t stamp_of(MMClient *mm, uint64_t addr) {

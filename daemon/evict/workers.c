@@ -49,7 +49,8 @@ struct Evictor {
 typedef struct Worker {
         Evictor *ev;
         CodecCCtx *cctx;
-        CodecDCtx *dctx; /* to check a kept copy against the page */
+        CodecDCtx *dctx; /* to check a kept copy against the page; recompression's */
+        CodecCCtx *strong; /* zstd: the strong tier (recompress.h) */
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
         uint8_t vbuf[ZSWAP_PAGE_SIZE];
 } Worker;
@@ -83,7 +84,7 @@ static bool keep_matches(Worker *wk, MMClient *mm, uint64_t keep, const uint8_t 
                 return false;
         if (clen == ZSWAP_PAGE_SIZE)
                 return memcmp(src, page, ZSWAP_PAGE_SIZE) == 0;
-        return codec_decompress(wk->dctx, src, clen, wk->vbuf) == 0 && memcmp(wk->vbuf, page, ZSWAP_PAGE_SIZE) == 0;
+        return pe_decompress(wk->dctx, origin, src, clen, wk->vbuf) == 0 && memcmp(wk->vbuf, page, ZSWAP_PAGE_SIZE) == 0;
 }
 
 /* The staged page i matches its kept copy: the entry takes the copy back
@@ -105,8 +106,7 @@ static int store_kept(Core *core, MMClient *mm, Lane *lane, uint32_t i, _Atomic 
         atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
         if (pe_state(nv) == PE_STORED) {
                 atomic_fetch_sub_explicit(&mm->st.clean_bytes, pe_clen(nv), memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->st.compressed_bytes, pe_clen(nv), memory_order_relaxed);
+                mmclient_count_stored(mm, nv, 1);
         } else
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.clean_reevictions, 1, memory_order_relaxed);
@@ -186,6 +186,16 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                 nv = pe_make_same(fill);
         else {
                 int n = codec_compress(wk->cctx, page, wk->cbuf, core->cfg.max_compressed);
+                uint64_t strong = 0;
+                /* relaxed: a setting (mmclient.h) */
+                if (n < 0 && atomic_load_explicit(&mm->strong_rescue, memory_order_relaxed) &&
+                    codec_cctx_set_level(wk->strong, (int)atomic_load_explicit(&core->strong_level, memory_order_relaxed)) == 0 &&
+                    (n = codec_compress(wk->strong, page, wk->cbuf, core->cfg.max_compressed)) > 0) {
+                        /* what the fast codec cannot shrink the strong one may */
+                        strong = PE_STRONG;
+                        atomic_fetch_add_explicit(&mm->st.strong_rescued, 1, memory_order_relaxed);
+                        atomic_fetch_add_explicit(&core->strong_rescued, 1, memory_order_relaxed);
+                }
                 if (n < 0) {
                         /* counters and the quota (a budget, mmclient.h): relaxed */
                         atomic_fetch_add_explicit(&mm->st.incompressible_pages, 1, memory_order_relaxed);
@@ -204,7 +214,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                 }
                 memcpy(pool_map(mm->pool, h), wk->cbuf, (size_t)n);
                 clen = (uint32_t)n;
-                nv = pe_make_stored(h, clen);
+                nv = pe_make_stored(h, clen) | strong;
         }
         /* release: the fault path's acquire load sees the object's bytes */
         TRACE(TR_STORE, lane->addrs[i], nv, ((const uint64_t *)page)[1]);
@@ -215,10 +225,9 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         }
         /* counters: relaxed */
         atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
-        if (h) {
-                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->st.compressed_bytes, clen, memory_order_relaxed);
-        } else
+        if (h)
+                mmclient_count_stored(mm, nv, 1);
+        else
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&core->evictions, 1, memory_order_relaxed);
@@ -294,6 +303,7 @@ static void *worker_main(void *arg) {
                 job_compress(wk, w);
         }
         codec_cctx_free(wk->cctx);
+        codec_cctx_free(wk->strong);
         codec_dctx_free(wk->dctx);
         free(wk);
         return NULL;
@@ -327,12 +337,15 @@ int evictor_new(Core *core, unsigned workers, Evictor **ret) {
                 if (r == 0)
                         r = codec_dctx_new(core->cfg.codec, &wk->dctx);
                 if (r == 0)
+                        r = codec_cctx_new(CODEC_ZSTD, 3, &wk->strong);
+                if (r == 0)
                         wk->ev = ev;
                 if (r == 0)
                         r = -pthread_create(&ev->threads[i], NULL, worker_main, wk);
                 if (r < 0) {
                         if (wk) {
                                 codec_cctx_free(wk->cctx);
+                                codec_cctx_free(wk->strong);
                                 codec_dctx_free(wk->dctx);
                                 free(wk);
                         }

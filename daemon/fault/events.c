@@ -293,7 +293,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                  * value, and another page of the same value (a reused pool
                  * handle) may have been marked at this address before
                  * (docs/tier.md) */
-                nv = pe_state(v) == PE_STORED ? v & ~PE_WB : v;
+                nv = pe_state(v) == PE_STORED ? v & ~PE_MARKS : v;
                 if (pe_state(v) == PE_CLEAN || pe_state(v) == PE_REMOVED || pe_state(v) == PE_EMPTY) {
                         if (!atomic_compare_exchange_weak_explicit(e, &v, 0, memory_order_acq_rel,
                                                                    memory_order_acquire))

@@ -11,7 +11,8 @@
 
 /* No memory to hold a page for the forked child (its index or a pool
  * object): give the child the page now, resident, from origin (a STORED or
- * SAME entry of `from`'s) or from len bytes at src. Out of memory then
+ * SAME entry of `from`'s) or from len bytes at src (the object of entry
+ * value origin, or the page when len is a page). Out of memory then
  * costs the child memory, never content. The child's uffd is new and has
  * no event pending. */
 static bool fork_install(RangeCtx *c, uint64_t addr, MMClient *from, uint64_t origin, const void *src, uint32_t len) {
@@ -23,7 +24,7 @@ static bool fork_install(RangeCtx *c, uint64_t addr, MMClient *from, uint64_t or
         else if (len == ZSWAP_PAGE_SIZE)
                 r = (memcpy(ft->page, src, len), 0);
         else
-                r = codec_decompress(ft->dctx, src, len, ft->page);
+                r = pe_decompress(ft->dctx, origin, src, len, ft->page);
         if (r == 0)
                 r = uffd_copy(c->child->uffd, addr, ft->page, UFFDIO_COPY_MODE_DONTWAKE);
         if (r < 0 && !c->install_err)
@@ -216,7 +217,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         mmclient_quota_give(c->mm, len);
                 if (r == -EDQUOT || (r == -ENOSPC && paid)) {
                         int err = c->install_err;
-                        resident = tier ? fork_install(c, addr, c->mm, v, NULL, 0) : fork_install(c, addr, NULL, 0, src, len);
+                        resident = tier ? fork_install(c, addr, c->mm, v, NULL, 0) : fork_install(c, addr, NULL, v, src, len);
                         c->install_err = err; /* not an error yet */
                         if (resident && tier)
                                 tier_put(c->mm->core->tier, &stub);
@@ -226,11 +227,12 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 }
                 if (r == 0) {
                         memcpy(pool_map(pool, h), src, len);
-                        nv = pe_make_stored(h, len) | tier;
+                        /* the strong tier's mark goes with the object (a
+                         * page read out of a slot is raw) */
+                        nv = pe_make_stored(h, len) | tier | (pe_state(v) == PE_STORED ? v & PE_STRONG : 0);
                         if (tier)
                                 mmclient_count_tier(c->child, stub.len, 1);
-                        atomic_fetch_add_explicit(&c->child->st.stored_pages, 1, memory_order_relaxed);
-                        atomic_fetch_add_explicit(&c->child->st.compressed_bytes, len, memory_order_relaxed);
+                        mmclient_count_stored(c->child, nv, 1);
                         /* relaxed: a counter the manager sums (users.c) */
                         atomic_fetch_add_explicit(&c->mm->fork_bytes, len, memory_order_relaxed);
                 } else if (resident) {
@@ -239,9 +241,9 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         tier_put(c->mm->core->tier, &stub);
                         c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
                 } else
-                        c->errors += !fork_install(c, addr, NULL, 0, src, len);
+                        c->errors += !fork_install(c, addr, NULL, v, src, len);
                 if (pe_state(v) == PE_STORED && !tier)
-                        atomic_store_explicit(e, v & ~PE_WB, memory_order_release); /* copied: the parent's again */
+                        atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release); /* copied: the parent's again */
                 if (r < 0)
                         return 0;
         }
@@ -332,6 +334,7 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         int pidfd = mmclient_pidfd(mm);
         child->parent_pidfd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : -1;
         child->uid = mm->uid; /* mm's was written before mm was published */
+        child->strong_ok = mm->strong_ok; /* the same library: the same as uid */
         /* what is left of its user's share until the manager counts it
          * (users.c): it may fork before it attaches. relaxed: a budget */
         atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),

@@ -40,8 +40,7 @@ static bool keeps_clean(MMClient *mm) {
  * stays, counted as a kept copy instead of a held page. */
 static uint64_t make_clean(MMClient *mm, uint64_t origin) {
         if (pe_state(origin) == PE_STORED) {
-                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(origin), memory_order_relaxed);
+                mmclient_count_stored(mm, origin, -1);
                 atomic_fetch_add_explicit(&mm->st.clean_bytes, pe_clen(origin), memory_order_relaxed);
         } else
                 atomic_fetch_sub_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
@@ -145,7 +144,7 @@ int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) {
                 memcpy(dst, src, ZSWAP_PAGE_SIZE); /* stored raw */
                 return 0;
         }
-        return codec_decompress(ft->dctx, src, clen, dst);
+        return pe_decompress(ft->dctx, origin, src, clen, dst);
 }
 
 /* True if the page was zero-filled by this call. */
@@ -443,7 +442,7 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
                 if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire, memory_order_acquire))
                         break;
                 if (decode(ft, mm, v, ft->ra_buf[n]) < 0) {
-                        atomic_store_explicit(e, v & ~PE_WB, memory_order_release);
+                        atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release);
                         break;
                 }
                 pages[n] = (RaPage){ e, v, loading };
@@ -509,7 +508,7 @@ static unsigned ra_install(FaultThread *ft, MMClient *mm, uint64_t a, const RaPa
         for (unsigned i = 0; i < n; i++) {
                 TRACE(TR_RA, a + i * ZSWAP_PAGE_SIZE, pages[i].v, ((uint64_t *)ft->ra_buf[i])[1]);
                 if (i >= copied)
-                        atomic_store_explicit(pages[i].e, pages[i].v & ~PE_WB, memory_order_release);
+                        atomic_store_explicit(pages[i].e, pages[i].v & ~PE_MARKS, memory_order_release);
                 else if (keep)
                         atomic_store_explicit(pages[i].e, make_clean(mm, pages[i].v), memory_order_release);
                 else {
@@ -663,7 +662,7 @@ void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow 
                         bool open = tier_stub(mm, v, &s) == 0 && tier_window_open(mm->core->tier, w, &s, mm->uid, ft->page);
                         int r = !open ? -EBADMSG
                                 : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], ft->page, ZSWAP_PAGE_SIZE), 0)
-                                                           : codec_decompress(ft->dctx, ft->page, s.len, ft->ra_buf[0]);
+                                                           : pe_decompress(ft->dctx, v, ft->page, s.len, ft->ra_buf[0]);
                         if (r == 0)
                                 r = uffd_copy(mm->uffd, a, ft->ra_buf[0], UFFDIO_COPY_MODE_DONTWAKE);
                         if (r < 0) {
@@ -725,6 +724,7 @@ static bool tier_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
         r->tj.stub = stub;
         r->tj.owner = mm->uid;
         r->tj.page = r->page;
+        r->tj.entry = v;
         r->tj.res = 0;
         r->tj.win = (TierWindow){ 0 };
         TRACE(TR_RETRY, addr, loading, 2);
@@ -820,7 +820,7 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                                  * fault stays pending and the error is visible */
                                 log_error("pid %d: page at %#llx fails to decompress", (int)mmclient_pid(mm),
                                           (unsigned long long)addr);
-                                atomic_store_explicit(e, v & ~PE_WB, memory_order_release);
+                                atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release);
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);

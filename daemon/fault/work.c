@@ -24,6 +24,7 @@ void work_free(Work *w) {
         if (!w)
                 return;
         mmclient_unref(w->mm);
+        free(w->data);
         free(w);
 }
 

@@ -123,14 +123,15 @@ static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
         return -EBADMSG;
 }
 
-/* The page whose object is len bytes at src (compressed, or raw when len
- * is a page), installed at addr in the client: no entry is kept for it.
+/* The page whose object is len bytes at src (compressed as entry value v
+ * says, or raw when len is a page), installed at addr in the client: no
+ * entry is kept for it.
  * 1; 0 if it cannot be installed now (an event pending on the uffd:
  * EAGAIN); -EBADMSG if the object does not decompress. */
-static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
+static int install(AdoptCtx *a, uint64_t addr, uint64_t v, const void *src, uint32_t len) {
         const void *page = src;
         if (len != ZSWAP_PAGE_SIZE) {
-                if (codec_decompress(a->dctx, src, len, a->page) < 0)
+                if (pe_decompress(a->dctx, v, src, len, a->page) < 0)
                         return bad(a, addr, "an object that does not decompress");
                 page = a->page;
         }
@@ -145,11 +146,11 @@ static int install(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len) {
         return 0;
 }
 
-/* Store len bytes (compressed, or the raw page when len is a page) as a new
- * object of the new store, paid from the user's max_pool and under the
+/* Store len bytes (compressed as entry value v says, or the raw page when
+ * len is a page) as a new object of the new store, paid from the user's max_pool and under the
  * pool bound; a page that does not fit is installed in the client
  * instead (0 and *nv 0). */
-static int keep_object(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len, uint64_t *nv) {
+static int keep_object(AdoptCtx *a, uint64_t addr, uint64_t v, const void *src, uint32_t len, uint64_t *nv) {
         MMClient *mm = a->mm;
         PoolHandle h;
         bool paid = mmclient_quota_take(mm, len);
@@ -158,7 +159,7 @@ static int keep_object(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len
                 mmclient_quota_give(mm, len);
         if (r == -EDQUOT || r == -ENOSPC) {
                 *nv = 0;
-                if ((r = install(a, addr, src, len)) != 0)
+                if ((r = install(a, addr, v, src, len)) != 0)
                         return r < 0 ? r : 0;
                 /* the client is changing its address space (an event of
                  * its uffd waits for us): keep the object after all, past
@@ -180,7 +181,7 @@ static int keep_object(AdoptCtx *a, uint64_t addr, const void *src, uint32_t len
                 return r;
         }
         memcpy(pool_map(mm->pool, h), src, len);
-        *nv = pe_make_stored(h, len);
+        *nv = pe_make_stored(h, len) | (v & PE_STRONG);
         return 0;
 }
 
@@ -207,7 +208,7 @@ static int keep_stub(AdoptCtx *a, const TierStub *s, uint64_t *nv) {
  * and poisons it (SIGBUS) and says so, where dropping it would turn the
  * page into zeros. 1 and *nv, 0 to drop, -errno.
  */
-static int keep_tier(AdoptCtx *a, uint64_t addr, const void *obj, uint32_t len, uint64_t *nv) {
+static int keep_tier(AdoptCtx *a, uint64_t addr, uint64_t v, const void *obj, uint32_t len, uint64_t *nv) {
         Tier *t = a->mm->core->tier;
         TierStub s;
         int r;
@@ -227,7 +228,7 @@ static int keep_tier(AdoptCtx *a, uint64_t addr, const void *obj, uint32_t len, 
                         tier_put(t, &s);
                 return r;
         }
-        *nv |= PE_TIER;
+        *nv |= PE_TIER | (v & PE_STRONG);
         a->tier++;
         return 1;
 }
@@ -260,8 +261,8 @@ static int keep_staged(AdoptCtx *a, uint64_t addr, uint64_t v, uint64_t *nv) {
                 return 0;
         }
         int n = codec_compress(a->cctx, a->page, a->cbuf, ZSWAP_PAGE_SIZE - 1);
-        return n > 0 ? keep_object(a, addr, a->cbuf, (uint32_t)n, nv)
-                     : keep_object(a, addr, a->page, ZSWAP_PAGE_SIZE, nv);
+        return n > 0 ? keep_object(a, addr, 0, a->cbuf, (uint32_t)n, nv)
+                     : keep_object(a, addr, 0, a->page, ZSWAP_PAGE_SIZE, nv);
 }
 
 /* Give back what a kept entry nv holds before it is counted or
@@ -321,11 +322,11 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (store_object(a->old, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
                         return bad(a, addr, "entry names no object");
                 if (pe_is_tier(v)) {
-                        if ((r = keep_tier(a, addr, obj, pe_clen(v), &nv)) <= 0)
+                        if ((r = keep_tier(a, addr, v, obj, pe_clen(v), &nv)) <= 0)
                                 return r;
                         break;
                 }
-                if ((r = keep_object(a, addr, obj, pe_clen(v), &nv)) < 0)
+                if ((r = keep_object(a, addr, v, obj, pe_clen(v), &nv)) < 0)
                         return r;
                 break;
         case PE_MOVING:
@@ -388,8 +389,7 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (pe_state(nv) == PE_STORED) {
                 if (pe_is_tier(nv))
                         mmclient_count_tier(mm, mmclient_tier_stub(mm, nv).len, 1);
-                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->st.compressed_bytes, pe_clen(nv), memory_order_relaxed);
+                mmclient_count_stored(mm, nv, 1);
                 a->held++;
         } else if (pe_state(nv) == PE_SAME) {
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);

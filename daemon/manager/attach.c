@@ -39,6 +39,7 @@ int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
                 return -EPERM;
         }
         c->role = (int)h->role;
+        c->features = h->features;
         if (c->role == ZROLE_CONTROL) {
                 conn_reply(c, h->hdr.id, 0, 0);
                 return 1;
@@ -181,6 +182,7 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->wp_async = m->core.wp_async;
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
+        mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
         log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
@@ -279,6 +281,7 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
+        mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
         /* a fork may be waiting for us to read its event: the FORK_PREPARE
          * that announced its token went to the dead daemon, and the client
          * names it again (relaxed: before mm_serve() hands mm to a

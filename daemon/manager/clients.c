@@ -195,7 +195,7 @@ typedef struct CompactCtx {
  * by the tier's writer, a CLEAN copy of a SAME page holds a fill value,
  * LOADING belongs to a fault thread, MOVING and STAGED name slots. */
 static bool compact_movable(MMClient *mm, uint64_t v) {
-        if (!(pe_state(v) == PE_STORED && !(v & PE_WB)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
+        if (!(pe_state(v) == PE_STORED && !(v & PE_MARKS)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
                 return false;
         return pool_compact_source(mm->pool, pe_handle(v));
 }

@@ -185,6 +185,8 @@ static void run_inbox(Manager *m) {
                         sync_done(m, w);
                 else if (w->type == MW_REFILL_DONE)
                         reclaim_refill_done(&m->reclaim, w);
+                else if (w->type == MW_RECOMP_DONE)
+                        recompress_done(&m->recomp, w);
                 else
                         work_free(w);
                 w = n;
@@ -214,6 +216,10 @@ static void tick(Manager *m) {
         memread_reap();
         if (m->core.tier)
                 tier_tick(m->core.tier, m->mms);
+        const Tunables *t = &m->reclaim.tun;
+        recompress_tick(&m->recomp, m->mms,
+                        &(RecompConf){ .age_ms = t->recompress_age_ms, .level = (int)t->recompress_level,
+                                       .cpu = t->recompress_cpu });
         notify_tick(m);
         users_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
@@ -272,6 +278,7 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         m->core.ops = &core_ops;
         probe_features(m);
         reclaim_init(&m->reclaim, &m->core, &m->mms);
+        recompress_init(&m->recomp, &m->core);
         m->core.inbox.efd = -1;
         r = pool_shared_new(cfg->pool_max, &m->core.pools);
         if (r < 0)
@@ -330,6 +337,9 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         r = evictor_new(&m->core, cfg->workers, &m->core.evictor);
         if (r < 0)
                 goto fail;
+        r = recompress_start(&m->recomp);
+        if (r < 0)
+                goto fail;
         *ret = m;
         return 0;
 fail:
@@ -355,6 +365,7 @@ Manager *manager_free(Manager *m) {
         /* workers and the tier's writer first: their jobs hold client
          * references */
         m->core.evictor = evictor_free(m->core.evictor);
+        recompress_fini(&m->recomp);
         if (m->core.tier)
                 tier_stop(m->core.tier);
         run_inbox(m);

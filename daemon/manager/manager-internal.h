@@ -38,6 +38,7 @@ struct Conn {
         Manager *m;
         int fd;
         int role;          /* ZRole, 0 before HELLO (set once, do_hello()) */
+        uint32_t features; /* ZHELLO_F_*, from its HELLO */
         pid_t pid;
         int pidfd;         /* the peer process, taken at connect (SO_PEERPIDFD): identity is this, not pid */
         uid_t uid;

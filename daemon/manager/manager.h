@@ -16,6 +16,7 @@
 #include "macro.h"
 #include "mmclient.h"
 #include "reclaim.h"
+#include "recompress.h"
 #include "report.h"
 
 typedef struct Manager Manager;
@@ -101,6 +102,8 @@ struct Manager {
 
         /* the reclaim policy's state and tunables (reclaim.c); manager thread only */
         Reclaim reclaim;
+        /* the strong tier's recompressor (recompress.c); manager thread only */
+        Recompressor recomp;
         /* the operator's limits by group name (groups.c); manager thread only */
         GroupLimit group_limits[GROUP_LIMITS_MAX];
         unsigned ngroup_limits;

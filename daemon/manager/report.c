@@ -202,6 +202,18 @@ static void status_tier(Manager *m, ZMsgStatusReply *rep) {
         rep->tier_reconnects = ts.reconnects;
 }
 
+static void status_strong(Manager *m, ZMsgStatusReply *rep) {
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
+                rep->strong_pages += atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed);
+                rep->strong_bytes += atomic_load_explicit(&mm->st.strong_bytes, memory_order_relaxed);
+        }
+        rep->recompressed = atomic_load_explicit(&m->core.recompressed, memory_order_relaxed);
+        rep->recompress_saved = atomic_load_explicit(&m->core.recompress_saved, memory_order_relaxed);
+        rep->recompress_cpu_ns = atomic_load_explicit(&m->core.recompress_cpu_ns, memory_order_relaxed);
+        rep->strong_rescued = atomic_load_explicit(&m->core.strong_rescued, memory_order_relaxed);
+        rep->recompress_age_ms = m->reclaim.tun.recompress_age_ms;
+        rep->recompress_level = (int32_t)m->reclaim.tun.recompress_level;
+}
 
 int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         ZMsgStatusReply rep = { .status = 0 };
@@ -226,6 +238,7 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.compact_moved = ps.compact_moved;
         rep.compact_freed = ps.compact_freed;
         rep.refilled = atomic_load_explicit(&m->core.refilled, memory_order_relaxed);
+        status_strong(m, &rep);
         status_rates(m, &rep);
         status_latency(m, &rep);
         status_tier(m, &rep);
@@ -280,6 +293,10 @@ static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
                 .limit_bytes = s.limit_bytes,
                 .tier_pages = atomic_load_explicit(&mm->st.tier_pages, memory_order_relaxed),
                 .tier_bytes = atomic_load_explicit(&mm->st.tier_bytes, memory_order_relaxed),
+                .strong_pages = atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed),
+                .strong_bytes = atomic_load_explicit(&mm->st.strong_bytes, memory_order_relaxed),
+                .recompressed = atomic_load_explicit(&mm->st.recompressed, memory_order_relaxed),
+                .recompress_age_ms = recompress_age(mm, &(RecompConf){ .age_ms = m->reclaim.tun.recompress_age_ms }),
                 .group_limit = !mm->rc.group[0]       ? 0
                                : mm->rc.group_op_limit ? mm->rc.group_op_limit
                                                        : mm->rc.group_limit,

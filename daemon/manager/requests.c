@@ -325,7 +325,8 @@ static void tunable_reply(Conn *c, const ZMsgTunable *q, int status, const char 
         reply_send(c, &rep, sizeof(rep), NULL, 0);
 }
 
-/* Per-client keys: limit, idle_age, reclaim. Format or set them on mm. */
+/* Per-client keys: limit, idle_age, recompress_age, reclaim, group. Format
+ * or set them on mm. */
 static int client_tunable(MMClient *mm, const char *key, const char *value, char *out, size_t len) {
         Tunables t = manager_of(mm->core)->reclaim.tun; /* parse with the daemon's parser, into a scratch copy */
         char err[ZSWAP_TUNABLE_VALUE_MAX];
@@ -350,6 +351,16 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                 t.idle_age_ms = mm->rc.idle_age_ms >= 0 ? (uint64_t)mm->rc.idle_age_ms : manager_of(mm->core)->reclaim.tun.idle_age_ms;
                 return tunable_get(&t, "idle_age", out, len);
         }
+        if (strcmp(key, "recompress_age") == 0) {
+                if (value) {
+                        if ((r = tunable_set(&t, "recompress_age", value, err, sizeof(err))) < 0)
+                                return snprintf(out, len, "%s", err), r;
+                        mm->rc.recompress_age_ms = (int64_t)t.recompress_age_ms;
+                        mm->rc.recompress_after_ms = 0; /* walk again now */
+                }
+                t.recompress_age_ms = recompress_age(mm, &(RecompConf){ .age_ms = t.recompress_age_ms });
+                return tunable_get(&t, "recompress_age", out, len);
+        }
         if (strcmp(key, "group") == 0) {
                 unsigned n;
                 uint64_t res, unm, lim;
@@ -369,7 +380,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                 }
                 return snprintf(out, len, "%s", mm->rc.off ? "no" : "yes") < 0 ? -EINVAL : 0;
         }
-        snprintf(out, len, "%s: not a per-client key (limit, idle_age, reclaim, group)", key);
+        snprintf(out, len, "%s: not a per-client key (limit, idle_age, recompress_age, reclaim, group)", key);
         return -ENOENT;
 }
 

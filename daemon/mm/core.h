@@ -76,6 +76,7 @@ enum {
         MW_RESTORE_DONE,     /* a fault thread restored [a, b) of mm for request id */
         MW_SYNC_DONE,        /* a fault thread caught up with mm's events: run the request */
         MW_REFILL_DONE,      /* a fault thread ended a refill of mm (FW_REFILL); a = pages it brought back */
+        MW_RECOMP_DONE,      /* a worker ended a recompression job (data: its RecompJob, recompress.h) */
 };
 
 struct Core {
@@ -112,6 +113,10 @@ struct Core {
         _Atomic uint64_t refilled; /* pages brought back ahead of use (reclaim.c, refill) */
         _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
+        /* the strong tier (recompress.c): pages recompressed, the pool
+         * bytes that saved, the CPU time it took (worker and manager);
+         * incompressible pages the strong codec stored (workers.c) */
+        _Atomic uint64_t recompressed, recompress_saved, recompress_cpu_ns, strong_rescued;
 
         /* copies of the run-time tunables, written by the manager
          * (reclaim_apply()), read by fault threads, workers and the tier's
@@ -120,6 +125,7 @@ struct Core {
          * moment earlier; pool_bound and pool_resume may be seen from two
          * applies, and both are hints the pool's own counters decide) */
         _Atomic bool keep_clean;
+        _Atomic uint32_t strong_level; /* tunable recompress_level, for the workers */
         _Atomic uint32_t clean_max_permille; /* tunable clean_max, for the fault threads */
         _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */
         /* the pool is at its bound: set and cleared by whichever of the

@@ -70,6 +70,7 @@ int mmclient_new(Core *core, int uffd, MMClient **ret) {
         mm->bound.pidfd = mm->bound.pagemap_fd = mm->bound.mem_fd = -1;
         mm->ops_tail = &mm->ops;
         mm->rc.idle_age_ms = -1; /* the daemon's */
+        mm->rc.recompress_age_ms = -1;
         mm->sync_fd = -1;
         mm->store_fd = -1;
         pthread_mutex_init(&mm->regions_lock, NULL);
@@ -308,8 +309,7 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
                         mmclient_count_tier(mm, s.len, -1);
                 }
                 pool_release(mm->pool, pe_handle(v));
-                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
-                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(v), memory_order_relaxed);
+                mmclient_count_stored(mm, v, -1);
                 break;
         case PE_SAME:
                 atomic_fetch_sub_explicit(&mm->st.same_pages, 1, memory_order_relaxed);

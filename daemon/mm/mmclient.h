@@ -85,6 +85,13 @@ typedef struct MMClientStats {
          * those objects' compressed bytes there (compressed_bytes counts
          * their stubs in the pool) */
         _Atomic uint64_t tier_pages, tier_bytes;
+        /* of stored_pages, those whose object in the pool is of the
+         * strong tier (PE_STRONG), and their bytes (in compressed_bytes) */
+        _Atomic uint64_t strong_pages, strong_bytes;
+        /* pages the recompressor gave a strong object, the pool bytes
+         * that saved, its CPU time; pages the store's codec found
+         * incompressible that the strong codec stored */
+        _Atomic uint64_t recompressed, recompress_saved, recompress_cpu_ns, strong_rescued;
         _Atomic uint64_t resident_pages, limit_bytes; /* written by reclaim each tick */
         _Atomic uint64_t registered; /* registered_bytes, readable without regions_lock */
 } MMClientStats;
@@ -94,6 +101,11 @@ typedef struct MMReclaim {
         uint64_t limit;         /* resident limit in bytes, 0: none */
         bool limit_set;         /* limit is the client's own (else the daemon's default) */
         int64_t idle_age_ms;    /* the client's own idle age, -1: the default */
+        /* recompression (recompress.c): the client's own age (-1: the
+         * default), where its next walk starts, not before when, and when
+         * the recompressor first saw it */
+        int64_t recompress_age_ms;
+        uint64_t recompress_cursor, recompress_after_ms, recompress_seen_ms;
         bool off;               /* the client is exempt from the daemon's policies */
         uint64_t resident;      /* resident managed pages at the last tick */
         uint64_t held;          /* pages held out (stored + same + staged) at the last tick */
@@ -357,6 +369,11 @@ typedef struct MMClient {
          * by every thread as a hint to stop working on it (each holds a
          * reference, so a late look costs work, never memory): relaxed */
         _Atomic bool dead;
+        /* a page the daemon's codec finds incompressible is tried with the
+         * strong codec (recompression is on for this client): set by the
+         * manager each tick (recompress.c), read by the workers per page:
+         * relaxed, a setting */
+        _Atomic bool strong_rescue;
 
         /* pool bytes this client may still take under its user's
          * max_pool; INT64_MAX: no quota. The manager sets it each tick
@@ -377,6 +394,10 @@ typedef struct MMClient {
          * child), then read by every thread (memread.h charges reads to
          * it, tier_seal() binds objects to it) */
         uid_t uid;
+        /* its library decodes the strong tier's objects (ZHELLO_F_STRONG):
+         * set with uid, and like it read by every thread after publish;
+         * recompression and the workers' zstd rescue only for such a client */
+        bool strong_ok;
         uint64_t user_limit;   /* its user's default resident limit ([users] limit), 0: none */
         /* manager's list (mms, orphans); for a fork child also the link of
          * orphans_new, written by the reader that pushes it
@@ -572,6 +593,17 @@ static inline TierStub mmclient_tier_stub(MMClient *mm, uint64_t v) {
         return s;
 }
 
+/* A strong-tier object of len bytes came into mm's pool (dir 1) or left it (-1). */
+static inline void mmclient_count_strong(MMClient *mm, uint64_t len, int dir) {
+        if (dir > 0) {
+                atomic_fetch_add_explicit(&mm->st.strong_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.strong_bytes, len, memory_order_relaxed);
+        } else {
+                atomic_fetch_sub_explicit(&mm->st.strong_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.strong_bytes, len, memory_order_relaxed);
+        }
+}
+
 /* A page of mm's whose compressed object (len bytes) went to the second
  * tier (dir 1), or left it (-1): the per-client tier counters. */
 static inline void mmclient_count_tier(MMClient *mm, uint32_t len, int dir) {
@@ -582,6 +614,23 @@ static inline void mmclient_count_tier(MMClient *mm, uint32_t len, int dir) {
                 atomic_fetch_sub_explicit(&mm->st.tier_pages, 1, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&mm->st.tier_bytes, len, memory_order_relaxed);
         }
+}
+
+/* A STORED entry value v now holds a page (dir 1) or no longer does (-1):
+ * stored_pages, compressed_bytes and, for an object of the strong tier in
+ * the pool, strong_pages and strong_bytes. */
+static inline void mmclient_count_stored(MMClient *mm, uint64_t v, int dir) {
+        uint64_t len = pe_clen(v);
+        bool strong = (v & PE_STRONG) && !pe_is_tier(v);
+        if (dir > 0) {
+                atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.compressed_bytes, len, memory_order_relaxed);
+        } else {
+                atomic_fetch_sub_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.compressed_bytes, len, memory_order_relaxed);
+        }
+        if (strong)
+                mmclient_count_strong(mm, len, dir);
 }
 
 /* Release what entry value v holds (pool object, counters); for LOADING,

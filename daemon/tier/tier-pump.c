@@ -10,6 +10,7 @@
 #include "log.h"
 #include "macro.h"
 #include "mpsc.h"
+#include "pentry.h"
 #include "tier-pump.h"
 
 struct TierPump {
@@ -43,7 +44,7 @@ static void run_job(TierPump *p, TierJob *j) {
                 return;
         if (j->stub.len == ZSWAP_PAGE_SIZE)
                 memcpy(j->page, obj, ZSWAP_PAGE_SIZE); /* stored raw */
-        else if (codec_decompress(p->dctx, obj, j->stub.len, j->page) < 0)
+        else if (pe_decompress(p->dctx, j->entry, obj, j->stub.len, j->page) < 0)
                 j->res = -EBADMSG;
         if (j->res == 0)
                 (void)tier_window_copy(p->reader, &j->win); /* without it: no neighbours */

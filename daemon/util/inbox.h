@@ -32,6 +32,7 @@ struct Work {
         uint32_t lane;
         uint32_t id;
         int status;
+        void *data; /* a job's own memory (malloc'd), freed with the item */
 };
 
 MPSC_LIST(work_list, Work, next)

@@ -29,7 +29,7 @@ static const char *const defaults[][2] = {
         { "limit", "0" },         { "idle_age", "0" },       { "pressure_target", "0" }, { "min_free", "0" },
         { "pressure_step", "2" }, { "pressure_period", "2s" }, { "pool_max", "0" },        { "pool_accept", "90" },
         { "pool_compact", "5" },  { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "refill", "yes" }, { "refill_quiet", "10s" }, { "write_scan", "1s" },
-        { "interval", "250ms" },
+        { "interval", "250ms" },      { "recompress_age", "2m" }, { "recompress_level", "3" }, { "recompress_cpu", "10" },
 };
 
 static bool same(const Tunables *a, const Tunables *b) {
@@ -39,7 +39,9 @@ static bool same(const Tunables *a, const Tunables *b) {
                a->pool_accept == b->pool_accept && a->pool_compact == b->pool_compact &&
                a->thrash_refaults == b->thrash_refaults &&
                a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max && a->refill == b->refill && a->refill_quiet_ms == b->refill_quiet_ms &&
-               a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms;
+               a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms &&
+               a->recompress_age_ms == b->recompress_age_ms && a->recompress_level == b->recompress_level &&
+               a->recompress_cpu == b->recompress_cpu;
 }
 
 static const char *get(const Tunables *t, const char *key) {
@@ -72,17 +74,24 @@ static void test_defaults(void) {
         ASSERT_EQ(t.write_scan_ms, 1000);
         ASSERT_EQ(t.interval_ms, 250);
         ASSERT_ERROR(tunable_get(&t, "nope", buf, sizeof(buf)), ENOENT);
-        /* the per-client keys zswapctl lists: two of them are tunables too */
+        ASSERT_EQ(t.recompress_age_ms, 120000);
+        ASSERT_EQ(t.recompress_level, 3);
+        /* the per-client keys zswapctl lists: three of them are tunables too */
         ASSERT_STREQ(tunable_client_names[0], "limit");
         ASSERT_STREQ(tunable_client_names[1], "idle_age");
         ASSERT_STREQ(tunable_client_names[2], "reclaim");
         ASSERT_STREQ(tunable_client_names[3], "group"); /* read-only: the process's group and its figures */
-        ASSERT_TRUE(tunable_client_names[4] == NULL);
+        ASSERT_STREQ(tunable_client_names[4], "recompress_age");
+        ASSERT_TRUE(tunable_client_names[5] == NULL);
 }
 
 /* key, what is set, what reads back */
 static const char *const round_trips[][3] = {
         { "limit", "0", "0" },
+        { "recompress_age", "0", "0" },
+        { "recompress_age", "90s", "90s" },
+        { "recompress_level", "19", "19" },
+        { "recompress_cpu", "2.5", "2.5" },
         { "limit", "none", "0" },
         { "limit", "4096", "4K" },
         { "limit", "4097", "4097" },
@@ -250,6 +259,10 @@ static const char *const refusals[][3] = {
         { "pressure_period", "61s", "pressure_period: 61s is not a duration between 1s and 1m" },
         { "idle_age", "500ms", "idle_age: 500ms is not 0 or a duration between 1s and 720h" },
         { "thrash_backoff", "off", "thrash_backoff: off is not a duration between 100ms and 10m" },
+        { "recompress_level", "0", "recompress_level: 0 is not a number between 1 and 22" },
+        { "recompress_level", "23", "recompress_level: 23 is not a number between 1 and 22" },
+        { "recompress_cpu", "0", "recompress_cpu: 0 is not a percentage between 0.1 and 100" },
+        { "recompress_age", "100ms", "recompress_age: 100ms is not 0 or a duration between 1s and 720h" },
         /* not a value of the type */
         { "limit", "12x", "limit: '12x' is not " SIZE_FORM },
         { "limit", "-1", "limit: '-1' is not " SIZE_FORM },
@@ -356,6 +369,9 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "limit = 64M\n"
                                 "\n"
                                 "[pool]\n"
+                                "recompress_age = 10m\n"
+                                "recompress_level = 9\n"
+                                "recompress_cpu = 25\n"
                                 "pool_max = 2G\n"
                                 "pool_accept = 80\n"
                                 "pool_compact = 20\n";
@@ -365,7 +381,7 @@ static const char *const good_values[][2] = {
         { "pressure_step", "5" },   { "pressure_period", "4s" }, { "pool_max", "2G" },         { "pool_accept", "80" },
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
         { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },     { "refill", "no" },
-        { "refill_quiet", "30s" },
+        { "refill_quiet", "30s" },  { "recompress_age", "10m" }, { "recompress_level", "9" }, { "recompress_cpu", "25" },
 };
 
 /* The [reclaim] and [pool] settings of path over t, through the file
@@ -418,7 +434,7 @@ static void test_load(void) {
                    "pool_accept: 120 is not a percentage between 1 and 100");
         load_fails(&t, "[reclaim]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
         load_fails(&t, "[users]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
-        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact)");
+        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu)");
         load_fails(&t, "\nlimit = 1G\n[reclaim]\n", EINVAL, 2, "'limit' comes before any [section]");
         load_fails(&t, "[reclaim\nlimit = 1G\n", EINVAL, 1, "expected [section], got '[reclaim'");
         load_fails(&t, "[reclaim]\n = 5\n", EINVAL, 2, "no key before '='");

@@ -1,0 +1,370 @@
+/*
+ * recompress.c: the strong tier of compression; recompress.h says how the
+ * work is shared between a worker and the manager, docs/page-lifecycle.md
+ * how the entries change.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "age.h"
+#include "evict-internal.h"
+#include "fault.h"
+#include "log.h"
+#include "pindex.h"
+#include "pool.h"
+#include "recompress.h"
+#include "store.h"
+#include "util.h"
+
+/* items swapped in under one hold of serve_lock: a fault of the client
+ * that finds it taken waits for at most this many copies */
+#define SWAP_GROUP 16
+/* a client whose walk reached the end is walked again this much later at
+ * the soonest: objects grow cold slowly */
+#define REWALK_MS 1000
+/* a job that does not yield to faults, at most this often */
+#define FORCE_MS 1000
+/* the budget is kept for at most this long of idleness: a burst after a
+ * quiet hour must not take a CPU for minutes */
+#define TOKENS_MAX_NS (500 * 1000 * 1000LL)
+
+static uint64_t thread_cpu_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t units(uint32_t len) {
+        return (len + (1u << STORE_UNIT_SHIFT) - 1) >> STORE_UNIT_SHIFT;
+}
+
+void recompress_init(Recompressor *r, Core *core) {
+        *r = (Recompressor){ .core = core, .tokens_ms = now_ms() };
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->cond, NULL);
+}
+
+/* ---- the thread's part ---- */
+
+typedef struct RunCtx {
+        MMClient *mm;
+        RecompJob *j;
+        CodecCCtx *strong;
+        CodecDCtx *dctx;
+        uint8_t *page;
+} RunCtx;
+
+/* Is entry value v an object the strong tier may take? Only a STORED
+ * object in the pool that nobody marked, not of the strong tier already,
+ * and not found to gain nothing before. */
+static bool candidate(uint64_t v) {
+        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_MARKS | PE_STRONG | PE_NOGAIN));
+}
+
+static bool cold(RunCtx *c, uint64_t addr) {
+        PageMeta *pm = pindex_meta(c->mm->index, addr, false);
+        /* relaxed: a stamp is a hint, as reclaim reads it */
+        uint32_t stamp = pm ? atomic_load_explicit(&pm->stamp[pmeta_idx(addr)], memory_order_relaxed) : 0;
+        return stamp ? stamp <= c->j->cold : c->j->unstamped_cold;
+}
+
+/* Take the mark back (the value we marked, if it is still that). */
+static void unmark(_Atomic uint64_t *e, uint64_t marked, uint64_t to) {
+        /* relaxed: nothing was published under the mark */
+        atomic_compare_exchange_strong_explicit(e, &marked, to, memory_order_relaxed, memory_order_relaxed);
+}
+
+static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RunCtx *c = ud;
+        RecompJob *j = c->j;
+
+        /* relaxed: counters and a hint */
+        bool fault = j->yield && atomic_load_explicit(&c->mm->core->faults, memory_order_relaxed) != j->faults;
+        if (j->scanned++ >= RECOMP_SCAN || j->n == RECOMP_PAGES || fault ||
+            j->used + ZSWAP_PAGE_SIZE > sizeof(j->buf) || atomic_load_explicit(&c->mm->dead, memory_order_relaxed)) {
+                j->yielded = fault;
+                j->next = addr;
+                return 1;
+        }
+        /* acquire: the object's bytes, written before the entry named it */
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        if (!candidate(v) || !cold(c, addr))
+                return 0;
+        uint64_t marked = v | PE_RC;
+        /* acquire again (the object as of this value); whoever takes the
+         * entry from now on drops the mark, and nobody but us sets it:
+         * while the entry still holds `marked`, the object is unchanged */
+        if (!atomic_compare_exchange_strong_explicit(e, &v, marked, memory_order_acquire, memory_order_relaxed))
+                return 0;
+        uint32_t clen = pe_clen(v);
+        const uint8_t *src = pool_map(c->mm->pool, pe_handle(v));
+        int r;
+        if (!src)
+                r = -EBADMSG;
+        else if (clen == ZSWAP_PAGE_SIZE)
+                r = (memcpy(c->page, src, ZSWAP_PAGE_SIZE), 0);
+        else
+                r = pe_decompress(c->dctx, v, src, clen, c->page);
+        if (r < 0) {
+                /* taken and rewritten while we read (the entry tells: the
+                 * CAS fails), or bad: leave it as it is */
+                j->undecodable++;
+                unmark(e, marked, v);
+                return 0;
+        }
+        /* worth it only in a smaller size class of the pool */
+        uint32_t cap = (units(clen) - 1) << STORE_UNIT_SHIFT;
+        int n = cap ? codec_compress(c->strong, c->page, j->buf + j->used, cap) : -ENOSPC;
+        if (n <= 0 || units((uint32_t)n) >= units(clen)) {
+                j->nogain++;
+                unmark(e, marked, v | PE_NOGAIN);
+                return 0;
+        }
+        j->items[j->n++] = (RecompItem){ .addr = addr, .v = marked, .off = j->used, .len = (uint32_t)n };
+        j->used += (uint32_t)n;
+        return 0;
+}
+
+static void run(Recompressor *r, Work *w) {
+        RecompJob *j = w->data;
+        RunCtx c = { .mm = w->mm, .j = j, .strong = r->strong, .dctx = r->dctx, .page = r->page };
+        uint64_t t0 = thread_cpu_ns();
+
+        j->next = 0;
+        if (codec_cctx_set_level(r->strong, j->level) == 0)
+                (void)pindex_walk(w->mm->index, j->start, PINDEX_MAX_ADDR, run_cb, &c);
+        j->cpu_ns = thread_cpu_ns() - t0;
+}
+
+static void *thread_main(void *arg) {
+        Recompressor *r = arg;
+        struct sched_param sp = { 0 };
+
+        /* below everything, the compression workers included: a CPU that
+         * anything else wants preempts it at once (a nice value only
+         * shares the CPU less; here a fault thread's wake-up waited for
+         * it) */
+        if (sched_setscheduler((pid_t)syscall(SYS_gettid), SCHED_IDLE, &sp) < 0)
+                log_warn("recompressor: cannot switch to SCHED_IDLE: %m");
+        for (;;) {
+                pthread_mutex_lock(&r->lock);
+                while (!r->slot && !r->stop)
+                        pthread_cond_wait(&r->cond, &r->lock);
+                Work *w = r->stop ? NULL : r->slot;
+                if (w)
+                        r->slot = NULL; /* else recompress_fini() frees it */
+                pthread_mutex_unlock(&r->lock);
+                if (!w)
+                        break;
+                run(r, w);
+                w->type = MW_RECOMP_DONE;
+                core_post(r->core, w);
+        }
+        return NULL;
+}
+
+int recompress_start(Recompressor *r) {
+        int e = codec_cctx_new(CODEC_ZSTD, 3, &r->strong);
+        if (e == 0)
+                e = codec_dctx_new(r->core->cfg.codec, &r->dctx);
+        if (e == 0)
+                e = -pthread_create(&r->thread, NULL, thread_main, r);
+        if (e < 0)
+                return e;
+        pthread_setname_np(r->thread, "zswapd-recomp");
+        r->started = true;
+        return 0;
+}
+
+void recompress_fini(Recompressor *r) {
+        if (r->started) {
+                pthread_mutex_lock(&r->lock);
+                r->stop = true;
+                pthread_cond_broadcast(&r->cond);
+                pthread_mutex_unlock(&r->lock);
+                pthread_join(r->thread, NULL);
+                r->started = false;
+        }
+        /* a job never taken is freed with its Work (the buffer with it);
+         * one posted back is the inbox's, freed with the manager's. Its
+         * entries keep their marks: a mark only keeps the tier's writer
+         * and compaction away, and the next daemon drops them */
+        work_free(r->slot);
+        r->slot = NULL;
+        if (!r->busy)
+                free(r->job); /* else it is the job's, out */
+        r->job = NULL;
+        r->strong = codec_cctx_free(r->strong);
+        r->dctx = codec_dctx_free(r->dctx);
+        pthread_mutex_destroy(&r->lock);
+        pthread_cond_destroy(&r->cond);
+}
+
+/* ---- the manager's part ---- */
+
+/* Swap one new object in, under serve_lock. */
+static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
+        _Atomic uint64_t *e = pindex_entry(mm->index, it->addr, false);
+        PoolHandle nh;
+
+        if (!e || atomic_load_explicit(e, memory_order_relaxed) != it->v)
+                return; /* taken meanwhile: the mark went with it */
+        /* past the pool's bound if need be: the object is smaller than the
+         * one it replaces, and the bound is when that matters most */
+        if (pool_alloc_over(mm->pool, it->len, &nh) < 0) {
+                unmark(e, it->v, it->v & ~PE_RC);
+                return;
+        }
+        memcpy(pool_map(mm->pool, nh), j->buf + it->off, it->len);
+        uint64_t v = it->v, nv = pe_make_stored(nh, it->len) | PE_STRONG;
+        /* release: the new object's bytes before the entry naming it */
+        if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
+                pool_release(mm->pool, nh);
+                return;
+        }
+        uint64_t old = it->v & ~PE_RC;
+        pool_release(mm->pool, pe_handle(old));
+        mmclient_count_stored(mm, old, -1);
+        mmclient_count_stored(mm, nv, 1);
+        /* counters: relaxed */
+        atomic_fetch_add_explicit(&mm->st.recompressed, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->st.recompress_saved, pe_clen(old) - it->len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->recompressed, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->recompress_saved, pe_clen(old) - it->len, memory_order_relaxed);
+}
+
+void recompress_done(Recompressor *r, Work *w) {
+        RecompJob *j = w->data;
+        MMClient *mm = w->mm;
+        uint64_t t0 = thread_cpu_ns(), busy = 0;
+
+        for (uint32_t i = 0; i < j->n; i += SWAP_GROUP) {
+                uint32_t end = MIN(j->n, i + SWAP_GROUP);
+                /* trylock, as the manager always does (compaction's
+                 * reasons, clients.c compact_cb(): an event handler holds
+                 * it while an entry is at two places) */
+                if (atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
+                    pthread_mutex_trylock(&mm->serve_lock) != 0) {
+                        for (uint32_t k = i; k < end; k++) {
+                                _Atomic uint64_t *e = pindex_entry(mm->index, j->items[k].addr, false);
+                                if (e)
+                                        unmark(e, j->items[k].v, j->items[k].v & ~PE_RC);
+                        }
+                        busy++;
+                        continue;
+                }
+                for (uint32_t k = i; k < end; k++)
+                        swap_in(mm, j, &j->items[k]);
+                pthread_mutex_unlock(&mm->serve_lock);
+                /* seq_cst: the load after the unlock in events.c service()'s handshake */
+                if (atomic_load_explicit(&mm->kick, memory_order_seq_cst) && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                        log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
+        }
+        pool_reclaim(mm->pool);
+        uint64_t cpu = j->cpu_ns + (thread_cpu_ns() - t0);
+        r->tokens_ns -= (int64_t)cpu;
+        r->busy_skips += busy;
+        atomic_fetch_add_explicit(&mm->st.recompress_cpu_ns, cpu, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->recompress_cpu_ns, cpu, memory_order_relaxed);
+        /* the walk goes on where it stopped, or (at the end) later */
+        mm->rc.recompress_cursor = j->next;
+        if (j->next == 0)
+                mm->rc.recompress_after_ms = now_ms() + REWALK_MS;
+        r->busy = false;
+        r->last_ms = now_ms();
+        r->yields += j->yielded;
+        /* the buffer is kept for the next job; after recompress_fini()
+         * (the daemon stopping) it goes with the item */
+        if (r->started)
+                w->data = NULL;
+        work_free(w);
+}
+
+/* Is mm's store free to change? Not while a fork child may have to
+ * restore itself from it (tier-writer.c tier_fork_held()'s reasons). */
+static bool fork_held(MMClient *mm) {
+        return mm->fork_paused || atomic_load_explicit(&mm->fork_announced, memory_order_acquire) ||
+               atomic_load_explicit(&mm->fork_hold, memory_order_acquire) != 0;
+}
+
+static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now) {
+        if (!mm->pool || !mm->strong_ok || atomic_load_explicit(&mm->dead, memory_order_relaxed) || fork_held(mm) ||
+            recompress_age(mm, conf) == 0 || now < mm->rc.recompress_after_ms)
+                return false;
+        /* relaxed: counters, a hint */
+        uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
+        uint64_t strong = atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed);
+        uint64_t tier = atomic_load_explicit(&mm->st.tier_pages, memory_order_relaxed);
+        return stored > strong + tier;
+}
+
+/* The next client by id after the last one taken, wrapping around. */
+static MMClient *next_client(Recompressor *r, MMClient *mms, const RecompConf *conf, uint64_t now) {
+        MMClient *after = NULL, *first = NULL;
+        for (MMClient *mm = mms; mm; mm = mm->next) {
+                if (!wants_work(mm, conf, now))
+                        continue;
+                if (mm->id > r->last_id && (!after || mm->id < after->id))
+                        after = mm;
+                if (!first || mm->id < first->id)
+                        first = mm;
+        }
+        return after ? after : first;
+}
+
+void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
+        uint64_t now = now_ms();
+        bool lz4 = r->core->cfg.codec != CODEC_ZSTD;
+
+        for (MMClient *mm = mms; mm; mm = mm->next) {
+                uint64_t age = recompress_age(mm, conf);
+                if (mm->rc.recompress_seen_ms == 0)
+                        mm->rc.recompress_seen_ms = now;
+                /* relaxed: a setting the workers read per page */
+                atomic_store_explicit(&mm->strong_rescue, lz4 && age != 0 && mm->strong_ok, memory_order_relaxed);
+        }
+        /* the budget: cpu percent of the wall time since the last tick */
+        r->tokens_ns += (int64_t)((double)(now - r->tokens_ms) * 1e6 * conf->cpu / 100.0);
+        r->tokens_ns = MIN(r->tokens_ns, TOKENS_MAX_NS);
+        r->tokens_ms = now;
+        /* relaxed: a counter */
+        uint64_t faults = atomic_load_explicit(&r->core->faults, memory_order_relaxed);
+        bool quiet = faults == r->faults_seen, force = now >= r->last_ms + FORCE_MS;
+        r->faults_seen = faults;
+        if (r->busy || r->tokens_ns < 0 || !r->started || !(quiet || force))
+                return;
+        MMClient *mm = next_client(r, mms, conf, now);
+        if (!mm)
+                return;
+        if (!r->job && !(r->job = malloc(sizeof(*r->job))))
+                return;
+        Work *w = work_new(JOB_RECOMPRESS, mm);
+        if (!w)
+                return;
+        uint64_t age = recompress_age(mm, conf);
+        uint32_t stamp = age_stamp(), back = (uint32_t)MIN(age / AGE_STAMP_MS, (uint64_t)UINT32_MAX);
+        RecompJob *j = r->job;
+        j->start = mm->rc.recompress_cursor;
+        j->cold = stamp > back ? stamp - back : 0;
+        j->unstamped_cold = now - mm->rc.recompress_seen_ms >= age;
+        j->level = conf->level;
+        j->yield = !force;
+        j->faults = faults;
+        j->yielded = false;
+        j->n = j->used = 0;
+        j->scanned = j->nogain = j->undecodable = 0;
+        w->data = j;
+        r->busy = true;
+        r->last_id = mm->id;
+        r->jobs++;
+        pthread_mutex_lock(&r->lock);
+        r->slot = w;
+        pthread_cond_signal(&r->cond);
+        pthread_mutex_unlock(&r->lock);
+}

@@ -1,0 +1,365 @@
+/*
+ * test-recompress: the strong tier of compression (docs/reclaim.md,
+ * "Recompression"). Objects of pages nobody touched for recompress_age
+ * are compressed again with zstd in the background; a fault, a kept copy,
+ * a restarted daemon, a client restoring itself and the second tier all
+ * read either codec. Every case checks every page's content.
+ *
+ *   basic     corpus pages out, recompressed (the pool shrinks), read
+ *             back, evicted again from their kept copies, read again
+ *   torture   readers, writers and pageouts race recompression and
+ *             compaction for TORTURE_SECONDS / 3 + 2 seconds
+ *   restart   kill -9 once recompressed: the next daemon adopts the
+ *             store, with its strong objects, and serves every page
+ *   fallback  kill -9 once recompressed and no daemon comes back: the
+ *             library restores every page from the store itself
+ *   rescue    pages lz4 cannot shrink (32 symbols, no repeats) are stored
+ *             by zstd instead of staying resident; with recompress_age 0
+ *             they stay resident
+ *   client    a client's own recompress_age (zswapctl set --pid) wins
+ *             over the daemon's, both ways
+ *   tier      recompressed objects written to the second tier (a backing
+ *             file) and read back from it
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+#include "harness.h"
+#include "protocol.h"
+
+#define NPAGES 4096
+#define SAFETY_S 240
+#define FAST "-o recompress_age=1s -o recompress_cpu=100"
+
+static TestDaemon d;
+static uint8_t *buf;
+static uint64_t hashes[NPAGES];
+static const size_t len = (size_t)NPAGES * ZSWAP_PAGE_SIZE;
+
+static ZClientRecord mine(void) {
+        ZClientRecord r;
+        td_clients_sum(&d, getpid(), &r);
+        return r;
+}
+
+static ZMsgStatusReply status(void) {
+        ZMsgStatusReply st;
+        td_status(&d, &st);
+        return st;
+}
+
+/* Wait until at least want of this process's pages are of the strong tier. */
+static ZClientRecord wait_strong(uint64_t want) {
+        ZClientRecord r;
+        WAIT_UNTIL((r = mine()).strong_pages >= want, TEST_WAIT_S,
+                   "%llu of %llu stored pages recompressed (want %llu)", (unsigned long long)r.strong_pages,
+                   (unsigned long long)r.stored_pages, (unsigned long long)want);
+        return r;
+}
+
+static void check_all(const char *when) {
+        size_t bad = verify_pages(buf, len, hashes);
+        if (bad)
+                test_fail("%zu pages wrong %s", bad, when);
+        fprintf(stderr, "every page right %s\n", when);
+}
+
+static struct zswap_client *start(const char *args) {
+        td_start(&d, args);
+        struct zswap_client *c = td_connect(&d);
+        buf = td_region(c, len, 77, hashes);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
+        return c;
+}
+
+static void case_basic(void) {
+        struct zswap_client *c = start(FAST);
+        ZClientRecord before = mine(), r = wait_strong(before.stored_pages * 3 / 4);
+        ZMsgStatusReply st = status();
+
+        fprintf(stderr, "%llu pages: %llu bytes with lz4, %llu bytes once %llu were recompressed (%llu bytes of zstd); "
+                "%llu recompressed, %llu bytes saved, %.1f ms of CPU\n",
+                (unsigned long long)before.stored_pages, (unsigned long long)before.compressed_bytes,
+                (unsigned long long)r.compressed_bytes, (unsigned long long)r.strong_pages,
+                (unsigned long long)r.strong_bytes, (unsigned long long)st.recompressed,
+                (unsigned long long)st.recompress_saved, (double)st.recompress_cpu_ns / 1e6);
+        ASSERT_EQ(r.stored_pages, before.stored_pages);
+        /* zstd takes a fifth less than lz4 at least on these heaps */
+        ASSERT_TRUE(r.compressed_bytes * 5 < before.compressed_bytes * 4);
+        ASSERT_TRUE(st.recompressed >= r.strong_pages);
+        ASSERT_TRUE(st.recompress_saved > 0 && st.recompress_cpu_ns > 0);
+        ASSERT_EQ(st.strong_pages, r.strong_pages);
+        ASSERT_EQ(td_ctl(&d, "status -o strong_pages,strong_bytes,recompressed,fast_pages"), 0);
+        ASSERT_EQ(td_ctl(&d, "clients -o PID,EVICTED,POOL,STRONG"), 0);
+
+        /* read back: faults decode zstd; the copies kept are zstd's */
+        check_all("read back once recompressed");
+        r = mine();
+        ASSERT_EQ(r.strong_pages, 0);
+        /* evicted again from the kept copies (a decode and a compare) */
+        ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
+        r = mine();
+        fprintf(stderr, "evicted again: %llu of %llu pages strong at once (kept copies)\n",
+                (unsigned long long)r.strong_pages, (unsigned long long)r.stored_pages);
+        ASSERT_TRUE(r.strong_pages > 0);
+        check_all("read back again");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+/* ---- torture ---- */
+
+static _Atomic bool stop;
+static _Atomic uint64_t bad, checked, rewritten, evicted;
+static _Atomic long first_bad = -1;
+static struct zswap_client *client;
+
+static void *reader(void *arg) {
+        uint64_t s = (uintptr_t)arg;
+        while (!atomic_load(&stop)) {
+                size_t i = xorshift(&s) % (NPAGES / 2) * 2;
+                if (page_hash(buf + i * ZSWAP_PAGE_SIZE) != hashes[i]) {
+                        long none = -1;
+                        atomic_fetch_add(&bad, 1);
+                        atomic_compare_exchange_strong(&first_bad, &none, (long)i);
+                }
+                atomic_fetch_add(&checked, 1);
+                if (i % 8 == 0)
+                        usleep(100); /* leave most of the region out, for recompression */
+        }
+        return NULL;
+}
+
+static void *writer(void *arg) {
+        uint64_t s = (uintptr_t)arg;
+        while (!atomic_load(&stop)) {
+                size_t i = xorshift(&s) % (NPAGES / 2) * 2 + 1;
+                volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + xorshift(&s) % ZSWAP_PAGE_SIZE;
+                *b = *b; /* a write fault with the same content */
+                atomic_fetch_add(&rewritten, 1);
+                usleep(300);
+        }
+        return NULL;
+}
+
+static void *evicter(void *arg) {
+        uint64_t s = (uintptr_t)arg;
+        while (!atomic_load(&stop)) {
+                size_t i = xorshift(&s) % (NPAGES / 256) * 256;
+                int r = zswap_pageout(client, buf + i * ZSWAP_PAGE_SIZE, 256 * ZSWAP_PAGE_SIZE);
+                ASSERT_TRUE(r >= 0);
+                atomic_fetch_add(&evicted, (uint64_t)r);
+                usleep(20000);
+        }
+        return NULL;
+}
+
+static void case_torture(void) {
+        unsigned seconds = test_env_uint("TORTURE_SECONDS", 30) / 3 + 2;
+        /* the age at its least: pages the readers leave alone for a
+         * second are taken while the others come and go */
+        client = start(FAST " -o pool_compact=1");
+        ZMsgStatusReply st;
+        pthread_t th[4];
+
+        ASSERT_OK(pthread_create(&th[0], NULL, reader, (void *)(uintptr_t)1));
+        ASSERT_OK(pthread_create(&th[1], NULL, reader, (void *)(uintptr_t)2));
+        ASSERT_OK(pthread_create(&th[2], NULL, writer, (void *)(uintptr_t)3));
+        ASSERT_OK(pthread_create(&th[3], NULL, evicter, (void *)(uintptr_t)4));
+        time_t t0 = time(NULL);
+        uint64_t at_start = 0;
+        for (bool first = true;; first = false) {
+                sleep(1);
+                st = status();
+                if (first)
+                        at_start = st.recompressed;
+                time_t t = time(NULL) - t0;
+                /* recompression while the threads run, not only before */
+                if ((t >= (time_t)seconds && st.recompressed > at_start + 256) || t >= SAFETY_S || atomic_load(&bad))
+                        break;
+        }
+        atomic_store(&stop, true);
+        for (unsigned i = 0; i < 4; i++)
+                ASSERT_OK(pthread_join(th[i], NULL));
+        fprintf(stderr,
+                "%llu pages checked, %llu rewritten, %llu evicted again; %llu recompressed (%llu while they ran), "
+                "%llu compaction passes moved %llu objects\n",
+                (unsigned long long)checked, (unsigned long long)rewritten, (unsigned long long)evicted,
+                (unsigned long long)st.recompressed, (unsigned long long)(st.recompressed - at_start),
+                (unsigned long long)st.compactions, (unsigned long long)st.compact_moved);
+        if (atomic_load(&bad))
+                fprintf(stderr, "%llu bad reads, the first of page %ld\n", (unsigned long long)bad,
+                        atomic_load(&first_bad));
+        ASSERT_EQ(atomic_load(&bad), 0);
+        ASSERT_TRUE(st.recompressed > at_start + 256); /* else: stopped by the safety timeout */
+        check_all("after the race");
+        ASSERT_TRUE(td_pageout_want(client, buf, len, NPAGES * 9 / 10) > 0);
+        check_all("evicted again after the race");
+        zswap_disconnect(client);
+        td_stop(&d);
+}
+
+/* ---- a daemon that dies ---- */
+
+static void case_restart(void) {
+        struct zswap_client *c = start(FAST);
+        ZClientRecord r = wait_strong(NPAGES / 2);
+
+        /* posix_spawn, not fork: our fork would wait for the library's
+         * recovery, which waits for the daemon */
+        td_kill(&d);
+        td_respawn(&d);
+        /* the next daemon adopts the store: its strong objects stay strong */
+        ZClientRecord a;
+        WAIT_UNTIL((a = mine()).stored_pages >= r.stored_pages, TEST_WAIT_S, "%llu of %llu pages adopted",
+                   (unsigned long long)a.stored_pages, (unsigned long long)r.stored_pages);
+        fprintf(stderr, "adopted %llu pages, %llu of them strong (%llu before the kill)\n",
+                (unsigned long long)a.stored_pages, (unsigned long long)a.strong_pages,
+                (unsigned long long)r.strong_pages);
+        ASSERT_TRUE(a.strong_pages >= r.strong_pages);
+        check_all("served by the next daemon");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+static void case_fallback(void) {
+        ASSERT_OK(setenv("ZSWAP_RECONNECT_TIMEOUT", "0", 1));
+        struct zswap_client *c = start(FAST);
+        wait_strong(NPAGES / 2);
+        td_kill(&d);
+        /* the library decodes the store's zstd objects itself */
+        check_all("restored by the library");
+        WAIT_UNTIL(!vma_uffd_registered(buf), TEST_WAIT_S, "the range still registered");
+        zswap_disconnect(c);
+}
+
+/* ---- rescue ---- */
+
+/* 32 symbols at random: no repeat for lz4 to find, 5 bits a byte for
+ * zstd's entropy coder (about 2.6 KiB a page) */
+static void fill_symbols(uint64_t seed) {
+        uint64_t s = seed;
+        for (size_t i = 0; i < len; i++)
+                buf[i] = (uint8_t)('A' + xorshift(&s) % 32);
+        hash_pages(buf, len, hashes);
+}
+
+static void case_rescue(const char *args, bool rescued) {
+        td_start(&d, args);
+        struct zswap_client *c = td_connect(&d);
+        buf = test_map(len);
+        fill_symbols(5);
+        ASSERT_OK(zswap_register(c, buf, len));
+        int n = zswap_pageout(c, buf, len);
+        ASSERT_TRUE(n >= 0);
+        ZMsgStatusReply st = status();
+        ZClientRecord r = mine();
+        fprintf(stderr, "%s: %d pages out, %llu strong (%llu bytes), %llu rescued, %llu incompressible\n", args, n,
+                (unsigned long long)r.strong_pages, (unsigned long long)r.strong_bytes,
+                (unsigned long long)st.strong_rescued, (unsigned long long)st.stats.incompressible_pages);
+        if (rescued) {
+                ASSERT_TRUE(n >= NPAGES * 9 / 10);
+                ASSERT_TRUE(r.strong_pages >= (uint64_t)n * 9 / 10);
+                ASSERT_TRUE(st.strong_rescued >= r.strong_pages);
+                ASSERT_TRUE(r.strong_bytes < (uint64_t)r.strong_pages * 3000);
+        } else {
+                ASSERT_EQ(n, 0);
+                ASSERT_EQ(st.strong_rescued, 0);
+        }
+        check_all(rescued ? "rescued by zstd" : "kept resident");
+        zswap_disconnect(c);
+        td_stop(&d);
+        munmap(buf, len);
+}
+
+/* ---- a client's own age ---- */
+
+static void case_client(void) {
+        char cmd[128];
+        td_start(&d, FAST);
+        struct zswap_client *c = td_connect(&d);
+        buf = td_region(c, len, 78, hashes);
+        ASSERT_EQ(td_ctl(&d, "set --pid %d recompress_age 0", (int)getpid()), 0);
+        ASSERT_EQ(mine().recompress_age_ms, 0);
+        ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
+        /* the daemon's 1 s would have taken them four times over */
+        sleep(4);
+        ZClientRecord r = mine();
+        ASSERT_EQ(r.strong_pages, 0);
+        ASSERT_EQ(r.recompressed, 0);
+        snprintf(cmd, sizeof(cmd), "set --pid %d recompress_age 1s", (int)getpid());
+        ASSERT_EQ(td_ctl(&d, "%s", cmd), 0);
+        ASSERT_EQ(mine().recompress_age_ms, 1000);
+        r = wait_strong(NPAGES / 2);
+        fprintf(stderr, "own age off: none recompressed in 4 s; own age 1 s: %llu\n",
+                (unsigned long long)r.strong_pages);
+        /* and on with the daemon's off */
+        ASSERT_EQ(td_ctl(&d, "set recompress_age 0"), 0);
+        check_all("with recompression set per client");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+/* ---- the second tier ---- */
+
+static char conf_path[128], backing[128];
+
+static void tier_cleanup(void) {
+        if (backing[0])
+                unlink(backing);
+        if (conf_path[0])
+                unlink(conf_path);
+}
+
+static void case_tier(void) {
+        char args[512];
+        snprintf(conf_path, sizeof(conf_path), "/tmp/zswap-test-recompress-%d.conf", (int)getpid());
+        snprintf(backing, sizeof(backing), "/var/tmp/zswap-test-recompress-%d.img", (int)getpid());
+        atexit(tier_cleanup);
+        FILE *f = fopen(conf_path, "w");
+        ASSERT_TRUE(f);
+        fprintf(f, "[tier]\nbacking = %s\nsize = 64M\nkey = /tmp/zswap-test-tier.key\n", backing);
+        fclose(f);
+        snprintf(args, sizeof(args), "--config %s %s", conf_path, FAST);
+        struct zswap_client *c = start(args);
+        ZClientRecord r = wait_strong(NPAGES * 3 / 4), t;
+        /* a pool bound far below what it holds: the tier's writer takes
+         * the coldest objects, the strong ones among them */
+        ASSERT_EQ(td_ctl(&d, "set pool_max 1M"), 0);
+        WAIT_UNTIL((t = mine()).tier_pages >= r.strong_pages / 2, TEST_WAIT_S, "%llu pages on the tier",
+                   (unsigned long long)t.tier_pages);
+        fprintf(stderr, "%llu strong pages; then %llu pages on the tier (%llu bytes), %llu strong left in RAM\n",
+                (unsigned long long)r.strong_pages, (unsigned long long)t.tier_pages,
+                (unsigned long long)t.tier_bytes, (unsigned long long)t.strong_pages);
+        ASSERT_TRUE(t.strong_pages < r.strong_pages);
+        /* the zstd objects' bytes went as they were */
+        ASSERT_TRUE(t.tier_bytes < (uint64_t)t.tier_pages * ZSWAP_PAGE_SIZE / 2);
+        ASSERT_EQ(td_ctl(&d, "set pool_max 0"), 0);
+        check_all("read back from the tier");
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
+int main(int argc, char **argv) {
+        const char *mode = argc > 1 ? argv[1] : "basic";
+
+        if (strcmp(mode, "basic") == 0)
+                case_basic();
+        else if (strcmp(mode, "torture") == 0)
+                case_torture();
+        else if (strcmp(mode, "restart") == 0)
+                case_restart();
+        else if (strcmp(mode, "fallback") == 0)
+                case_fallback();
+        else if (strcmp(mode, "rescue") == 0) {
+                case_rescue(FAST, true);
+                case_rescue("-o recompress_age=0", false);
+        } else if (strcmp(mode, "client") == 0)
+                case_client();
+        else if (strcmp(mode, "tier") == 0)
+                case_tier();
+        else
+                test_fail("unknown case %s", mode);
+        return 0;
+}
