@@ -128,24 +128,13 @@ static size_t region_resident(Run *run) {
         return zram_resident_pages(run->region, run->len, run->resident);
 }
 
-/* Nearest-rank percentile of a sorted array: the smallest value with at least p of all at or below it. */
-static double percentile_us(const uint64_t *v, size_t n, double p) {
-        size_t rank = (size_t)(p * n);
-
-        if (n == 0)
-                return NAN;
-        if ((double)rank < p * n)
-                rank++; /* ceil() without libm */
-        return v[rank ? MIN(rank, n) - 1 : 0] / 1000.0;
-}
-
 static void latency_summarize(uint64_t *lat, size_t n, Latency *ret) {
         qsort(lat, n, sizeof(*lat), cmp_u64);
         ret->faults = n;
-        ret->median_us = percentile_us(lat, n, 0.5);
-        ret->p99_us = percentile_us(lat, n, 0.99);
-        ret->p999_us = percentile_us(lat, n, 0.999);
-        ret->max_us = percentile_us(lat, n, 1.0);
+        ret->median_us = bench_percentile_us(lat, n, 0.5);
+        ret->p99_us = bench_percentile_us(lat, n, 0.99);
+        ret->p999_us = bench_percentile_us(lat, n, 0.999);
+        ret->max_us = bench_percentile_us(lat, n, 1.0);
 }
 
 /*

@@ -177,6 +177,34 @@ double bench_median(double *v, size_t n) {
         return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
+double bench_percentile_us(const uint64_t *v, size_t n, double p) {
+        size_t rank = (size_t)(p * n);
+
+        if (n == 0)
+                return NAN;
+        if ((double)rank < p * n)
+                rank++; /* ceil() without libm */
+        return v[rank ? MIN(rank, n) - 1 : 0] / 1000.0;
+}
+
+int bench_zswapctl(const char *sock, const char *args, const char *const *names, uint64_t *values, size_t n) {
+        _cleanup_free_ char *exe = realpath("/proc/self/exe", NULL);
+        char cmd[8400], line[256], name[64], value[64];
+        FILE *p;
+
+        snprintf(cmd, sizeof(cmd), "%s/../client/tools/zswapctl --socket %s %s", exe ? dirname(exe) : ".", sock, args);
+        p = popen(cmd, "re");
+        if (!p)
+                return -errno;
+        while (fgets(line, sizeof(line), p))
+                if (sscanf(line, "%63s %63s", name, value) == 2)
+                        for (size_t i = 0; i < n; i++)
+                                if (strcmp(name, names[i]) == 0)
+                                        values[i] = strtoull(value, NULL, 10);
+        int st = pclose(p);
+        return st == 0 ? 0 : st < 0 ? -errno : -EIO;
+}
+
 int bench_corpus_load(const char *dir, char **ret_dir, Corpus **ret) {
         _cleanup_free_ char *exe = NULL, *found = NULL;
         int r;

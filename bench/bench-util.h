@@ -45,6 +45,16 @@ int bench_parse_list(const char *s, unsigned lo, unsigned hi, unsigned *v, unsig
 double bench_median(double *v, size_t n);
 
 /* Load the corpus from dir (NULL: corpus_find_dir() from the executable's directory). */
+/* Nearest-rank percentile p (0..1] of n sorted nanosecond values, in
+ * microseconds; NAN when n is 0. */
+double bench_percentile_us(const uint64_t *sorted, size_t n, double p);
+
+/* Run the zswapctl built beside this bench (<exe dir>/../client/tools)
+ * against socket sock with args, and read its "name value" output lines
+ * (`status --bytes` prints them) into values[i] for each names[i] it
+ * prints. 0, or -errno (the command could not run, or failed). */
+int bench_zswapctl(const char *sock, const char *args, const char *const *names, uint64_t *values, size_t n);
+
 int bench_corpus_load(const char *dir, char **ret_dir, Corpus **ret);
 
 typedef struct CodecSpeed {
