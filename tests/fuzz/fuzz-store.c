@@ -461,9 +461,11 @@ static int model_content(const Model *m, CodecDCtx *d, uint64_t e, uint8_t *want
                 return 1;
         }
         /* the object's bytes are the input's; the model's own decoding of
-         * them is the codec's answer */
+         * them is the codec's answer: zstd for the strong tier's (bit 22),
+         * the store's codec for the others */
         memcpy(copy, store_pool(map) + off, pe_clen(e));
-        return codec_decompress(d, copy, pe_clen(e), want) < 0 ? -EBADMSG : 1;
+        CodecKind kind = (e & ((uint64_t)1 << 22)) ? CODEC_ZSTD : codec_dctx_kind(d);
+        return codec_decompress_as(d, kind, copy, pe_clen(e), want) < 0 ? -EBADMSG : 1;
 }
 
 /* ---- the readers ---- */

@@ -46,7 +46,9 @@ static const char *const sample_values[_TUNABLE_KEY_MAX] = {
         [TUNABLE_MIN_FREE] = "10%",       [TUNABLE_PRESSURE_STEP] = "2",    [TUNABLE_PRESSURE_PERIOD] = "2s",
         [TUNABLE_POOL_MAX] = "1.5G",      [TUNABLE_POOL_ACCEPT] = "90%",    [TUNABLE_THRASH_REFAULTS] = "128",
         [TUNABLE_THRASH_BACKOFF] = "250ms", [TUNABLE_KEEP_CLEAN] = "yes",   [TUNABLE_CLEAN_MAX] = "2.25",
-        [TUNABLE_WRITE_SCAN] = "off",     [TUNABLE_INTERVAL] = "1m",
+        [TUNABLE_WRITE_SCAN] = "off",     [TUNABLE_INTERVAL] = "1m",        [TUNABLE_POOL_COMPACT] = "5",
+        [TUNABLE_REFILL] = "yes",         [TUNABLE_REFILL_QUIET] = "10s",   [TUNABLE_RECOMPRESS_AGE] = "2m",
+        [TUNABLE_RECOMPRESS_LEVEL] = "3", [TUNABLE_RECOMPRESS_CPU] = "10",
 };
 
 static int protocol_seeds(const char *dir) {
@@ -83,6 +85,11 @@ static int protocol_seeds(const char *dir) {
         for (size_t k = 0; k < _TUNABLE_KEY_MAX; k++) {
                 ZMsgTunable t = { .pid = 0 };
                 uint8_t idx = (uint8_t)k;
+
+                if (!sample_values[k]) {
+                        fprintf(stderr, "no sample value for %s: add one to sample_values[]\n", tunable_names[k]);
+                        return -EINVAL;
+                }
 
                 zmsg_init(&t.hdr, ZMSG_TUNABLE_SET, 2, sizeof(t));
                 snprintf(t.key, sizeof(t.key), "%s", tunable_names[k]);
@@ -313,6 +320,27 @@ static int store_seeds(const char *dir, const Corpus *c) {
                 rec_entry(&s, 0, 11, pe_make_loading(pe_make_same(7)));
                 rec_entry(&s, 0, 12, pe_make_clean(pe_make_same(9)));
                 rec_entry(&s, 0, 13, pe_make_loading(pe_make_slot(PE_STAGED, 3)));
+                /* the strong tier: a zstd object of the first page, as
+                 * STORED, its CLEAN copy, and a mark left by a daemon that
+                 * died recompressing; in the lz4 store also an lz4 object
+                 * that claims to be zstd (it must fail as bad) */
+                {
+                        CodecCCtx *zc;
+                        uint8_t zobj[ZSWAP_PAGE_SIZE];
+                        if (codec_cctx_new(CODEC_ZSTD, 3, &zc) < 0)
+                                return -ENOMEM;
+                        int zn = codec_compress(zc, c->data + 300 * ZSWAP_PAGE_SIZE, zobj, ZSWAP_PAGE_SIZE - 1);
+                        codec_cctx_free(zc);
+                        if (zn <= 0)
+                                return -EIO;
+                        unsigned k = class_of((size_t)zn);
+                        uint64_t z = put_object(&s, new_chunk(&s, k), k, 0, zobj, (size_t)zn) | PE_STRONG;
+                        rec_entry(&s, 0, 14, z);
+                        rec_entry(&s, 0, 15, pe_make_clean(z));
+                        rec_entry(&s, 0, 16, e[0] | PE_RC | PE_NOGAIN);
+                        if (codec == CODEC_LZ4)
+                                rec_entry(&s, 0, 17, e[1] | PE_STRONG);
+                }
                 /* leaf 1: a raw (incompressible) page, and two objects sharing a chunk */
                 {
                         unsigned k = STORE_NR_CLASSES - 1;
