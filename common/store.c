@@ -106,7 +106,8 @@ int store_check(const uint8_t *map, char *why, size_t len) {
          * checked on its own, and later readers check what they use again */
         if (s->magic != STORE_MAGIC)
                 bad = "bad magic";
-        else if (s->version != STORE_VERSION || s->super_size != sizeof(StoreSuper))
+        else if ((s->version != STORE_VERSION && s->version != STORE_VERSION_STRONG) ||
+                 s->super_size != sizeof(StoreSuper))
                 bad = "another version";
         else if (s->size != STORE_SIZE)
                 bad = "bad size";

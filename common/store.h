@@ -50,6 +50,12 @@
 
 #define STORE_MAGIC 0x31524f5453575a5aull /* "ZZWSTOR1" little-endian */
 #define STORE_VERSION 1
+/* A store that may hold objects of the strong tier (zstd whatever its
+ * codec: pentry.h PE_STRONG), marked so before the first such entry is
+ * published (store_mark_strong()): a daemon or library older than the
+ * strong tier refuses it (its client restores itself, with a library
+ * that decodes both), rather than decoding zstd as lz4. */
+#define STORE_VERSION_STRONG 2
 
 #define STORE_UNIT_SHIFT 4      /* objects sit on 16-byte units */
 #define STORE_NR_CLASSES 256    /* 16, 32, ..., 4096 bytes */
@@ -198,6 +204,15 @@ int store_check(const uint8_t *map, char *why, size_t len);
 
 static inline StoreSuper *store_super(uint8_t *map) {
         return (StoreSuper *)map;
+}
+
+/* Before publishing an entry with PE_STRONG in the store: its version
+ * says it may hold one (any thread; relaxed: the entry's release CAS
+ * comes after it, and an older reader checks the version first). */
+static inline void store_mark_strong(uint8_t *map) {
+        uint32_t *v = &store_super(map)->version;
+        if (__atomic_load_n(v, __ATOMIC_RELAXED) != STORE_VERSION_STRONG)
+                __atomic_store_n(v, STORE_VERSION_STRONG, __ATOMIC_RELAXED);
 }
 static inline _Atomic uint64_t *store_dir(uint8_t *map) {
         return (_Atomic uint64_t *)(map + STORE_DIR_OFF);

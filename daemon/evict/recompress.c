@@ -57,7 +57,7 @@ typedef struct RunCtx {
         RecompJob *j;
         CodecCCtx *strong;
         CodecDCtx *dctx;
-        uint8_t *page;
+        uint8_t *page, *copy;
 } RunCtx;
 
 /* Is entry value v an object the strong tier may take? Only a STORED
@@ -105,12 +105,17 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint32_t clen = pe_clen(v);
         const uint8_t *src = pool_map(c->mm->pool, pe_handle(v));
         int r;
+        /* decoded from a copy of our own: a fault may take the entry and
+         * the slot be reused while we read it (the swap's CAS then fails;
+         * the decoder meanwhile sees bytes that hold still) */
+        if (src)
+                memcpy(c->copy, src, clen);
         if (!src)
                 r = -EBADMSG;
         else if (clen == ZSWAP_PAGE_SIZE)
-                r = (memcpy(c->page, src, ZSWAP_PAGE_SIZE), 0);
+                r = (memcpy(c->page, c->copy, ZSWAP_PAGE_SIZE), 0);
         else
-                r = pe_decompress(c->dctx, v, src, clen, c->page);
+                r = pe_decompress(c->dctx, v, c->copy, clen, c->page);
         if (r < 0) {
                 /* taken and rewritten while we read (the entry tells: the
                  * CAS fails), or bad: leave it as it is */
@@ -133,7 +138,7 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 
 static void run(Recompressor *r, Work *w) {
         RecompJob *j = w->data;
-        RunCtx c = { .mm = w->mm, .j = j, .strong = r->strong, .dctx = r->dctx, .page = r->page };
+        RunCtx c = { .mm = w->mm, .j = j, .strong = r->strong, .dctx = r->dctx, .page = r->page, .copy = r->copy };
         uint64_t t0 = thread_cpu_ns();
 
         j->next = 0;
@@ -191,10 +196,9 @@ void recompress_fini(Recompressor *r) {
                 pthread_join(r->thread, NULL);
                 r->started = false;
         }
-        /* a job never taken is freed with its Work (the buffer with it);
-         * one posted back is the inbox's, freed with the manager's. Its
-         * entries keep their marks: a mark only keeps the tier's writer
-         * and compaction away, and the next daemon drops them */
+        /* a job never taken is freed with its Work (the buffer with it):
+         * it marked nothing. One posted back is the inbox's, whose
+         * recompress_done() swaps or unmarks what it marked */
         work_free(r->slot);
         r->slot = NULL;
         if (!r->busy)
@@ -207,6 +211,13 @@ void recompress_fini(Recompressor *r) {
 }
 
 /* ---- the manager's part ---- */
+
+/* Is mm's store free to change? Not while a fork child may have to
+ * restore itself from it (tier-writer.c tier_fork_held()'s reasons). */
+static bool fork_held(MMClient *mm) {
+        return mm->fork_paused || atomic_load_explicit(&mm->fork_announced, memory_order_acquire) ||
+               atomic_load_explicit(&mm->fork_hold, memory_order_acquire) != 0;
+}
 
 /* Swap one new object in, under serve_lock. */
 static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
@@ -223,6 +234,8 @@ static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
         }
         memcpy(pool_map(mm->pool, nh), j->buf + it->off, it->len);
         uint64_t v = it->v, nv = pe_make_stored(nh, it->len) | PE_STRONG;
+        if (mm->store)
+                store_mark_strong(mm->store);
         /* release: the new object's bytes before the entry naming it */
         if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
                 pool_release(mm->pool, nh);
@@ -249,7 +262,9 @@ void recompress_done(Recompressor *r, Work *w) {
                 /* trylock, as the manager always does (compaction's
                  * reasons, clients.c compact_cb(): an event handler holds
                  * it while an entry is at two places) */
-                if (atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
+                /* a fork announced meanwhile: its child may restore itself
+                 * from this store, which stays as it is (fork_held()) */
+                if (atomic_load_explicit(&mm->dead, memory_order_relaxed) || fork_held(mm) ||
                     pthread_mutex_trylock(&mm->serve_lock) != 0) {
                         for (uint32_t k = i; k < end; k++) {
                                 _Atomic uint64_t *e = pindex_entry(mm->index, j->items[k].addr, false);
@@ -286,15 +301,9 @@ void recompress_done(Recompressor *r, Work *w) {
         work_free(w);
 }
 
-/* Is mm's store free to change? Not while a fork child may have to
- * restore itself from it (tier-writer.c tier_fork_held()'s reasons). */
-static bool fork_held(MMClient *mm) {
-        return mm->fork_paused || atomic_load_explicit(&mm->fork_announced, memory_order_acquire) ||
-               atomic_load_explicit(&mm->fork_hold, memory_order_acquire) != 0;
-}
-
 static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now) {
-        if (!mm->pool || !mm->strong_ok || atomic_load_explicit(&mm->dead, memory_order_relaxed) || fork_held(mm) ||
+        if (!mm->pool || !mm->strong_ok || mm->rc.off || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
+            fork_held(mm) ||
             recompress_age(mm, conf) == 0 || now < mm->rc.recompress_after_ms)
                 return false;
         /* relaxed: counters, a hint */
@@ -342,11 +351,18 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         MMClient *mm = next_client(r, mms, conf, now);
         if (!mm)
                 return;
-        if (!r->job && !(r->job = malloc(sizeof(*r->job))))
+        /* the thread holds the lock only to take a job, but it is
+         * SCHED_IDLE: on a saturated machine it may sit on it for long,
+         * and the manager never waits for it */
+        if (pthread_mutex_trylock(&r->lock) != 0)
                 return;
-        Work *w = work_new(JOB_RECOMPRESS, mm);
-        if (!w)
+        Work *w = NULL;
+        if (r->job || (r->job = malloc(sizeof(*r->job))))
+                w = work_new(JOB_RECOMPRESS, mm);
+        if (!w) {
+                pthread_mutex_unlock(&r->lock);
                 return;
+        }
         uint64_t age = recompress_age(mm, conf);
         uint32_t stamp = age_stamp(), back = (uint32_t)MIN(age / AGE_STAMP_MS, (uint64_t)UINT32_MAX);
         RecompJob *j = r->job;
@@ -363,7 +379,6 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         r->busy = true;
         r->last_id = mm->id;
         r->jobs++;
-        pthread_mutex_lock(&r->lock);
         r->slot = w;
         pthread_cond_signal(&r->cond);
         pthread_mutex_unlock(&r->lock);

@@ -14,7 +14,7 @@
  *   CAS), decodes it, compresses it again into the job's buffer and keeps
  *   it only if it takes a smaller size class (else the entry gets
  *   PE_NOGAIN, and is not tried again). It never allocates from the pool
- *   and never takes a lock.
+ *   and takes no lock but its job slot's.
  * - the manager (recompress_done()) swaps each new object in under the
  *   client's serve_lock, trylocked as compaction does: a CAS from the value
  *   it marked to the new object's, so that an entry a fault or an event
@@ -28,7 +28,8 @@
  * priority, makes the wake-up of a fault thread on it an interrupt, which
  * on a hypervisor is dear (docs/reclaim.md). A job started in a quiet
  * tick stops at the first fault served; one job a second (YIELD_MS) runs
- * whole all the same, so that a daemon never quiet still recompresses. A client whose
+ * whole all the same (FORCE_MS), so that a daemon never quiet still
+ * recompresses. A client whose
  * store must stay as it is for a fork child is left alone, as the tier
  * writer does.
  */
@@ -51,7 +52,7 @@ typedef struct RecompItem {
         uint32_t off, len; /* the new object in the job's buffer */
 } RecompItem;
 
-/* One job: filled by recompress_start() (in), the worker (out), read by
+/* One job: filled by recompress_tick() (in), the thread (out), read by
  * recompress_done(). Owned by whoever holds its Work. */
 typedef struct RecompJob {
         /* in */
@@ -93,7 +94,7 @@ typedef struct Recompressor {
         bool stop;
         CodecCCtx *strong;    /* the thread's zstd context */
         CodecDCtx *dctx;      /* the thread's decompression context */
-        uint8_t page[ZSWAP_PAGE_SIZE];
+        uint8_t page[ZSWAP_PAGE_SIZE], copy[ZSWAP_PAGE_SIZE];
 } Recompressor;
 
 /* Effective settings of one client (its own recompress_age, or the daemon's). */
@@ -106,8 +107,9 @@ typedef struct RecompConf {
 void recompress_init(Recompressor *r, Core *core);
 /* Start the thread (after the sandbox, as every thread): 0 or -errno. */
 int recompress_start(Recompressor *r);
-/* Stop the thread (a job it holds is freed, its entries keep their
- * marks, harmless: recompress.c) and free what is left. */
+/* Stop the thread (after the job it runs, which it posts back; one it
+ * never took is freed with its marks never made) and free what is left
+ * but a job in the manager's inbox, whose recompress_done() frees it. */
 void recompress_fini(Recompressor *r);
 
 /* Manager tick: set each client's strong_rescue, and hand a worker the
@@ -117,8 +119,11 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf);
 /* MW_RECOMP_DONE: the manager swaps the new objects in and frees w. */
 void recompress_done(Recompressor *r, Work *w);
 
-/* The client's effective age: its own (rc.recompress_age_ms >= 0) or the
- * daemon's. */
+/* The client's effective age: 0 (off) while the daemon's is 0, whatever
+ * the client set (the operator's off switch wins), else its own
+ * (rc.recompress_age_ms >= 0) or the daemon's. */
 static inline uint64_t recompress_age(const MMClient *mm, const RecompConf *conf) {
+        if (conf->age_ms == 0)
+                return 0;
         return mm->rc.recompress_age_ms >= 0 ? (uint64_t)mm->rc.recompress_age_ms : conf->age_ms;
 }

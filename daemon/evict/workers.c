@@ -27,6 +27,7 @@
 #include "log.h"
 #include "memread.h"
 #include "pool.h"
+#include "store.h"
 #include "util.h"
 #include "trace.h"
 
@@ -193,8 +194,6 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                     (n = codec_compress(wk->strong, page, wk->cbuf, core->cfg.max_compressed)) > 0) {
                         /* what the fast codec cannot shrink the strong one may */
                         strong = PE_STRONG;
-                        atomic_fetch_add_explicit(&mm->st.strong_rescued, 1, memory_order_relaxed);
-                        atomic_fetch_add_explicit(&core->strong_rescued, 1, memory_order_relaxed);
                 }
                 if (n < 0) {
                         /* counters and the quota (a budget, mmclient.h): relaxed */
@@ -215,6 +214,8 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                 memcpy(pool_map(mm->pool, h), wk->cbuf, (size_t)n);
                 clen = (uint32_t)n;
                 nv = pe_make_stored(h, clen) | strong;
+                if (strong && mm->store)
+                        store_mark_strong(mm->store);
         }
         /* release: the fault path's acquire load sees the object's bytes */
         TRACE(TR_STORE, lane->addrs[i], nv, ((const uint64_t *)page)[1]);
@@ -227,7 +228,11 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
         if (h)
                 mmclient_count_stored(mm, nv, 1);
-        else
+        if (nv & PE_STRONG) {
+                atomic_fetch_add_explicit(&mm->st.strong_rescued, 1, memory_order_relaxed);
+                atomic_fetch_add_explicit(&core->strong_rescued, 1, memory_order_relaxed);
+        }
+        if (!h)
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&core->evictions, 1, memory_order_relaxed);

@@ -230,6 +230,8 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         /* the strong tier's mark goes with the object (a
                          * page read out of a slot is raw) */
                         nv = pe_make_stored(h, len) | tier | (pe_state(v) == PE_STORED ? v & PE_STRONG : 0);
+                        if ((nv & PE_STRONG) && c->child->store)
+                                store_mark_strong(c->child->store);
                         if (tier)
                                 mmclient_count_tier(c->child, stub.len, 1);
                         mmclient_count_stored(c->child, nv, 1);

@@ -182,6 +182,8 @@ static int keep_object(AdoptCtx *a, uint64_t addr, uint64_t v, const void *src, 
         }
         memcpy(pool_map(mm->pool, h), src, len);
         *nv = pe_make_stored(h, len) | (v & PE_STRONG);
+        if ((*nv & PE_STRONG) && mm->store)
+                store_mark_strong(mm->store);
         return 0;
 }
 
@@ -229,6 +231,8 @@ static int keep_tier(AdoptCtx *a, uint64_t addr, uint64_t v, const void *obj, ui
                 return r;
         }
         *nv |= PE_TIER | (v & PE_STRONG);
+        if ((*nv & PE_STRONG) && a->mm->store)
+                store_mark_strong(a->mm->store);
         a->tier++;
         return 1;
 }

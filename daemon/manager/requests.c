@@ -358,7 +358,9 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                         mm->rc.recompress_age_ms = (int64_t)t.recompress_age_ms;
                         mm->rc.recompress_after_ms = 0; /* walk again now */
                 }
-                t.recompress_age_ms = recompress_age(mm, &(RecompConf){ .age_ms = t.recompress_age_ms });
+                /* in force: the daemon's 0 wins over the client's own */
+                t.recompress_age_ms = recompress_age(
+                        mm, &(RecompConf){ .age_ms = manager_of(mm->core)->reclaim.tun.recompress_age_ms });
                 return tunable_get(&t, "recompress_age", out, len);
         }
         if (strcmp(key, "group") == 0) {

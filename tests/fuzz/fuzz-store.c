@@ -370,7 +370,8 @@ static void build(Model *m, const uint8_t *data, size_t size) {
 /* ---- the model's answers ---- */
 
 static bool model_super_ok(const StoreSuper *s) {
-        return s->magic == STORE_MAGIC && s->version == STORE_VERSION && s->super_size == sizeof(StoreSuper) &&
+        return s->magic == STORE_MAGIC && (s->version == STORE_VERSION || s->version == STORE_VERSION_STRONG) &&
+               s->super_size == sizeof(StoreSuper) &&
                s->size == STORE_SIZE && s->codec <= CODEC_ZSTD && !(s->features & ~STORE_F_WP_ASYNC) &&
                s->ranges_cur <= 1 && s->leaves <= STORE_LEAVES_MAX &&
                (s->state == STORE_ACTIVE || s->state == STORE_RELEASED);

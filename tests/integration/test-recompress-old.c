@@ -8,15 +8,48 @@
  * daemon has both. Built on libzswap's core (the internal header), as
  * test-fork-token is, to set what the library announces.
  */
+#include <dirent.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "libzswap-internal.h"
 #include "protocol.h"
+#include "store.h"
 
 #define NPAGES 2048
 
 static TestDaemon d;
+
+/* The versions of the stores this process holds (memfds named
+ * zswapd-store): how many say "may hold strong objects". */
+static unsigned strong_stores(unsigned *n) {
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+        unsigned strong = 0;
+
+        ASSERT_TRUE(dir);
+        *n = 0;
+        while ((e = readdir(dir))) {
+                char path[300], target[256];
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+                ssize_t l = readlink(path, target, sizeof(target) - 1);
+                if (l <= 0)
+                        continue;
+                target[l] = 0;
+                if (!strstr(target, "memfd:zswapd-store"))
+                        continue;
+                uint8_t *map = mmap(NULL, STORE_SUPER_SIZE, PROT_READ, MAP_SHARED, atoi(e->d_name), 0);
+                ASSERT_TRUE(map != MAP_FAILED);
+                uint32_t v = store_super(map)->version;
+                ASSERT_TRUE(v == STORE_VERSION || v == STORE_VERSION_STRONG);
+                strong += v == STORE_VERSION_STRONG;
+                (*n)++;
+                munmap(map, STORE_SUPER_SIZE);
+        }
+        closedir(dir);
+        return strong;
+}
 
 /* Half corpus pages, half pages lz4 cannot shrink and zstd can. */
 static uint8_t *region(struct zswap_client *c, uint64_t *hashes, uint64_t seed) {
@@ -69,6 +102,14 @@ int main(void) {
         ASSERT_LE(st.recompressed, (uint64_t)NPAGES / 2);
         ASSERT_LE(st.strong_rescued, (uint64_t)NPAGES / 2);
         ASSERT_TRUE(st.strong_rescued >= NPAGES / 2 * 9 / 10);
+
+        /* the current client's store says it may hold strong objects, so
+         * that a daemon older than the strong tier refuses it; the old
+         * one's does not, so that its library still accepts it */
+        unsigned nstores, strong = strong_stores(&nstores);
+        fprintf(stderr, "%u stores held, %u marked for the strong tier\n", nstores, strong);
+        ASSERT_EQ(nstores, 2);
+        ASSERT_EQ(strong, 1);
 
         /* the old one restores itself from its store: nothing in it that
          * an old library could not read (this one would; the counters

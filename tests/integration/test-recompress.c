@@ -17,7 +17,7 @@
  *             by zstd instead of staying resident; with recompress_age 0
  *             they stay resident
  *   client    a client's own recompress_age (zswapctl set --pid) wins
- *             over the daemon's, both ways
+ *             over the daemon's, both ways, but for the daemon's 0
  *   tier      recompressed objects written to the second tier (a backing
  *             file) and read back from it
  */
@@ -294,8 +294,10 @@ static void case_client(void) {
         r = wait_strong(NPAGES / 2);
         fprintf(stderr, "own age off: none recompressed in 4 s; own age 1 s: %llu\n",
                 (unsigned long long)r.strong_pages);
-        /* and on with the daemon's off */
+        /* the operator's off switch wins over the client's own age */
         ASSERT_EQ(td_ctl(&d, "set recompress_age 0"), 0);
+        ASSERT_EQ(mine().recompress_age_ms, 0);
+        ASSERT_EQ(td_ctl(&d, "get --pid %d recompress_age", (int)getpid()), 0);
         check_all("with recompression set per client");
         zswap_disconnect(c);
         td_stop(&d);
