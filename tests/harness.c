@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "corpus.h"
 #include "harness.h"
@@ -295,6 +296,90 @@ void td_clients_tier(const TestDaemon *d, pid_t pid, uint64_t *pages, uint64_t *
         td_clients_sum(d, pid, &sum);
         *pages = sum.tier_pages;
         *bytes = sum.tier_bytes;
+}
+
+size_t td_fds_named(const char *needle, int *fds, size_t max) {
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *e;
+        size_t n = 0;
+
+        while (dir && (e = readdir(dir)) && n < max) {
+                char path[300], target[256];
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+                ssize_t l = readlink(path, target, sizeof(target) - 1);
+                if (l <= 0)
+                        continue;
+                target[l] = 0;
+                if (strstr(target, needle))
+                        fds[n++] = atoi(e->d_name);
+        }
+        if (dir)
+                closedir(dir);
+        return n;
+}
+
+static void *race_reader(void *arg) {
+        TdRace *r = ((struct TdRaceArg *)arg)->r;
+        uint64_t s = ((struct TdRaceArg *)arg)->seed;
+        while (!atomic_load(&r->stop)) {
+                size_t i = xorshift(&s) % (r->npages / 2) * 2;
+                if (page_hash(r->buf + i * ZSWAP_PAGE_SIZE) != r->hashes[i]) {
+                        long none = -1;
+                        atomic_fetch_add(&r->bad, 1);
+                        atomic_compare_exchange_strong(&r->first_bad, &none, (long)i);
+                }
+                atomic_fetch_add(&r->checked, 1);
+                if (i % 8 == 0 && r->read_pause_us)
+                        usleep(r->read_pause_us); /* leave most of the region out */
+        }
+        return NULL;
+}
+
+static void *race_writer(void *arg) {
+        TdRace *r = ((struct TdRaceArg *)arg)->r;
+        uint64_t s = ((struct TdRaceArg *)arg)->seed;
+        while (!atomic_load(&r->stop)) {
+                size_t i = xorshift(&s) % (r->npages / 2) * 2 + 1;
+                volatile uint8_t *b = r->buf + i * ZSWAP_PAGE_SIZE + xorshift(&s) % ZSWAP_PAGE_SIZE;
+                *b = *b; /* a write fault with the same content */
+                atomic_fetch_add(&r->rewritten, 1);
+                if (r->write_pause_us)
+                        usleep(r->write_pause_us);
+        }
+        return NULL;
+}
+
+static void *race_evicter(void *arg) {
+        TdRace *r = ((struct TdRaceArg *)arg)->r;
+        uint64_t s = ((struct TdRaceArg *)arg)->seed;
+        while (!atomic_load(&r->stop)) {
+                size_t i = xorshift(&s) % (r->npages / 256) * 256;
+                int n = zswap_pageout(r->c, r->buf + i * ZSWAP_PAGE_SIZE, 256 * ZSWAP_PAGE_SIZE);
+                ASSERT_TRUE(n >= 0);
+                atomic_fetch_add(&r->evicted, (uint64_t)n);
+                if (r->evict_pause_us)
+                        usleep(r->evict_pause_us);
+        }
+        return NULL;
+}
+
+void td_race_start(TdRace *r) {
+        void *(*const fn[4])(void *) = { race_reader, race_reader, race_writer, race_evicter };
+
+        atomic_store(&r->first_bad, -1);
+        for (unsigned i = 0; i < 4; i++) {
+                r->args[i] = (struct TdRaceArg){ .r = r, .seed = i + 1 };
+                ASSERT_OK(-pthread_create(&r->th[i], NULL, fn[i], &r->args[i]));
+        }
+}
+
+void td_race_stop(TdRace *r) {
+        atomic_store(&r->stop, true);
+        for (unsigned i = 0; i < 4; i++)
+                ASSERT_OK(-pthread_join(r->th[i], NULL));
+        if (atomic_load(&r->bad))
+                fprintf(stderr, "%llu bad reads, the first of page %ld\n", (unsigned long long)atomic_load(&r->bad),
+                        atomic_load(&r->first_bad));
 }
 
 void *test_map(size_t len) {

@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -88,6 +89,38 @@ long td_pageout_want(struct zswap_client *c, void *buf, size_t len, long want);
 
 /* Anonymous private memory. */
 void *test_map(size_t len);
+
+/* This process's descriptors whose /proc/self/fd link names needle
+ * ("memfd:zswapd-store"): up to max into fds; returns how many. */
+size_t td_fds_named(const char *needle, int *fds, size_t max);
+
+/*
+ * A race over a region whose pages are all known (hashes): two readers
+ * check whole even pages at random, a writer rewrites a byte of odd pages
+ * with its own value (a write fault, same content), an evicter pages out
+ * random 256-page ranges, each pausing as asked, until td_race_stop().
+ * Then bad says how many reads saw a wrong page (first_bad: which).
+ */
+typedef struct TdRace {
+        /* in */
+        struct zswap_client *c;
+        uint8_t *buf;
+        size_t npages;            /* a multiple of 256 */
+        const uint64_t *hashes;
+        unsigned read_pause_us;   /* after every 8th read */
+        unsigned write_pause_us, evict_pause_us;
+        /* out */
+        _Atomic bool stop;
+        _Atomic uint64_t bad, checked, rewritten, evicted;
+        _Atomic long first_bad;
+        pthread_t th[4];
+        struct TdRaceArg {
+                struct TdRace *r;
+                uint64_t seed; /* readers 1 and 2, writer 3, evicter 4 */
+        } args[4];
+} TdRace;
+void td_race_start(TdRace *r);
+void td_race_stop(TdRace *r);
 /* Fill with real heap pages from the corpus (cycled), perturbed by seed so
  * that different buffers differ; synthetic compressible pages if the corpus
  * is missing. Every 50th page is zero, every 97th filled with a pattern. */

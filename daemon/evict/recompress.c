@@ -157,6 +157,9 @@ static void *thread_main(void *arg) {
          * it) */
         if (sched_setscheduler((pid_t)syscall(SYS_gettid), SCHED_IDLE, &sp) < 0)
                 log_warn("recompressor: cannot switch to SCHED_IDLE: %m");
+        /* its own name, from itself: naming another thread opens its
+         * comm file, which the sandbox refuses */
+        (void)pthread_setname_np(pthread_self(), "zswapd-recomp");
         for (;;) {
                 pthread_mutex_lock(&r->lock);
                 while (!r->slot && !r->stop)
@@ -182,7 +185,6 @@ int recompress_start(Recompressor *r) {
                 e = -pthread_create(&r->thread, NULL, thread_main, r);
         if (e < 0)
                 return e;
-        pthread_setname_np(r->thread, "zswapd-recomp");
         r->started = true;
         return 0;
 }

@@ -26,49 +26,7 @@
 
 static uint8_t *buf;
 static uint64_t hashes[NPAGES];
-static _Atomic bool stop;
-static _Atomic uint64_t bad, checked, rewritten, evicted;
-static _Atomic long first_bad = -1;
 static struct zswap_client *client;
-
-static void *reader(void *arg) {
-        uint64_t s = (uintptr_t)arg;
-        while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % (NPAGES / 2) * 2;
-                if (page_hash(buf + i * ZSWAP_PAGE_SIZE) != hashes[i]) {
-                        long none = -1;
-                        atomic_fetch_add(&bad, 1);
-                        atomic_compare_exchange_strong(&first_bad, &none, (long)i);
-                }
-                atomic_fetch_add(&checked, 1);
-                if (i % 8 == 0)
-                        usleep(50); /* leave most of the region out, for compaction to move */
-        }
-        return NULL;
-}
-
-static void *writer(void *arg) {
-        uint64_t s = (uintptr_t)arg;
-        while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % (NPAGES / 2) * 2 + 1;
-                volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + xorshift(&s) % ZSWAP_PAGE_SIZE;
-                *b = *b; /* a write fault with the same content */
-                atomic_fetch_add(&rewritten, 1);
-                usleep(200);
-        }
-        return NULL;
-}
-
-static void *evicter(void *arg) {
-        uint64_t s = (uintptr_t)arg;
-        while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % (NPAGES / 256) * 256;
-                int r = zswap_pageout(client, buf + i * ZSWAP_PAGE_SIZE, 256 * ZSWAP_PAGE_SIZE);
-                ASSERT_TRUE(r >= 0);
-                atomic_fetch_add(&evicted, (uint64_t)r);
-        }
-        return NULL;
-}
 
 int main(void) {
         TestDaemon d;
@@ -88,34 +46,27 @@ int main(void) {
         fprintf(stderr, "half the pages back: pool %llu bytes for %llu of objects\n",
                 (unsigned long long)st.stats.pool_bytes, (unsigned long long)st.stats.compressed_bytes);
 
-        pthread_t th[4];
-        ASSERT_OK(pthread_create(&th[0], NULL, reader, (void *)(uintptr_t)1));
-        ASSERT_OK(pthread_create(&th[1], NULL, reader, (void *)(uintptr_t)2));
-        ASSERT_OK(pthread_create(&th[2], NULL, writer, (void *)(uintptr_t)3));
-        ASSERT_OK(pthread_create(&th[3], NULL, evicter, (void *)(uintptr_t)4));
+        TdRace race = { .c = client, .buf = buf, .npages = NPAGES, .hashes = hashes, .read_pause_us = 50,
+                        .write_pause_us = 200 };
+        td_race_start(&race);
         time_t t0 = time(NULL);
         for (;;) {
                 sleep(1);
                 td_status(&d, &st);
                 time_t t = time(NULL) - t0;
                 if ((t >= (time_t)seconds && st.compactions >= COMPACT_PASSES && st.compact_moved > 0) || t >= SAFETY_S ||
-                    atomic_load(&bad))
+                    atomic_load(&race.bad))
                         break;
         }
-        atomic_store(&stop, true);
-        for (unsigned i = 0; i < 4; i++)
-                ASSERT_OK(pthread_join(th[i], NULL));
+        td_race_stop(&race);
         fprintf(stderr,
                 "%llu pages checked, %llu rewritten, %llu evicted again; %llu compaction passes moved %llu "
                 "objects and gave back %llu bytes; pool %llu bytes for %llu of objects\n",
-                (unsigned long long)checked, (unsigned long long)rewritten, (unsigned long long)evicted,
+                (unsigned long long)race.checked, (unsigned long long)race.rewritten, (unsigned long long)race.evicted,
                 (unsigned long long)st.compactions, (unsigned long long)st.compact_moved,
                 (unsigned long long)st.compact_freed, (unsigned long long)st.stats.pool_bytes,
                 (unsigned long long)st.stats.compressed_bytes);
-        if (atomic_load(&bad))
-                fprintf(stderr, "%llu bad reads, the first of page %ld\n", (unsigned long long)bad,
-                        atomic_load(&first_bad));
-        ASSERT_EQ(atomic_load(&bad), 0);
+        ASSERT_EQ(atomic_load(&race.bad), 0);
         ASSERT_TRUE(st.compactions >= COMPACT_PASSES); /* else: stopped by the safety timeout */
         ASSERT_TRUE(st.compact_moved > 0);
         ASSERT_TRUE(st.compact_freed > 0);

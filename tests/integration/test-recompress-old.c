@@ -8,9 +8,7 @@
  * daemon has both. Built on libzswap's core (the internal header), as
  * test-fork-token is, to set what the library announces.
  */
-#include <dirent.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include "harness.h"
 #include "libzswap-internal.h"
@@ -24,30 +22,18 @@ static TestDaemon d;
 /* The versions of the stores this process holds (memfds named
  * zswapd-store): how many say "may hold strong objects". */
 static unsigned strong_stores(unsigned *n) {
-        DIR *dir = opendir("/proc/self/fd");
-        struct dirent *e;
+        int fds[8];
         unsigned strong = 0;
 
-        ASSERT_TRUE(dir);
-        *n = 0;
-        while ((e = readdir(dir))) {
-                char path[300], target[256];
-                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-                ssize_t l = readlink(path, target, sizeof(target) - 1);
-                if (l <= 0)
-                        continue;
-                target[l] = 0;
-                if (!strstr(target, "memfd:zswapd-store"))
-                        continue;
-                uint8_t *map = mmap(NULL, STORE_SUPER_SIZE, PROT_READ, MAP_SHARED, atoi(e->d_name), 0);
+        *n = (unsigned)td_fds_named("memfd:zswapd-store", fds, 8);
+        for (unsigned i = 0; i < *n; i++) {
+                uint8_t *map = mmap(NULL, STORE_SUPER_SIZE, PROT_READ, MAP_SHARED, fds[i], 0);
                 ASSERT_TRUE(map != MAP_FAILED);
                 uint32_t v = store_super(map)->version;
                 ASSERT_TRUE(v == STORE_VERSION || v == STORE_VERSION_STRONG);
                 strong += v == STORE_VERSION_STRONG;
-                (*n)++;
                 munmap(map, STORE_SUPER_SIZE);
         }
-        closedir(dir);
         return strong;
 }
 

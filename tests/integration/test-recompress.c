@@ -110,63 +110,17 @@ static void case_basic(void) {
 
 /* ---- torture ---- */
 
-static _Atomic bool stop;
-static _Atomic uint64_t bad, checked, rewritten, evicted;
-static _Atomic long first_bad = -1;
-static struct zswap_client *client;
-
-static void *reader(void *arg) {
-        uint64_t s = (uintptr_t)arg;
-        while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % (NPAGES / 2) * 2;
-                if (page_hash(buf + i * ZSWAP_PAGE_SIZE) != hashes[i]) {
-                        long none = -1;
-                        atomic_fetch_add(&bad, 1);
-                        atomic_compare_exchange_strong(&first_bad, &none, (long)i);
-                }
-                atomic_fetch_add(&checked, 1);
-                if (i % 8 == 0)
-                        usleep(100); /* leave most of the region out, for recompression */
-        }
-        return NULL;
-}
-
-static void *writer(void *arg) {
-        uint64_t s = (uintptr_t)arg;
-        while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % (NPAGES / 2) * 2 + 1;
-                volatile uint8_t *b = buf + i * ZSWAP_PAGE_SIZE + xorshift(&s) % ZSWAP_PAGE_SIZE;
-                *b = *b; /* a write fault with the same content */
-                atomic_fetch_add(&rewritten, 1);
-                usleep(300);
-        }
-        return NULL;
-}
-
-static void *evicter(void *arg) {
-        uint64_t s = (uintptr_t)arg;
-        while (!atomic_load(&stop)) {
-                size_t i = xorshift(&s) % (NPAGES / 256) * 256;
-                int r = zswap_pageout(client, buf + i * ZSWAP_PAGE_SIZE, 256 * ZSWAP_PAGE_SIZE);
-                ASSERT_TRUE(r >= 0);
-                atomic_fetch_add(&evicted, (uint64_t)r);
-                usleep(20000);
-        }
-        return NULL;
-}
-
 static void case_torture(void) {
         unsigned seconds = test_env_uint("TORTURE_SECONDS", 30) / 3 + 2;
         /* the age at its least: pages the readers leave alone for a
          * second are taken while the others come and go */
-        client = start(FAST " -o pool_compact=1");
+        struct zswap_client *client = start(FAST " -o pool_compact=1");
+        TdRace race = { .buf = buf, .npages = NPAGES, .hashes = hashes, .read_pause_us = 100, .write_pause_us = 300,
+                        .evict_pause_us = 20000 };
         ZMsgStatusReply st;
-        pthread_t th[4];
 
-        ASSERT_OK(pthread_create(&th[0], NULL, reader, (void *)(uintptr_t)1));
-        ASSERT_OK(pthread_create(&th[1], NULL, reader, (void *)(uintptr_t)2));
-        ASSERT_OK(pthread_create(&th[2], NULL, writer, (void *)(uintptr_t)3));
-        ASSERT_OK(pthread_create(&th[3], NULL, evicter, (void *)(uintptr_t)4));
+        race.c = client;
+        td_race_start(&race);
         time_t t0 = time(NULL);
         uint64_t at_start = 0;
         for (bool first = true;; first = false) {
@@ -176,22 +130,19 @@ static void case_torture(void) {
                         at_start = st.recompressed;
                 time_t t = time(NULL) - t0;
                 /* recompression while the threads run, not only before */
-                if ((t >= (time_t)seconds && st.recompressed > at_start + 256) || t >= SAFETY_S || atomic_load(&bad))
+                if ((t >= (time_t)seconds && st.recompressed > at_start + 256) || t >= SAFETY_S ||
+                    atomic_load(&race.bad))
                         break;
         }
-        atomic_store(&stop, true);
-        for (unsigned i = 0; i < 4; i++)
-                ASSERT_OK(pthread_join(th[i], NULL));
+        td_race_stop(&race);
         fprintf(stderr,
                 "%llu pages checked, %llu rewritten, %llu evicted again; %llu recompressed (%llu while they ran), "
                 "%llu compaction passes moved %llu objects\n",
-                (unsigned long long)checked, (unsigned long long)rewritten, (unsigned long long)evicted,
-                (unsigned long long)st.recompressed, (unsigned long long)(st.recompressed - at_start),
-                (unsigned long long)st.compactions, (unsigned long long)st.compact_moved);
-        if (atomic_load(&bad))
-                fprintf(stderr, "%llu bad reads, the first of page %ld\n", (unsigned long long)bad,
-                        atomic_load(&first_bad));
-        ASSERT_EQ(atomic_load(&bad), 0);
+                (unsigned long long)race.checked, (unsigned long long)race.rewritten,
+                (unsigned long long)race.evicted, (unsigned long long)st.recompressed,
+                (unsigned long long)(st.recompressed - at_start), (unsigned long long)st.compactions,
+                (unsigned long long)st.compact_moved);
+        ASSERT_EQ(atomic_load(&race.bad), 0);
         ASSERT_TRUE(st.recompressed > at_start + 256); /* else: stopped by the safety timeout */
         check_all("after the race");
         ASSERT_TRUE(td_pageout_want(client, buf, len, NPAGES * 9 / 10) > 0);

@@ -135,27 +135,17 @@ static void gdb_stacks(void) {
  * this process: a count its daemon left behind when it was killed stops
  * the agent's moves. */
 static void dump_sync(void) {
-        DIR *dir = opendir("/proc/self/fd");
-        struct dirent *e;
+        int fds[64];
+        size_t n = td_fds_named("memfd:zswap-sync", fds, 64);
 
-        while (dir && (e = readdir(dir))) {
-                char path[300], target[256];
-                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-                ssize_t l = readlink(path, target, sizeof(target) - 1);
-                if (l <= 0)
-                        continue;
-                target[l] = 0;
-                if (!strstr(target, "memfd:zswap-sync"))
-                        continue;
-                ZSync *z = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ, MAP_SHARED, atoi(e->d_name), 0);
+        for (size_t i = 0; i < n; i++) {
+                ZSync *z = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ, MAP_SHARED, fds[i], 0);
                 if (z == MAP_FAILED)
                         continue;
-                fprintf(stderr, "  sync memfd (fd %s): moving %u, reading %u\n", e->d_name,
-                        atomic_load(&z->moving), atomic_load(&z->reading));
+                fprintf(stderr, "  sync memfd (fd %d): moving %u, reading %u\n", fds[i], atomic_load(&z->moving),
+                        atomic_load(&z->reading));
                 munmap(z, ZSWAP_SYNC_SIZE);
         }
-        if (dir)
-                closedir(dir);
 }
 
 /* A case that hangs fails with what it waited for, not by meson's timeout. */
@@ -710,23 +700,7 @@ static void case_planned(void) {
 
 /* The stores this process holds: memfds named zswapd-store (store.c). */
 static size_t find_stores(int *fds, size_t max) {
-        DIR *dir = opendir("/proc/self/fd");
-        struct dirent *e;
-        size_t n = 0;
-
-        ASSERT_TRUE(dir);
-        while ((e = readdir(dir)) && n < max) {
-                char path[300], target[256];
-                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-                ssize_t l = readlink(path, target, sizeof(target) - 1);
-                if (l <= 0)
-                        continue;
-                target[l] = 0;
-                if (strstr(target, "memfd:zswapd-store"))
-                        fds[n++] = atoi(e->d_name);
-        }
-        closedir(dir);
-        return n;
+        return td_fds_named("memfd:zswapd-store", fds, max);
 }
 
 /* Point the STORED entry of page addr at an object past the pool's end.
