@@ -3,7 +3,8 @@
 # that chose the fault-thread layout); bench-contention inversion and
 # readers, bench-store, bench-scale, bench-core and bench-redis, each
 # printing its own table of zswapd beside kernel zram-lz4 (and kernel
-# zswap-lzo) measured in the same run; last, bench-reclaim, the daemon's own
+# zswap-lzo) measured in the same run; bench-recompress, the strong tier
+# against zram-lz4 and zstd as the only codec; last, bench-reclaim, the daemon's own
 # reclaim under a resident limit against LRU, FIFO, CLOCK and OPT on the
 # same access traces. bench-overhead.sh, bench-restart, bench-policy and
 # bench-tier are run on their own. Needs root; sets up and tears down its
@@ -11,7 +12,7 @@
 #
 #   sudo bench/run-all.sh [BUILD_DIR]      (default: build)
 #
-# Takes ~18 minutes on 2 vCPUs (bench-reclaim ~3 of them). Run it on an
+# Takes ~20 minutes on 2 vCPUs (bench-reclaim ~3 of them). Run it on an
 # otherwise idle machine: every benchmark compares within its own run, but
 # a busy machine widens the spread. Output: the tables on stdout; a copy in
 # BUILD_DIR/bench-all.log.
@@ -47,5 +48,6 @@ run() {
         run "$bench/bench-scale"
         run "$bench/bench-core" --size 1024
         run "$bench/bench-redis"
+        run "$bench/bench-recompress" --size 128
         run "$bench/bench-reclaim"
 } 2>&1 | tee "$build/bench-all.log"
