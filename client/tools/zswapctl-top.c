@@ -208,8 +208,14 @@ static void summary(Screen *s, const Top *t, const ZMsgStatusReply *st, size_t n
                 fmt(K_SIZE, st->pool_bound, b, lim, sizeof(lim));
         else
                 snprintf(lim, sizeof(lim), "none");
-        int n = snprintf(line, sizeof(line), "Pool:    %s  limit %s  staged %llu  incompressible %llu  tier ", st->codec,
-                         lim, (unsigned long long)z->staged_pages, (unsigned long long)z->incompressible_pages);
+        /* the strong tier, while recompression is on: what zstd holds */
+        char strong[48] = "", sb[32];
+        if (st->recompress_age_ms) {
+                fmt(K_SIZE, st->strong_bytes, b, sb, sizeof(sb));
+                snprintf(strong, sizeof(strong), "+zstd %s", sb);
+        }
+        int n = snprintf(line, sizeof(line), "Pool:    %s%s  limit %s  staged %llu  incompressible %llu  tier ", st->codec,
+                         strong, lim, (unsigned long long)z->staged_pages, (unsigned long long)z->incompressible_pages);
         if (st->tier_state < 0) {
                 snprintf(line + n, sizeof(line) - (size_t)n, "none");
         } else {
