@@ -63,11 +63,11 @@ int main(void) {
         uint8_t *ob = region(old, old_hashes, 91), *nb = region(cur, new_hashes, 92);
         int no = zswap_pageout(old, ob, len), nn = zswap_pageout(cur, nb, len);
         ASSERT_TRUE(no > 0 && nn > 0);
-        /* until recompression has settled: its count still for two
-         * seconds, the current client's corpus half mostly done */
+        /* until recompression has settled: its count still for a
+         * second, the current client's corpus half mostly done */
         uint64_t last = UINT64_MAX, end = test_now_ns() + TEST_WAIT_S * 1000000000ull;
         for (unsigned still = 0; still < 2;) {
-                sleep(1);
+                usleep(500000);
                 td_status(&d, &st);
                 still = st.recompressed >= NPAGES / 4 && st.recompressed == last ? still + 1 : 0;
                 last = st.recompressed;

@@ -234,8 +234,8 @@ static void case_client(void) {
         ASSERT_EQ(td_ctl(&d, "set --pid %d recompress_age 0", (int)getpid()), 0);
         ASSERT_EQ(mine().recompress_age_ms, 0);
         ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
-        /* the daemon's 1 s would have taken them four times over */
-        sleep(4);
+        /* the daemon's 1 s would have taken them twice over */
+        sleep(2);
         ZClientRecord r = mine();
         ASSERT_EQ(r.strong_pages, 0);
         ASSERT_EQ(r.recompressed, 0);
@@ -243,7 +243,7 @@ static void case_client(void) {
         ASSERT_EQ(td_ctl(&d, "%s", cmd), 0);
         ASSERT_EQ(mine().recompress_age_ms, 1000);
         r = wait_strong(NPAGES / 2);
-        fprintf(stderr, "own age off: none recompressed in 4 s; own age 1 s: %llu\n",
+        fprintf(stderr, "own age off: none recompressed in 2 s; own age 1 s: %llu\n",
                 (unsigned long long)r.strong_pages);
         /* the operator's off switch wins over the client's own age */
         ASSERT_EQ(td_ctl(&d, "set recompress_age 0"), 0);
