@@ -289,10 +289,17 @@ void recompress_done(Recompressor *r, Work *w) {
         r->busy_skips += busy;
         atomic_fetch_add_explicit(&mm->st.recompress_cpu_ns, cpu, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->core->recompress_cpu_ns, cpu, memory_order_relaxed);
-        /* the walk goes on where it stopped, or (at the end) later */
+        /* the walk goes on where it stopped, or (at the end) later: a
+         * second later if the pass took something, else once a quarter of
+         * the age has passed (nothing grows cold faster; a big client
+         * whose objects zstd cannot shrink is not walked every second) */
         mm->rc.recompress_cursor = j->next;
-        if (j->next == 0)
-                mm->rc.recompress_after_ms = now_ms() + REWALK_MS;
+        mm->rc.recompress_pass_taken += j->n;
+        if (j->next == 0) {
+                uint64_t wait = mm->rc.recompress_pass_taken ? REWALK_MS : MAX(REWALK_MS, j->age_ms / 4);
+                mm->rc.recompress_after_ms = now_ms() + wait;
+                mm->rc.recompress_pass_taken = 0;
+        }
         r->busy = false;
         r->last_ms = now_ms();
         r->yields += j->yielded;
@@ -372,6 +379,7 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         j->cold = stamp > back ? stamp - back : 0;
         j->unstamped_cold = now - mm->rc.recompress_seen_ms >= age;
         j->level = conf->level;
+        j->age_ms = age;
         j->yield = !force;
         j->faults = faults;
         j->yielded = false;

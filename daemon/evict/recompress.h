@@ -60,6 +60,7 @@ typedef struct RecompJob {
         uint32_t cold;       /* pages whose stamp is at most this are cold */
         bool unstamped_cold; /* pages never stamped are cold too (the client is older than the age) */
         int level;           /* zstd level */
+        uint64_t age_ms;     /* the client's recompress_age */
         bool yield;          /* stop at the first fault the daemon serves (Core.faults moves) */
         uint64_t faults;     /* Core.faults when the job started */
         /* out */

@@ -106,6 +106,7 @@ typedef struct MMReclaim {
          * the recompressor first saw it */
         int64_t recompress_age_ms;
         uint64_t recompress_cursor, recompress_after_ms, recompress_seen_ms;
+        uint64_t recompress_pass_taken; /* objects the walk under way took so far */
         bool off;               /* the client is exempt from the daemon's policies */
         uint64_t resident;      /* resident managed pages at the last tick */
         uint64_t held;          /* pages held out (stored + same + staged) at the last tick */
