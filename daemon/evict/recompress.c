@@ -88,7 +88,6 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         bool fault = j->yield && atomic_load_explicit(&c->mm->core->faults, memory_order_relaxed) != j->faults;
         if (j->scanned++ >= RECOMP_SCAN || j->n == RECOMP_PAGES || fault ||
             j->used + ZSWAP_PAGE_SIZE > sizeof(j->buf) || atomic_load_explicit(&c->mm->dead, memory_order_relaxed)) {
-                j->yielded = fault;
                 j->next = addr;
                 return 1;
         }
@@ -119,7 +118,6 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         if (r < 0) {
                 /* taken and rewritten while we read (the entry tells: the
                  * CAS fails), or bad: leave it as it is */
-                j->undecodable++;
                 unmark(e, marked, v);
                 return 0;
         }
@@ -127,7 +125,6 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint32_t cap = (units(clen) - 1) << STORE_UNIT_SHIFT;
         int n = cap ? codec_compress(c->strong, c->page, j->buf + j->used, cap) : -ENOSPC;
         if (n <= 0 || units((uint32_t)n) >= units(clen)) {
-                j->nogain++;
                 unmark(e, marked, v | PE_NOGAIN);
                 return 0;
         }
@@ -249,7 +246,6 @@ static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
         mmclient_count_stored(mm, nv, 1);
         /* counters: relaxed */
         atomic_fetch_add_explicit(&mm->st.recompressed, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&mm->st.recompress_saved, pe_clen(old) - it->len, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->core->recompressed, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->core->recompress_saved, pe_clen(old) - it->len, memory_order_relaxed);
 }
@@ -257,7 +253,7 @@ static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
 void recompress_done(Recompressor *r, Work *w) {
         RecompJob *j = w->data;
         MMClient *mm = w->mm;
-        uint64_t t0 = thread_cpu_ns(), busy = 0;
+        uint64_t t0 = thread_cpu_ns();
 
         for (uint32_t i = 0; i < j->n; i += SWAP_GROUP) {
                 uint32_t end = MIN(j->n, i + SWAP_GROUP);
@@ -273,7 +269,6 @@ void recompress_done(Recompressor *r, Work *w) {
                                 if (e)
                                         unmark(e, j->items[k].v, j->items[k].v & ~PE_RC);
                         }
-                        busy++;
                         continue;
                 }
                 for (uint32_t k = i; k < end; k++)
@@ -286,8 +281,6 @@ void recompress_done(Recompressor *r, Work *w) {
         pool_reclaim(mm->pool);
         uint64_t cpu = j->cpu_ns + (thread_cpu_ns() - t0);
         r->tokens_ns -= (int64_t)cpu;
-        r->busy_skips += busy;
-        atomic_fetch_add_explicit(&mm->st.recompress_cpu_ns, cpu, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->core->recompress_cpu_ns, cpu, memory_order_relaxed);
         /* the walk goes on where it stopped, or (at the end) later: a
          * second later if the pass took something, else once a quarter of
@@ -302,7 +295,6 @@ void recompress_done(Recompressor *r, Work *w) {
         }
         r->busy = false;
         r->last_ms = now_ms();
-        r->yields += j->yielded;
         /* the buffer is kept for the next job; after recompress_fini()
          * (the daemon stopping) it goes with the item */
         if (r->started)
@@ -382,13 +374,11 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         j->age_ms = age;
         j->yield = !force;
         j->faults = faults;
-        j->yielded = false;
         j->n = j->used = 0;
-        j->scanned = j->nogain = j->undecodable = 0;
+        j->scanned = 0;
         w->data = j;
         r->busy = true;
         r->last_id = mm->id;
-        r->jobs++;
         r->slot = w;
         pthread_cond_signal(&r->cond);
         pthread_mutex_unlock(&r->lock);

@@ -66,8 +66,7 @@ typedef struct RecompJob {
         /* out */
         uint64_t next;       /* where the next walk starts; 0: it reached the end */
         uint64_t cpu_ns;     /* the worker's CPU time */
-        uint64_t scanned, nogain, undecodable;
-        bool yielded;        /* it stopped for a fault */
+        uint64_t scanned;    /* entries looked at */
         uint32_t n, used;    /* items, bytes of buf used */
         RecompItem items[RECOMP_PAGES];
         uint8_t buf[RECOMP_PAGES * ZSWAP_PAGE_SIZE];
@@ -83,8 +82,6 @@ typedef struct Recompressor {
         uint64_t tokens_ms; /* when tokens were last added */
         uint64_t faults_seen; /* Core.faults at the last tick */
         uint64_t last_ms;     /* when the last job ended */
-        /* daemon-wide counters, manager thread only */
-        uint64_t jobs, busy_skips, yields;
         /* the thread: started by recompress_start(); its job slot and stop
          * are under lock, the rest is the thread's own */
         pthread_t thread;

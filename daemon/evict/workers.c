@@ -50,7 +50,7 @@ struct Evictor {
 typedef struct Worker {
         Evictor *ev;
         CodecCCtx *cctx;
-        CodecDCtx *dctx; /* to check a kept copy against the page; recompression's */
+        CodecDCtx *dctx; /* to check a kept copy against the page */
         CodecCCtx *strong; /* zstd: the strong tier (recompress.h) */
         uint8_t cbuf[ZSWAP_PAGE_SIZE];
         uint8_t vbuf[ZSWAP_PAGE_SIZE];
@@ -228,10 +228,8 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         atomic_fetch_sub_explicit(&mm->st.staged_pages, 1, memory_order_relaxed);
         if (h)
                 mmclient_count_stored(mm, nv, 1);
-        if (nv & PE_STRONG) {
-                atomic_fetch_add_explicit(&mm->st.strong_rescued, 1, memory_order_relaxed);
+        if (nv & PE_STRONG)
                 atomic_fetch_add_explicit(&core->strong_rescued, 1, memory_order_relaxed);
-        }
         if (!h)
                 atomic_fetch_add_explicit(&mm->st.same_pages, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&mm->st.evictions, 1, memory_order_relaxed);

@@ -88,10 +88,9 @@ typedef struct MMClientStats {
         /* of stored_pages, those whose object in the pool is of the
          * strong tier (PE_STRONG), and their bytes (in compressed_bytes) */
         _Atomic uint64_t strong_pages, strong_bytes;
-        /* pages the recompressor gave a strong object, the pool bytes
-         * that saved, its CPU time; pages the store's codec found
-         * incompressible that the strong codec stored */
-        _Atomic uint64_t recompressed, recompress_saved, recompress_cpu_ns, strong_rescued;
+        /* pages the recompressor gave a strong object (the daemon-wide
+         * counters of its savings and CPU are Core's) */
+        _Atomic uint64_t recompressed;
         _Atomic uint64_t resident_pages, limit_bytes; /* written by reclaim each tick */
         _Atomic uint64_t registered; /* registered_bytes, readable without regions_lock */
 } MMClientStats;
