@@ -39,6 +39,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_TIER_WRITE] = { "tier_write", EIO },
         [INJ_TIER_READ] = { "tier_read", EIO },
         [INJ_LOCK_BUSY] = { "lock_busy", EBUSY },
+        [INJ_DECODE] = { "decode", EBADMSG },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

@@ -274,6 +274,9 @@ typedef struct ZMsgStatusReply {
         uint64_t recompress_age_ms;
         int32_t recompress_level;
         uint32_t reserved4;
+        /* pages lost because their pool object failed to decompress
+         * (poisoned: SIGBUS on access), as tier_corrupt for the tier */
+        uint64_t pool_corrupt;
 } ZMsgStatusReply;
 
 /*

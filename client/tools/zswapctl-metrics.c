@@ -125,6 +125,8 @@ static void metrics_daemon(const ZMsgStatusReply *st) {
                   st->tier_read_errors },
                 { "zswapd_tier_write_errors_total", "counter", "Writes to the second tier that failed (the pages stayed in RAM).",
                   st->tier_write_errors },
+                { "zswapd_pool_corrupt_total", "counter",
+                  "Pages whose pool object failed to decompress (lost, poisoned).", st->pool_corrupt },
                 { "zswapd_tier_corrupt_total", "counter", "Pages whose second-tier data failed its checksum (lost, poisoned).",
                   st->tier_corrupt },
                 { "zswapd_tier_full_events_total", "counter", "Times writeback stopped for want of free blocks.",

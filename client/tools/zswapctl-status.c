@@ -105,6 +105,7 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("recompress_saved_bytes", K_SIZE, st->recompress_saved);
         ADD("recompress_cpu_ns", K_NS, st->recompress_cpu_ns);
         ADD("strong_rescued", K_COUNT, st->strong_rescued);
+        ADD("pool_corrupt", K_COUNT, st->pool_corrupt);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };
         f[n++] = (Field){ .name = "tier_backing", .kind = K_TEXT, .text = st->tier_state < 0 ? "-" : st->tier_backing };

@@ -144,6 +144,9 @@ int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) {
                 memcpy(dst, src, ZSWAP_PAGE_SIZE); /* stored raw */
                 return 0;
         }
+        int inj = pe_is_tier(origin) ? 0 : INJECT(INJ_DECODE);
+        if (inj)
+                return -inj;
         return pe_decompress(ft->dctx, origin, src, clen, dst);
 }
 
@@ -582,40 +585,55 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
         mm->ra_next = a;
 }
 
+/*
+ * A page whose data is lost: its pool object fails to decompress, or its
+ * data on the second tier fails to open (tier-seal.c) or its stub is bad.
+ * This thread holds its entry (LOADING value loading). It is never
+ * installed: the entry is dropped and the page poisoned, so the process
+ * gets SIGBUS on access, as the kernel does with a swapped-out page it
+ * cannot read, rather than other content or a fault that never ends.
+ * Every loss is counted (where) and logged, the first ones of each minute
+ * page by page.
+ */
+static void page_lost(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t loading,
+                      const char *why, const char *counter) {
+        uint64_t now = now_ns();
+
+        if (now - ft->lost_since_ns > 60ull * 1000000000) {
+                if (ft->lost_unlogged)
+                        log_error("%u more pages lost in the last minute (zswapctl status: pool_corrupt, tier_corrupt)",
+                                  ft->lost_unlogged);
+                ft->lost_since_ns = now;
+                ft->lost_logged = ft->lost_unlogged = 0;
+        }
+        if (ft->lost_logged++ < 8)
+                log_error("pid %d: page at %#llx is lost: %s; it is poisoned (SIGBUS on access) rather than "
+                          "installed (zswapctl status: %s)",
+                          (int)mmclient_pid(mm), (unsigned long long)addr, why, counter);
+        else
+                ft->lost_unlogged++;
+        mmclient_release_payload(mm, loading);
+        atomic_store_explicit(e, 0, memory_order_release);
+        uffd_poison(mm, addr);
+}
+
 /* ---- the second tier ---- */
 
 /*
  * A page of the second tier that decode() could not bring back; this
- * thread holds its entry (LOADING value loading, from v). Lost (its data
- * fails to open (tier-seal.c), or its stub is bad): never installed, the page is
- * poisoned and the entry dropped. Otherwise the backing store could not
- * be read (an I/O error, the NBD server gone): the entry goes back as it
- * was and the fault waits, served again from a retry every millisecond
- * (the reader itself tries its backing store again at most every 10 ms,
- * an NBD connection every second), for as long as it takes.
+ * thread holds its entry (LOADING value loading, from v). Lost (-EBADMSG):
+ * page_lost(). Otherwise the backing store could not be read (an I/O
+ * error, the NBD server gone): the entry goes back as it was and the
+ * fault waits, served again from a retry every millisecond (the reader
+ * itself tries its backing store again at most every 10 ms, an NBD
+ * connection every second), for as long as it takes.
  */
 void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v,
                  uint64_t loading, int r) {
         uint64_t now = now_ns();
 
         if (r == -EBADMSG) {
-                /* every loss is told, the first ones a minute page by page */
-                if (now - ft->lost_since_ns > 60ull * 1000000000) {
-                        if (ft->lost_unlogged)
-                                log_error("%u more pages lost on the second tier in the last minute (zswapctl status: "
-                                          "tier_corrupt)", ft->lost_unlogged);
-                        ft->lost_since_ns = now;
-                        ft->lost_logged = ft->lost_unlogged = 0;
-                }
-                if (ft->lost_logged++ < 8)
-                        log_error("pid %d: page at %#llx is lost: its data on the second tier fails authentication; "
-                                  "it is poisoned (SIGBUS on access) rather than installed",
-                                  (int)mmclient_pid(mm), (unsigned long long)addr);
-                else
-                        ft->lost_unlogged++;
-                mmclient_release_payload(mm, loading);
-                atomic_store_explicit(e, 0, memory_order_release);
-                uffd_poison(mm, addr);
+                page_lost(ft, mm, addr, e, loading, "its data on the second tier fails authentication", "tier_corrupt");
                 return;
         }
         atomic_store_explicit(e, v, memory_order_release);
@@ -816,11 +834,10 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                                 return;
                         }
                         if (r < 0) {
-                                /* never install garbage; leave the entry so the
-                                 * fault stays pending and the error is visible */
-                                log_error("pid %d: page at %#llx fails to decompress", (int)mmclient_pid(mm),
-                                          (unsigned long long)addr);
-                                atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release);
+                                /* never install garbage */
+                                atomic_fetch_add_explicit(&mm->core->pool_corrupt, 1, memory_order_relaxed);
+                                page_lost(ft, mm, addr, e, loading, "its pool object fails to decompress",
+                                          "pool_corrupt");
                                 return;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);

@@ -211,6 +211,7 @@ static void status_strong(Manager *m, ZMsgStatusReply *rep) {
         rep->recompress_saved = atomic_load_explicit(&m->core.recompress_saved, memory_order_relaxed);
         rep->recompress_cpu_ns = atomic_load_explicit(&m->core.recompress_cpu_ns, memory_order_relaxed);
         rep->strong_rescued = atomic_load_explicit(&m->core.strong_rescued, memory_order_relaxed);
+        rep->pool_corrupt = atomic_load_explicit(&m->core.pool_corrupt, memory_order_relaxed);
         rep->recompress_age_ms = m->reclaim.tun.recompress_age_ms;
         rep->recompress_level = (int32_t)m->reclaim.tun.recompress_level;
 }

@@ -117,6 +117,7 @@ struct Core {
          * bytes that saved, the CPU time it took (worker and manager);
          * incompressible pages the strong codec stored (workers.c) */
         _Atomic uint64_t recompressed, recompress_saved, recompress_cpu_ns, strong_rescued;
+        _Atomic uint64_t pool_corrupt; /* pages lost: their object failed to decompress (serve.c) */
 
         /* copies of the run-time tunables, written by the manager
          * (reclaim_apply()), read by fault threads, workers and the tier's

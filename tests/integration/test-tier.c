@@ -500,6 +500,58 @@ static void case_corrupt(void) {
         td_stop(&d);
 }
 
+/* Pool objects that fail to decompress (ZSWAPD_INJECT decode: every
+ * seventh decompression of a pool object says its data is corrupt, as a
+ * flipped bit in a zstd frame would). A fault on such a page must end:
+ * the page is poisoned (SIGBUS), never installed with other content and
+ * never left waiting; every other page reads back intact. Without the
+ * poisoning the child's read never returns: its alarm ends it. */
+static void case_pool_corrupt(void) {
+        static uint64_t hashes[NPAGES];
+        TestDaemon d;
+
+        backing_file("64M");
+        setenv("ZSWAPD_INJECT", "decode=1/7", 1);
+        start_daemon(&d);
+        unsetenv("ZSWAPD_INJECT");
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                struct zswap_client *c = td_connect(&d);
+                uint8_t *buf = td_region(c, DATA, 0xdec0, hashes);
+                page_all_out(&d, c, buf, 0);
+                ZMsgStatusReply st = status(&d);
+                alarm(TEST_WAIT_S);
+                unsigned good, bus, wrong;
+                read_all_counted(buf, hashes, &good, &bus, &wrong);
+                alarm(0);
+                ZMsgStatusReply st2 = status(&d);
+                fprintf(stderr, "pool-corrupt: %u intact, %u SIGBUS, %u wrong; %llu pages were in the pool, %llu lost\n",
+                        good, bus, wrong, (unsigned long long)st.stats.stored_pages,
+                        (unsigned long long)st2.pool_corrupt);
+                if (wrong || bus == 0 || st2.pool_corrupt < bus || good + bus != NPAGES)
+                        _exit(1);
+                /* the lost pages' objects went back to the pool */
+                if (status(&d).stats.stored_pages != 0)
+                        _exit(3);
+                if (!sigsetjmp(bus_jmp, 1)) {
+                        for (unsigned i = 0; i < NPAGES; i++)
+                                (void)*(volatile uint8_t *)(buf + (size_t)i * ZSWAP_PAGE_SIZE);
+                        _exit(2); /* no SIGBUS any more */
+                }
+                _exit(0);
+        }
+        int ws;
+        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+                td_log_dump(&d);
+                test_fail("pool-corrupt: child status %#x%s", ws,
+                          WIFSIGNALED(ws) && WTERMSIG(ws) == SIGALRM ? " (its reads never ended)" : "");
+        }
+        ASSERT_TRUE(td_log_has(&d, "its pool object fails to decompress"));
+        td_stop(&d);
+}
+
 /* kill -9 with pages on the tier: the next daemon (same backing file)
  * adopts the client's store, stubs and all, and serves every page. */
 /* A 5-byte pattern whose XOR into a message, anywhere, leaves its
@@ -1216,7 +1268,8 @@ int main(int argc, char **argv) {
                 void (*fn)(void);
         } cases[] = {
                 { "file", case_file },       { "blockdev", case_blockdev }, { "full", case_full },       { "write-error", case_write_error },
-                { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "forge", case_forge },
+                { "read-error", case_read_error }, { "corrupt", case_corrupt }, { "pool-corrupt", case_pool_corrupt },
+                { "forge", case_forge },
                 { "restart", case_restart },
                 { "nbd", case_nbd },         { "nbd-restart", case_nbd_restart },
                 { "nbd-down-restart", case_nbd_down_restart }, { "unsafe-backing", case_unsafe_backing },
