@@ -51,6 +51,18 @@ typedef struct DlSyms {
         __typeof__(ZSTD_createDCtx_advanced) *ZSTD_createDCtx_advanced;
         __typeof__(ZSTD_freeDCtx) *ZSTD_freeDCtx;
         __typeof__(ZSTD_decompressDCtx) *ZSTD_decompressDCtx;
+        __typeof__(ZSTD_decompress_usingDict) *ZSTD_decompress_usingDict;
+        __typeof__(ZSTD_createDDict_byReference) *ZSTD_createDDict_byReference;
+        __typeof__(ZSTD_getDictID_fromDDict) *ZSTD_getDictID_fromDDict;
+        __typeof__(ZSTD_freeDDict) *ZSTD_freeDDict;
+        __typeof__(ZSTD_decompress_usingDDict) *ZSTD_decompress_usingDDict;
+        __typeof__(ZSTD_createCCtxParams) *ZSTD_createCCtxParams;
+        __typeof__(ZSTD_CCtxParams_init) *ZSTD_CCtxParams_init;
+        __typeof__(ZSTD_CCtxParams_setParameter) *ZSTD_CCtxParams_setParameter;
+        __typeof__(ZSTD_createCDict_advanced2) *ZSTD_createCDict_advanced2;
+        __typeof__(ZSTD_freeCCtxParams) *ZSTD_freeCCtxParams;
+        __typeof__(ZSTD_freeCDict) *ZSTD_freeCDict;
+        __typeof__(ZSTD_CCtx_refCDict) *ZSTD_CCtx_refCDict;
 } DlSyms;
 
 /*
@@ -80,7 +92,19 @@ static int codec_load(void) {
                   DL_SYM(t, zstd, ZSTD_freeCCtx) && DL_SYM(t, zstd, ZSTD_CCtx_setParameter) &&
                   DL_SYM(t, zstd, ZSTD_compress2) && DL_SYM(t, zstd, ZSTD_isError) &&
                   DL_SYM(t, zstd, ZSTD_createDCtx) && DL_SYM(t, zstd, ZSTD_createDCtx_advanced) &&
-                  DL_SYM(t, zstd, ZSTD_freeDCtx) && DL_SYM(t, zstd, ZSTD_decompressDCtx);
+                  DL_SYM(t, zstd, ZSTD_freeDCtx) && DL_SYM(t, zstd, ZSTD_decompressDCtx) &&
+                  DL_SYM(t, zstd, ZSTD_decompress_usingDict) &&
+                  DL_SYM(t, zstd, ZSTD_createDDict_byReference) &&
+                  DL_SYM(t, zstd, ZSTD_getDictID_fromDDict) &&
+                  DL_SYM(t, zstd, ZSTD_freeDDict) &&
+                  DL_SYM(t, zstd, ZSTD_decompress_usingDDict) &&
+                  DL_SYM(t, zstd, ZSTD_createCCtxParams) &&
+                  DL_SYM(t, zstd, ZSTD_CCtxParams_init) &&
+                  DL_SYM(t, zstd, ZSTD_CCtxParams_setParameter) &&
+                  DL_SYM(t, zstd, ZSTD_createCDict_advanced2) &&
+                  DL_SYM(t, zstd, ZSTD_freeCCtxParams) &&
+                  DL_SYM(t, zstd, ZSTD_freeCDict) &&
+                  DL_SYM(t, zstd, ZSTD_CCtx_refCDict);
         DlSyms *none = NULL;
         /* the handles stay open for the process's life: contexts made
          * from them may outlive any caller */
@@ -250,6 +274,114 @@ int codec_decompress_as(CodecDCtx *d, CodecKind kind, const void *src, size_t le
         }
         int n = CALL(LZ4_decompress_safe)(src, page, (int)len, (int)ZSWAP_PAGE_SIZE);
         return n == (int)ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
+}
+
+int codec_decompress_dict(CodecDCtx *d, const CodecDict *dict, const void *src, size_t len, void *page) {
+        if (len == 0 || len > ZSWAP_PAGE_SIZE || !dict)
+                return -EBADMSG;
+        size_t n;
+        if (dict->ddict)
+                n = CALL(ZSTD_decompress_usingDDict)(d->zd, page, ZSWAP_PAGE_SIZE, src, len, dict->ddict);
+        else
+                n = CALL(ZSTD_decompress_usingDict)(d->zd, page, ZSWAP_PAGE_SIZE, src, len, dict->bytes, dict->len);
+        return !CALL(ZSTD_isError)(n) && n == ZSWAP_PAGE_SIZE ? 0 : -EBADMSG;
+}
+
+void codec_dict_init_ref(CodecDict *d, const void *bytes, size_t len) {
+        atomic_store_explicit(&d->refs, 1, memory_order_relaxed);
+        d->len = (uint32_t)len;
+        d->bytes = bytes;
+        d->ddict = NULL;
+}
+
+struct CodecCDict {
+        ZSTD_CDict *cd;
+};
+
+int codec_dict_new(const void *bytes, size_t len, CodecDict **ret) {
+        int r = codec_load();
+        if (r < 0)
+                return r;
+        if (len == 0 || len > CODEC_DICT_MAX)
+                return -EINVAL;
+        CodecDict *d = malloc(sizeof(*d) + len);
+        if (!d)
+                return -ENOMEM;
+        memcpy(d->own, bytes, len);
+        codec_dict_init_ref(d, d->own, len);
+        /* by reference: d->own lives as long as the DDict */
+        d->ddict = CALL(ZSTD_createDDict_byReference)(d->own, len);
+        /* a dictionary zstd cannot parse (not ZDICT's, or raw content
+         * under the dictionary magic) would fail every frame */
+        if (!d->ddict || CALL(ZSTD_getDictID_fromDDict)(d->ddict) == 0) {
+                CALL(ZSTD_freeDDict)(d->ddict);
+                free(d);
+                return -EINVAL;
+        }
+        *ret = d;
+        return 0;
+}
+
+CodecDict *codec_dict_ref(CodecDict *d) {
+        /* relaxed: the holder of a reference publishes the dictionary */
+        atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+        return d;
+}
+
+void codec_dict_unref(CodecDict *d) {
+        /* acq_rel: every use of it before the last release */
+        if (!d || atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+                return;
+        CALL(ZSTD_freeDDict)(d->ddict);
+        free(d);
+}
+
+int codec_cdict_new(const CodecDict *d, int level, CodecCDict **ret) {
+        int r = codec_load();
+        if (r < 0)
+                return r;
+        CodecCDict *c = malloc(sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        ZSTD_CCtx_params *p = CALL(ZSTD_createCCtxParams)();
+        c->cd = NULL;
+        if (p && !CALL(ZSTD_isError)(CALL(ZSTD_CCtxParams_init)(p, level ? level : 1)) &&
+            !CALL(ZSTD_isError)(CALL(ZSTD_CCtxParams_setParameter)(p, ZSTD_c_contentSizeFlag, 0)) &&
+            !CALL(ZSTD_isError)(CALL(ZSTD_CCtxParams_setParameter)(p, ZSTD_c_checksumFlag, 0)) &&
+            !CALL(ZSTD_isError)(CALL(ZSTD_CCtxParams_setParameter)(p, ZSTD_c_dictIDFlag, 0)))
+                /* the parameters of a page: the window and tables sized
+                 * for 4 KiB, not for the dictionary alone */
+                c->cd = CALL(ZSTD_createCDict_advanced2)(d->bytes, d->len, ZSTD_dlm_byRef, ZSTD_dct_fullDict, p,
+                                                   ZSTD_defaultCMem);
+        CALL(ZSTD_freeCCtxParams)(p);
+        if (!c->cd) {
+                free(c);
+                return -ENOMEM;
+        }
+        *ret = c;
+        return 0;
+}
+
+CodecCDict *codec_cdict_free(CodecCDict *c) {
+        if (c) {
+                CALL(ZSTD_freeCDict)(c->cd);
+                free(c);
+        }
+        return NULL;
+}
+
+int codec_compress_cdict(CodecCCtx *c, const CodecCDict *cd, const void *page, void *dst, size_t dst_cap) {
+        if (c->kind != CODEC_ZSTD)
+                return -EINVAL;
+        /* the frame parameters stay the context's (no content size, no
+         * checksum, no dictionary id: the entry says which dictionary) */
+        size_t n = CALL(ZSTD_CCtx_refCDict)(c->zc, cd->cd);
+        if (!CALL(ZSTD_isError)(n))
+                n = CALL(ZSTD_compress2)(c->zc, dst, dst_cap, page, ZSWAP_PAGE_SIZE);
+        (void)CALL(ZSTD_CCtx_refCDict)(c->zc, NULL);
+        if (CALL(ZSTD_isError)(n))
+                return -ENOSPC;
+        return (int)n;
 }
 
 CodecKind codec_dctx_kind(const CodecDCtx *d) {

@@ -3,6 +3,7 @@
  */
 #pragma once
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,40 @@ int codec_decompress(CodecDCtx *d, const void *src, size_t len, void *page);
 int codec_decompress_as(CodecDCtx *d, CodecKind kind, const void *src, size_t len, void *page);
 /* The codec the context was made for. */
 CodecKind codec_dctx_kind(const CodecDCtx *d);
+
+/*
+ * A zstd dictionary (the strong tier's, one per client: docs/reclaim.md,
+ * "Dictionaries"), read-only once made and shared by reference count.
+ * bytes are the dictionary as ZDICT made it; ddict, where the daemon made
+ * one (codec_dict_new()), is it digested for decoding, shared by every
+ * thread (zstd only reads a DDict). The client library's copy decodes
+ * from the bytes alone (codec_dict_init_ref()).
+ */
+#define CODEC_DICT_MAX 32768 /* bytes of a dictionary, at most */
+typedef struct CodecDict {
+        _Atomic uint32_t refs;
+        uint32_t len;
+        const uint8_t *bytes;
+        void *ddict; /* ZSTD_DDict, or NULL */
+        uint8_t own[]; /* codec_dict_new()'s copy of the bytes */
+} CodecDict;
+/* A dictionary of len bytes (at most CODEC_DICT_MAX, copied), with its
+ * DDict: 0, -EINVAL if zstd does not take it, -ENOMEM (malloc(): the
+ * daemon's). */
+int codec_dict_new(const void *bytes, size_t len, CodecDict **ret);
+CodecDict *codec_dict_ref(CodecDict *d);
+void codec_dict_unref(CodecDict *d);
+/* A dictionary over len bytes the caller keeps (no DDict, no allocation:
+ * each decoding digests the bytes again; libzswap's restore). */
+void codec_dict_init_ref(CodecDict *d, const void *bytes, size_t len);
+/* codec_decompress() of a zstd frame made with dictionary dict. */
+int codec_decompress_dict(CodecDCtx *d, const CodecDict *dict, const void *src, size_t len, void *page);
+/* A compression dictionary digested at one level, for one thread. */
+typedef struct CodecCDict CodecCDict;
+int codec_cdict_new(const CodecDict *d, int level, CodecCDict **ret);
+CodecCDict *codec_cdict_free(CodecCDict *c);
+/* codec_compress() with a zstd context and a dictionary. */
+int codec_compress_cdict(CodecCCtx *c, const CodecCDict *cd, const void *page, void *dst, size_t dst_cap);
 
 /* True if the page is one 32-bit value repeated; *fill gets it. */
 bool page_same_filled(const void *page, uint32_t *fill);

@@ -57,6 +57,12 @@ static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
  * smaller size class; the recompressor leaves it alone. A hint: a value
  * made anew for the object (a fork's copy, an adoption) may lose it */
 #define PE_NOGAIN ((uint64_t)1 << 24)
+/* On STORED (and what is made from it, the tier's stub included), with
+ * PE_STRONG: the zstd frame was made with its client's dictionary
+ * (MMClient.dict, the store's StoreSuper.dict_*), which decodes it. */
+#define PE_DICT ((uint64_t)1 << 25)
+/* the bits that say how an object decodes, which go wherever it goes */
+#define PE_CODEC (PE_STRONG | PE_DICT)
 /* the markers' bits, which nobody but the marker ever carries forward */
 #define PE_MARKS (PE_WB | PE_RC)
 
@@ -79,8 +85,12 @@ static inline bool pe_is_tier(uint64_t e) { return (e & PE_TIER) != 0; } /* of a
  * store whose other objects are of codec base. */
 static inline CodecKind pe_codec(uint64_t e, CodecKind base) { return (e & PE_STRONG) ? CODEC_ZSTD : base; }
 /* Decompress the object of entry value e (len bytes at src) with d, made
- * for the codec of e's store: codec_decompress_as() of e's codec. */
-static inline int pe_decompress(CodecDCtx *d, uint64_t e, const void *src, size_t len, void *page) {
+ * for the codec of e's store: codec_decompress_as() of e's codec, or with
+ * dict, the client's dictionary, if e says so (-EBADMSG without one). */
+static inline int pe_decompress(CodecDCtx *d, const CodecDict *dict, uint64_t e, const void *src, size_t len,
+                                void *page) {
+        if (e & PE_DICT)
+                return codec_decompress_dict(d, dict, src, len, page);
         return codec_decompress_as(d, pe_codec(e, codec_dctx_kind(d)), src, len, page);
 }
 /* LOADING keeps the payload of the entry it came from; bits 4-6 say which

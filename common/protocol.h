@@ -277,6 +277,12 @@ typedef struct ZMsgStatusReply {
         /* pages lost because their pool object failed to decompress
          * (poisoned: SIGBUS on access), as tier_corrupt for the tier */
         uint64_t pool_corrupt;
+        /* dictionaries (docs/reclaim.md "Dictionaries"): clients with one
+         * and the bytes they take in the pool; objects made with one and
+         * their bytes (of strong_pages, strong_bytes); dictionaries
+         * trained and kept, refused, and the training's CPU time */
+        uint64_t dicts, dict_mem, dict_pages, dict_bytes;
+        uint64_t dicts_trained, dicts_refused, dict_train_cpu_ns;
 } ZMsgStatusReply;
 
 /*

@@ -106,7 +106,7 @@ int store_check(const uint8_t *map, char *why, size_t len) {
          * checked on its own, and later readers check what they use again */
         if (s->magic != STORE_MAGIC)
                 bad = "bad magic";
-        else if ((s->version != STORE_VERSION && s->version != STORE_VERSION_STRONG) ||
+        else if (s->version < STORE_VERSION || s->version > STORE_VERSION_DICT ||
                  s->super_size != sizeof(StoreSuper))
                 bad = "another version";
         else if (s->size != STORE_SIZE)
@@ -267,7 +267,27 @@ int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {
         return 0;
 }
 
-int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page) {
+int store_dict(uint8_t *map, uint8_t *buf) {
+        const StoreSuper *s = store_super(map);
+        /* relaxed: written once before the version that says so, which the
+         * caller read (store_check()); checked like every other value */
+        uint32_t len = __atomic_load_n(&s->dict_len, __ATOMIC_RELAXED);
+
+        if (s->version < STORE_VERSION_DICT || len == 0)
+                return 0;
+        if (len > CODEC_DICT_MAX || len > STORE_DICT_OBJS * ZSWAP_PAGE_SIZE)
+                return -EBADMSG;
+        for (uint32_t off = 0, i = 0; off < len; off += ZSWAP_PAGE_SIZE, i++) {
+                uint32_t n = MIN(len - off, (uint32_t)ZSWAP_PAGE_SIZE);
+                const void *obj;
+                if (store_object(map, __atomic_load_n(&s->dict_handle[i], __ATOMIC_RELAXED), n, &obj, NULL) < 0)
+                        return -EBADMSG;
+                memcpy(buf + off, obj, n);
+        }
+        return (int)len;
+}
+
+int store_entry_content(uint8_t *map, CodecDCtx *dctx, const CodecDict *dict, uint64_t e, void *page) {
         if (pe_state(e) == PE_LOADING)
                 e = pe_loading_origin(e);
         else if (pe_state(e) == PE_CLEAN)
@@ -292,5 +312,5 @@ int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page) {
         /* decompress from a private copy: somebody may be writing the
          * object while we read it */
         memcpy(copy, obj, clen);
-        return pe_decompress(dctx, e, copy, clen, page) < 0 ? -EBADMSG : 1;
+        return pe_decompress(dctx, dict, e, copy, clen, page) < 0 ? -EBADMSG : 1;
 }

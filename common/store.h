@@ -56,6 +56,12 @@
  * strong tier refuses it (its client restores itself, with a library
  * that decodes both), rather than decoding zstd as lz4. */
 #define STORE_VERSION_STRONG 2
+/* A store that may hold objects made with the client's zstd dictionary
+ * (PE_DICT): its dictionary (StoreSuper.dict_*) is written and the store
+ * marked so (store_mark_dict()) before the first such entry. A daemon or
+ * library that knows no dictionary refuses it. */
+#define STORE_VERSION_DICT 3
+#define STORE_DICT_OBJS 8 /* pool objects of a page that hold the dictionary */
 
 #define STORE_UNIT_SHIFT 4      /* objects sit on 16-byte units */
 #define STORE_NR_CLASSES 256    /* 16, 32, ..., 4096 bytes */
@@ -126,7 +132,12 @@ typedef struct StoreSuper {
          * not evented, the fork the library names in its ADOPT, takes the
          * fork as announced to itself (daemon/manager/attach.c, do_adopt()) */
         _Atomic uint64_t fork_evented;
-        uint64_t reserved2[5];
+        /* the client's zstd dictionary (PE_DICT), dict_len bytes (0:
+         * none) in pool objects of a page each, the last one shorter:
+         * written once, before the store is marked STORE_VERSION_DICT */
+        uint32_t dict_len;
+        uint32_t dict_handle[STORE_DICT_OBJS];
+        uint32_t reserved3;
 } StoreSuper;
 
 /*
@@ -211,9 +222,19 @@ static inline StoreSuper *store_super(uint8_t *map) {
  * comes after it, and an older reader checks the version first). */
 static inline void store_mark_strong(uint8_t *map) {
         uint32_t *v = &store_super(map)->version;
-        if (__atomic_load_n(v, __ATOMIC_RELAXED) != STORE_VERSION_STRONG)
+        if (__atomic_load_n(v, __ATOMIC_RELAXED) < STORE_VERSION_STRONG)
                 __atomic_store_n(v, STORE_VERSION_STRONG, __ATOMIC_RELAXED);
 }
+/* After the dictionary's objects and StoreSuper.dict_* are written, before
+ * the first PE_DICT entry (the thread that writes them; the entry's
+ * release CAS comes after). */
+static inline void store_mark_dict(uint8_t *map) {
+        __atomic_store_n(&store_super(map)->version, STORE_VERSION_DICT, __ATOMIC_RELEASE);
+}
+/* The dictionary of a store somebody else wrote, checked and copied into
+ * buf (CODEC_DICT_MAX bytes): its length, 0 if it has none, -EBADMSG if
+ * its length or an object is bad. */
+int store_dict(uint8_t *map, uint8_t *buf);
 static inline _Atomic uint64_t *store_dir(uint8_t *map) {
         return (_Atomic uint64_t *)(map + STORE_DIR_OFF);
 }
@@ -253,4 +274,4 @@ int store_walk(uint8_t *map, StoreEntryFn fn, void *ud);
  * -EBADMSG if its object is out of bounds or does not decompress,
  * -EREMOTE if its data is on the daemon's second tier (PE_TIER). LOADING
  * and CLEAN count as the STORED/SAME entry they came from. */
-int store_entry_content(uint8_t *map, CodecDCtx *dctx, uint64_t e, void *page);
+int store_entry_content(uint8_t *map, CodecDCtx *dctx, const CodecDict *dict, uint64_t e, void *page);

@@ -26,6 +26,7 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_RECOMPRESS_AGE] = "recompress_age",
         [TUNABLE_RECOMPRESS_LEVEL] = "recompress_level",
         [TUNABLE_RECOMPRESS_CPU] = "recompress_cpu",
+        [TUNABLE_RECOMPRESS_DICT] = "recompress_dict",
 };
 
 const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", "group", "recompress_age", NULL };

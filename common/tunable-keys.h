@@ -29,6 +29,7 @@ typedef enum TunableKey {
         TUNABLE_RECOMPRESS_AGE,
         TUNABLE_RECOMPRESS_LEVEL,
         TUNABLE_RECOMPRESS_CPU,
+        TUNABLE_RECOMPRESS_DICT,
         _TUNABLE_KEY_MAX,
 } TunableKey;
 

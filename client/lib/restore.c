@@ -67,7 +67,10 @@ typedef struct Restore {
         uint64_t staging, nslots;
         ZswapRestoreStats *st;
         RestoreTarget *t;
+        const CodecDict *dict; /* the store's dictionary (PE_DICT objects), or NULL */
+        CodecDict dict_ref;
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE]; /* ours */
+        uint8_t dict_bytes[CODEC_DICT_MAX];
 } Restore;
 
 /*
@@ -357,7 +360,7 @@ static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
                 break;
         case PE_STORED:
         case PE_SAME: {
-                int r = store_entry_content(R->map, R->dctx, e, R->t->page);
+                int r = store_entry_content(R->map, R->dctx, R->dict, e, R->t->page);
                 if (r == -EREMOTE) {
                         target_poison(R, R->t, addr);
                         return;
@@ -456,6 +459,13 @@ static int restore_open(int store_fd, CodecDCtx *const *dctx, Restore **out, Cod
                         r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, own);
                 if (!R->dctx)
                         R->dctx = *own;
+        }
+        /* a dictionary that cannot be read leaves its objects' pages
+         * lost (counted as bad), not the others */
+        int n = r == 0 ? store_dict(R->map, R->dict_bytes) : 0;
+        if (n > 0) {
+                codec_dict_init_ref(&R->dict_ref, R->dict_bytes, (size_t)n);
+                R->dict = &R->dict_ref;
         }
         return r;
 }

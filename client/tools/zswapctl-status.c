@@ -105,6 +105,13 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("recompress_saved_bytes", K_SIZE, st->recompress_saved);
         ADD("recompress_cpu_ns", K_NS, st->recompress_cpu_ns);
         ADD("strong_rescued", K_COUNT, st->strong_rescued);
+        ADD("dicts", K_COUNT, st->dicts);
+        ADD("dict_mem", K_SIZE, st->dict_mem);
+        ADD("dict_pages", K_COUNT, st->dict_pages);
+        ADD("dict_bytes", K_SIZE, st->dict_bytes);
+        ADD("dicts_trained", K_COUNT, st->dicts_trained);
+        ADD("dicts_refused", K_COUNT, st->dicts_refused);
+        ADD("dict_train_cpu_ns", K_NS, st->dict_train_cpu_ns);
         ADD("pool_corrupt", K_COUNT, st->pool_corrupt);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };

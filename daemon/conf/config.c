@@ -98,10 +98,12 @@ const ConfigSetting config_settings[] = {
           "how often reclaim looks at the clients and their limits (the reclaim tick)" },
         { "pool", "recompress_age", TUNABLE_RECOMPRESS_AGE, "2m", RUN, false,
           "recompress with zstd the objects of pages nobody touched for this long (a client's own setting wins); 0: off" },
-        { "pool", "recompress_level", TUNABLE_RECOMPRESS_LEVEL, "3", RUN, false,
-          "the zstd level of recompression and of pages the compressor finds incompressible, 1..22" },
+        { "pool", "recompress_level", TUNABLE_RECOMPRESS_LEVEL, "9", RUN, false,
+          "the zstd level of recompression, 1..22 (pages the compressor finds incompressible: 3 at most)" },
         { "pool", "recompress_cpu", TUNABLE_RECOMPRESS_CPU, "10", RUN, false,
           "most of one CPU recompression may use, in percent" },
+        { "pool", "recompress_dict", TUNABLE_RECOMPRESS_DICT, "yes", RUN, false,
+          "train a zstd dictionary for each big client from its own pages, and recompress with it" },
 
         /* [tier], in the order "unknown key" lists them in */
         { "tier", "backing", -1, NULL, START, false,
@@ -593,7 +595,7 @@ static int assignment(const char *section, const char *key, const char *value, u
                 return user_rule_assignment(&c->users, section + 5, key, value, err, errlen);
         if (strcmp(section, "reclaim") == 0 || strcmp(section, "pool") == 0) {
                 if (strcmp(section, "pool") == 0 && !pool_key)
-                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu)", key);
+                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu, recompress_dict)", key);
                 r = tunable_set(&c->tun, key, value, err, errlen);
                 if (r == -ENOENT)
                         errorf(r, err, errlen, "unknown key '%s' in [%s] (zswapctl get lists them)", key, section);

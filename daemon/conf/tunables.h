@@ -53,8 +53,10 @@ typedef struct Tunables {
         /* the strong tier of compression (docs/reclaim.md, "Recompression") */
         uint64_t recompress_age_ms;  /* key "recompress_age": recompress objects unused this long
                                       * with zstd (default 2 min), 0 = off */
-        uint64_t recompress_level;   /* key "recompress_level": its zstd level (default 3) */
+        uint64_t recompress_level;   /* key "recompress_level": its zstd level (default 9) */
         double recompress_cpu;       /* key "recompress_cpu": most of one CPU it may use, percent (default 10) */
+        bool recompress_dict;        /* key "recompress_dict": train a zstd dictionary per client and
+                                      * recompress with it (default yes) */
 } Tunables;
 
 /* The defaults: each key's row of config_settings[] (daemon/conf/config.c). */

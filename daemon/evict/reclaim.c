@@ -894,7 +894,10 @@ void reclaim_init(Reclaim *rc, Core *core, MMClient *const *mms) {
 void reclaim_apply(Reclaim *rc) {
         const Tunables *t = &rc->tun;
         atomic_store_explicit(&rc->core->keep_clean, t->keep_clean, memory_order_relaxed);
-        atomic_store_explicit(&rc->core->strong_level, (uint32_t)t->recompress_level, memory_order_relaxed);
+        /* the workers' rescue is on the eviction path: zstd's level 9
+         * costs six times its level 3 there, for a few percent */
+        atomic_store_explicit(&rc->core->strong_level, (uint32_t)MIN(t->recompress_level, RESCUE_LEVEL_MAX),
+                              memory_order_relaxed);
         atomic_store_explicit(&rc->core->clean_max_permille, (uint32_t)(t->clean_max * 10), memory_order_relaxed);
         atomic_store_explicit(&rc->core->pool_bound, t->pool_max, memory_order_relaxed);
         atomic_store_explicit(&rc->core->pool_resume, (uint64_t)((double)t->pool_max * t->pool_accept / 100.0),

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <zdict.h>
 
 #include "age.h"
 #include "evict-internal.h"
@@ -56,15 +57,19 @@ typedef struct RunCtx {
         MMClient *mm;
         RecompJob *j;
         CodecCCtx *strong;
+        const CodecCDict *cdict; /* the client's dictionary, digested: made with it */
         CodecDCtx *dctx;
         uint8_t *page, *copy;
 } RunCtx;
 
 /* Is entry value v an object the strong tier may take? Only a STORED
- * object in the pool that nobody marked, not of the strong tier already,
- * and not found to gain nothing before. */
-static bool candidate(uint64_t v) {
-        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_MARKS | PE_STRONG | PE_NOGAIN));
+ * object in the pool that nobody marked, not found to gain nothing
+ * before, and not of the strong tier already, unless the job has a
+ * dictionary and the object was made without one. */
+static bool candidate(uint64_t v, bool dict) {
+        if (pe_state(v) != PE_STORED || (v & (PE_TIER | PE_MARKS | PE_NOGAIN | PE_DICT)))
+                return false;
+        return !(v & PE_STRONG) || dict;
 }
 
 static bool cold(RunCtx *c, uint64_t addr) {
@@ -93,7 +98,7 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         }
         /* acquire: the object's bytes, written before the entry named it */
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
-        if (!candidate(v) || !cold(c, addr))
+        if (!candidate(v, c->cdict != NULL) || !cold(c, addr))
                 return 0;
         uint64_t marked = v | PE_RC;
         /* acquire again (the object as of this value); whoever takes the
@@ -114,7 +119,7 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         else if (clen == ZSWAP_PAGE_SIZE)
                 r = (memcpy(c->page, c->copy, ZSWAP_PAGE_SIZE), 0);
         else
-                r = pe_decompress(c->dctx, v, c->copy, clen, c->page);
+                r = pe_decompress(c->dctx, mmclient_dict(c->mm), v, c->copy, clen, c->page);
         if (r < 0) {
                 /* taken and rewritten while we read (the entry tells: the
                  * CAS fails), or bad: leave it as it is */
@@ -123,7 +128,9 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         }
         /* worth it only in a smaller size class of the pool */
         uint32_t cap = (units(clen) - 1) << STORE_UNIT_SHIFT;
-        int n = cap ? codec_compress(c->strong, c->page, j->buf + j->used, cap) : -ENOSPC;
+        int n = !cap      ? -ENOSPC
+                : c->cdict ? codec_compress_cdict(c->strong, c->cdict, c->page, j->buf + j->used, cap)
+                           : codec_compress(c->strong, c->page, j->buf + j->used, cap);
         if (n <= 0 || units((uint32_t)n) >= units(clen)) {
                 unmark(e, marked, v | PE_NOGAIN);
                 return 0;
@@ -133,12 +140,125 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
+/* ---- training a dictionary ---- */
+
+typedef struct TrainCtx {
+        MMClient *mm;
+        CodecDCtx *dctx;
+        uint8_t *copy;
+        /* DICT_SAMPLES pages: the training samples from the front, every
+         * fourth page held out to measure the dictionary, from the back */
+        uint8_t *buf;
+        uint32_t ntrain, nhold;
+        uint64_t stride, seen;
+} TrainCtx;
+
+static int train_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        TrainCtx *c = ud;
+        (void)addr;
+
+        if (c->ntrain + c->nhold >= DICT_SAMPLES || atomic_load_explicit(&c->mm->dead, memory_order_relaxed))
+                return 1;
+        /* acquire: the object's bytes, written before the entry named it.
+         * Nothing is marked: a sample read while a fault takes the entry
+         * and the slot is reused is another page of the same client's (its
+         * own pool), which only makes the sample less even */
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        if (pe_state(v) != PE_STORED || (v & (PE_TIER | PE_DICT)) || c->seen++ % c->stride)
+                return 0;
+        uint32_t clen = pe_clen(v);
+        const uint8_t *src = pool_map(c->mm->pool, pe_handle(v));
+        if (!src)
+                return 0;
+        bool hold = (c->ntrain + c->nhold) % 4 == 3;
+        uint8_t *dst = c->buf + (size_t)(hold ? DICT_SAMPLES - 1 - c->nhold : c->ntrain) * ZSWAP_PAGE_SIZE;
+        memcpy(c->copy, src, clen);
+        int r = clen == ZSWAP_PAGE_SIZE ? (memcpy(dst, c->copy, ZSWAP_PAGE_SIZE), 0)
+                                        : pe_decompress(c->dctx, NULL, v, c->copy, clen, dst);
+        if (r == 0)
+                *(hold ? &c->nhold : &c->ntrain) += 1;
+        return 0;
+}
+
+/* Pool units of a page compressed to n bytes (or stored raw). */
+static uint64_t page_units(int n) {
+        return units(n > 0 ? (uint32_t)n : ZSWAP_PAGE_SIZE);
+}
+
+/* Train a dictionary on a sample of the client's pages and measure it on
+ * the pages held out: j->trained if it pays (DICT_GAIN_PCT, and twice its
+ * size over all the client's objects). */
+static void train(Recompressor *r, RecompJob *j, MMClient *mm) {
+        TrainCtx c = { .mm = mm, .dctx = r->dctx, .copy = r->copy, .stride = MAX(1, j->stored / DICT_SAMPLES) };
+        _cleanup_free_ uint8_t *dict = malloc(CODEC_DICT_MAX);
+        _cleanup_free_ size_t *sizes = malloc(DICT_SAMPLES * sizeof(*sizes));
+        CodecDict *d = NULL;
+        CodecCDict *cd = NULL;
+
+        c.buf = malloc((size_t)DICT_SAMPLES * ZSWAP_PAGE_SIZE);
+        if (!c.buf || !dict || !sizes)
+                goto out;
+        (void)pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, train_cb, &c);
+        j->samples = c.ntrain + c.nhold;
+        if (c.ntrain < DICT_SAMPLES / 4 || c.nhold == 0)
+                goto out;
+        for (uint32_t i = 0; i < c.ntrain; i++)
+                sizes[i] = ZSWAP_PAGE_SIZE;
+        size_t n = ZDICT_trainFromBuffer(dict, CODEC_DICT_MAX, c.buf, sizes, c.ntrain);
+        if (ZDICT_isError(n) || codec_dict_new(dict, n, &d) < 0)
+                goto out;
+        if (codec_cctx_set_level(r->strong, j->level) < 0 || codec_cdict_new(d, j->level, &cd) < 0)
+                goto out;
+        for (uint32_t i = 0; i < c.nhold; i++) {
+                const uint8_t *pg = c.buf + (size_t)(DICT_SAMPLES - 1 - i) * ZSWAP_PAGE_SIZE;
+                j->plain_units += page_units(codec_compress(r->strong, pg, j->buf, ZSWAP_PAGE_SIZE));
+                j->dict_units += page_units(codec_compress_cdict(r->strong, cd, pg, j->buf, ZSWAP_PAGE_SIZE));
+        }
+        /* what it would save over every object the client has, against
+         * what it costs (its pool objects) */
+        uint64_t saved = j->plain_units > j->dict_units
+                                 ? ((j->plain_units - j->dict_units) << STORE_UNIT_SHIFT) * j->stored / c.nhold
+                                 : 0;
+        if (j->dict_units * 100 <= j->plain_units * (100 - DICT_GAIN_PCT) && saved >= 2 * n) {
+                j->trained = d;
+                d = NULL;
+        }
+out:
+        codec_cdict_free(cd);
+        codec_dict_unref(d);
+        free(c.buf);
+}
+
+/* The thread's digest of dictionary d at level, made anew when either
+ * changes: NULL if it cannot be made. */
+static const CodecCDict *thread_cdict(Recompressor *r, const CodecDict *d, int level) {
+        if (r->cdict && r->cdict_of == d && r->cdict_level == level)
+                return r->cdict;
+        r->cdict = codec_cdict_free(r->cdict);
+        codec_dict_unref(r->cdict_of);
+        r->cdict_of = NULL;
+        if (codec_cdict_new(d, level, &r->cdict) < 0)
+                return NULL;
+        /* the job's client holds d; the reference keeps it (and its
+         * address) ours for as long as the digest is kept */
+        r->cdict_of = codec_dict_ref((CodecDict *)d);
+        r->cdict_level = level;
+        return r->cdict;
+}
+
 static void run(Recompressor *r, Work *w) {
         RecompJob *j = w->data;
         RunCtx c = { .mm = w->mm, .j = j, .strong = r->strong, .dctx = r->dctx, .page = r->page, .copy = r->copy };
         uint64_t t0 = thread_cpu_ns();
 
         j->next = 0;
+        if (j->train) {
+                train(r, j, w->mm);
+                j->cpu_ns = thread_cpu_ns() - t0;
+                return;
+        }
+        if (j->dict && !(c.cdict = thread_cdict(r, j->dict, j->level)))
+                j->dict = NULL; /* without it this time */
         if (codec_cctx_set_level(r->strong, j->level) == 0)
                 (void)pindex_walk(w->mm->index, j->start, PINDEX_MAX_ADDR, run_cb, &c);
         j->cpu_ns = thread_cpu_ns() - t0;
@@ -205,6 +325,9 @@ void recompress_fini(Recompressor *r) {
         r->job = NULL;
         r->strong = codec_cctx_free(r->strong);
         r->dctx = codec_dctx_free(r->dctx);
+        r->cdict = codec_cdict_free(r->cdict);
+        codec_dict_unref(r->cdict_of);
+        r->cdict_of = NULL;
         pthread_mutex_destroy(&r->lock);
         pthread_cond_destroy(&r->cond);
 }
@@ -232,7 +355,7 @@ static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
                 return;
         }
         memcpy(pool_map(mm->pool, nh), j->buf + it->off, it->len);
-        uint64_t v = it->v, nv = pe_make_stored(nh, it->len) | PE_STRONG;
+        uint64_t v = it->v, nv = pe_make_stored(nh, it->len) | PE_STRONG | (j->dict ? PE_DICT : 0);
         if (mm->store)
                 store_mark_strong(mm->store);
         /* release: the new object's bytes before the entry naming it */
@@ -250,10 +373,52 @@ static void swap_in(MMClient *mm, const RecompJob *j, const RecompItem *it) {
         atomic_fetch_add_explicit(&mm->core->recompress_saved, pe_clen(old) - it->len, memory_order_relaxed);
 }
 
+/* A training job back: its dictionary becomes the client's, or is
+ * refused (and tried again once the client has twice the objects). */
+static void train_done(MMClient *mm, RecompJob *j) {
+        Core *core = mm->core;
+        double gain = j->plain_units ? 100.0 * (1.0 - (double)j->dict_units / (double)j->plain_units) : 0;
+        int r = -ECANCELED;
+
+        mm->rc.dict_tried = MAX(j->stored, 1);
+        if (j->trained && !atomic_load_explicit(&mm->dead, memory_order_relaxed))
+                r = mmclient_dict_set(mm, j->trained);
+        /* counters: relaxed */
+        atomic_fetch_add_explicit(&core->dict_train_cpu_ns, j->cpu_ns, memory_order_relaxed);
+        if (r == 0) {
+                atomic_fetch_add_explicit(&core->dicts_trained, 1, memory_order_relaxed);
+                log_info("pid %d: a %u-byte zstd dictionary trained on %u of its pages makes the others %.1f%% "
+                         "smaller: recompression uses it (%.0f ms of CPU)",
+                         (int)mmclient_pid(mm), j->trained->len, j->samples, gain, (double)j->cpu_ns / 1e6);
+                j->trained = NULL; /* mm's */
+                return;
+        }
+        if (j->trained && r != -ECANCELED)
+                log_warn("pid %d: no room for its dictionary: %s", (int)mmclient_pid(mm), strerror(-r));
+        else if (!j->trained) {
+                atomic_fetch_add_explicit(&core->dicts_refused, 1, memory_order_relaxed);
+                log_info("pid %d: a dictionary trained on %u of its pages would save %.1f%%: not kept",
+                          (int)mmclient_pid(mm), j->samples, gain);
+        }
+        codec_dict_unref(j->trained);
+        j->trained = NULL;
+}
+
 void recompress_done(Recompressor *r, Work *w) {
         RecompJob *j = w->data;
         MMClient *mm = w->mm;
         uint64_t t0 = thread_cpu_ns();
+
+        if (j->train) {
+                train_done(mm, j);
+                r->tokens_ns -= (int64_t)j->cpu_ns;
+                r->busy = false;
+                r->last_ms = now_ms();
+                if (r->started)
+                        w->data = NULL;
+                work_free(w);
+                return;
+        }
 
         for (uint32_t i = 0; i < j->n; i += SWAP_GROUP) {
                 uint32_t end = MIN(j->n, i + SWAP_GROUP);
@@ -302,16 +467,27 @@ void recompress_done(Recompressor *r, Work *w) {
         work_free(w);
 }
 
+/* Should mm's next job train its dictionary? */
+static bool wants_dict(MMClient *mm, const RecompConf *conf) {
+        /* relaxed: a counter, a hint */
+        uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
+        return conf->dict && !mmclient_dict(mm) && stored >= DICT_MIN_PAGES && stored >= 2 * mm->rc.dict_tried;
+}
+
 static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now) {
         if (!mm->pool || !mm->strong_ok || mm->rc.off || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
-            fork_held(mm) ||
-            recompress_age(mm, conf) == 0 || now < mm->rc.recompress_after_ms)
+            fork_held(mm) || recompress_age(mm, conf) == 0)
+                return false;
+        if (wants_dict(mm, conf))
+                return true;
+        if (now < mm->rc.recompress_after_ms)
                 return false;
         /* relaxed: counters, a hint */
         uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
-        uint64_t strong = atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed);
+        uint64_t done = mmclient_dict(mm) && conf->dict ? atomic_load_explicit(&mm->st.dict_pages, memory_order_relaxed)
+                                                        : atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed);
         uint64_t tier = atomic_load_explicit(&mm->st.tier_pages, memory_order_relaxed);
-        return stored > strong + tier;
+        return stored > done + tier;
 }
 
 /* The next client by id after the last one taken, wrapping around. */
@@ -376,6 +552,12 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         j->faults = faults;
         j->n = j->used = 0;
         j->scanned = 0;
+        j->train = wants_dict(mm, conf);
+        j->stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed); /* relaxed: a hint */
+        j->dict = conf->dict ? mmclient_dict(mm) : NULL;
+        j->trained = NULL;
+        j->samples = 0;
+        j->plain_units = j->dict_units = 0;
         w->data = j;
         r->busy = true;
         r->last_id = mm->id;

@@ -45,6 +45,15 @@
 
 #define RECOMP_PAGES 128    /* objects one job may take */
 #define RECOMP_SCAN 65536   /* entries one job may look at */
+/* Dictionaries (docs/reclaim.md, "Dictionaries"): a client holding at
+ * least DICT_MIN_PAGES objects gets one trained from DICT_SAMPLES of its
+ * pages spread over its index (a quarter held out to measure it), and
+ * keeps it if it makes those pages' objects DICT_GAIN_PCT percent smaller
+ * and saves, over all its objects, at least twice its own size. A client
+ * refused is tried again once it has twice the objects. */
+#define DICT_MIN_PAGES 2048
+#define DICT_SAMPLES 1024
+#define DICT_GAIN_PCT 3
 
 typedef struct RecompItem {
         uint64_t addr;
@@ -63,6 +72,15 @@ typedef struct RecompJob {
         uint64_t age_ms;     /* the client's recompress_age */
         bool yield;          /* stop at the first fault the daemon serves (Core.faults moves) */
         uint64_t faults;     /* Core.faults when the job started */
+        const CodecDict *dict; /* the client's dictionary (its MMClient holds it): objects made with it */
+        bool train;          /* a job that trains the client's dictionary instead (no dict) */
+        uint64_t stored;     /* train: the client's objects, for the sampling stride */
+        /* out of a training job: the dictionary (the manager's to give or
+         * free), NULL if refused; the held-out pages' pool units without
+         * and with it */
+        CodecDict *trained;
+        uint32_t samples;
+        uint64_t plain_units, dict_units;
         /* out */
         uint64_t next;       /* where the next walk starts; 0: it reached the end */
         uint64_t cpu_ns;     /* the worker's CPU time */
@@ -92,6 +110,12 @@ typedef struct Recompressor {
         bool stop;
         CodecCCtx *strong;    /* the thread's zstd context */
         CodecDCtx *dctx;      /* the thread's decompression context */
+        /* the thread's: the last dictionary it compressed with (a
+         * reference: its address cannot be another's meanwhile), digested
+         * at cdict_level */
+        CodecDict *cdict_of;
+        CodecCDict *cdict;
+        int cdict_level;
         uint8_t page[ZSWAP_PAGE_SIZE], copy[ZSWAP_PAGE_SIZE];
 } Recompressor;
 
@@ -100,6 +124,7 @@ typedef struct RecompConf {
         uint64_t age_ms; /* daemon-wide recompress_age, 0: off */
         int level;
         double cpu;      /* percent of one CPU */
+        bool dict;       /* train dictionaries and use them */
 } RecompConf;
 
 void recompress_init(Recompressor *r, Core *core);

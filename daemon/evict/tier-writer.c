@@ -201,7 +201,7 @@ static void extent_publish(Tier *t, Extent *x) {
                 }
                 TierStub *s = pool_map(mm->pool, h);
                 *s = (TierStub){ .off = o->off, .gen = o->gen, .len = (uint16_t)o->len, .magic = TIER_STUB_MAGIC };
-                uint64_t nv = pe_make_stored(h, sizeof(TierStub)) | PE_TIER | (v & PE_STRONG);
+                uint64_t nv = pe_make_stored(h, sizeof(TierStub)) | PE_TIER | (v & PE_CODEC);
                 /* release: the stub's bytes before the entry naming it */
                 if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
                         pool_release(mm->pool, h);
@@ -213,7 +213,7 @@ static void extent_publish(Tier *t, Extent *x) {
                 atomic_fetch_sub_explicit(&mm->st.compressed_bytes, pe_clen(o->v) - sizeof(TierStub),
                                           memory_order_relaxed);
                 if (o->v & PE_STRONG)
-                        mmclient_count_strong(mm, pe_clen(o->v), -1); /* now on the tier */
+                        mmclient_count_strong(mm, o->v, -1); /* now on the tier */
                 mmclient_count_tier(mm, o->len, 1);
                 stat_add(&t->st.pages, 1);
                 stat_add(&t->st.bytes, o->len);

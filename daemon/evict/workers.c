@@ -85,7 +85,7 @@ static bool keep_matches(Worker *wk, MMClient *mm, uint64_t keep, const uint8_t 
                 return false;
         if (clen == ZSWAP_PAGE_SIZE)
                 return memcmp(src, page, ZSWAP_PAGE_SIZE) == 0;
-        return pe_decompress(wk->dctx, origin, src, clen, wk->vbuf) == 0 && memcmp(wk->vbuf, page, ZSWAP_PAGE_SIZE) == 0;
+        return pe_decompress(wk->dctx, mmclient_dict(mm), origin, src, clen, wk->vbuf) == 0 && memcmp(wk->vbuf, page, ZSWAP_PAGE_SIZE) == 0;
 }
 
 /* The staged page i matches its kept copy: the entry takes the copy back

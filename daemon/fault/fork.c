@@ -24,7 +24,7 @@ static bool fork_install(RangeCtx *c, uint64_t addr, MMClient *from, uint64_t or
         else if (len == ZSWAP_PAGE_SIZE)
                 r = (memcpy(ft->page, src, len), 0);
         else
-                r = pe_decompress(ft->dctx, origin, src, len, ft->page);
+                r = pe_decompress(ft->dctx, mmclient_dict(c->mm), origin, src, len, ft->page);
         if (r == 0)
                 r = uffd_copy(c->child->uffd, addr, ft->page, UFFDIO_COPY_MODE_DONTWAKE);
         if (r < 0 && !c->install_err)
@@ -211,7 +211,10 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                  * allocator's cap, and counted for its user, whose own
                  * evictions wait until it is back under max_pool */
                 PoolHandle h;
-                bool paid = mmclient_quota_take(c->mm, len), resident = false;
+                /* an object made with the parent's dictionary, which the
+                 * child could not be given (event_fork()): resident too */
+                bool nodict = pe_state(v) == PE_STORED && (v & PE_DICT) && !mmclient_dict(c->child);
+                bool paid = !nodict && mmclient_quota_take(c->mm, len), resident = false;
                 int r = !paid ? -EDQUOT : core_pool_room(c->mm->core, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
                 if (r < 0 && paid)
                         mmclient_quota_give(c->mm, len);
@@ -229,7 +232,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         memcpy(pool_map(pool, h), src, len);
                         /* the strong tier's mark goes with the object (a
                          * page read out of a slot is raw) */
-                        nv = pe_make_stored(h, len) | tier | (pe_state(v) == PE_STORED ? v & PE_STRONG : 0);
+                        nv = pe_make_stored(h, len) | tier | (pe_state(v) == PE_STORED ? v & PE_CODEC : 0);
                         if ((nv & PE_STRONG) && c->child->store)
                                 store_mark_strong(c->child->store);
                         if (tier)
@@ -292,6 +295,14 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                         log_warn("pid %d: forked child runs without the move/unmap handshake", (int)mmclient_pid(mm));
         }
         mmclient_regions_copy(child, mm);
+        /* the parent's dictionary, shared, and in the child's store: its
+         * copies of objects made with it decode there too */
+        CodecDict *dict = (CodecDict *)mmclient_dict(mm);
+        if (dict && (r = mmclient_dict_set(child, codec_dict_ref(dict))) < 0) {
+                codec_dict_unref(dict);
+                log_warn("pid %d: forked child gets no dictionary (%s): its pages made with it are installed "
+                         "resident", (int)mmclient_pid(mm), strerror(-r));
+        }
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
         if (c.resident)
                 log_info("pid %d: %d pages installed in a forked child, resident: no room for their copies "

@@ -147,7 +147,7 @@ int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) {
         int inj = pe_is_tier(origin) ? 0 : INJECT(INJ_DECODE);
         if (inj)
                 return -inj;
-        return pe_decompress(ft->dctx, origin, src, clen, dst);
+        return pe_decompress(ft->dctx, mmclient_dict(mm), origin, src, clen, dst);
 }
 
 /* True if the page was zero-filled by this call. */
@@ -680,7 +680,8 @@ void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow 
                         bool open = tier_stub(mm, v, &s) == 0 && tier_window_open(mm->core->tier, w, &s, mm->uid, ft->page);
                         int r = !open ? -EBADMSG
                                 : s.len == ZSWAP_PAGE_SIZE ? (memcpy(ft->ra_buf[0], ft->page, ZSWAP_PAGE_SIZE), 0)
-                                                           : pe_decompress(ft->dctx, v, ft->page, s.len, ft->ra_buf[0]);
+                                                           : pe_decompress(ft->dctx, mmclient_dict(mm), v, ft->page, s.len,
+                                                                           ft->ra_buf[0]);
                         if (r == 0)
                                 r = uffd_copy(mm->uffd, a, ft->ra_buf[0], UFFDIO_COPY_MODE_DONTWAKE);
                         if (r < 0) {
@@ -743,6 +744,7 @@ static bool tier_read_async(FaultThread *ft, MMClient *mm, uint64_t addr, uint64
         r->tj.owner = mm->uid;
         r->tj.page = r->page;
         r->tj.entry = v;
+        r->tj.dict = mmclient_dict(mm);
         r->tj.res = 0;
         r->tj.win = (TierWindow){ 0 };
         TRACE(TR_RETRY, addr, loading, 2);

@@ -131,7 +131,7 @@ static int bad(AdoptCtx *a, uint64_t addr, const char *what) {
 static int install(AdoptCtx *a, uint64_t addr, uint64_t v, const void *src, uint32_t len) {
         const void *page = src;
         if (len != ZSWAP_PAGE_SIZE) {
-                if (pe_decompress(a->dctx, v, src, len, a->page) < 0)
+                if (pe_decompress(a->dctx, mmclient_dict(a->mm), v, src, len, a->page) < 0)
                         return bad(a, addr, "an object that does not decompress");
                 page = a->page;
         }
@@ -181,7 +181,7 @@ static int keep_object(AdoptCtx *a, uint64_t addr, uint64_t v, const void *src, 
                 return r;
         }
         memcpy(pool_map(mm->pool, h), src, len);
-        *nv = pe_make_stored(h, len) | (v & PE_STRONG);
+        *nv = pe_make_stored(h, len) | (v & PE_CODEC);
         if ((*nv & PE_STRONG) && mm->store)
                 store_mark_strong(mm->store);
         return 0;
@@ -230,7 +230,7 @@ static int keep_tier(AdoptCtx *a, uint64_t addr, uint64_t v, const void *obj, ui
                         tier_put(t, &s);
                 return r;
         }
-        *nv |= PE_TIER | (v & PE_STRONG);
+        *nv |= PE_TIER | (v & PE_CODEC);
         if ((*nv & PE_STRONG) && a->mm->store)
                 store_mark_strong(a->mm->store);
         a->tier++;
@@ -325,6 +325,8 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_STORED:
                 if (store_object(a->old, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
                         return bad(a, addr, "entry names no object");
+                if ((v & PE_DICT) && (!(v & PE_STRONG) || !mmclient_dict(mm)))
+                        return bad(a, addr, "an object made with a dictionary the store lacks");
                 if (pe_is_tier(v)) {
                         if ((r = keep_tier(a, addr, v, obj, pe_clen(v), &nv)) <= 0)
                                 return r;
@@ -525,6 +527,33 @@ int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char 
         return 0;
 }
 
+/* The old store's dictionary, checked and digested, becomes mm's (and
+ * goes into mm's store) before any entry made with it: 0, -EBADMSG with
+ * why if zstd does not take it, -errno. */
+static int adopt_dict(MMClient *mm, uint8_t *old, char *why, size_t len) {
+        _cleanup_free_ uint8_t *buf = malloc(CODEC_DICT_MAX);
+        CodecDict *d;
+
+        if (!buf)
+                return -ENOMEM;
+        int n = store_dict(old, buf);
+        if (n <= 0) {
+                if (n < 0)
+                        snprintf(why, len, "a bad dictionary");
+                return n;
+        }
+        int r = codec_dict_new(buf, (size_t)n, &d);
+        if (r == -EINVAL) {
+                snprintf(why, len, "a dictionary zstd does not take");
+                return -EBADMSG;
+        }
+        if (r == 0 && (r = mmclient_dict_set(mm, d)) < 0)
+                codec_dict_unref(d);
+        if (r < 0 && !why[0])
+                snprintf(why, len, "no room for its dictionary: %s", strerror(-r));
+        return r;
+}
+
 int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
                   uint64_t *held, char *why, size_t len) {
         AdoptCtx *a = calloc(1, sizeof(*a));
@@ -537,6 +566,8 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
         r = codec_cctx_new(manager_of(mm->core)->cfg.codec, manager_of(mm->core)->cfg.level, &a->cctx);
         if (r == 0)
                 r = codec_dctx_new(manager_of(mm->core)->cfg.codec, &a->dctx);
+        if (r == 0)
+                r = adopt_dict(mm, old, why, len);
         if (r == 0)
                 r = store_walk(old, adopt_cb, a);
         if (r == -EBADMSG && !why[0])

@@ -219,7 +219,7 @@ static void tick(Manager *m) {
         const Tunables *t = &m->reclaim.tun;
         recompress_tick(&m->recomp, m->mms,
                         &(RecompConf){ .age_ms = t->recompress_age_ms, .level = (int)t->recompress_level,
-                                       .cpu = t->recompress_cpu });
+                                       .cpu = t->recompress_cpu, .dict = t->recompress_dict });
         notify_tick(m);
         users_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)

@@ -206,7 +206,15 @@ static void status_strong(Manager *m, ZMsgStatusReply *rep) {
         for (MMClient *mm = m->mms; mm; mm = mm->next) {
                 rep->strong_pages += atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed);
                 rep->strong_bytes += atomic_load_explicit(&mm->st.strong_bytes, memory_order_relaxed);
+                rep->dict_pages += atomic_load_explicit(&mm->st.dict_pages, memory_order_relaxed);
+                rep->dict_bytes += atomic_load_explicit(&mm->st.dict_bytes, memory_order_relaxed);
+                const CodecDict *d = mmclient_dict(mm);
+                rep->dicts += d != NULL;
+                rep->dict_mem += d ? d->len : 0;
         }
+        rep->dicts_trained = atomic_load_explicit(&m->core.dicts_trained, memory_order_relaxed);
+        rep->dicts_refused = atomic_load_explicit(&m->core.dicts_refused, memory_order_relaxed);
+        rep->dict_train_cpu_ns = atomic_load_explicit(&m->core.dict_train_cpu_ns, memory_order_relaxed);
         rep->recompressed = atomic_load_explicit(&m->core.recompressed, memory_order_relaxed);
         rep->recompress_saved = atomic_load_explicit(&m->core.recompress_saved, memory_order_relaxed);
         rep->recompress_cpu_ns = atomic_load_explicit(&m->core.recompress_cpu_ns, memory_order_relaxed);

@@ -34,6 +34,8 @@ typedef struct PoolShared PoolShared;
 
 /* The settings the lower layers run by (the manager copies them from its
  * configuration at start; constant). */
+#define RESCUE_LEVEL_MAX 3 /* zstd level of the workers' rescue of incompressible pages, at most */
+
 typedef struct CoreConfig {
         CodecKind codec;
         int level;
@@ -118,6 +120,9 @@ struct Core {
          * incompressible pages the strong codec stored (workers.c) */
         _Atomic uint64_t recompressed, recompress_saved, recompress_cpu_ns, strong_rescued;
         _Atomic uint64_t pool_corrupt; /* pages lost: their object failed to decompress (serve.c) */
+        /* dictionaries (recompress.c): trained and kept, refused, the
+         * training's CPU time */
+        _Atomic uint64_t dicts_trained, dicts_refused, dict_train_cpu_ns;
 
         /* copies of the run-time tunables, written by the manager
          * (reclaim_apply()), read by fault threads, workers and the tier's
@@ -126,7 +131,7 @@ struct Core {
          * moment earlier; pool_bound and pool_resume may be seen from two
          * applies, and both are hints the pool's own counters decide) */
         _Atomic bool keep_clean;
-        _Atomic uint32_t strong_level; /* tunable recompress_level, for the workers */
+        _Atomic uint32_t strong_level; /* tunable recompress_level, at most RESCUE_LEVEL_MAX: the workers' rescue */
         _Atomic uint32_t clean_max_permille; /* tunable clean_max, for the fault threads */
         _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */
         /* the pool is at its bound: set and cleared by whichever of the

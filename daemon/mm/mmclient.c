@@ -388,6 +388,7 @@ MMClient *mmclient_unref(MMClient *mm) {
                         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, drop_cb, mm);
                 pindex_free(mm->index);
         }
+        codec_dict_unref(atomic_load_explicit(&mm->dict, memory_order_relaxed));
         pool_free(mm->pool);
         /* the client may keep its descriptor for long: free the memory
          * now, all but the superblock, whose state says what became of it */
@@ -975,5 +976,39 @@ int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end) {
                 return -inj;
         if (ioctl(mm->uffd, UFFDIO_UNREGISTER, &r) < 0)
                 return negative_errno();
+        return 0;
+}
+
+int mmclient_dict_set(MMClient *mm, CodecDict *d) {
+        PoolHandle h[STORE_DICT_OBJS] = { 0 };
+        uint32_t n = 0;
+        int r = 0;
+
+        if (atomic_load_explicit(&mm->dict, memory_order_relaxed))
+                return -EEXIST;
+        if (d->len > STORE_DICT_OBJS * ZSWAP_PAGE_SIZE)
+                return -EINVAL;
+        /* past the pool's bound if need be: a dictionary is a few pages and
+         * is what makes the pool smaller */
+        for (uint32_t off = 0; mm->pool && off < d->len && r == 0; off += ZSWAP_PAGE_SIZE, n++) {
+                uint32_t len = MIN(d->len - off, (uint32_t)ZSWAP_PAGE_SIZE);
+                r = pool_alloc_over(mm->pool, len, &h[n]);
+                if (r == 0)
+                        memcpy(pool_map(mm->pool, h[n]), d->bytes + off, len);
+        }
+        if (r < 0) {
+                for (uint32_t i = 0; i < n; i++)
+                        pool_release(mm->pool, h[i]);
+                return r;
+        }
+        if (mm->store) {
+                StoreSuper *s = store_super(mm->store);
+                memcpy(s->dict_handle, h, sizeof(h));
+                s->dict_len = d->len;
+                store_mark_dict(mm->store); /* release: the above first */
+        }
+        mm->dict_handles = n;
+        memcpy(mm->dict_h, h, sizeof(h));
+        atomic_store_explicit(&mm->dict, d, memory_order_release);
         return 0;
 }

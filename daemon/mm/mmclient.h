@@ -88,6 +88,8 @@ typedef struct MMClientStats {
         /* of stored_pages, those whose object in the pool is of the
          * strong tier (PE_STRONG), and their bytes (in compressed_bytes) */
         _Atomic uint64_t strong_pages, strong_bytes;
+        /* of strong_pages, those made with its dictionary (PE_DICT) */
+        _Atomic uint64_t dict_pages, dict_bytes;
         /* pages the recompressor gave a strong object (the daemon-wide
          * counters of its savings and CPU are Core's) */
         _Atomic uint64_t recompressed;
@@ -106,6 +108,7 @@ typedef struct MMReclaim {
         int64_t recompress_age_ms;
         uint64_t recompress_cursor, recompress_after_ms, recompress_seen_ms;
         uint64_t recompress_pass_taken; /* objects the walk under way took so far */
+        uint64_t dict_tried;    /* its objects when a dictionary was last trained for it, 0: never */
         bool off;               /* the client is exempt from the daemon's policies */
         uint64_t resident;      /* resident managed pages at the last tick */
         uint64_t held;          /* pages held out (stored + same + staged) at the last tick */
@@ -398,6 +401,14 @@ typedef struct MMClient {
          * set with uid, and like it read by every thread after publish;
          * recompression and the workers' zstd rescue only for such a client */
         bool strong_ok;
+        /* its zstd dictionary (PE_DICT objects; recompress.c trains it,
+         * docs/reclaim.md "Dictionaries"): NULL until mmclient_dict_set()
+         * publishes it (release), once, never replaced; read by whoever
+         * decodes (mmclient_dict(): acquire, after the PE_DICT entry that
+         * was published after it). Unreferenced with the MMClient. */
+        _Atomic(CodecDict *) dict;
+        PoolHandle dict_h[STORE_DICT_OBJS]; /* its pool objects, dict_handles of them: written with dict */
+        uint32_t dict_handles;
         uint64_t user_limit;   /* its user's default resident limit ([users] limit), 0: none */
         /* manager's list (mms, orphans); for a fork child also the link of
          * orphans_new, written by the reader that pushes it
@@ -470,6 +481,18 @@ static inline bool mmclient_same_group(const MMClient *a, const MMClient *b) {
  * weaker: a reader needs at least acquire (the fd was opened, and is
  * open, before the store that published it), and none reads them on a
  * counted path (a system call, a log line, a match by pid). */
+/* mm's dictionary, or NULL: any thread. */
+static inline const CodecDict *mmclient_dict(MMClient *mm) {
+        return atomic_load_explicit(&mm->dict, memory_order_acquire);
+}
+/* Give mm dictionary d (a reference of its own): its bytes are written to
+ * mm's store (pool objects the store's superblock names, then the store
+ * marked STORE_VERSION_DICT), then it is published. Once per MMClient, by
+ * whoever builds mm's entries (the manager, or the fault thread that
+ * builds a fork child), before any PE_DICT entry of it: 0, -EEXIST if mm
+ * has one, -ENOMEM/-ENOSPC (the pool). */
+int mmclient_dict_set(MMClient *mm, CodecDict *d);
+
 static inline pid_t mmclient_pid(const MMClient *mm) {
         return atomic_load_explicit(&mm->pid, memory_order_seq_cst);
 }
@@ -593,14 +616,21 @@ static inline TierStub mmclient_tier_stub(MMClient *mm, uint64_t v) {
         return s;
 }
 
-/* A strong-tier object of len bytes came into mm's pool (dir 1) or left it (-1). */
-static inline void mmclient_count_strong(MMClient *mm, uint64_t len, int dir) {
+/* The strong-tier object of entry value v came into mm's pool (dir 1)
+ * or left it (-1). */
+static inline void mmclient_count_strong(MMClient *mm, uint64_t v, int dir) {
+        uint64_t len = pe_clen(v);
+        bool dict = (v & PE_DICT) != 0;
         if (dir > 0) {
                 atomic_fetch_add_explicit(&mm->st.strong_pages, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->st.strong_bytes, len, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.dict_pages, dict, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.dict_bytes, dict ? len : 0, memory_order_relaxed);
         } else {
                 atomic_fetch_sub_explicit(&mm->st.strong_pages, 1, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&mm->st.strong_bytes, len, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.dict_pages, dict, memory_order_relaxed);
+                atomic_fetch_sub_explicit(&mm->st.dict_bytes, dict ? len : 0, memory_order_relaxed);
         }
 }
 
@@ -630,7 +660,7 @@ static inline void mmclient_count_stored(MMClient *mm, uint64_t v, int dir) {
                 atomic_fetch_sub_explicit(&mm->st.compressed_bytes, len, memory_order_relaxed);
         }
         if (strong)
-                mmclient_count_strong(mm, len, dir);
+                mmclient_count_strong(mm, v, dir);
 }
 
 /* Release what entry value v holds (pool object, counters); for LOADING,

@@ -44,7 +44,7 @@ static void run_job(TierPump *p, TierJob *j) {
                 return;
         if (j->stub.len == ZSWAP_PAGE_SIZE)
                 memcpy(j->page, obj, ZSWAP_PAGE_SIZE); /* stored raw */
-        else if (pe_decompress(p->dctx, j->entry, obj, j->stub.len, j->page) < 0)
+        else if (pe_decompress(p->dctx, j->dict, j->entry, obj, j->stub.len, j->page) < 0)
                 j->res = -EBADMSG;
         if (j->res == 0)
                 (void)tier_window_copy(p->reader, &j->win); /* without it: no neighbours */

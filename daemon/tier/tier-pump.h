@@ -28,7 +28,8 @@ typedef struct TierJob {
         TierStub stub;  /* in: the object's stub (checked again by the read) */
         uint32_t owner; /* in: its owner's uid (tier-seal.c) */
         uint8_t *page;  /* in: where its page goes (ZSWAP_PAGE_SIZE bytes) */
-        uint64_t entry; /* in: the entry's value (its PE_STRONG says the object's codec) */
+        uint64_t entry; /* in: the entry's value (its PE_STRONG, PE_DICT say the object's codec) */
+        const CodecDict *dict; /* in: its client's dictionary, or NULL (the job's owner holds the client) */
         /* out: 0: page holds it; -EBADMSG: lost (fails to open or to
          * decompress); -ECANCELED: the pump stopped first; another -errno:
          * the backing store could not be read, try again later */

@@ -20,10 +20,19 @@
  *             over the daemon's, both ways, but for the daemon's 0
  *   tier      recompressed objects written to the second tier (a backing
  *             file) and read back from it
+ *   dict      a dictionary trained on the client's pages, objects
+ *             recompressed with it (smaller than without), read back by
+ *             faults, by a forked child (its copies), by the next daemon
+ *             after kill -9 (which adopts the dictionary), and by the
+ *             library restoring itself when no daemon comes back
+ *
+ * Every case but rescue and client holds enough pages for a dictionary
+ * (DICT_MIN_PAGES), so their objects are made with one once it is trained.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "protocol.h"
@@ -294,6 +303,70 @@ static void case_tier(void) {
         td_stop(&d);
 }
 
+/* ---- dictionaries ---- */
+
+static ZMsgStatusReply wait_dict_pages(uint64_t want) {
+        ZMsgStatusReply st;
+        WAIT_UNTIL((st = status()).dict_pages >= want, TEST_WAIT_S,
+                   "%llu pages made with a dictionary (want %llu; %llu trained, %llu refused, %llu strong)",
+                   (unsigned long long)st.dict_pages, (unsigned long long)want, (unsigned long long)st.dicts_trained,
+                   (unsigned long long)st.dicts_refused, (unsigned long long)st.strong_pages);
+        return st;
+}
+
+static void case_dict(void) {
+        struct zswap_client *c = start(FAST);
+        ZMsgStatusReply st = wait_dict_pages(NPAGES / 2);
+        ZClientRecord r = mine();
+
+        fprintf(stderr, "a %llu-byte dictionary (%.1f ms of CPU to train): %llu of %llu pages made with it, %llu bytes; "
+                "%llu strong pages in %llu bytes\n",
+                (unsigned long long)st.dict_mem, (double)st.dict_train_cpu_ns / 1e6, (unsigned long long)st.dict_pages,
+                (unsigned long long)r.stored_pages, (unsigned long long)st.dict_bytes,
+                (unsigned long long)st.strong_pages, (unsigned long long)st.strong_bytes);
+        ASSERT_EQ(st.dicts_trained, 1);
+        ASSERT_EQ(st.dicts, 1);
+        ASSERT_TRUE(st.dict_mem > 0 && st.dict_mem <= 32768);
+        ASSERT_TRUE(st.dict_bytes <= st.strong_bytes && st.dict_pages <= st.strong_pages);
+        ASSERT_EQ(td_ctl(&d, "status -o dicts,dict_mem,dict_pages,dict_bytes,dicts_trained,dict_train_cpu_ns"), 0);
+
+        /* a forked child reads its copies, made with the dictionary it
+         * was given */
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0)
+                _exit(verify_pages(buf, len, hashes) ? 1 : 0);
+        int ws;
+        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+                test_fail("the forked child read wrong pages (status %#x)", ws);
+        fprintf(stderr, "every page right in the forked child\n");
+        check_all("read back, made with the dictionary");
+        ASSERT_EQ(status().dict_pages, 0);
+
+        /* again, and the next daemon adopts the dictionary with the store */
+        ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
+        st = wait_dict_pages(NPAGES / 2);
+        td_kill(&d);
+        td_respawn(&d);
+        ZMsgStatusReply a;
+        WAIT_UNTIL((a = status()).dict_pages >= st.dict_pages, TEST_WAIT_S, "%llu of %llu dictionary pages adopted",
+                   (unsigned long long)a.dict_pages, (unsigned long long)st.dict_pages);
+        ASSERT_EQ(a.dicts, 1);
+        ASSERT_EQ(a.dict_mem, st.dict_mem);
+        ASSERT_EQ(a.dicts_trained, 0); /* adopted, not trained again */
+        check_all("served by the next daemon");
+
+        /* and when no daemon comes back, the library decodes them itself */
+        ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
+        st = wait_dict_pages(NPAGES / 2);
+        ASSERT_OK(zswap_set_reconnect_timeout(c, 0));
+        td_kill(&d);
+        check_all("restored by the library");
+        WAIT_UNTIL(!vma_uffd_registered(buf), TEST_WAIT_S, "the range still registered");
+        zswap_disconnect(c);
+}
+
 int main(int argc, char **argv) {
         const char *mode = argc > 1 ? argv[1] : "basic";
 
@@ -312,6 +385,8 @@ int main(int argc, char **argv) {
                 case_client();
         else if (strcmp(mode, "tier") == 0)
                 case_tier();
+        else if (strcmp(mode, "dict") == 0)
+                case_dict();
         else
                 test_fail("unknown case %s", mode);
         return 0;

@@ -29,7 +29,8 @@ static const char *const defaults[][2] = {
         { "limit", "0" },         { "idle_age", "0" },       { "pressure_target", "0" }, { "min_free", "0" },
         { "pressure_step", "2" }, { "pressure_period", "2s" }, { "pool_max", "0" },        { "pool_accept", "90" },
         { "pool_compact", "5" },  { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "refill", "yes" }, { "refill_quiet", "10s" }, { "write_scan", "1s" },
-        { "interval", "250ms" },      { "recompress_age", "2m" }, { "recompress_level", "3" }, { "recompress_cpu", "10" },
+        { "interval", "250ms" },      { "recompress_age", "2m" }, { "recompress_level", "9" }, { "recompress_cpu", "10" },
+        { "recompress_dict", "yes" },
 };
 
 static bool same(const Tunables *a, const Tunables *b) {
@@ -41,7 +42,7 @@ static bool same(const Tunables *a, const Tunables *b) {
                a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max && a->refill == b->refill && a->refill_quiet_ms == b->refill_quiet_ms &&
                a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms &&
                a->recompress_age_ms == b->recompress_age_ms && a->recompress_level == b->recompress_level &&
-               a->recompress_cpu == b->recompress_cpu;
+               a->recompress_cpu == b->recompress_cpu && a->recompress_dict == b->recompress_dict;
 }
 
 static const char *get(const Tunables *t, const char *key) {
@@ -75,7 +76,7 @@ static void test_defaults(void) {
         ASSERT_EQ(t.interval_ms, 250);
         ASSERT_ERROR(tunable_get(&t, "nope", buf, sizeof(buf)), ENOENT);
         ASSERT_EQ(t.recompress_age_ms, 120000);
-        ASSERT_EQ(t.recompress_level, 3);
+        ASSERT_EQ(t.recompress_level, 9);
         /* the per-client keys zswapctl lists: three of them are tunables too */
         ASSERT_STREQ(tunable_client_names[0], "limit");
         ASSERT_STREQ(tunable_client_names[1], "idle_age");
@@ -92,6 +93,7 @@ static const char *const round_trips[][3] = {
         { "recompress_age", "90s", "90s" },
         { "recompress_level", "19", "19" },
         { "recompress_cpu", "2.5", "2.5" },
+        { "recompress_dict", "no", "no" },
         { "limit", "none", "0" },
         { "limit", "4096", "4K" },
         { "limit", "4097", "4097" },
@@ -370,8 +372,9 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "\n"
                                 "[pool]\n"
                                 "recompress_age = 10m\n"
-                                "recompress_level = 9\n"
+                                "recompress_level = 12\n"
                                 "recompress_cpu = 25\n"
+                                "recompress_dict = no\n"
                                 "pool_max = 2G\n"
                                 "pool_accept = 80\n"
                                 "pool_compact = 20\n";
@@ -381,7 +384,8 @@ static const char *const good_values[][2] = {
         { "pressure_step", "5" },   { "pressure_period", "4s" }, { "pool_max", "2G" },         { "pool_accept", "80" },
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
         { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },     { "refill", "no" },
-        { "refill_quiet", "30s" },  { "recompress_age", "10m" }, { "recompress_level", "9" }, { "recompress_cpu", "25" },
+        { "refill_quiet", "30s" },  { "recompress_age", "10m" }, { "recompress_level", "12" }, { "recompress_cpu", "25" },
+        { "recompress_dict", "no" },
 };
 
 /* The [reclaim] and [pool] settings of path over t, through the file
@@ -434,7 +438,7 @@ static void test_load(void) {
                    "pool_accept: 120 is not a percentage between 1 and 100");
         load_fails(&t, "[reclaim]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
         load_fails(&t, "[users]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
-        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu)");
+        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu, recompress_dict)");
         load_fails(&t, "\nlimit = 1G\n[reclaim]\n", EINVAL, 2, "'limit' comes before any [section]");
         load_fails(&t, "[reclaim\nlimit = 1G\n", EINVAL, 1, "expected [section], got '[reclaim'");
         load_fails(&t, "[reclaim]\n = 5\n", EINVAL, 2, "no key before '='");
