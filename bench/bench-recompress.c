@@ -10,13 +10,17 @@
  *
  *   zram-lz4      kernel zram with lz4, the reference
  *   zswapd-lz4    zswapd, lz4, recompression off
- *   zswapd-strong zswapd, lz4, recompress_age 1s and recompress_cpu 100:
- *                 measured once recompression has ended (its count still
- *                 for two polls); its CPU per GiB from the daemon's counters
- *   zswapd-zstd   zswapd with zstd at --level as its only codec: what zram
- *                 with zstd would hold, for kernels whose zram has no zstd
- *                 (this one's offers lzo, lzo-rle and lz4); zram-zstd
- *                 itself when the kernel offers it (--zram-zstd)
+ *   zswapd-strong zswapd, lz4, recompress_age 1s and recompress_cpu 100,
+ *                 zstd at --level (9, the daemon's default) with the
+ *                 client's dictionary: measured once recompression has
+ *                 ended (its count still for two polls); its CPU per GiB
+ *                 and the dictionary's training from the daemon's counters
+ *   zswapd-nodict the same without the dictionary (recompress_dict no)
+ *   zswapd-zstd   zswapd with zstd at --ref-level (3, zram's default) as
+ *                 its only codec: what zram with zstd would hold, for
+ *                 kernels whose zram has no zstd (this one's offers lzo,
+ *                 lzo-rle and lz4); zram-zstd itself when the kernel
+ *                 offers it (--zram-zstd)
  *
  * Then the effect on other clients: a 16 MiB client evicted and read back
  * at random over and over (its pages never stay unused for a second, so
@@ -25,7 +29,7 @@
  * big client at the default budget (recompress_cpu 10). Its fault p99 in
  * both, and the ratio.
  *
- * bench-recompress [--size MiB] [--level N] [--corpus DIR] [--zswapd PATH] [--zram-zstd]
+ * bench-recompress [--size MiB] [--level N] [--ref-level N] [--corpus DIR] [--zswapd PATH] [--zram-zstd]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -58,7 +62,7 @@
 typedef struct Options {
         const char *zswapd, *corpus;
         unsigned long size_mib;
-        int level;
+        int level, ref_level;
         bool zram_zstd;
 } Options;
 
@@ -68,8 +72,9 @@ typedef struct Phase {
         double ratio;                  /* original out / memory used */
         double median_us, p99_us, p999_us;
         size_t faults, bad;
-        /* zswapd-strong only */
+        /* zswapd-strong and -nodict only */
         uint64_t strong_pages, recompressed, cpu_ns, saved;
+        uint64_t dict_pages, dicts_trained, dict_cpu_ns, dict_mem;
         double wait_s;
 } Phase;
 
@@ -82,9 +87,10 @@ typedef struct Run {
         size_t *perm;
 } Run;
 
-static const char *const status_names[] = { "recompressed", "strong_pages", "recompress_cpu_ns",
-                                            "recompress_saved_bytes" };
-enum { ST_RECOMPRESSED, ST_STRONG, ST_CPU, ST_SAVED, ST_N };
+static const char *const status_names[] = { "recompressed",     "strong_pages",  "recompress_cpu_ns",
+                                            "recompress_saved_bytes", "dict_pages", "dicts_trained",
+                                            "dict_train_cpu_ns", "dict_mem" };
+enum { ST_RECOMPRESSED, ST_STRONG, ST_CPU, ST_SAVED, ST_DICT_PAGES, ST_DICTS, ST_DICT_CPU, ST_DICT_MEM, ST_N };
 
 /* Touch every page of region in random order; latencies of those that
  * were out into run->lat (sorted). Returns the faults timed. */
@@ -127,9 +133,15 @@ static int wait_recompressed(Backend *b, Phase *ph) {
         ph->strong_pages = v[ST_STRONG];
         ph->cpu_ns = v[ST_CPU];
         ph->saved = v[ST_SAVED];
+        ph->dict_pages = v[ST_DICT_PAGES];
+        ph->dicts_trained = v[ST_DICTS];
+        ph->dict_cpu_ns = v[ST_DICT_CPU];
+        ph->dict_mem = v[ST_DICT_MEM];
         printf("  recompression ended after %.1f s: %" PRIu64 " pages recompressed, %" PRIu64
-               " strong, %" PRIu64 " bytes saved, %.3f s of CPU\n",
-               ph->wait_s, ph->recompressed, ph->strong_pages, ph->saved, ph->cpu_ns / 1e9);
+               " strong (%" PRIu64 " with a dictionary), %" PRIu64 " bytes saved, %.3f s of CPU; %" PRIu64
+               " dictionaries trained (%.3f s of CPU), %" PRIu64 " bytes\n",
+               ph->wait_s, ph->recompressed, ph->strong_pages, ph->dict_pages, ph->saved, ph->cpu_ns / 1e9,
+               ph->dicts_trained, ph->dict_cpu_ns / 1e9, ph->dict_mem);
         return 0;
 }
 
@@ -407,7 +419,7 @@ static void row(const char *name, const char *fmt, const Phase *ph, size_t off, 
 }
 
 static void usage(void) {
-        printf("bench-recompress [--size MiB] [--level N] [--corpus DIR] [--zswapd PATH] [--zram-zstd]\n"
+        printf("bench-recompress [--size MiB] [--level N] [--ref-level N] [--corpus DIR] [--zswapd PATH] [--zram-zstd]\n"
                "  the strong tier against zram: memory ratio and random fault latency once recompressed,\n"
                "  its CPU per GiB, and its effect on another client's faults. Needs root.\n");
 }
@@ -415,22 +427,24 @@ static void usage(void) {
 int main(int argc, char **argv) {
         static const struct option opts[] = { { "size", required_argument, NULL, 's' },
                                               { "level", required_argument, NULL, 'l' },
+                                              { "ref-level", required_argument, NULL, 'L' },
                                               { "corpus", required_argument, NULL, 'c' },
                                               { "zswapd", required_argument, NULL, 'z' },
                                               { "zram-zstd", no_argument, NULL, 'Z' },
                                               { "help", no_argument, NULL, 'h' },
                                               {} };
-        Options o = { .size_mib = 128, .level = 3 };
+        Options o = { .size_mib = 128, .level = 9, .ref_level = 3 };
         _cleanup_free_ char *corpus_dir = NULL;
         _cleanup_corpus_ Corpus *corpus = NULL;
         char level_arg[64], lvl[16], load[64];
         struct utsname un;
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "s:l:c:z:Zh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "s:l:L:c:z:Zh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 's': o.size_mib = strtoul(optarg, NULL, 10); break;
                 case 'l': o.level = atoi(optarg); break;
+                case 'L': o.ref_level = atoi(optarg); break;
                 case 'c': o.corpus = optarg; break;
                 case 'z': o.zswapd = optarg; break;
                 case 'Z': o.zram_zstd = true; break;
@@ -438,7 +452,7 @@ int main(int argc, char **argv) {
                 default: usage(); return 2;
                 }
         }
-        if (o.size_mib < 16 || o.level < 1 || o.level > 22) {
+        if (o.size_mib < 16 || o.level < 1 || o.level > 22 || o.ref_level < 1 || o.ref_level > 22) {
                 usage();
                 return 2;
         }
@@ -453,8 +467,9 @@ int main(int argc, char **argv) {
         }
         bench_install_signals();
         uname(&un);
-        printf("bench-recompress: %lu MiB of corpus pages (%s), zstd level %d; %s %s, %ld CPUs, load %s\n",
-               o.size_mib, corpus_dir, o.level, un.sysname, un.release, sysconf(_SC_NPROCESSORS_ONLN),
+        printf("bench-recompress: %lu MiB of corpus pages (%s), zstd level %d, reference level %d; %s %s, %ld CPUs, "
+               "load %s\n",
+               o.size_mib, corpus_dir, o.level, o.ref_level, un.sysname, un.release, sysconf(_SC_NPROCESSORS_ONLN),
                bench_loadavg(load, sizeof(load)));
         Run run = { .o = &o, .corpus = corpus, .n_pages = o.size_mib << 8 };
         run.resident = calloc(run.n_pages, 1);
@@ -466,14 +481,16 @@ int main(int argc, char **argv) {
         dict_experiment(corpus, o.level);
 
         snprintf(level_arg, sizeof(level_arg), "recompress_level=%d", o.level);
-        snprintf(lvl, sizeof(lvl), "%d", o.level);
+        snprintf(lvl, sizeof(lvl), "%d", o.ref_level);
         const char *off[] = { "-o", "recompress_age=0", NULL };
         const char *strong[] = { "-o", "recompress_age=1s", "-o", "recompress_cpu=100", "-o", level_arg, NULL };
+        const char *nodict[] = { "-o", "recompress_age=1s", "-o",        "recompress_cpu=100",
+                                 "-o", level_arg,           "-o", "recompress_dict=no", NULL };
         const char *zstd[] = { "-o", "recompress_age=0", "--level", lvl, NULL };
         uint64_t disk = (uint64_t)o.size_mib << 21;
         Phase ph[] = {
                 { .label = "zram-lz4" }, { .label = "zswapd-lz4" }, { .label = "zswapd-strong" },
-                { .label = o.zram_zstd ? "zram-zstd" : "zswapd-zstd" }, { .label = NULL },
+                { .label = o.zram_zstd ? "zram-zstd" : "zswapd-zstd" }, { .label = "zswapd-nodict" }, { .label = NULL },
         };
         const BackendConfig cfgs[] = {
                 { .kind = BACKEND_ZRAM, .compressor = "lz4", .size_bytes = disk },
@@ -482,9 +499,10 @@ int main(int argc, char **argv) {
                 o.zram_zstd ? (BackendConfig){ .kind = BACKEND_ZRAM, .compressor = "zstd", .size_bytes = disk }
                             : (BackendConfig){ .kind = BACKEND_ZSWAPD, .compressor = "zstd", .zswapd_path = o.zswapd,
                                                .zswapd_args = zstd },
+                { .kind = BACKEND_ZSWAPD, .compressor = "lz4", .zswapd_path = o.zswapd, .zswapd_args = nodict },
         };
         for (size_t i = 0; i < ELEMENTSOF(cfgs) && !bench_interrupted; i++)
-                if ((r = phase_run(&run, &cfgs[i], i == 2, &ph[i])) < 0)
+                if ((r = phase_run(&run, &cfgs[i], i == 2 || i == 4, &ph[i])) < 0)
                         printf("%s phase failed: %s\n", ph[i].label, strerror(-r));
         Effect ef = { 0 };
         if (!bench_interrupted && (r = phase_effect(&run, &o, &ef)) < 0)
@@ -495,7 +513,7 @@ int main(int argc, char **argv) {
                 printf(" %14s", p->label);
         for (const Phase *p = ph + 1; p->label; p++)
                 printf(" %8.8s", p->label + (strncmp(p->label, "zswapd-", 7) == 0 ? 7 : 0));
-        printf("\n%-26s%*s(ratios: each / zram-lz4)\n", "", 15 * 4, "");
+        printf("\n%-26s%*s(ratios: each / zram-lz4)\n", "", 15 * 5, "");
         row("memory ratio (out/used)", "%.2f", ph, offsetof(Phase, ratio), &ph[0]);
         row("random fault median us", "%.2f", ph, offsetof(Phase, median_us), &ph[0]);
         row("random fault p99 us", "%.2f", ph, offsetof(Phase, p99_us), &ph[0]);
@@ -504,6 +522,13 @@ int main(int argc, char **argv) {
         if (s->done && z->done)
                 printf("strong tier against %s: memory ratio %.2fx, random fault median %.2fx, p99 %.2fx\n",
                        z->label, s->ratio / z->ratio, s->median_us / z->median_us, s->p99_us / z->p99_us);
+        const Phase *nd = &ph[4];
+        if (s->done && nd->done)
+                printf("the client's dictionary: memory ratio %.2fx recompression without one at level %d; random fault "
+                       "median %.2fx; %" PRIu64 " of %" PRIu64 " strong pages made with it; training %.3f CPU s, "
+                       "%" PRIu64 " bytes\n",
+                       s->ratio / nd->ratio, o.level, s->median_us / nd->median_us, s->dict_pages, s->strong_pages,
+                       s->dict_cpu_ns / 1e9, s->dict_mem);
         if (s->done && s->recompressed)
                 printf("recompression: %" PRIu64 " pages in %.1f s, %.2f CPU s per GiB recompressed, %.1f %% of the "
                        "pool saved\n",

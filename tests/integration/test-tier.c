@@ -443,6 +443,28 @@ static void read_all_counted(uint8_t *buf, const uint64_t *hashes, unsigned *goo
         *good = g, *bus = b, *wrong = w;
 }
 
+/* A poisoned page stays poisoned, and says so again: the child that read
+ * buf ends with 0 if reading every page of it again hits SIGBUS, else 2. */
+static _Noreturn void exit_still_poisoned(uint8_t *buf) {
+        if (!sigsetjmp(bus_jmp, 1)) {
+                for (unsigned i = 0; i < NPAGES; i++)
+                        (void)*(volatile uint8_t *)(buf + (size_t)i * ZSWAP_PAGE_SIZE);
+                _exit(2); /* no SIGBUS any more */
+        }
+        _exit(0);
+}
+
+/* The child that read the pages (what: the case) must have ended with 0. */
+static void child_ok(TestDaemon *d, pid_t pid, const char *what) {
+        int ws;
+        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+                td_log_dump(d);
+                test_fail("%s: child status %#x%s", what, ws,
+                          WIFSIGNALED(ws) && WTERMSIG(ws) == SIGALRM ? " (its reads never ended)" : "");
+        }
+}
+
 /* Every page's data on the tier is overwritten on disk (the header is
  * left alone): no page may come back with other content. Pages whose
  * record fails to open are poisoned: reading them is a SIGBUS. The
@@ -482,20 +504,9 @@ static void case_corrupt(void) {
                         good, bus, wrong, (unsigned long long)st.tier_pages, (unsigned long long)st2.tier_corrupt);
                 if (wrong || bus == 0 || st2.tier_corrupt == 0 || good + bus != NPAGES)
                         _exit(1);
-                /* a poisoned page stays poisoned, and says so again */
-                if (!sigsetjmp(bus_jmp, 1)) {
-                        for (unsigned i = 0; i < NPAGES; i++)
-                                (void)*(volatile uint8_t *)(buf + (size_t)i * ZSWAP_PAGE_SIZE);
-                        _exit(2); /* no SIGBUS any more */
-                }
-                _exit(0);
+                exit_still_poisoned(buf);
         }
-        int ws;
-        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-                td_log_dump(&d);
-                test_fail("corrupt: child status %#x", ws);
-        }
+        child_ok(&d, pid, "corrupt");
         ASSERT_TRUE(td_log_has(&d, "fails authentication"));
         td_stop(&d);
 }
@@ -534,20 +545,9 @@ static void case_pool_corrupt(void) {
                 /* the lost pages' objects went back to the pool */
                 if (status(&d).stats.stored_pages != 0)
                         _exit(3);
-                if (!sigsetjmp(bus_jmp, 1)) {
-                        for (unsigned i = 0; i < NPAGES; i++)
-                                (void)*(volatile uint8_t *)(buf + (size_t)i * ZSWAP_PAGE_SIZE);
-                        _exit(2); /* no SIGBUS any more */
-                }
-                _exit(0);
+                exit_still_poisoned(buf);
         }
-        int ws;
-        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-                td_log_dump(&d);
-                test_fail("pool-corrupt: child status %#x%s", ws,
-                          WIFSIGNALED(ws) && WTERMSIG(ws) == SIGALRM ? " (its reads never ended)" : "");
-        }
+        child_ok(&d, pid, "pool-corrupt");
         ASSERT_TRUE(td_log_has(&d, "its pool object fails to decompress"));
         td_stop(&d);
 }
@@ -664,12 +664,7 @@ static void case_forge(void) {
                         good, bus, wrong, (unsigned long long)st.tier_pages, (unsigned long long)st2.tier_corrupt);
                 _exit(wrong || bus == 0 || st2.tier_corrupt == 0 || good + bus != NPAGES ? 1 : 0);
         }
-        int ws;
-        ASSERT_EQ(waitpid(pid, &ws, 0), pid);
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-                td_log_dump(&d);
-                test_fail("forge: child status %#x", ws);
-        }
+        child_ok(&d, pid, "forge");
         td_stop(&d);
 }
 
