@@ -482,11 +482,15 @@ int main(int argc, char **argv) {
 
         snprintf(level_arg, sizeof(level_arg), "recompress_level=%d", o.level);
         snprintf(lvl, sizeof(lvl), "%d", o.ref_level);
-        const char *off[] = { "-o", "recompress_age=0", NULL };
-        const char *strong[] = { "-o", "recompress_age=1s", "-o", "recompress_cpu=100", "-o", level_arg, NULL };
-        const char *nodict[] = { "-o", "recompress_age=1s", "-o",        "recompress_cpu=100",
-                                 "-o", level_arg,           "-o", "recompress_dict=no", NULL };
-        const char *zstd[] = { "-o", "recompress_age=0", "--level", lvl, NULL };
+        /* refill off: a client idle while its pages are recompressed
+         * (longer than refill_quiet at high levels) would have them
+         * brought back ahead of the timed faults */
+        const char *off[] = { "-o", "recompress_age=0", "-o", "refill=no", NULL };
+        const char *strong[] = { "-o", "recompress_age=1s", "-o", "recompress_cpu=100", "-o", level_arg,
+                                 "-o", "refill=no",         NULL };
+        const char *nodict[] = { "-o", "recompress_age=1s", "-o", "recompress_cpu=100", "-o", level_arg,
+                                 "-o", "recompress_dict=no", "-o", "refill=no", NULL };
+        const char *zstd[] = { "-o", "recompress_age=0", "-o", "refill=no", "--level", lvl, NULL };
         uint64_t disk = (uint64_t)o.size_mib << 21;
         Phase ph[] = {
                 { .label = "zram-lz4" }, { .label = "zswapd-lz4" }, { .label = "zswapd-strong" },

@@ -27,9 +27,9 @@
  * the daemon serves no fault: a CPU busy with background work, at any
  * priority, makes the wake-up of a fault thread on it an interrupt, which
  * on a hypervisor is dear (docs/reclaim.md). A job started in a quiet
- * tick stops at the first fault served; one job a second (YIELD_MS) runs
- * whole all the same (FORCE_MS), so that a daemon never quiet still
- * recompresses. A client whose
+ * tick stops at the first fault served; one job a second runs all the
+ * same, for at most 2 ms of CPU (FORCE_MS, FORCE_MAX_NS), so that a
+ * daemon never quiet still recompresses. A client whose
  * store must stay as it is for a fork child is left alone, as the tier
  * writer does.
  */
