@@ -113,6 +113,10 @@ typedef struct ZMsgHello {
  * none for that client (a program still running an older library after
  * the daemon was upgraded) */
 #define ZHELLO_F_STRONG 1u
+/* The library decodes objects made with its client's zstd dictionary
+ * (pentry.h PE_DICT; the store's dictionary, version 3): without it the
+ * daemon trains none for that client */
+#define ZHELLO_F_DICT 2u
 
 typedef struct ZMsgAttach {
         ZMsgHeader hdr;

@@ -45,7 +45,7 @@ int sock_connect(struct zswap_client *c) {
         return fd;
 }
 
-uint32_t zswap_hello_features = ZHELLO_F_STRONG;
+uint32_t zswap_hello_features = ZHELLO_F_STRONG | ZHELLO_F_DICT;
 
 /* HELLO; *devfd: the daemon's /dev/userfaultfd descriptor, or -1 when it
  * hands none (userfaultfd_device, zswapd.conf(5); never to a fork child). */

@@ -479,7 +479,8 @@ void recompress_done(Recompressor *r, Work *w) {
 static bool wants_dict(MMClient *mm, const RecompConf *conf) {
         /* relaxed: a counter, a hint */
         uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
-        return conf->dict && !mmclient_dict(mm) && stored >= DICT_MIN_PAGES && stored >= 2 * mm->rc.dict_tried;
+        return conf->dict && mm->dict_ok && !mmclient_dict(mm) && stored >= DICT_MIN_PAGES &&
+               stored >= 2 * mm->rc.dict_tried;
 }
 
 static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now) {

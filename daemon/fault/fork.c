@@ -348,6 +348,7 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         child->parent_pidfd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : -1;
         child->uid = mm->uid; /* mm's was written before mm was published */
         child->strong_ok = mm->strong_ok; /* the same library: the same as uid */
+        child->dict_ok = mm->dict_ok;
         /* what is left of its user's share until the manager counts it
          * (users.c): it may fork before it attaches. relaxed: a budget */
         atomic_store_explicit(&child->quota_left, atomic_load_explicit(&mm->quota_left, memory_order_relaxed),

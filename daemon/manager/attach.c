@@ -183,6 +183,7 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
+        mm->dict_ok = mm->strong_ok && (c->features & ZHELLO_F_DICT);
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
         log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
@@ -282,6 +283,7 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
+        mm->dict_ok = mm->strong_ok && (c->features & ZHELLO_F_DICT);
         /* a fork may be waiting for us to read its event: the FORK_PREPARE
          * that announced its token went to the dead daemon, and the client
          * names it again (relaxed: before mm_serve() hands mm to a

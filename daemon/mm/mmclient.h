@@ -401,6 +401,9 @@ typedef struct MMClient {
          * set with uid, and like it read by every thread after publish;
          * recompression and the workers' zstd rescue only for such a client */
         bool strong_ok;
+        /* and objects made with its dictionary (ZHELLO_F_DICT): as
+         * strong_ok; a dictionary is trained only for such a client */
+        bool dict_ok;
         /* its zstd dictionary (PE_DICT objects; recompress.c trains it,
          * docs/reclaim.md "Dictionaries"): NULL until mmclient_dict_set()
          * publishes it (release), once, never replaced; read by whoever

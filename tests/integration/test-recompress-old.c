@@ -5,8 +5,11 @@
  * object in its store, which its library could not decode should it ever
  * restore itself: neither recompression nor the zstd rescue of pages lz4
  * finds incompressible touch its pages, while another client of the same
- * daemon has both. Built on libzswap's core (the internal header), as
- * test-fork-token is, to set what the library announces.
+ * daemon has both. Then a library that decodes zstd but knows no
+ * dictionary (ZHELLO_F_STRONG without ZHELLO_F_DICT) beside a current one:
+ * only the current one's store gets a dictionary (version 3), which the
+ * other's library would refuse. Built on libzswap's core (the internal
+ * header), as test-fork-token is, to set what the library announces.
  */
 #include <sys/mman.h>
 
@@ -16,25 +19,72 @@
 #include "store.h"
 
 #define NPAGES 2048
+#define DICT_NPAGES 4096 /* past the daemon's DICT_MIN_PAGES */
 
 static TestDaemon d;
 
 /* The versions of the stores this process holds (memfds named
- * zswapd-store): how many say "may hold strong objects". */
-static unsigned strong_stores(unsigned *n) {
+ * zswapd-store): how many are of version `version`. */
+static unsigned stores_of(uint32_t version, unsigned *n) {
         int fds[8];
-        unsigned strong = 0;
+        unsigned of = 0;
 
         *n = (unsigned)td_fds_named("memfd:zswapd-store", fds, 8);
         for (unsigned i = 0; i < *n; i++) {
                 uint8_t *map = mmap(NULL, STORE_SUPER_SIZE, PROT_READ, MAP_SHARED, fds[i], 0);
                 ASSERT_TRUE(map != MAP_FAILED);
                 uint32_t v = store_super(map)->version;
-                ASSERT_TRUE(v == STORE_VERSION || v == STORE_VERSION_STRONG);
-                strong += v == STORE_VERSION_STRONG;
+                ASSERT_TRUE(v >= STORE_VERSION && v <= STORE_VERSION_DICT);
+                of += v == version;
                 munmap(map, STORE_SUPER_SIZE);
         }
-        return strong;
+        return of;
+}
+
+/* Until recompression has settled: its count at least least and still
+ * for a second. */
+static void settle(ZMsgStatusReply *st, uint64_t least) {
+        uint64_t last = UINT64_MAX, end = test_now_ns() + TEST_WAIT_S * 1000000000ull;
+        for (unsigned still = 0; still < 2;) {
+                usleep(500000);
+                td_status(&d, st);
+                still = st->recompressed >= least && st->recompressed == last ? still + 1 : 0;
+                last = st->recompressed;
+                if (test_now_ns() > end)
+                        test_fail("recompression never settled: %llu pages after %u s",
+                                  (unsigned long long)st->recompressed, TEST_WAIT_S);
+        }
+}
+
+/* A library without dictionaries beside a current one, each with enough
+ * pages for one: only the current one's store gets it. */
+static void no_dict(void) {
+        const size_t len = (size_t)DICT_NPAGES * ZSWAP_PAGE_SIZE;
+        static uint64_t mid_hashes[DICT_NPAGES], cur_hashes[DICT_NPAGES];
+        ZMsgStatusReply st;
+        unsigned n;
+
+        td_start(&d, "-o recompress_age=1s -o recompress_cpu=100");
+        zswap_hello_features = ZHELLO_F_STRONG;
+        struct zswap_client *mid = td_connect(&d);
+        zswap_hello_features = ZHELLO_F_STRONG | ZHELLO_F_DICT;
+        struct zswap_client *cur = td_connect(&d);
+        uint8_t *mb = td_region(mid, len, 93, mid_hashes), *cb = td_region(cur, len, 94, cur_hashes);
+        ASSERT_TRUE(td_pageout_want(mid, mb, len, DICT_NPAGES * 9 / 10) > 0);
+        ASSERT_TRUE(td_pageout_want(cur, cb, len, DICT_NPAGES * 9 / 10) > 0);
+        settle(&st, DICT_NPAGES);
+        unsigned v3 = stores_of(STORE_VERSION_DICT, &n);
+        fprintf(stderr, "no dictionary known: %llu dictionaries trained, %llu pages made with one; %u of %u stores "
+                "with a dictionary\n", (unsigned long long)st.dicts_trained, (unsigned long long)st.dict_pages, v3, n);
+        ASSERT_EQ(st.dicts_trained, 1);
+        ASSERT_TRUE(st.dict_pages > 0);
+        ASSERT_EQ(n, 2);
+        ASSERT_EQ(v3, 1);
+        size_t bad = verify_pages(mb, len, mid_hashes) + verify_pages(cb, len, cur_hashes);
+        ASSERT_EQ(bad, 0);
+        zswap_disconnect(mid);
+        zswap_disconnect(cur);
+        td_stop(&d);
 }
 
 /* Half corpus pages, half pages lz4 cannot shrink and zstd can. */
@@ -63,18 +113,8 @@ int main(void) {
         uint8_t *ob = region(old, old_hashes, 91), *nb = region(cur, new_hashes, 92);
         int no = zswap_pageout(old, ob, len), nn = zswap_pageout(cur, nb, len);
         ASSERT_TRUE(no > 0 && nn > 0);
-        /* until recompression has settled: its count still for a
-         * second, the current client's corpus half mostly done */
-        uint64_t last = UINT64_MAX, end = test_now_ns() + TEST_WAIT_S * 1000000000ull;
-        for (unsigned still = 0; still < 2;) {
-                usleep(500000);
-                td_status(&d, &st);
-                still = st.recompressed >= NPAGES / 4 && st.recompressed == last ? still + 1 : 0;
-                last = st.recompressed;
-                if (test_now_ns() > end)
-                        test_fail("recompression never settled: %llu pages after %u s",
-                                  (unsigned long long)st.recompressed, TEST_WAIT_S);
-        }
+        /* the current client's corpus half mostly done */
+        settle(&st, NPAGES / 4);
         td_clients_sum(&d, getpid(), &now);
         fprintf(stderr, "old library: %d pages out; current: %d out; %llu strong in all, %llu recompressed, "
                 "%llu rescued\n", no, nn, (unsigned long long)now.strong_pages,
@@ -92,7 +132,7 @@ int main(void) {
         /* the current client's store says it may hold strong objects, so
          * that a daemon older than the strong tier refuses it; the old
          * one's does not, so that its library still accepts it */
-        unsigned nstores, strong = strong_stores(&nstores);
+        unsigned nstores, strong = stores_of(STORE_VERSION_STRONG, &nstores) + stores_of(STORE_VERSION_DICT, &nstores);
         fprintf(stderr, "%u stores held, %u marked for the strong tier\n", nstores, strong);
         ASSERT_EQ(nstores, 2);
         ASSERT_EQ(strong, 1);
@@ -106,5 +146,6 @@ int main(void) {
         fprintf(stderr, "both restored themselves, every page right\n");
         zswap_disconnect(old);
         zswap_disconnect(cur);
+        no_dict();
         return 0;
 }
