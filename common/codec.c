@@ -63,6 +63,8 @@ typedef struct DlSyms {
         __typeof__(ZSTD_freeCCtxParams) *ZSTD_freeCCtxParams;
         __typeof__(ZSTD_freeCDict) *ZSTD_freeCDict;
         __typeof__(ZSTD_CCtx_refCDict) *ZSTD_CCtx_refCDict;
+        __typeof__(ZSTD_CCtx_reset) *ZSTD_CCtx_reset;
+        bool dict_ok; /* every call above from ZSTD_createDDict_byReference on */
 } DlSyms;
 
 /*
@@ -93,18 +95,19 @@ static int codec_load(void) {
                   DL_SYM(t, zstd, ZSTD_compress2) && DL_SYM(t, zstd, ZSTD_isError) &&
                   DL_SYM(t, zstd, ZSTD_createDCtx) && DL_SYM(t, zstd, ZSTD_createDCtx_advanced) &&
                   DL_SYM(t, zstd, ZSTD_freeDCtx) && DL_SYM(t, zstd, ZSTD_decompressDCtx) &&
-                  DL_SYM(t, zstd, ZSTD_decompress_usingDict) &&
-                  DL_SYM(t, zstd, ZSTD_createDDict_byReference) &&
-                  DL_SYM(t, zstd, ZSTD_getDictID_fromDDict) &&
-                  DL_SYM(t, zstd, ZSTD_freeDDict) &&
-                  DL_SYM(t, zstd, ZSTD_decompress_usingDDict) &&
-                  DL_SYM(t, zstd, ZSTD_createCCtxParams) &&
-                  DL_SYM(t, zstd, ZSTD_CCtxParams_init) &&
-                  DL_SYM(t, zstd, ZSTD_CCtxParams_setParameter) &&
-                  DL_SYM(t, zstd, ZSTD_createCDict_advanced2) &&
-                  DL_SYM(t, zstd, ZSTD_freeCCtxParams) &&
-                  DL_SYM(t, zstd, ZSTD_freeCDict) &&
-                  DL_SYM(t, zstd, ZSTD_CCtx_refCDict);
+                  DL_SYM(t, zstd, ZSTD_decompress_usingDict);
+        /* what only makes dictionaries and compresses with them (the
+         * daemon's work; a library restoring itself decodes from the
+         * bytes alone): optional, codec_dict_new() and codec_cdict_new()
+         * say -ENOSYS without them. Some are zstd's experimental API */
+        bool dict_ok = DL_SYM(t, zstd, ZSTD_createDDict_byReference) && DL_SYM(t, zstd, ZSTD_getDictID_fromDDict) &&
+                       DL_SYM(t, zstd, ZSTD_freeDDict) && DL_SYM(t, zstd, ZSTD_decompress_usingDDict) &&
+                       DL_SYM(t, zstd, ZSTD_createCCtxParams) && DL_SYM(t, zstd, ZSTD_CCtxParams_init) &&
+                       DL_SYM(t, zstd, ZSTD_CCtxParams_setParameter) &&
+                       DL_SYM(t, zstd, ZSTD_createCDict_advanced2) && DL_SYM(t, zstd, ZSTD_freeCCtxParams) &&
+                       DL_SYM(t, zstd, ZSTD_freeCDict) && DL_SYM(t, zstd, ZSTD_CCtx_refCDict) &&
+                       DL_SYM(t, zstd, ZSTD_CCtx_reset);
+        t->dict_ok = dict_ok;
         DlSyms *none = NULL;
         /* the handles stay open for the process's life: contexts made
          * from them may outlive any caller */
@@ -116,8 +119,18 @@ static int codec_load(void) {
 
 /* after codec_load() succeeded: its table (acquire: filled before) */
 #define CALL(f) atomic_load_explicit(&dl_syms, memory_order_acquire)->f
+
+/* codec_load(), and the calls that make and use dictionaries too. */
+static int codec_load_dict(void) {
+        int r = codec_load();
+        return r < 0 ? r : CALL(dict_ok) ? 0 : -ENOSYS;
+}
 #else
 static int codec_load(void) {
+        return 0;
+}
+
+static int codec_load_dict(void) {
         return 0;
 }
 
@@ -299,7 +312,7 @@ struct CodecCDict {
 };
 
 int codec_dict_new(const void *bytes, size_t len, CodecDict **ret) {
-        int r = codec_load();
+        int r = codec_load_dict();
         if (r < 0)
                 return r;
         if (len == 0 || len > CODEC_DICT_MAX)
@@ -337,7 +350,7 @@ void codec_dict_unref(CodecDict *d) {
 }
 
 int codec_cdict_new(const CodecDict *d, int level, CodecCDict **ret) {
-        int r = codec_load();
+        int r = codec_load_dict();
         if (r < 0)
                 return r;
         CodecCDict *c = malloc(sizeof(*c));
@@ -378,7 +391,13 @@ int codec_compress_cdict(CodecCCtx *c, const CodecCDict *cd, const void *page, v
         size_t n = CALL(ZSTD_CCtx_refCDict)(c->zc, cd->cd);
         if (!CALL(ZSTD_isError)(n))
                 n = CALL(ZSTD_compress2)(c->zc, dst, dst_cap, page, ZSWAP_PAGE_SIZE);
-        (void)CALL(ZSTD_CCtx_refCDict)(c->zc, NULL);
+        /* a frame that did not fit (no gain: the usual case) leaves the
+         * context mid-stream, where it refuses to drop the dictionary:
+         * the session goes first, or the next plain compression would
+         * use the dictionary (and it may be freed meanwhile) */
+        (void)CALL(ZSTD_CCtx_reset)(c->zc, ZSTD_reset_session_only);
+        if (CALL(ZSTD_isError)(CALL(ZSTD_CCtx_refCDict)(c->zc, NULL)))
+                abort(); /* cannot be: the session was reset */
         if (CALL(ZSTD_isError)(n))
                 return -ENOSPC;
         return (int)n;

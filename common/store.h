@@ -219,11 +219,14 @@ static inline StoreSuper *store_super(uint8_t *map) {
 
 /* Before publishing an entry with PE_STRONG in the store: its version
  * says it may hold one (any thread; relaxed: the entry's release CAS
- * comes after it, and an older reader checks the version first). */
+ * comes after it, and an older reader checks the version first). A CAS,
+ * never a store: a worker marking the store while the manager marks it
+ * STORE_VERSION_DICT must not take it back to 2. */
 static inline void store_mark_strong(uint8_t *map) {
-        uint32_t *v = &store_super(map)->version;
-        if (__atomic_load_n(v, __ATOMIC_RELAXED) < STORE_VERSION_STRONG)
-                __atomic_store_n(v, STORE_VERSION_STRONG, __ATOMIC_RELAXED);
+        uint32_t *p = &store_super(map)->version, v = __atomic_load_n(p, __ATOMIC_RELAXED);
+        while (v < STORE_VERSION_STRONG &&
+               !__atomic_compare_exchange_n(p, &v, STORE_VERSION_STRONG, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                ;
 }
 /* After the dictionary's objects and StoreSuper.dict_* are written, before
  * the first PE_DICT entry (the thread that writes them; the entry's

@@ -322,21 +322,22 @@ static void target_install(Restore *R, RestoreTarget *t, uint64_t addr, const vo
                 R->st->gone++;
 }
 
-/* A page whose data only the daemon's second tier had: it is lost to
- * this process. Poisoned, its next access is a SIGBUS (as for a swap page
- * the kernel cannot read back) instead of a page of zeros. */
-static void target_poison(Restore *R, RestoreTarget *t, uint64_t addr) {
+/* A page whose data is lost to this process: only the daemon's second
+ * tier had it, or its object does not decode. Poisoned, its next access
+ * is a SIGBUS (as for a swap page the kernel cannot read back) instead of
+ * a page of zeros; counted in *lost (the tier's or the bad ones). */
+static void target_poison(Restore *R, RestoreTarget *t, uint64_t addr, uint64_t *lost) {
         uint64_t dst;
 
         if (t->direct) {
                 /* in place, it is ours; else it is lost (no uffd to poison
                  * it with): counted, the caller decides */
                 if (target_where(t, addr, &dst) && page_in_place(t, dst) == 0)
-                        R->st->tier++;
+                        (*lost)++;
                 return;
         }
         if (t->depth == 0)
-                R->st->tier++;
+                (*lost)++;
         if (!target_where(t, addr, &dst))
                 return;
         struct uffdio_poison p = { .range = { .start = dst, .len = ZSWAP_PAGE_SIZE } };
@@ -361,13 +362,11 @@ static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
         case PE_STORED:
         case PE_SAME: {
                 int r = store_entry_content(R->map, R->dctx, R->dict, e, R->t->page);
-                if (r == -EREMOTE) {
-                        target_poison(R, R->t, addr);
+                if (r < 0) {
+                        target_poison(R, R->t, addr, r == -EREMOTE ? &R->st->tier : &R->st->bad);
                         return;
                 }
-                if (r < 0)
-                        R->st->bad += !child;
-                if (r <= 0)
+                if (r == 0)
                         return;
                 break;
         }

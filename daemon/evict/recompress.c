@@ -65,7 +65,8 @@ typedef struct RunCtx {
         const CodecCDict *cdict; /* the client's dictionary, digested: made with it */
         CodecDCtx *dctx;
         uint8_t *page, *copy;
-        uint64_t t0; /* the thread's CPU time when the job started */
+        uint64_t t0;    /* the thread's CPU time when the job started */
+        uint32_t tried; /* objects compressed again, kept or not */
 } RunCtx;
 
 /* Is entry value v an object the strong tier may take? Only a STORED
@@ -97,7 +98,7 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
 
         /* relaxed: counters and a hint */
         bool fault = j->yield ? atomic_load_explicit(&c->mm->core->faults, memory_order_relaxed) != j->faults
-                              : j->n && thread_cpu_ns() - c->t0 > FORCE_MAX_NS;
+                              : c->tried && thread_cpu_ns() - c->t0 > FORCE_MAX_NS;
         if (j->scanned++ >= RECOMP_SCAN || j->n == RECOMP_PAGES || fault ||
             j->used + ZSWAP_PAGE_SIZE > sizeof(j->buf) || atomic_load_explicit(&c->mm->dead, memory_order_relaxed)) {
                 j->next = addr;
@@ -133,6 +134,7 @@ static int run_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 unmark(e, marked, v);
                 return 0;
         }
+        c->tried++;
         /* worth it only in a smaller size class of the pool */
         uint32_t cap = (units(clen) - 1) << STORE_UNIT_SHIFT;
         int n = !cap      ? -ENOSPC
@@ -483,11 +485,12 @@ static bool wants_dict(MMClient *mm, const RecompConf *conf) {
                stored >= 2 * mm->rc.dict_tried;
 }
 
-static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now) {
+/* quiet: no fault served since the last tick (a training may start) */
+static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now, bool quiet) {
         if (!mm->pool || !mm->strong_ok || mm->rc.off || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
             fork_held(mm) || recompress_age(mm, conf) == 0)
                 return false;
-        if (wants_dict(mm, conf))
+        if (quiet && wants_dict(mm, conf))
                 return true;
         if (now < mm->rc.recompress_after_ms)
                 return false;
@@ -500,10 +503,10 @@ static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now) {
 }
 
 /* The next client by id after the last one taken, wrapping around. */
-static MMClient *next_client(Recompressor *r, MMClient *mms, const RecompConf *conf, uint64_t now) {
+static MMClient *next_client(Recompressor *r, MMClient *mms, const RecompConf *conf, uint64_t now, bool quiet) {
         MMClient *after = NULL, *first = NULL;
         for (MMClient *mm = mms; mm; mm = mm->next) {
-                if (!wants_work(mm, conf, now))
+                if (!wants_work(mm, conf, now, quiet))
                         continue;
                 if (mm->id > r->last_id && (!after || mm->id < after->id))
                         after = mm;
@@ -534,7 +537,7 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         r->faults_seen = faults;
         if (r->busy || r->tokens_ns < 0 || !r->started || !(quiet || force))
                 return;
-        MMClient *mm = next_client(r, mms, conf, now);
+        MMClient *mm = next_client(r, mms, conf, now, quiet);
         if (!mm)
                 return;
         /* the thread holds the lock only to take a job, but it is

@@ -211,10 +211,30 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                  * allocator's cap, and counted for its user, whose own
                  * evictions wait until it is back under max_pool */
                 PoolHandle h;
-                /* an object made with the parent's dictionary, which the
-                 * child could not be given (event_fork()): resident too */
-                bool nodict = pe_state(v) == PE_STORED && (v & PE_DICT) && !mmclient_dict(c->child);
-                bool paid = !nodict && mmclient_quota_take(c->mm, len), resident = false;
+                /* the entry this thread holds (LOADING), to give back */
+                bool held = pe_state(v) == PE_STORED && !tier;
+                uint64_t codec = pe_state(v) == PE_STORED ? v & PE_CODEC : 0;
+                if (pe_state(v) == PE_STORED && (v & PE_DICT) && !mmclient_dict(c->child)) {
+                        /* made with the parent's dictionary, which the child
+                         * could not be given (event_fork()): the child gets
+                         * the page itself, decoded, as a raw copy (or
+                         * resident, below), never an object it cannot read */
+                        uint8_t *raw = c->ft->ra_buf[0];
+                        int dr = tier ? decode(c->ft, c->mm, v, raw)
+                                      : pe_decompress(c->ft->dctx, mmclient_dict(c->mm), v, src, len, raw);
+                        if (tier)
+                                tier_put(c->mm->core->tier, &stub);
+                        if (dr < 0) {
+                                c->errors++;
+                                if (held)
+                                        atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release);
+                                return 0;
+                        }
+                        tier = codec = 0;
+                        src = raw;
+                        len = ZSWAP_PAGE_SIZE;
+                }
+                bool paid = mmclient_quota_take(c->mm, len), resident = false;
                 int r = !paid ? -EDQUOT : core_pool_room(c->mm->core, len) ? pool_alloc(pool, len, &h) : -ENOSPC;
                 if (r < 0 && paid)
                         mmclient_quota_give(c->mm, len);
@@ -232,7 +252,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         memcpy(pool_map(pool, h), src, len);
                         /* the strong tier's mark goes with the object (a
                          * page read out of a slot is raw) */
-                        nv = pe_make_stored(h, len) | tier | (pe_state(v) == PE_STORED ? v & PE_CODEC : 0);
+                        nv = pe_make_stored(h, len) | tier | codec;
                         if ((nv & PE_STRONG) && c->child->store)
                                 store_mark_strong(c->child->store);
                         if (tier)
@@ -247,7 +267,7 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         c->errors += !fork_install(c, addr, c->mm, v, NULL, 0);
                 } else
                         c->errors += !fork_install(c, addr, NULL, v, src, len);
-                if (pe_state(v) == PE_STORED && !tier)
+                if (held)
                         atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release); /* copied: the parent's again */
                 if (r < 0)
                         return 0;

@@ -11,7 +11,14 @@
  * (uninstrumented) lz4 and zstd libraries; under ASan the rest is checked
  * too. Same-filled detection is checked at every byte position, and
  * incompressible data must give -ENOSPC.
+ *
+ * Dictionaries: one trained on the python heap round-trips its pages, a
+ * frame made with it fails without it, one that does not fit leaves the
+ * context as it was (the next plain frame decodes without the
+ * dictionary, even once it is freed), and a dictionary zstd cannot parse
+ * is refused.
  */
+#include <zdict.h>
 #include <lz4.h>
 #include <sys/mman.h>
 #include <zstd.h>
@@ -387,6 +394,78 @@ static void dctx_in(CodecKind kind) {
         codec_cctx_free(cc);
 }
 
+static void dictionaries(void) {
+        const Source *py = &corpus[0];
+        size_t n = MIN(py->npages, (size_t)256), *sizes = calloc(n, sizeof(*sizes));
+        uint8_t *dict = malloc(CODEC_DICT_MAX), *out = malloc(2 * PAGE), *back = malloc(PAGE);
+        CodecDict *d, *bad;
+        CodecCDict *cd;
+        CodecCCtx *cc;
+        CodecDCtx *dc;
+
+        ASSERT_TRUE(sizes && dict && out && back);
+        for (size_t i = 0; i < n; i++)
+                sizes[i] = PAGE;
+        size_t dn = ZDICT_trainFromBuffer(dict, CODEC_DICT_MAX, py->data, sizes, (unsigned)n);
+        if (ZDICT_isError(dn)) {
+                fprintf(stderr, "dictionaries: no dictionary trained on %zu pages (%s): skipped\n", n,
+                        ZDICT_getErrorName(dn));
+                goto out;
+        }
+        ASSERT_OK(codec_dict_new(dict, dn, &d));
+        ASSERT_OK(codec_cctx_new(CODEC_ZSTD, 9, &cc));
+        ASSERT_OK(codec_dctx_new(CODEC_LZ4, &dc));
+        ASSERT_OK(codec_cdict_new(d, 9, &cd));
+        size_t with = 0, without = 0;
+        for (size_t i = 0; i < py->npages; i++) {
+                const uint8_t *pg = py->data + i * PAGE;
+                int m = codec_compress_cdict(cc, cd, pg, out, PAGE);
+                if (m < 0)
+                        continue; /* incompressible */
+                ASSERT_OK(codec_decompress_dict(dc, d, out, (size_t)m, back));
+                ASSERT_TRUE(memcmp(back, pg, PAGE) == 0);
+                /* the store's dictionary as the library reads it: the bytes */
+                CodecDict ref;
+                codec_dict_init_ref(&ref, d->bytes, d->len);
+                ASSERT_OK(codec_decompress_dict(dc, &ref, out, (size_t)m, back));
+                ASSERT_TRUE(memcmp(back, pg, PAGE) == 0);
+                ASSERT_TRUE(codec_decompress_as(dc, CODEC_ZSTD, out, (size_t)m, back) < 0);
+                ASSERT_TRUE(codec_decompress_dict(dc, NULL, out, (size_t)m, back) < 0);
+                with += (size_t)m;
+                int p = codec_compress(cc, pg, out, PAGE);
+                without += p > 0 ? (size_t)p : PAGE;
+        }
+        fprintf(stderr, "dictionaries: %zu bytes with a %zu-byte dictionary, %zu without\n", with, dn, without);
+        ASSERT_TRUE(with < without);
+
+        /* a frame with the dictionary that does not fit (the recompressor's
+         * "no gain"), then a plain one, with the dictionary freed between:
+         * the plain frame must decode without it */
+        const uint8_t *pg = py->data;
+        ASSERT_TRUE(codec_compress_cdict(cc, cd, pg, out, 8) < 0);
+        codec_cdict_free(cd);
+        int m = codec_compress(cc, pg, out, PAGE);
+        ASSERT_TRUE(m > 0);
+        ASSERT_OK(codec_decompress_as(dc, CODEC_ZSTD, out, (size_t)m, back));
+        ASSERT_TRUE(memcmp(back, pg, PAGE) == 0);
+
+        /* what zstd cannot parse as a dictionary is refused */
+        uint8_t junk[1024];
+        memcpy(junk, dict, sizeof(junk)); /* the magic, then a cut entropy table */
+        ASSERT_TRUE(codec_dict_new(junk, 12, &bad) < 0);
+        ASSERT_TRUE(codec_dict_new(dict, 0, &bad) < 0);
+        ASSERT_TRUE(codec_dict_new(dict, CODEC_DICT_MAX + 1, &bad) < 0);
+        codec_dict_unref(codec_dict_ref(d));
+        codec_dict_unref(d);
+        codec_cctx_free(cc);
+        codec_dctx_free(dc);
+out:
+        free(sizes);
+        free(dict);
+        free(out);
+        free(back);
+}
+
 int main(void) {
         CodecKind k;
 
@@ -411,6 +490,7 @@ int main(void) {
         same_filled();
         dctx_in(CODEC_LZ4);
         dctx_in(CODEC_ZSTD);
+        dictionaries();
         ASSERT_TRUE(codec_cctx_free(NULL) == NULL);
         ASSERT_TRUE(codec_dctx_free(NULL) == NULL);
         for (size_t i = 0; i < ELEMENTSOF(corpus); i++)
