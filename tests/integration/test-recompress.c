@@ -139,7 +139,7 @@ static void case_torture(void) {
                         at_start = st.recompressed;
                 time_t t = time(NULL) - t0;
                 /* recompression while the threads run, not only before */
-                if ((t >= (time_t)seconds && st.recompressed > at_start + 256) || t >= SAFETY_S ||
+                if ((t >= (time_t)seconds && st.recompressed > at_start + 128) || t >= SAFETY_S ||
                     atomic_load(&race.bad))
                         break;
         }
@@ -152,7 +152,7 @@ static void case_torture(void) {
                 (unsigned long long)(st.recompressed - at_start), (unsigned long long)st.compactions,
                 (unsigned long long)st.compact_moved);
         ASSERT_EQ(atomic_load(&race.bad), 0);
-        ASSERT_TRUE(st.recompressed > at_start + 256); /* else: stopped by the safety timeout */
+        ASSERT_TRUE(st.recompressed > at_start + 128); /* else: stopped by the safety timeout */
         check_all("after the race");
         ASSERT_TRUE(td_pageout_want(client, buf, len, NPAGES * 9 / 10) > 0);
         check_all("evicted again after the race");
