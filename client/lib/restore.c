@@ -347,14 +347,13 @@ static void target_poison(Restore *R, RestoreTarget *t, uint64_t addr, uint64_t 
 static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
         uint64_t o = pe_state(e) == PE_LOADING ? pe_loading_origin(e) : e;
         const void *src = R->t->page;
-        bool child = R->t->depth > 0;
 
         switch (pe_state(o)) {
         case PE_MOVING:
         case PE_STAGED:
                 /* in its staging slot, or it never left (EEXIST) */
                 if (pe_slot(o) >= R->nslots) {
-                        R->st->bad += !child;
+                        target_poison(R, R->t, addr, &R->st->bad);
                         return;
                 }
                 src = (const void *)(uintptr_t)(R->staging + (uint64_t)pe_slot(o) * ZSWAP_PAGE_SIZE);
