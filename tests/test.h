@@ -9,6 +9,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +114,28 @@ static inline uint64_t test_now_ns(void) {
 static inline unsigned test_env_uint(const char *name, unsigned dflt) {
         const char *v = getenv(name);
         return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
+}
+
+/* Does reading p raise SIGBUS (a page poisoned with UFFDIO_POISON, lost
+ * rather than read as zeros)? The caller's SIGBUS handler is put back. */
+static inline sigjmp_buf *test_bus_jmp(void) {
+        static sigjmp_buf j;
+        return &j;
+}
+static inline void test_on_sigbus(int sig) {
+        (void)sig;
+        siglongjmp(*test_bus_jmp(), 1);
+}
+static inline bool test_page_poisoned(const void *p) {
+        struct sigaction sa = { .sa_handler = test_on_sigbus }, old;
+        volatile bool bus = true;
+        sigaction(SIGBUS, &sa, &old);
+        if (!sigsetjmp(*test_bus_jmp(), 1)) {
+                (void)*(const volatile uint8_t *)p;
+                bus = false;
+        }
+        sigaction(SIGBUS, &old, NULL);
+        return bus;
 }
 
 static inline void test_require_root(void) {

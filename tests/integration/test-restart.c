@@ -74,7 +74,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -739,24 +738,6 @@ static bool break_entry(const int *fds, size_t nfds, const uint8_t *addr) {
         return false;
 }
 
-static sigjmp_buf bus_jmp;
-static void on_sigbus(int sig) {
-        (void)sig;
-        siglongjmp(bus_jmp, 1);
-}
-
-/* Does reading p raise SIGBUS (a poisoned page)? */
-static bool poisoned(const uint8_t *p) {
-        void (*old)(int) = signal(SIGBUS, on_sigbus);
-        volatile bool bus = true;
-        if (!sigsetjmp(bus_jmp, 1)) {
-                (void)*(const volatile uint8_t *)p;
-                bus = false;
-        }
-        signal(SIGBUS, old);
-        return bus;
-}
-
 static void case_tamper(void) {
         const size_t len = TA_PAGES * ZSWAP_PAGE_SIZE;
         static uint64_t hashes[TA_PAGES], good_hashes[TA_PAGES];
@@ -794,7 +775,7 @@ static void case_tamper(void) {
                         fprintf(stderr, "tampered client: page %zu differs\n", i);
                         lost++;
                 }
-        bool bus = poisoned(buf + broken * ZSWAP_PAGE_SIZE);
+        bool bus = test_page_poisoned(buf + broken * ZSWAP_PAGE_SIZE);
         fprintf(stderr, "tampered client: page %zu %s; %zu other pages differ; the daemon is %s\n", broken,
                 bus ? "lost (poisoned)" : "readable, not poisoned", lost, kill(d.pid, 0) == 0 ? "alive" : "gone");
         td_log_dump(&d);

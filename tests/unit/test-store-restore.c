@@ -174,24 +174,6 @@ static void register_buf(int uffd) {
         ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
 }
 
-static sigjmp_buf bus_jmp;
-static void on_sigbus(int sig) {
-        (void)sig;
-        siglongjmp(bus_jmp, 1);
-}
-
-/* Does reading p raise SIGBUS (a poisoned page)? */
-static bool bus_on_read(const uint8_t *p) {
-        void (*old)(int) = signal(SIGBUS, on_sigbus);
-        volatile bool bus = true;
-        if (!sigsetjmp(bus_jmp, 1)) {
-                (void)*(const volatile uint8_t *)p;
-                bus = false;
-        }
-        signal(SIGBUS, old);
-        return bus;
-}
-
 static void test_restore(void) {
         Builder b;
         int uffd = uffd_new(UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP |
@@ -247,7 +229,7 @@ static void test_restore(void) {
                 (unsigned long long)st.present, (unsigned long long)st.gone, (unsigned long long)st.bad);
         for (unsigned i = 0; i < NPAGES; i++) {
                 bool lost = i == 31 || i == 56, zero = (i >= 33 && i < 48) || i > 56;
-                if (lost ? !bus_on_read(buf + i * PG)
+                if (lost ? !test_page_poisoned(buf + i * PG)
                          : zero ? !is_zero(buf + i * PG) : memcmp(buf + i * PG, want[i], PG) != 0)
                         test_fail("page %u: %s", i, lost ? "not poisoned" : zero ? "not zero" : "wrong content");
         }
@@ -295,15 +277,9 @@ static void test_tier(void) {
         ASSERT_EQ(st.bad, 0);
         for (unsigned i = 0; i < 8; i++)
                 ASSERT_EQ(memcmp(buf + i * PG, want[i], PG), 0);
-        struct sigaction sa = { .sa_handler = on_sigbus }, old;
-        sigaction(SIGBUS, &sa, &old);
-        for (volatile unsigned i = 8; i < 12; i++) {
-                if (sigsetjmp(bus_jmp, 1))
-                        continue; /* poisoned, as it must be */
-                (void)*(volatile uint8_t *)(buf + i * PG);
-                test_fail("page %u of the second tier reads (as zeros) instead of SIGBUS", i);
-        }
-        sigaction(SIGBUS, &old, NULL);
+        for (unsigned i = 8; i < 12; i++)
+                if (!test_page_poisoned(buf + i * PG))
+                        test_fail("page %u of the second tier reads (as zeros) instead of SIGBUS", i);
         codec_cctx_free(b.cctx);
         store_unmap(b.map);
         close(sfd);
