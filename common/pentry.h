@@ -61,6 +61,13 @@ static inline uint64_t pe_make_removed(void) { return PE_REMOVED; }
  * PE_STRONG: the zstd frame was made with its client's dictionary
  * (MMClient.dict, the store's StoreSuper.dict_*), which decodes it. */
 #define PE_DICT ((uint64_t)1 << 25)
+/* On STORED (and what is made from it, while it names the same object):
+ * the object is in the pool of the client's user's shared store
+ * (daemon/mm/dedup.h; the store's StoreSuper.shared_tag names it), which
+ * other entries, of this client or of others, may name too: each entry
+ * holds one reference. Never with PE_TIER or PE_DICT, and only on an
+ * object of the store's codec. */
+#define PE_SHARED ((uint64_t)1 << 26)
 /* the bits that say how an object decodes, which go wherever it goes */
 #define PE_CODEC (PE_STRONG | PE_DICT)
 /* the markers' bits, which nobody but the marker ever carries forward */

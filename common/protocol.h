@@ -117,6 +117,11 @@ typedef struct ZMsgHello {
  * (pentry.h PE_DICT; the store's dictionary, version 3): without it the
  * daemon trains none for that client */
 #define ZHELLO_F_DICT 2u
+/* The library keeps its user's shared store (pentry.h PE_SHARED; the
+ * descriptor after its store's in the replies to ATTACH, ADOPT and
+ * CHILD_ATTACH), hands it back with ADOPT (after the sync page's) and
+ * restores from it: without it the daemon shares none of its pages */
+#define ZHELLO_F_SHARED 4u
 
 typedef struct ZMsgAttach {
         ZMsgHeader hdr;
@@ -287,6 +292,13 @@ typedef struct ZMsgStatusReply {
          * trained and kept, refused, and the training's CPU time */
         uint64_t dicts, dict_mem, dict_pages, dict_bytes;
         uint64_t dicts_trained, dicts_refused, dict_train_cpu_ns;
+        /* the users' shared stores (docs/reclaim.md "Deduplication"):
+         * pages whose entry names a shared object (of stored_pages), the
+         * objects and their compressed bytes, the stores' chunk memory
+         * (in pool_bytes), pages that found their object there, objects
+         * stored, objects let go when no entry named them any more */
+        uint64_t dedup_pages, dedup_objects, dedup_bytes, dedup_pool_bytes;
+        uint64_t dedup_hits, dedup_stored, dedup_swept;
 } ZMsgStatusReply;
 
 /*

@@ -106,14 +106,14 @@ int store_check(const uint8_t *map, char *why, size_t len) {
          * checked on its own, and later readers check what they use again */
         if (s->magic != STORE_MAGIC)
                 bad = "bad magic";
-        else if (s->version < STORE_VERSION || s->version > STORE_VERSION_DICT ||
+        else if (s->version < STORE_VERSION || s->version > STORE_VERSION_SHARED ||
                  s->super_size != sizeof(StoreSuper))
                 bad = "another version";
         else if (s->size != STORE_SIZE)
                 bad = "bad size";
         else if (s->codec > CODEC_ZSTD)
                 bad = "unknown codec";
-        else if (s->features & ~STORE_F_WP_ASYNC)
+        else if (s->features & ~(STORE_F_WP_ASYNC | STORE_F_SHARED))
                 bad = "unknown features";
         else if (atomic_load_explicit(&((StoreSuper *)s)->ranges_cur, memory_order_relaxed) > 1)
                 bad = "bad range table index";
@@ -267,6 +267,28 @@ int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {
         return 0;
 }
 
+int store_check_shared(const uint8_t *shared, const uint8_t *member, char *why, size_t len) {
+        const StoreSuper *s = (const StoreSuper *)shared, *m = (const StoreSuper *)member;
+        int r = store_check(shared, why, len);
+
+        if (r < 0)
+                return r;
+        /* relaxed loads: both written once, before what names them */
+        uint32_t tag = __atomic_load_n(&m->shared_tag, __ATOMIC_RELAXED);
+        const char *bad = NULL;
+        if (!(s->features & STORE_F_SHARED))
+                bad = "its shared store is not one";
+        else if (tag == 0 || __atomic_load_n(&s->shared_tag, __ATOMIC_RELAXED) != tag)
+                bad = "its shared store is another one";
+        else if (s->codec != m->codec)
+                bad = "its shared store is of another codec";
+        if (!bad)
+                return 0;
+        if (why)
+                snprintf(why, len, "%s", bad);
+        return -EBADMSG;
+}
+
 int store_dict(uint8_t *map, uint8_t *buf) {
         const StoreSuper *s = store_super(map);
         /* relaxed: written once before the version that says so, which the
@@ -287,7 +309,8 @@ int store_dict(uint8_t *map, uint8_t *buf) {
         return (int)len;
 }
 
-int store_entry_content(uint8_t *map, CodecDCtx *dctx, const CodecDict *dict, uint64_t e, void *page) {
+int store_entry_content(uint8_t *map, uint8_t *shared, CodecDCtx *dctx, const CodecDict *dict, uint64_t e,
+                        void *page) {
         if (pe_state(e) == PE_LOADING)
                 e = pe_loading_origin(e);
         else if (pe_state(e) == PE_CLEAN)
@@ -298,12 +321,14 @@ int store_entry_content(uint8_t *map, CodecDCtx *dctx, const CodecDict *dict, ui
         }
         if (pe_state(e) != PE_STORED)
                 return 0;
+        if ((e & PE_SHARED) && (!shared || (e & (PE_TIER | PE_DICT))))
+                return -EBADMSG; /* no such entry is made */
         if (pe_is_tier(e))
                 return -EREMOTE; /* on the daemon's second tier: only a daemon can read it */
         const void *obj;
         uint8_t copy[(size_t)STORE_NR_CLASSES << STORE_UNIT_SHIFT];
         uint32_t clen = pe_clen(e);
-        if (store_object(map, pe_handle(e), clen, &obj, NULL) < 0)
+        if (store_object((e & PE_SHARED) ? shared : map, pe_handle(e), clen, &obj, NULL) < 0)
                 return -EBADMSG;
         if (clen == ZSWAP_PAGE_SIZE) {
                 memcpy(page, obj, ZSWAP_PAGE_SIZE); /* kept as it was */

@@ -61,6 +61,11 @@
  * marked so (store_mark_dict()) before the first such entry. A daemon or
  * library that knows no dictionary refuses it. */
 #define STORE_VERSION_DICT 3
+/* A store that may hold entries naming objects of its user's shared store
+ * (PE_SHARED; StoreSuper.shared_tag names that store): marked so
+ * (store_mark_shared()) before the first such entry. A daemon or library
+ * that knows no shared store refuses it. */
+#define STORE_VERSION_SHARED 4
 #define STORE_DICT_OBJS 8 /* pool objects of a page that hold the dictionary */
 
 #define STORE_UNIT_SHIFT 4      /* objects sit on 16-byte units */
@@ -95,6 +100,9 @@ enum {
 };
 
 #define STORE_F_WP_ASYNC 1u /* ranges are registered in write-protect mode too */
+/* a user's shared store (daemon/mm/dedup.h): only its pool is used, its
+ * objects named by the entries of its members' stores */
+#define STORE_F_SHARED 2u
 
 typedef struct StoreRange {
         uint64_t start, end;
@@ -137,7 +145,10 @@ typedef struct StoreSuper {
          * written once, before the store is marked STORE_VERSION_DICT */
         uint32_t dict_len;
         uint32_t dict_handle[STORE_DICT_OBJS];
-        uint32_t reserved3;
+        /* a shared store's own tag (random, never 0); in a member's store,
+         * the tag of the shared store its PE_SHARED entries name (written
+         * before the store is marked STORE_VERSION_SHARED), 0: none */
+        uint32_t shared_tag;
 } StoreSuper;
 
 /*
@@ -213,6 +224,11 @@ void store_unmap(uint8_t *map);
 /* Check the superblock of a mapped store. 0, or -EBADMSG with why[] filled. */
 int store_check(const uint8_t *map, char *why, size_t len);
 
+/* Is shared (a mapped store) the shared store that member's PE_SHARED
+ * entries name: a store (store_check()), shared, of member's tag and
+ * codec? 0, or -EBADMSG with why[] filled. */
+int store_check_shared(const uint8_t *shared, const uint8_t *member, char *why, size_t len);
+
 static inline StoreSuper *store_super(uint8_t *map) {
         return (StoreSuper *)map;
 }
@@ -231,8 +247,19 @@ static inline void store_mark_strong(uint8_t *map) {
 /* After the dictionary's objects and StoreSuper.dict_* are written, before
  * the first PE_DICT entry (the thread that writes them; the entry's
  * release CAS comes after). */
+static inline void store_mark_version(uint8_t *map, uint32_t version) {
+        uint32_t *p = &store_super(map)->version, v = __atomic_load_n(p, __ATOMIC_RELAXED);
+        while (v < version &&
+               !__atomic_compare_exchange_n(p, &v, version, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+                ;
+}
 static inline void store_mark_dict(uint8_t *map) {
-        __atomic_store_n(&store_super(map)->version, STORE_VERSION_DICT, __ATOMIC_RELEASE);
+        store_mark_version(map, STORE_VERSION_DICT);
+}
+/* After StoreSuper.shared_tag is written, before the first PE_SHARED
+ * entry (any thread; a CAS that only raises the version, as above). */
+static inline void store_mark_shared(uint8_t *map) {
+        store_mark_version(map, STORE_VERSION_SHARED);
 }
 /* The dictionary of a store somebody else wrote, checked and copied into
  * buf (CODEC_DICT_MAX bytes): its length, 0 if it has none, -EBADMSG if
@@ -272,9 +299,11 @@ typedef int (*StoreEntryFn)(void *ud, uint64_t addr, _Atomic uint64_t *e);
 int store_walk(uint8_t *map, StoreEntryFn fn, void *ud);
 
 /* The content of entry e of a checked store into page (4 KiB): STORED
- * objects decompressed, SAME pages filled. 1 if e holds content, 0 if it
+ * objects decompressed (a PE_SHARED one from the pool of shared, the
+ * store's shared store, checked and of the same codec: -EBADMSG if NULL),
+ * SAME pages filled. 1 if e holds content, 0 if it
  * holds none (EMPTY, REMOVED, MOVING, STAGED: the page is elsewhere),
  * -EBADMSG if its object is out of bounds or does not decompress,
  * -EREMOTE if its data is on the daemon's second tier (PE_TIER). LOADING
  * and CLEAN count as the STORED/SAME entry they came from. */
-int store_entry_content(uint8_t *map, CodecDCtx *dctx, const CodecDict *dict, uint64_t e, void *page);
+int store_entry_content(uint8_t *map, uint8_t *shared, CodecDCtx *dctx, const CodecDict *dict, uint64_t e, void *page);

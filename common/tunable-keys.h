@@ -30,6 +30,7 @@ typedef enum TunableKey {
         TUNABLE_RECOMPRESS_LEVEL,
         TUNABLE_RECOMPRESS_CPU,
         TUNABLE_RECOMPRESS_DICT,
+        TUNABLE_DEDUP,
         _TUNABLE_KEY_MAX,
 } TunableKey;
 

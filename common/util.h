@@ -16,6 +16,7 @@ int errorf(int r, char *err, size_t len, const char *fmt, ...) __attribute__((fo
 #define PM_PRESENT ((uint64_t)1 << 63)
 #define PM_SWAP ((uint64_t)1 << 62)
 #define PM_FILE ((uint64_t)1 << 61)
+#define PM_EXCLUSIVE ((uint64_t)1 << 56) /* mapped by this process only */
 #define PM_PFN(pm) ((pm) & ((1ull << 55) - 1))
 
 /* CLOCK_MONOTONIC in nanoseconds. */

@@ -183,7 +183,7 @@ static void agent_reply(struct zswap_client *c, const void *buf, ssize_t n, int 
                 if (p->id == h->id && !p->done && p->gen == c->gen) {
                         memcpy(p->buf, buf, (size_t)n);
                         p->len = n;
-                        for (size_t i = 0; i < nfds && i < 2; i++)
+                        for (size_t i = 0; i < nfds && i < REPLY_FDS; i++)
                                 p->fd[i] = TAKE_FD(fds[i]);
                         p->done = true;
                         pthread_cond_broadcast(&c->cond);
@@ -230,8 +230,8 @@ static void *agent_main(void *arg) {
         zswap_self = true;
 
         for (;;) {
-                int fds[2];
-                size_t nfds = 2;
+                int fds[REPLY_FDS];
+                size_t nfds = REPLY_FDS;
                 ssize_t n = zmsg_recv(c->sock, buf, sizeof(buf), fds, &nfds, NULL);
                 if (n == -EINTR || n == -EMSGSIZE)
                         continue;

@@ -75,6 +75,11 @@
 #define RECONNECT_DEFAULT_MS (10 * 1000u)    /* ZSWAP_RECONNECT_TIMEOUT unset */
 #define HANDSHAKE_REPLY_MIN_MS 5000          /* a new daemon's answer, at least this long */
 
+/* descriptors a reply carries at most: CHILD_ATTACH's uffd, store and
+ * shared store. Every rfd[] handed to request(), request_timed() and
+ * agent_call() has this many */
+#define REPLY_FDS 3
+
 typedef struct Pending {
         struct Pending *next;
         uint32_t id;
@@ -82,7 +87,7 @@ typedef struct Pending {
         uint64_t gen;       /* the connection it was sent on */
         bool done;
         ssize_t len;
-        int fd[2];
+        int fd[REPLY_FDS];
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
 } Pending;
 
@@ -94,6 +99,9 @@ struct zswap_client {
         int sock;     /* written by the agent under send_lock + lock (see the top) */
         int uffd;     /* replaced or closed only by the agent, or before it runs */
         int store_fd; /* the daemon's store (store.h), -1: none (an older daemon) */
+        /* its user's shared store, which the store's PE_SHARED entries
+         * name (daemon/mm/dedup.h), -1: none; replaced with store_fd */
+        int shared_fd;
         CodecDCtx *dctx[CODEC_ZSTD + 1]; /* for a restore from it, by codec; made in advance */
         uint8_t *staging;
         ZSync *sync;  /* shared with the daemon (zsync.h): moves and its uffd reads apart */
@@ -173,7 +181,7 @@ int sock_connect(struct zswap_client *c);
 int hello(struct zswap_client *c, uint32_t role, int *devfd);
 int uffd_create(int *devfd);
 int staging_register(struct zswap_client *c);
-void store_accept(struct zswap_client *c, int fd);
+void store_accept(struct zswap_client *c, int fd, int shared);
 int attach(struct zswap_client *c, bool with_uffd);
 int sync_new(struct zswap_client *c);
 bool recovering(struct zswap_client *c);

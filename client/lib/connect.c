@@ -45,16 +45,17 @@ int sock_connect(struct zswap_client *c) {
         return fd;
 }
 
-uint32_t zswap_hello_features = ZHELLO_F_STRONG | ZHELLO_F_DICT;
+uint32_t zswap_hello_features = ZHELLO_F_STRONG | ZHELLO_F_DICT | ZHELLO_F_SHARED;
 
 /* HELLO; *devfd: the daemon's /dev/userfaultfd descriptor, or -1 when it
  * hands none (userfaultfd_device, zswapd.conf(5); never to a fork child). */
 int hello(struct zswap_client *c, uint32_t role, int *devfd) {
         ZMsgHello h = { .role = role, .features = zswap_hello_features };
-        int fds[2];
+        int fds[REPLY_FDS];
         zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
         int r = request(c, &h, sizeof(h), NULL, 0, NULL, 0, fds, NULL);
         safe_close(fds[1]);
+        safe_close(fds[2]);
         *devfd = fds[0];
         return r;
 }
@@ -98,15 +99,21 @@ int staging_register(struct zswap_client *c) {
 }
 
 /* Keep fd as our store if it is one (a sealed memfd of the store's size;
- * what it holds is checked only when it is needed). Anything else, or no
- * fd (an older daemon): no store, and no recovery but waiting. */
-void store_accept(struct zswap_client *c, int fd) {
+ * what it holds is checked only when it is needed), and shared (-1: none)
+ * as its shared store if that is one too. Anything else, or no fd (an
+ * older daemon): no store, and no recovery but waiting. */
+void store_accept(struct zswap_client *c, int fd, int shared) {
         uint8_t *map;
 
+        if (shared >= 0 && (fd < 0 || store_map(shared, false, &map) < 0))
+                shared = safe_close(shared);
+        else if (shared >= 0)
+                store_unmap(map);
         if (fd < 0)
                 return;
         if (store_map(fd, false, &map) < 0) {
                 safe_close(fd);
+                safe_close(shared);
                 return;
         }
         /* the decompression context a restore will need, made now: while
@@ -118,23 +125,28 @@ void store_accept(struct zswap_client *c, int fd) {
         /* under the lock: the agent reads it (agent_lost) as soon as it
          * runs, which is before an ATTACH is answered */
         pthread_mutex_lock(&c->lock);
-        int old = c->store_fd;
+        int old = c->store_fd, old_shared = c->shared_fd;
         c->store_fd = fd;
+        c->shared_fd = shared;
         pthread_mutex_unlock(&c->lock);
         safe_close(old);
+        safe_close(old_shared);
 }
 
 int attach(struct zswap_client *c, bool with_uffd) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES };
-        int fds[2] = { c->uffd, c->sync_fd }, rfd[2];
+        int fds[2] = { c->uffd, c->sync_fd }, rfd[REPLY_FDS];
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         int r = request(c, &a, sizeof(a), with_uffd ? fds : NULL, with_uffd ? 2 : 0, NULL, 0, rfd, NULL);
-        /* a fork child got its store with its uffd (CHILD_ATTACH) */
+        /* [our store, its shared store]; a fork child got its store with
+         * its uffd (CHILD_ATTACH) */
         if (c->store_fd < 0)
-                store_accept(c, rfd[0]);
-        else
+                store_accept(c, rfd[0], rfd[1]);
+        else {
                 safe_close(rfd[0]);
-        safe_close(rfd[1]);
+                safe_close(rfd[1]);
+        }
+        safe_close(rfd[2]);
         return r;
 }
 
@@ -224,6 +236,7 @@ void client_free(struct zswap_client *c) {
         if (!c->keep_uffd)
                 safe_close(c->uffd);
         safe_close(c->store_fd);
+        safe_close(c->shared_fd);
         for (size_t i = 0; i < ELEMENTSOF(c->dctx); i++)
                 codec_dctx_free(c->dctx[i]);
         if (c->sync)
@@ -275,7 +288,7 @@ int client_alloc(const char *path, struct zswap_client **ret) {
 
         if (!c)
                 return -ENOMEM;
-        c->sock = c->uffd = c->sync_fd = c->store_fd = -1;
+        c->sock = c->uffd = c->sync_fd = c->store_fd = c->shared_fd = -1;
         c->report_fd = report_fd_from_env();
         c->daemon_uid = daemon_uid_from_env(); /* read once: the agent reconnects with it */
         c->recovery.last_adopt_status = 1;

@@ -188,12 +188,13 @@ static int child_reconnect(struct zswap_client *c) {
         /* the daemon may still be handling the fork event that created our
          * address space (it copies what the parent had evicted): up to 5 s */
         for (int i = 0; i < 1000; i++) {
-                int rfd[2];
+                int rfd[REPLY_FDS];
                 zmsg_init(&ch.hdr, ZMSG_CHILD_ATTACH, 0, sizeof(ch));
                 r = request(c, &ch, sizeof(ch), &c->sync_fd, c->sync_fd >= 0 ? 1 : 0, NULL, 0, rfd, NULL);
-                /* [our uffd, our store]; an older daemon sends no store */
+                /* [our uffd, our store, its shared store]; an older daemon
+                 * sends no store */
                 c->uffd = rfd[0];
-                store_accept(c, rfd[1]);
+                store_accept(c, rfd[1], rfd[2]);
                 if (r != -ESRCH)
                         break;
                 /* a daemon that does not know us, and our memory no longer
@@ -318,7 +319,8 @@ static bool ranges_registered(struct zswap_client *c) {
  * fork (held, looked at before we tried to attach). A daemon that is
  * alive still serves us through the uffd it holds, whatever else failed.
  */
-static void child_lost(struct zswap_client *c, bool held, bool announced, int daemon_pidfd, int parent_store) {
+static void child_lost(struct zswap_client *c, bool held, bool announced, int daemon_pidfd, int parent_store,
+                       int parent_shared) {
         static const char msg[] = "libzswap: zswapd died while this process was being forked; "
                                   "the memory it held for the parent is lost to the child: killing it\n";
         struct pollfd p = { .fd = daemon_pidfd, .events = POLLIN };
@@ -336,7 +338,8 @@ static void child_lost(struct zswap_client *c, bool held, bool announced, int da
          * place is written */
         static const ZswapSpan all = { 0, PINDEX_MAX_ADDR };
         int r = !announced ? -ESTALE
-                           : zswap_store_restore_forked(parent_store, c->dctx, fork_token, (uintptr_t)c->staging,
+                           : zswap_store_restore_forked(parent_store, parent_shared, c->dctx, fork_token,
+                                                        (uintptr_t)c->staging,
                                                         STAGING_BYTES, &all, 1, &st);
         if (r == 0) {
                 int n = snprintf(line, sizeof(line),
@@ -432,8 +435,8 @@ static void atfork_child(void) {
                  * DONTNEED) no longer reach: not to be trusted */
                 bool adopting = c->recovering;
                 int daemon_pidfd = managed ? peer_pidfd(c->sock) : -1;
-                int parent_store = c->store_fd;
-                c->store_fd = -1;
+                int parent_store = c->store_fd, parent_shared = c->shared_fd;
+                c->store_fd = c->shared_fd = -1;
                 c->sock = safe_close(c->sock);
                 c->uffd = safe_close(c->uffd);
                 c->agent_running = false;
@@ -455,15 +458,17 @@ static void atfork_child(void) {
                          * that long (a shell's child execs first) */
                         safe_close(daemon_pidfd);
                         safe_close(parent_store);
+                        safe_close(parent_shared);
                         c->child_pending = true;
                         c->dead = true; /* until then */
                         continue;
                 }
                 int r = managed ? child_reconnect(c) : -ENOTCONN;
                 if (managed && r < 0)
-                        child_lost(c, held, announced && !adopting, daemon_pidfd, parent_store);
+                        child_lost(c, held, announced && !adopting, daemon_pidfd, parent_store, parent_shared);
                 safe_close(daemon_pidfd);
                 safe_close(parent_store);
+                safe_close(parent_shared);
                 if (r < 0)
                         child_unmanaged(c);
         }

@@ -61,9 +61,13 @@ typedef struct ZswapRestoreStats {
  * So dctx[codec] (indexed by CodecKind, NULL entries allowed) must hold a
  * decompression context for the store's codec, made beforehand; without
  * one it is made here, which deadlocks if a fork is pending.
+ *
+ * shared_fd (-1: none) is the store's shared store, the daemon's store of
+ * its user's pages shared with other processes (PE_SHARED entries); one
+ * the store does not name is not used, and such pages count as bad.
  */
-int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
-                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st);
+int zswap_store_restore(int uffd, int store_fd, int shared_fd, CodecDCtx *const *dctx, uint64_t staging,
+                        uint64_t staging_len, const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st);
 
 /*
  * In a forked child whose daemon died before it attached: the kernel
@@ -80,7 +84,7 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
  * second tier, or failing the store's checks); -EBADMSG etc. if the store
  * cannot be read.
  */
-int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
+int zswap_store_restore_forked(int store_fd, int shared_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
                                uint64_t staging_len, const ZswapSpan *ranges, size_t nranges,
                                ZswapRestoreStats *st);
 

@@ -231,7 +231,7 @@ void zswap_client_recovery(struct zswap_client *c, ZswapRecovery *ret) {
 }
 
 size_t zswap_client_fds(struct zswap_client *c, int *out, size_t cap) {
-        const int fds[] = { c->sock, c->uffd, c->store_fd, c->sync_fd };
+        const int fds[] = { c->sock, c->uffd, c->store_fd, c->shared_fd, c->sync_fd };
         size_t n = 0;
 
         for (size_t i = 0; i < ELEMENTSOF(fds) && n < cap; i++)

@@ -59,14 +59,15 @@ static int agent_call(struct zswap_client *c, int sock, void *msg, size_t len, c
         int r;
 
         if (rfd)
-                rfd[0] = rfd[1] = -1;
+                for (int i = 0; i < REPLY_FDS; i++)
+                        rfd[i] = -1;
         h->id = new_id(c);
         r = zmsg_send(sock, msg, len, fds, nfds);
         if (r < 0)
                 return r;
         for (;;) {
-                int got[2];
-                size_t ngot = 2;
+                int got[REPLY_FDS];
+                size_t ngot = REPLY_FDS;
                 ssize_t n = zmsg_recv(sock, buf, sizeof(buf), got, &ngot, NULL);
                 if (n == -EMSGSIZE)
                         continue;
@@ -98,7 +99,7 @@ static bool conn_error(int r) {
 static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *spare) {
         struct timeval tv = { .tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000 };
         ZMsgHello h = { .role = ZROLE_CLIENT, .features = zswap_hello_features };
-        int fds[2];
+        int fds[REPLY_FDS];
         int s = sock_connect(c);
 
         if (s < 0)
@@ -107,6 +108,7 @@ static int dial(struct zswap_client *c, unsigned wait_ms, int *sock, int *spare)
         zmsg_init(&h.hdr, ZMSG_HELLO, 0, sizeof(h));
         int r = agent_call(c, s, &h, sizeof(h), NULL, 0, fds, NULL);
         safe_close(fds[1]);
+        safe_close(fds[2]);
         if (r < 0) {
                 safe_close(fds[0]);
                 safe_close(s);
@@ -142,15 +144,23 @@ static void resend_limit(struct zswap_client *c, int sock) {
 static int adopt(struct zswap_client *c, int sock, int64_t *pages) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES,
                          .fork_token = fork_token };
-        int fds[3] = { c->uffd, c->store_fd, c->sync_fd }, rfd[2];
+        /* [uffd, store, sync page if any, shared store if any] */
+        int fds[4] = { c->uffd, c->store_fd }, rfd[REPLY_FDS];
+        size_t nfds = 2;
+        if (c->sync_fd >= 0)
+                fds[nfds++] = c->sync_fd;
+        if (c->shared_fd >= 0)
+                fds[nfds++] = c->shared_fd;
 
         zmsg_init(&a.hdr, ZMSG_ADOPT, 0, sizeof(a));
-        int r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 3 : 2, rfd, pages);
+        int r = agent_call(c, sock, &a, sizeof(a), fds, nfds, rfd, pages);
         if (r == 0 && rfd[0] >= 0)
-                store_accept(c, rfd[0]);
-        else
+                store_accept(c, rfd[0], rfd[1]);
+        else {
                 safe_close(rfd[0]);
-        safe_close(rfd[1]);
+                safe_close(rfd[1]);
+        }
+        safe_close(rfd[2]);
         if (r == 0 && c->staging_stale) {
                 /* the daemon took what the slots held: empty them before
                  * any command of the new daemon runs */
@@ -192,7 +202,7 @@ static int reregister(struct zswap_client *c, int sock) {
  * already. */
 static int attach_anew(struct zswap_client *c, int sock, int spare) {
         ZMsgAttach a = { .staging_addr = (uintptr_t)c->staging, .staging_len = STAGING_BYTES };
-        int rfd[2], r;
+        int rfd[REPLY_FDS], r;
 
         if (spare < 0)
                 return spare;
@@ -202,8 +212,8 @@ static int attach_anew(struct zswap_client *c, int sock, int spare) {
         r = agent_call(c, sock, &a, sizeof(a), fds, c->sync_fd >= 0 ? 2 : 1, rfd, NULL);
         if (r < 0)
                 return r;
-        store_accept(c, rfd[0]);
-        safe_close(rfd[1]);
+        store_accept(c, rfd[0], rfd[1]);
+        safe_close(rfd[2]);
         r = staging_register(c);
         if (r < 0)
                 return r;
@@ -228,14 +238,15 @@ static void restore_self(struct zswap_client *c) {
                 spans[n++] = (ZswapSpan){ c->ranges[i].addr, c->ranges[i].addr + c->ranges[i].len };
         pthread_mutex_unlock(&c->lock);
 
-        int r = zswap_store_restore(c->uffd, c->store_fd, c->dctx, (uintptr_t)c->staging, STAGING_BYTES, spans, n,
-                                    &st);
+        int r = zswap_store_restore(c->uffd, c->store_fd, c->shared_fd, c->dctx, (uintptr_t)c->staging,
+                                    STAGING_BYTES, spans, n, &st);
         zswap_scratch_free(spans, size);
         c->uffd = safe_close(c->uffd);
         /* unregistered with the uffd: no event for anybody to read */
         madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
         c->staging_stale = false;
         c->store_fd = safe_close(c->store_fd);
+        c->shared_fd = safe_close(c->shared_fd);
 
         pthread_mutex_lock(&c->lock);
         c->recovery.restores++;
@@ -373,6 +384,7 @@ bool agent_recover(struct zswap_client *c) {
                 madvise(c->staging, STAGING_BYTES, MADV_DONTNEED);
                 c->staging_stale = false;
                 c->store_fd = safe_close(c->store_fd);
+                c->shared_fd = safe_close(c->shared_fd);
         } else
                 restore_self(c);
         pthread_mutex_lock(&c->lock);
@@ -396,6 +408,7 @@ bool agent_recover(struct zswap_client *c) {
                         restore_self(c);
                 c->uffd = safe_close(c->uffd);
                 c->store_fd = safe_close(c->store_fd);
+                c->shared_fd = safe_close(c->shared_fd);
         }
         safe_close(ns);
         if (spare >= 0)

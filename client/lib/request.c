@@ -30,10 +30,10 @@ uint32_t new_id(struct zswap_client *c) {
         return id;
 }
 
-/* Take the fds of a message: the first two to rfd[] if it is ours, the rest closed. */
+/* Take the fds of a message: the first REPLY_FDS to rfd[] if it is ours, the rest closed. */
 void take_reply_fds(int *fds, size_t nfds, bool mine, int *rfd) {
         for (size_t i = 0; i < nfds; i++) {
-                if (mine && i < 2 && rfd)
+                if (mine && i < REPLY_FDS && rfd)
                         rfd[i] = fds[i];
                 else
                         safe_close(fds[i]);
@@ -43,8 +43,8 @@ void take_reply_fds(int *fds, size_t nfds, bool mine, int *rfd) {
 /* Before the agent runs (connect, fork child): read replies ourselves. */
 static ssize_t request_direct(struct zswap_client *c, uint32_t id, void *reply, size_t cap, int *rfd) {
         for (;;) {
-                int fds[2];
-                size_t nfds = 2;
+                int fds[REPLY_FDS];
+                size_t nfds = REPLY_FDS;
                 ssize_t n = zmsg_recv(c->sock, reply, cap, fds, &nfds, NULL);
                 if (n <= 0)
                         return n == 0 ? -ENOTCONN : n;
@@ -110,29 +110,30 @@ static ssize_t request_agent(struct zswap_client *c, Pending *p, const void *msg
 
 /* Send msg (its header id is set here) and wait for the reply, at most
  * timeout_s seconds if not 0. Returns the reply's status (or value >= 0
- * through *value), or -errno. The reply's fds (up to 2) go to rfd[]
+ * through *value), or -errno. The reply's fds (up to REPLY_FDS) go to rfd[]
  * (closed unless the status is 0). */
 int request_timed(struct zswap_client *c, void *msg, size_t len, const int *fds, size_t nfds, void *reply,
                          size_t reply_cap, int *rfd, int64_t *value, unsigned timeout_s) {
         ZMsgHeader *h = msg;
         _Alignas(8) uint8_t local[ZSWAP_MSG_MAX];
-        int got[2] = { -1, -1 };
+        int got[REPLY_FDS] = { -1, -1, -1 };
         ssize_t n;
 
         if (rfd)
-                rfd[0] = rfd[1] = -1;
+                for (int i = 0; i < REPLY_FDS; i++)
+                        rfd[i] = -1;
         h->id = new_id(c);
         if (c->agent_running) {
                 /* on the caller's stack, never the program's heap: the
                  * agent writes the reply into it (request_agent() unlinks
                  * it before returning) */
-                Pending pend = { .id = h->id, .fd = { -1, -1 }, .timeout_s = timeout_s }, *p = &pend;
+                Pending pend = { .id = h->id, .fd = { -1, -1, -1 }, .timeout_s = timeout_s }, *p = &pend;
                 n = request_agent(c, p, msg, len, fds, nfds);
                 if (n > 0)
                         memcpy(local, p->buf, (size_t)n);
                 /* a reply that came after we gave up leaves its fds with p */
-                got[0] = p->fd[0];
-                got[1] = p->fd[1];
+                for (int i = 0; i < REPLY_FDS; i++)
+                        got[i] = p->fd[i];
         } else {
                 if (c->sock < 0)
                         return -ENOTCONN;
@@ -149,7 +150,7 @@ int request_timed(struct zswap_client *c, void *msg, size_t len, const int *fds,
                 memcpy(reply, local, (size_t)n);
         if (n >= 0 && rep->hdr.type == ZMSG_REPLY && rep->status == 0 && value)
                 *value = rep->value;
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < REPLY_FDS; i++) {
                 if (rfd && status == 0)
                         rfd[i] = got[i];
                 else

@@ -63,6 +63,7 @@ typedef struct RestoreTarget {
 
 typedef struct Restore {
         uint8_t *map;
+        uint8_t *shared; /* the store's shared store (PE_SHARED objects), checked, or NULL */
         CodecDCtx *dctx;
         uint64_t staging, nslots;
         ZswapRestoreStats *st;
@@ -360,7 +361,7 @@ static void restore_entry(Restore *R, uint64_t addr, uint64_t e) {
                 break;
         case PE_STORED:
         case PE_SAME: {
-                int r = store_entry_content(R->map, R->dctx, R->dict, e, R->t->page);
+                int r = store_entry_content(R->map, R->shared, R->dctx, R->dict, e, R->t->page);
                 if (r < 0) {
                         target_poison(R, R->t, addr, r == -EREMOTE ? &R->st->tier : &R->st->bad);
                         return;
@@ -439,7 +440,7 @@ static void unregister_span(int uffd, uint64_t start, uint64_t end) {
  * codec: the caller's (dctx[codec]) or, failing that, one made now in
  * *own (which is not fork-safe). *out is set whenever it was allocated,
  * for restore_close(). */
-static int restore_open(int store_fd, CodecDCtx *const *dctx, Restore **out, CodecDCtx **own) {
+static int restore_open(int store_fd, int shared_fd, CodecDCtx *const *dctx, Restore **out, CodecDCtx **own) {
         Restore *R = zswap_scratch_alloc(sizeof(Restore));
         int r;
 
@@ -457,6 +458,13 @@ static int restore_open(int store_fd, CodecDCtx *const *dctx, Restore **out, Cod
                         r = codec_dctx_new_in((CodecKind)codec, &zswap_own_alloc, own);
                 if (!R->dctx)
                         R->dctx = *own;
+        }
+        /* a shared store that is not the one the store names leaves the
+         * pages of its objects lost (counted as bad), not the others */
+        if (r == 0 && shared_fd >= 0 && store_map(shared_fd, false, &R->shared) == 0 &&
+            store_check_shared(R->shared, R->map, NULL, 0) < 0) {
+                store_unmap(R->shared);
+                R->shared = NULL;
         }
         /* a dictionary that cannot be read leaves its objects' pages
          * lost (counted as bad), not the others */
@@ -488,13 +496,15 @@ static void restore_run(Restore *R, RestoreTarget *t, uint64_t staging, uint64_t
 static void restore_close(Restore *R, RestoreTarget *t, CodecDCtx *own) {
         zswap_scratch_free(t->ev, t->cap * sizeof(*t->ev));
         codec_dctx_free(own);
-        if (R)
+        if (R) {
                 store_unmap(R->map);
+                store_unmap(R->shared);
+        }
         zswap_scratch_free(R, sizeof(Restore));
 }
 
-int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t staging, uint64_t staging_len,
-                        const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st) {
+int zswap_store_restore(int uffd, int store_fd, int shared_fd, CodecDCtx *const *dctx, uint64_t staging,
+                        uint64_t staging_len, const ZswapSpan *ranges, size_t nranges, ZswapRestoreStats *st) {
         const size_t sr_size = STORE_RANGES_MAX * sizeof(StoreRange);
         RestoreTarget t = { .uffd = uffd, .pagemap = -1 };
         StoreRange *sr = NULL;
@@ -502,7 +512,7 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
         Restore *R;
         int n = 0;
 
-        int r = restore_open(store_fd, dctx, &R, &own);
+        int r = restore_open(store_fd, shared_fd, dctx, &R, &own);
         if (r == 0) {
                 restore_run(R, &t, staging, staging_len, st);
                 sr = zswap_scratch_alloc(sr_size);
@@ -525,14 +535,14 @@ int zswap_store_restore(int uffd, int store_fd, CodecDCtx *const *dctx, uint64_t
         return r;
 }
 
-int zswap_store_restore_forked(int store_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
+int zswap_store_restore_forked(int store_fd, int shared_fd, CodecDCtx *const *dctx, uint64_t fork_token, uint64_t staging,
                                uint64_t staging_len, const ZswapSpan *ranges, size_t nranges,
                                ZswapRestoreStats *st) {
         RestoreTarget t = { .uffd = -1, .direct = true, .pagemap = -1, .spans = ranges, .nspans = nranges };
         CodecDCtx *own;
         Restore *R;
 
-        int r = restore_open(store_fd, dctx, &R, &own);
+        int r = restore_open(store_fd, shared_fd, dctx, &R, &own);
         StoreSuper *s = r == 0 ? store_super(R->map) : NULL;
         /* only the store of the daemon our fork was announced to (acquire:
          * it wrote that before it changed anything more): from the fork's

@@ -112,6 +112,13 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("dicts_trained", K_COUNT, st->dicts_trained);
         ADD("dicts_refused", K_COUNT, st->dicts_refused);
         ADD("dict_train_cpu_ns", K_NS, st->dict_train_cpu_ns);
+        ADD("dedup_pages", K_COUNT, st->dedup_pages);
+        ADD("dedup_objects", K_COUNT, st->dedup_objects);
+        ADD("dedup_bytes", K_SIZE, st->dedup_bytes);
+        ADD("dedup_pool_bytes", K_SIZE, st->dedup_pool_bytes);
+        ADD("dedup_hits", K_COUNT, st->dedup_hits);
+        ADD("dedup_stored", K_COUNT, st->dedup_stored);
+        ADD("dedup_swept", K_COUNT, st->dedup_swept);
         ADD("pool_corrupt", K_COUNT, st->pool_corrupt);
         /* the second tier: "none" and zeros when there is none */
         f[n++] = (Field){ .name = "tier_state", .kind = K_TEXT, .text = tier_state_text(st->tier_state) };

@@ -104,6 +104,8 @@ const ConfigSetting config_settings[] = {
           "most of one CPU recompression may use, in percent" },
         { "pool", "recompress_dict", TUNABLE_RECOMPRESS_DICT, "yes", RUN, false,
           "train a zstd dictionary for each big client from its own pages, and recompress with it" },
+        { "pool", "dedup", TUNABLE_DEDUP, "yes", RUN, false,
+          "hold the pages a user's processes share after fork once, in a store they all hold (security.md)" },
 
         /* [tier], in the order "unknown key" lists them in */
         { "tier", "backing", -1, NULL, START, false,
@@ -160,7 +162,7 @@ const size_t config_n_settings = ELEMENTSOF(config_settings);
 
 static bool pool_section_key(const char *key) {
         return strcmp(key, "pool_max") == 0 || strcmp(key, "pool_accept") == 0 || strcmp(key, "pool_compact") == 0 ||
-               strncmp(key, "recompress_", 11) == 0;
+               strncmp(key, "recompress_", 11) == 0 || strcmp(key, "dedup") == 0;
 }
 
 const ConfigSetting *config_setting(const char *section, const char *key) {
@@ -595,7 +597,7 @@ static int assignment(const char *section, const char *key, const char *value, u
                 return user_rule_assignment(&c->users, section + 5, key, value, err, errlen);
         if (strcmp(section, "reclaim") == 0 || strcmp(section, "pool") == 0) {
                 if (strcmp(section, "pool") == 0 && !pool_key)
-                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu, recompress_dict)", key);
+                        return errorf(-EINVAL, err, errlen, "unknown key '%s' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu, recompress_dict, dedup)", key);
                 r = tunable_set(&c->tun, key, value, err, errlen);
                 if (r == -ENOENT)
                         errorf(r, err, errlen, "unknown key '%s' in [%s] (zswapctl get lists them)", key, section);

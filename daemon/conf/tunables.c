@@ -81,6 +81,7 @@ static const Key keys[_TUNABLE_KEY_MAX] = {
         [TUNABLE_RECOMPRESS_LEVEL] = { KEY_COUNT, FIELD(recompress_level), false, 1, 22 },
         [TUNABLE_RECOMPRESS_CPU] = { KEY_PERCENT, FIELD(recompress_cpu), false, 0.1, 100 },
         [TUNABLE_RECOMPRESS_DICT] = { KEY_BOOL, FIELD(recompress_dict), false, 0, 0 },
+        [TUNABLE_DEDUP] = { KEY_BOOL, FIELD(dedup), false, 0, 0 },
 };
 
 /* What a value of each type looks like, for error messages. */

@@ -57,6 +57,8 @@ typedef struct Tunables {
         double recompress_cpu;       /* key "recompress_cpu": most of one CPU it may use, percent (default 10) */
         bool recompress_dict;        /* key "recompress_dict": train a zstd dictionary per client and
                                       * recompress with it (default yes) */
+        bool dedup;                  /* key "dedup": a page shared after fork held once for its
+                                      * user's processes (default yes) */
 } Tunables;
 
 /* The defaults: each key's row of config_settings[] (daemon/conf/config.c). */

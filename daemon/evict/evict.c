@@ -246,6 +246,11 @@ static bool plan_add(MMClient *mm, Plan *p, uint64_t addr, uint64_t pm) {
                                                      memory_order_acq_rel, memory_order_relaxed))
                 return true;
         lane->keep[lane->npages] = expected; /* 0 unless CLEAN */
+        uint64_t bit = (uint64_t)1 << (lane->npages % 64);
+        if (pm & PM_EXCLUSIVE)
+                lane->cow[lane->npages / 64] &= ~bit;
+        else
+                lane->cow[lane->npages / 64] |= bit;
         TRACE(TR_PLAN, addr, p->slot0 + lane->npages, pm);
         if (extend)
                 msg->runs[msg->nruns - 1].npages++;

@@ -74,7 +74,7 @@ typedef struct RunCtx {
  * before, and not of the strong tier already, unless the job has a
  * dictionary and the object was made without one. */
 static bool candidate(uint64_t v, bool dict) {
-        if (pe_state(v) != PE_STORED || (v & (PE_TIER | PE_MARKS | PE_NOGAIN | PE_DICT)))
+        if (pe_state(v) != PE_STORED || (v & (PE_TIER | PE_MARKS | PE_NOGAIN | PE_DICT | PE_SHARED)))
                 return false;
         return !(v & PE_STRONG) || dict;
 }
@@ -173,7 +173,7 @@ static int train_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
          * and the slot is reused is another page of the same client's (its
          * own pool), which only makes the sample less even */
         uint64_t v = atomic_load_explicit(e, memory_order_acquire);
-        if (pe_state(v) != PE_STORED || (v & (PE_TIER | PE_DICT)) || c->seen++ % c->stride)
+        if (pe_state(v) != PE_STORED || (v & (PE_TIER | PE_DICT | PE_SHARED)) || c->seen++ % c->stride)
                 return 0;
         uint32_t clen = pe_clen(v);
         const uint8_t *src = pool_map(c->mm->pool, pe_handle(v));

@@ -335,7 +335,7 @@ static unsigned bucket(const Pass *p, uint32_t stamp) {
 
 /* An object worth a stub: one of 32 bytes or less would save nothing. */
 static bool takeable(uint64_t v) {
-        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_MARKS)) && pe_clen(v) > 2 * sizeof(TierStub);
+        return pe_state(v) == PE_STORED && !(v & (PE_TIER | PE_MARKS | PE_SHARED)) && pe_clen(v) > 2 * sizeof(TierStub);
 }
 
 static uint32_t stamp_of(MMClient *mm, uint64_t addr) {

@@ -79,7 +79,7 @@ static bool keep_matches(Worker *wk, MMClient *mm, uint64_t keep, const uint8_t 
 
         if (pe_state(origin) == PE_SAME)
                 return page_same_filled(page, &fill) && fill == pe_fill(origin);
-        const void *src = pool_map(mm->pool, pe_handle(origin));
+        const void *src = pool_map(mmclient_pool_of(mm, origin), pe_handle(origin));
         uint32_t clen = pe_clen(origin);
         if (!src)
                 return false;
@@ -187,7 +187,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                 nv = pe_make_same(fill);
         else {
                 int n = codec_compress(wk->cctx, page, wk->cbuf, core->cfg.max_compressed);
-                uint64_t strong = 0;
+                uint64_t strong = 0, shared = 0;
                 /* relaxed: a setting (mmclient.h) */
                 if (n < 0 && atomic_load_explicit(&mm->strong_rescue, memory_order_relaxed) &&
                     codec_cctx_set_level(wk->strong, (int)atomic_load_explicit(&core->strong_level, memory_order_relaxed)) == 0 &&
@@ -201,19 +201,35 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -E2BIG);
                         return 0;
                 }
-                if (atomic_fetch_sub_explicit(&mm->quota_left, n, memory_order_relaxed) < n) {
-                        /* its user's max_pool is spent (users.c): back it goes */
-                        atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
-                        hand_back(mm, lane, lane_idx, lane->addrs[i], v, -EDQUOT);
-                        return 0;
+                /* the same page may be in its user's shared store already
+                 * (dedup.h): found by its compressed bytes, it costs this
+                 * client nothing. A page another process maps too (a
+                 * fork's) goes there if it is not, for the others to find */
+                /* relaxed: a setting (core.h) */
+                bool dd = mm->dedup && !strong && atomic_load_explicit(&core->dedup, memory_order_relaxed);
+                bool cow = dd && (lane->cow[i / 64] >> (i % 64) & 1);
+                int dr = dd && !cow ? dedup_get(mm->dedup, wk->cbuf, (uint32_t)n, false, &h) : -ENOENT;
+                if (dr != 1) {
+                        if (atomic_fetch_sub_explicit(&mm->quota_left, n, memory_order_relaxed) < n) {
+                                /* its user's max_pool is spent (users.c): back it goes */
+                                atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
+                                hand_back(mm, lane, lane_idx, lane->addrs[i], v, -EDQUOT);
+                                return 0;
+                        }
+                        if (cow && (dr = dedup_get(mm->dedup, wk->cbuf, (uint32_t)n, true, &h)) == 1)
+                                atomic_fetch_add_explicit(&mm->quota_left, n, memory_order_relaxed);
                 }
-                if (pool_alloc(mm->pool, (size_t)n, &h) < 0) {
+                if (dr >= 0)
+                        shared = PE_SHARED;
+                else if (pool_alloc(mm->pool, (size_t)n, &h) < 0) {
                         hand_back(mm, lane, lane_idx, lane->addrs[i], v, -ENOSPC);
                         return 0;
-                }
-                memcpy(pool_map(mm->pool, h), wk->cbuf, (size_t)n);
+                } else
+                        memcpy(pool_map(mm->pool, h), wk->cbuf, (size_t)n);
                 clen = (uint32_t)n;
-                nv = pe_make_stored(h, clen) | strong;
+                nv = pe_make_stored(h, clen) | strong | shared;
+                if (shared && mm->store)
+                        store_mark_shared(mm->store);
                 if (strong && mm->store)
                         store_mark_strong(mm->store);
         }
@@ -221,7 +237,7 @@ static int store_page(Worker *wk, MMClient *mm, Lane *lane, uint32_t lane_idx, u
         TRACE(TR_STORE, lane->addrs[i], nv, ((const uint64_t *)page)[1]);
         if (!atomic_compare_exchange_strong_explicit(e, &v, nv, memory_order_release, memory_order_relaxed)) {
                 if (h)
-                        pool_release(mm->pool, h);
+                        pool_release(mmclient_pool_of(mm, nv), h);
                 return 0;
         }
         /* counters: relaxed */

@@ -161,7 +161,18 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                         /* the writer just gave it a stub: look again */
                         return fork_cb(ud, addr, e);
                 }
-                src = pool_map(c->mm->pool, pe_handle(v));
+                if ((v & PE_SHARED) && pool_share(dedup_pool(c->mm->dedup), pe_handle(v)) == 0) {
+                        /* in the shared store both hold: the child's entry
+                         * is one more holder (ours, LOADING, keeps the
+                         * object while we share it) */
+                        nv = v & ~PE_MARKS;
+                        if (c->child->store)
+                                store_mark_shared(c->child->store);
+                        mmclient_count_stored(c->child, nv, 1);
+                        atomic_store_explicit(e, v & ~PE_MARKS, memory_order_release);
+                        break;
+                }
+                src = pool_map(mmclient_pool_of(c->mm, v), pe_handle(v));
                 len = pe_clen(v);
                 break;
         case PE_LOADING: {
@@ -315,6 +326,10 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                         log_warn("pid %d: forked child runs without the move/unmap handshake", (int)mmclient_pid(mm));
         }
         mmclient_regions_copy(child, mm);
+        /* the parent's shared store, whose objects the child's copies of
+         * the parent's shared entries name too (one more holder each) */
+        if (mm->dedup)
+                mmclient_set_dedup(child, mm->dedup);
         /* the parent's dictionary, shared, and in the child's store: its
          * copies of objects made with it decode there too */
         CodecDict *dict = (CodecDict *)mmclient_dict(mm);

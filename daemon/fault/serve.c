@@ -122,7 +122,7 @@ int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst) {
                 page_fill(dst, pe_fill(origin));
                 return 0;
         }
-        const void *src = pool_map(mm->pool, pe_handle(origin));
+        const void *src = pool_map(mmclient_pool_of(mm, origin), pe_handle(origin));
         uint32_t clen = pe_clen(origin);
         if (!src)
                 return -EBADMSG;

@@ -70,6 +70,7 @@
 typedef struct AdoptCtx {
         MMClient *mm;
         uint8_t *old;
+        uint8_t *shared; /* the old store's shared store, checked; NULL: none handed over */
         const StoreEvent *ev; /* the journal's event, or NULL */
         const StoreRange *ranges;
         size_t nranges;
@@ -83,6 +84,7 @@ typedef struct AdoptCtx {
         uint64_t over;      /* pages kept past them: the client could not take them (install_err) */
         int install_err;
         uint64_t tier, tier_lost; /* pages on the second tier; of them, with a stub this daemon cannot use */
+        uint64_t shared_kept, shared_private; /* shared pages kept shared; kept as the client's own */
         char *why;
         size_t why_len;
 } AdoptCtx;
@@ -278,7 +280,36 @@ static void unkeep(MMClient *mm, uint64_t nv) {
                 TierStub s = mmclient_tier_stub(mm, nv);
                 tier_put(mm->core->tier, &s);
         }
-        pool_release(mm->pool, pe_handle(nv));
+        pool_release(mmclient_pool_of(mm, nv), pe_handle(nv));
+}
+
+/* An object of the old store's shared store: into the client's shared
+ * store here, found there if another client brought it already (its
+ * bytes are its bytes, whoever hands them over: a page of another
+ * client matches only if it compresses to the very same bytes), else
+ * stored there, paid as keep_object() pays; a client in no shared store
+ * here keeps it as its own. */
+static int keep_shared(AdoptCtx *a, uint64_t addr, uint64_t v, const void *obj, uint32_t len, uint64_t *nv) {
+        MMClient *mm = a->mm;
+        PoolHandle h;
+        int r = mm->dedup ? dedup_get(mm->dedup, obj, len, false, &h) : -ENOENT;
+
+        if (r != 1 && mm->dedup && mmclient_quota_take(mm, len)) {
+                r = core_pool_room(mm->core, len) ? dedup_get(mm->dedup, obj, len, true, &h) : -ENOSPC;
+                if (r != 0)
+                        mmclient_quota_give(mm, len);
+        }
+        if (r < 0) {
+                a->shared_private++;
+                return keep_object(a, addr, v & ~PE_SHARED, obj, len, nv);
+        }
+        a->shared_kept++;
+        *nv = pe_make_stored(h, len) | PE_SHARED | (v & PE_STRONG);
+        if (mm->store)
+                store_mark_shared(mm->store);
+        if ((*nv & PE_STRONG) && mm->store)
+                store_mark_strong(mm->store);
+        return 0;
 }
 
 /* Is addr, not carried there, where the journal's mremap put pages? */
@@ -323,6 +354,15 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 nv = pe_make_same(pe_fill(v));
                 break;
         case PE_STORED:
+                if (v & PE_SHARED) {
+                        if (!a->shared || (v & (PE_TIER | PE_DICT)))
+                                return bad(a, addr, "a shared entry without its shared store");
+                        if (store_object(a->shared, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
+                                return bad(a, addr, "a shared entry names no object");
+                        if ((r = keep_shared(a, addr, v, obj, pe_clen(v), &nv)) < 0)
+                                return r;
+                        break;
+                }
                 if (store_object(a->old, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
                         return bad(a, addr, "entry names no object");
                 if ((v & PE_DICT) && (!(v & PE_STRONG) || !mmclient_dict(mm)))
@@ -423,6 +463,10 @@ int adopt_check(Manager *m, uint8_t *old, char *why, size_t len) {
         if (s->codec != (uint32_t)m->cfg.codec) {
                 snprintf(why, len, "compressed with %s, this daemon runs %s", codec_to_string((CodecKind)s->codec),
                          codec_to_string(m->cfg.codec));
+                return -EBADMSG;
+        }
+        if (s->features & STORE_F_SHARED) {
+                snprintf(why, len, "a shared store, not a client's");
                 return -EBADMSG;
         }
         if ((s->features & STORE_F_WP_ASYNC) && !m->core.wp_async) {
@@ -554,14 +598,14 @@ static int adopt_dict(MMClient *mm, uint8_t *old, char *why, size_t len) {
         return r;
 }
 
-int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
-                  uint64_t *held, char *why, size_t len) {
+int adopt_entries(MMClient *mm, uint8_t *old, uint8_t *shared, const StoreRange *ranges, size_t nranges,
+                  const StoreEvent *ev, uint64_t *held, char *why, size_t len) {
         AdoptCtx *a = calloc(1, sizeof(*a));
         int r;
 
         if (!a)
                 return -ENOMEM;
-        *a = (AdoptCtx){ .mm = mm, .old = old, .ev = ev, .ranges = ranges, .nranges = nranges,
+        *a = (AdoptCtx){ .mm = mm, .old = old, .shared = shared, .ev = ev, .ranges = ranges, .nranges = nranges,
                          .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len };
         r = codec_cctx_new(manager_of(mm->core)->cfg.codec, manager_of(mm->core)->cfg.level, &a->cctx);
         if (r == 0)
@@ -590,6 +634,10 @@ int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t n
                         log_info("pid %d: %llu adopted pages installed in the client, resident: no room for them "
                                  "under its user's max_pool or the pool bound", (int)mmclient_pid(mm),
                                  (unsigned long long)a->installed);
+                if (a->shared_kept || a->shared_private)
+                        log_info("pid %d: %llu adopted pages shared with its user's processes, %llu of them its own "
+                                 "now", (int)mmclient_pid(mm), (unsigned long long)a->shared_kept,
+                                 (unsigned long long)a->shared_private);
                 if (a->from_staging || a->dropped)
                         log_info("pid %d: adopted %llu pages (%llu from staging), %llu entries dropped",
                                  (int)mmclient_pid(mm), (unsigned long long)a->held, (unsigned long long)a->from_staging,

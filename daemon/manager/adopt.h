@@ -34,13 +34,16 @@ int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char 
 
 /* Copy what old holds for the addresses in ranges into mm (its new store,
  * index and counters; mm's pid and staging area set), each entry first
- * moved or dropped by ev (the journal's event, NULL if none). *held gets
+ * moved or dropped by ev (the journal's event, NULL if none). The objects
+ * of its PE_SHARED entries are read from shared (old's shared store,
+ * checked by store_check_shared(); NULL: none, and such an entry is
+ * bad) and go to mm's shared store if it is in one. *held gets
  * the pages kept. A page that its user's max_pool or the pool bound has
  * no room for is installed in the client instead (resident). 0, -EBADMSG
  * (why[] says what),
  * -ENOSPC/-ENOMEM. */
-int adopt_entries(MMClient *mm, uint8_t *old, const StoreRange *ranges, size_t nranges, const StoreEvent *ev,
-                  uint64_t *held, char *why, size_t len);
+int adopt_entries(MMClient *mm, uint8_t *old, uint8_t *shared, const StoreRange *ranges, size_t nranges,
+                  const StoreEvent *ev, uint64_t *held, char *why, size_t len);
 
 /* Cut ranges[] (n, sorted) to what is still mapped and registered in the
  * client, unless an address-space event is pending on its uffd. Returns

@@ -72,21 +72,30 @@ int do_hello(Manager *m, Conn *c, const ZMsgHello *h) {
 /* Reply 0 (value) with fds first[] and then a read-only descriptor of mm's
  * store, which the client keeps (store.h). */
 static void reply_store(Conn *c, uint32_t id, MMClient *mm, int64_t value, const int *first, size_t nfirst) {
-        int fds[3];
+        int fds[4];
         size_t n = 0;
 
         for (size_t i = 0; i < nfirst && n < 2; i++)
                 fds[n++] = first[i];
-        int ro = mmclient_store_fd_ro(mm);
-        if (ro >= 0)
+        int ro = mmclient_store_fd_ro(mm), shared = -1;
+        if (ro >= 0) {
                 fds[n++] = ro;
-        else
+                /* and its user's shared store, whose objects its entries
+                 * may name: a store without it could not be restored */
+                shared = mm->dedup ? dedup_fd_ro(mm->dedup) : -1;
+                if (shared >= 0)
+                        fds[n++] = shared;
+                else if (mm->dedup)
+                        log_warn("pid %d: its shared store cannot be handed over (%s): it cannot outlive this daemon",
+                                 (int)c->pid, strerror(-shared));
+        } else
                 log_warn("pid %d: its store cannot be handed over (%s): it cannot outlive this daemon",
                          (int)c->pid, strerror(-ro));
         ZMsgReply rep = { .status = 0, .value = value };
         zmsg_init(&rep.hdr, ZMSG_REPLY, id, sizeof(rep));
         reply_send(c, &rep, sizeof(rep), fds, n);
         safe_close(ro);
+        safe_close(shared);
 }
 
 static int staging_check(const ZMsgAttach *a, unsigned *nlanes) {
@@ -184,6 +193,7 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->uid = c->uid;
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
         mm->dict_ok = mm->strong_ok && (c->features & ZHELLO_F_DICT);
+        dedups_join(m, mm, c->features);
         if (mm_serve(m, c, mm) < 0)
                 return -ENOMEM;
         log_info("client pid %d attached (%u staging lanes)", (int)c->pid, nlanes);
@@ -200,7 +210,7 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
 int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         _cleanup_free_ StoreRange *ranges = NULL;
         char why[160] = "";
-        uint8_t *old = NULL;
+        uint8_t *old = NULL, *old_shared = NULL;
         unsigned nlanes;
         uint64_t held = 0;
         StoreEvent ev;
@@ -222,14 +232,34 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
                          (int)c->pid, c->uid);
                 return -EBUSY;
         }
-        /* the uffd, the store, and the sync page's memfd (zsync.h) */
-        if (nfds < 2 || nfds > 3 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 3 && !mmclient_sync_fd_ok(fds[2])))
+        /* the uffd, the store, the sync page's memfd (zsync.h) if any, and
+         * the store's shared store if it has one */
+        int sync_i = -1, shared_i = -1;
+        for (size_t i = 2; i < nfds && i < 4; i++) {
+                if (sync_i < 0 && shared_i < 0 && mmclient_sync_fd_ok(fds[i]))
+                        sync_i = (int)i;
+                else if (shared_i < 0)
+                        shared_i = (int)i;
+        }
+        if (nfds < 2 || nfds > 4 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 4 && (sync_i < 0 || shared_i < 0)))
                 return -EBADF;
         if (store_map(fds[1], false, &old) < 0) {
                 log_warn("pid %d: adopt: not a store: refused", (int)c->pid);
                 return -EBADMSG;
         }
         r = adopt_check(m, old, why, sizeof(why));
+        if (r == 0 && shared_i >= 0) {
+                /* checked before any entry names it; a store that names
+                 * none, or another one, leaves its shared entries bad */
+                if (store_map(fds[shared_i], false, &old_shared) < 0)
+                        old_shared = NULL;
+                else if (store_check_shared(old_shared, old, why, sizeof(why)) < 0) {
+                        log_warn("pid %d: adopt: %s: its shared pages cannot be taken", (int)c->pid, why);
+                        store_unmap(old_shared);
+                        old_shared = NULL;
+                        why[0] = 0;
+                }
+        }
         /* the dead daemon answered the FORK_PREPARE of the fork the library
          * names and never read that fork's event: the fork may be under
          * way (the library forks once the answer is in; its agent may
@@ -245,6 +275,7 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         n = r < 0 ? r : adopt_ranges(old, &ranges, &ev, &has_ev, why, sizeof(why));
         if (n < 0) {
                 store_unmap(old);
+                store_unmap(old_shared);
                 if (n == -EBADMSG)
                         log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
                 return n;
@@ -253,6 +284,7 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         r = mmclient_new(&m->core, fds[0], &mm);
         if (r < 0) {
                 store_unmap(old);
+                store_unmap(old_shared);
                 return r;
         }
         fds[0] = -1;
@@ -264,6 +296,7 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
         if (r < 0) {
                 store_unmap(old);
+                store_unmap(old_shared);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
                 return r;
         }
@@ -284,6 +317,9 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->uid = c->uid;
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
         mm->dict_ok = mm->strong_ok && (c->features & ZHELLO_F_DICT);
+        /* before its entries are taken: its shared ones go to its user's
+         * shared store here */
+        dedups_join(m, mm, c->features);
         /* a fork may be waiting for us to read its event: the FORK_PREPARE
          * that announced its token went to the dead daemon, and the client
          * names it again (relaxed: before mm_serve() hands mm to a
@@ -307,8 +343,9 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         if (r < 0 && admit == 0)
                 snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
         if (r == 0)
-                r = adopt_entries(mm, old, ranges, (size_t)n, has_ev ? &ev : NULL, &held, why, sizeof(why));
+                r = adopt_entries(mm, old, old_shared, ranges, (size_t)n, has_ev ? &ev : NULL, &held, why, sizeof(why));
         store_unmap(old);
+        store_unmap(old_shared);
         if (r < 0) {
                 log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */

@@ -197,6 +197,8 @@ typedef struct CompactCtx {
 static bool compact_movable(MMClient *mm, uint64_t v) {
         if (!(pe_state(v) == PE_STORED && !(v & PE_MARKS)) && !(pe_state(v) == PE_CLEAN && !(v & PE_CLEAN_SAME)))
                 return false;
+        if (v & PE_SHARED)
+                return false; /* in its user's shared store, not in this pool */
         return pool_compact_source(mm->pool, pe_handle(v));
 }
 
@@ -288,4 +290,6 @@ void manager_pool_reclaim(Manager *m) {
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 if (mm->pool)
                         pool_reclaim(mm->pool);
+        for (size_t i = 0; i < m->ndedups; i++)
+                pool_reclaim(dedup_pool(m->dedups[i]));
 }

@@ -222,6 +222,7 @@ static void tick(Manager *m) {
                                        .cpu = t->recompress_cpu, .dict = t->recompress_dict });
         notify_tick(m);
         users_tick(m);
+        dedups_tick(m);
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
                 m->listen_paused = false;
         report_tick(m);
@@ -391,6 +392,7 @@ Manager *manager_free(Manager *m) {
         memread_free();
         /* every client is gone: nothing refers to a block any more */
         m->core.tier = tier_free(m->core.tier);
+        dedups_free(m);
         pool_shared_free(m->core.pools);
         if (m->listen_fd >= 0 && m->cfg.listen_fd < 0 && m->cfg.socket_path)
                 sandbox_unlink(m->cfg.socket_path);

@@ -114,6 +114,20 @@ void tick_orphans(Manager *m);
 
 /* SIGHUP: reread the configuration file. */
 void reload_config(Manager *m);
+
+/* dedups.c: the users' shared stores (daemon/mm/dedup.h) */
+/* uid's shared store, or NULL */
+Dedup *dedups_find(Manager *m, uid_t uid);
+/* mm (its uid, process and store set, not served yet) joins its user's
+ * shared store if it may (its library announced features): the store
+ * made if need be; else it stays out, and shares nothing */
+void dedups_join(Manager *m, MMClient *mm, uint32_t features);
+/* Every tick: sweep the tables, forget the stores nobody holds */
+void dedups_tick(Manager *m);
+/* The bytes of uid's shared store's objects (its max_pool counts them) */
+uint64_t dedups_user_bytes(Manager *m, uid_t uid);
+void dedups_stats(Manager *m, DedupStats *sum);
+void dedups_free(Manager *m);
 /* Tell systemd state ("READY=1\n", ...) with STATUS=; with state NULL,
  * STATUS= only, and only if it changed. */
 void notify_status(Manager *m, const char *state);

@@ -99,6 +99,9 @@ struct Manager {
          * clients.c); one leaves when a CHILD_ATTACH claims it (attach.c)
          * or its process exits (tick_orphans()) */
         MMClient *orphans;
+        /* the users' shared stores (dedups.c), a reference each */
+        Dedup **dedups;
+        size_t ndedups;
 
         /* the reclaim policy's state and tunables (reclaim.c); manager thread only */
         Reclaim reclaim;

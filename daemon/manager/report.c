@@ -207,6 +207,7 @@ static void status_strong(Manager *m, ZMsgStatusReply *rep) {
                 rep->strong_pages += atomic_load_explicit(&mm->st.strong_pages, memory_order_relaxed);
                 rep->strong_bytes += atomic_load_explicit(&mm->st.strong_bytes, memory_order_relaxed);
                 rep->dict_pages += atomic_load_explicit(&mm->st.dict_pages, memory_order_relaxed);
+                rep->dedup_pages += atomic_load_explicit(&mm->st.shared_pages, memory_order_relaxed);
                 rep->dict_bytes += atomic_load_explicit(&mm->st.dict_bytes, memory_order_relaxed);
                 const CodecDict *d = mmclient_dict(mm);
                 rep->dicts += d != NULL;
@@ -222,6 +223,14 @@ static void status_strong(Manager *m, ZMsgStatusReply *rep) {
         rep->pool_corrupt = atomic_load_explicit(&m->core.pool_corrupt, memory_order_relaxed);
         rep->recompress_age_ms = m->reclaim.tun.recompress_age_ms;
         rep->recompress_level = (int32_t)m->reclaim.tun.recompress_level;
+        DedupStats ds;
+        dedups_stats(m, &ds);
+        rep->dedup_objects = ds.objects;
+        rep->dedup_bytes = ds.bytes;
+        rep->dedup_pool_bytes = ds.pool_bytes;
+        rep->dedup_hits = ds.hits;
+        rep->dedup_stored = ds.stored;
+        rep->dedup_swept = ds.swept;
 }
 
 int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {

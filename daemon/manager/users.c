@@ -166,6 +166,9 @@ static void users_pool(Manager *m) {
          * get its user's pool past max_pool */
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 users_pool_add(m, mm);
+        /* the user's shared store: what its processes share, once */
+        for (UserState *u = m->users; u; u = u->next)
+                u->pool_bytes += dedups_user_bytes(m, u->uid);
         for (UserState *u = m->users; u; u = u->next) {
                 uint64_t max = u->lim.v[UKEY_MAX_POOL];
                 /* hysteresis as at the daemon's bound: resume 10 % under it */

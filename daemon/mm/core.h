@@ -131,6 +131,7 @@ struct Core {
          * moment earlier; pool_bound and pool_resume may be seen from two
          * applies, and both are hints the pool's own counters decide) */
         _Atomic bool keep_clean;
+        _Atomic bool dedup; /* tunable dedup: workers store in shared stores (dedup.h) */
         _Atomic uint32_t strong_level; /* tunable recompress_level, at most RESCUE_LEVEL_MAX: the workers' rescue */
         _Atomic uint32_t clean_max_permille; /* tunable clean_max, for the fault threads */
         _Atomic uint64_t pool_bound, pool_resume; /* bytes; 0: no bound */

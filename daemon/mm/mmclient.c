@@ -291,6 +291,13 @@ int mmclient_prove(MMClient *mm, uint64_t staging, uint64_t len) {
         return 0;
 }
 
+void mmclient_set_dedup(MMClient *mm, Dedup *d) {
+        mm->dedup = dedup_ref(d);
+        if (mm->store)
+                /* relaxed: before store_mark_shared(), which releases it */
+                __atomic_store_n(&store_super(mm->store)->shared_tag, dedup_tag(d), __ATOMIC_RELAXED);
+}
+
 MMClient *mmclient_ref(MMClient *mm) {
         /* relaxed: taking a reference needs no ordering, the caller already
          * holds one (dbus-broker ref.h) */
@@ -308,7 +315,7 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
                                 tier_put(mm->core->tier, &s);
                         mmclient_count_tier(mm, s.len, -1);
                 }
-                pool_release(mm->pool, pe_handle(v));
+                pool_release(mmclient_pool_of(mm, v), pe_handle(v));
                 mmclient_count_stored(mm, v, -1);
                 break;
         case PE_SAME:
@@ -319,7 +326,7 @@ void mmclient_release_payload(MMClient *mm, uint64_t v) {
                 break;
         case PE_CLEAN:
                 if (!(v & PE_CLEAN_SAME))
-                        pool_release(mm->pool, pe_handle(v));
+                        pool_release(mmclient_pool_of(mm, v), pe_handle(v));
                 atomic_fetch_sub_explicit(&mm->st.clean_pages, 1, memory_order_relaxed);
                 atomic_fetch_sub_explicit(&mm->st.clean_bytes, (v & PE_CLEAN_SAME) ? 0 : pe_clen(v),
                                           memory_order_relaxed);
@@ -389,6 +396,8 @@ MMClient *mmclient_unref(MMClient *mm) {
                 pindex_free(mm->index);
         }
         codec_dict_unref(atomic_load_explicit(&mm->dict, memory_order_relaxed));
+        /* after its entries let go of their shared objects */
+        dedup_unref(mm->dedup);
         pool_free(mm->pool);
         /* the client may keep its descriptor for long: free the memory
          * now, all but the superblock, whose state says what became of it */

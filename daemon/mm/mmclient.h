@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "dedup.h"
 #include "inject.h"
 #include "macro.h"
 #include "pindex.h"
@@ -58,6 +59,10 @@ typedef struct Lane {
         /* page i was CLEAN when planned: the copy it kept (a CLEAN value),
          * owned by the batch until the worker reuses or releases it; 0 if none */
         uint64_t keep[LANE_SLOTS];
+        /* bit i: page i was mapped by another process too when planned
+         * (pagemap: not exclusive; a fork's copy-on-write): the worker
+         * stores it in its user's shared store (dedup.h) */
+        uint64_t cow[LANE_SLOTS / 64];
         /* fault threads add/remove themselves while they read a slot of this
          * lane (so does a worker that hands a page back, hand_back(), for
          * the fault thread it hands it to); the manager releases the lane
@@ -90,6 +95,10 @@ typedef struct MMClientStats {
         _Atomic uint64_t strong_pages, strong_bytes;
         /* of strong_pages, those made with its dictionary (PE_DICT) */
         _Atomic uint64_t dict_pages, dict_bytes;
+        /* of stored_pages, those whose object is in its user's shared
+         * store (PE_SHARED): not in compressed_bytes, the shared store's
+         * bytes are its user's (dedup.h) */
+        _Atomic uint64_t shared_pages;
         /* pages the recompressor gave a strong object (the daemon-wide
          * counters of its savings and CPU are Core's) */
         _Atomic uint64_t recompressed;
@@ -232,6 +241,11 @@ typedef struct MMClient {
         uint8_t *store;
         int store_fd;
         Pool *pool;
+        /* its user's shared store (dedup.h), whose pool holds the objects
+         * of its PE_SHARED entries: a reference of its own, NULL if the
+         * client is in no dedup domain. Set before publish (attach, adopt,
+         * a fork child's event: mmclient_set_dedup()) and constant */
+        Dedup *dedup;
         /* set when the daemon hands its clients over (exit without
          * restoring): the last unref leaves the store's entries alone.
          * Written by the manager (mm_detach()) or by the last unref, and
@@ -613,6 +627,15 @@ bool mmclient_region_has_locked(MMClient *mm, uint64_t addr);
 
 /* The stub an entry value on the second tier (STORED|PE_TIER) names, as
  * mm's pool holds it: not checked (tier_stub_check() does that). */
+/* The pool the object of STORED (LOADING, CLEAN) entry value v is in. */
+static inline Pool *mmclient_pool_of(MMClient *mm, uint64_t v) {
+        return (v & PE_SHARED) ? dedup_pool(mm->dedup) : mm->pool;
+}
+
+/* mm joins the dedup domain of d (a reference of its own): its store
+ * names d's store. Before publish, once. */
+void mmclient_set_dedup(MMClient *mm, Dedup *d);
+
 static inline TierStub mmclient_tier_stub(MMClient *mm, uint64_t v) {
         TierStub s;
         memcpy(&s, pool_map(mm->pool, pe_handle(v)), sizeof(s));
@@ -655,6 +678,11 @@ static inline void mmclient_count_tier(MMClient *mm, uint32_t len, int dir) {
 static inline void mmclient_count_stored(MMClient *mm, uint64_t v, int dir) {
         uint64_t len = pe_clen(v);
         bool strong = (v & PE_STRONG) && !pe_is_tier(v);
+        if (v & PE_SHARED) {
+                atomic_fetch_add_explicit(&mm->st.stored_pages, (uint64_t)(int64_t)dir, memory_order_relaxed);
+                atomic_fetch_add_explicit(&mm->st.shared_pages, (uint64_t)(int64_t)dir, memory_order_relaxed);
+                return;
+        }
         if (dir > 0) {
                 atomic_fetch_add_explicit(&mm->st.stored_pages, 1, memory_order_relaxed);
                 atomic_fetch_add_explicit(&mm->st.compressed_bytes, len, memory_order_relaxed);

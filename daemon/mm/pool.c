@@ -338,6 +338,12 @@ int pool_share(Pool *p, PoolHandle h) {
         return 0;
 }
 
+unsigned pool_holders(Pool *p, PoolHandle h) {
+        /* acquire: a holder's release (acq_rel) of its share is seen with
+         * its reads of the object done */
+        return h ? 1u + atomic_load_explicit(slot_shares(p, h), memory_order_acquire) : 0;
+}
+
 void pool_release(Pool *p, PoolHandle h) {
         uint32_t id = handle_chunk(h), slot, w;
         Chunk *ch;

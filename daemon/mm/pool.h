@@ -82,6 +82,9 @@ void pool_release(Pool *p, PoolHandle h);
  * page): each holder calls pool_release() once, the last one frees it.
  * Lock-free. -EOVERFLOW past 255 extra holders (copy instead). */
 int pool_share(Pool *p, PoolHandle h);
+/* How many hold h (1 + its pool_share()s not yet released): a look, exact
+ * only if no other holder can come or go meanwhile. Lock-free. */
+unsigned pool_holders(Pool *p, PoolHandle h);
 
 /* Process every deferred release and return chunks that became empty to the
  * kernel (madvise(MADV_DONTNEED)). Call it periodically from a maintenance

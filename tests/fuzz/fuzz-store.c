@@ -370,9 +370,9 @@ static void build(Model *m, const uint8_t *data, size_t size) {
 /* ---- the model's answers ---- */
 
 static bool model_super_ok(const StoreSuper *s) {
-        return s->magic == STORE_MAGIC && s->version >= STORE_VERSION && s->version <= STORE_VERSION_DICT &&
+        return s->magic == STORE_MAGIC && s->version >= STORE_VERSION && s->version <= STORE_VERSION_SHARED &&
                s->super_size == sizeof(StoreSuper) &&
-               s->size == STORE_SIZE && s->codec <= CODEC_ZSTD && !(s->features & ~STORE_F_WP_ASYNC) &&
+               s->size == STORE_SIZE && s->codec <= CODEC_ZSTD && !(s->features & ~(STORE_F_WP_ASYNC | STORE_F_SHARED)) &&
                s->ranges_cur <= 1 && s->leaves <= STORE_LEAVES_MAX &&
                (s->state == STORE_ACTIVE || s->state == STORE_RELEASED);
 }
@@ -453,6 +453,9 @@ static int model_content(const Model *m, CodecDCtx *d, uint64_t e, uint8_t *want
         }
         if (pe_state(e) != PE_STORED)
                 return 0;
+        /* an object of a shared store (bit 26): none is given here */
+        if (e & ((uint64_t)1 << 26))
+                return -EBADMSG;
         if (e & PE_TIER)
                 return -EREMOTE; /* the second tier's: only the daemon reads it */
         if (!model_object(m, pe_handle(e), pe_clen(e), &off, &cls))
@@ -763,7 +766,7 @@ static void check_object(const Model *m, uint64_t e) {
 static void check_content(const Model *m, CodecDCtx *d, uint64_t e) {
         uint8_t *page = guard_page[0], *want = guard_page[1];
         int w = model_content(m, d, e, want);
-        int r = store_entry_content(map, d, NULL, e, page);
+        int r = store_entry_content(map, NULL, d, NULL, e, page);
 
         FUZZ_CHECK(r == 0 || r == 1 || r == -EBADMSG || r == -EREMOTE, "store_entry_content(%#llx) = %d", (unsigned long long)e, r);
         FUZZ_CHECK(r == w, "store_entry_content(%#llx) = %d, the model says %d", (unsigned long long)e, r, w);
@@ -880,7 +883,7 @@ static void check_restore(const Model *m) {
         uint64_t entries, bad, gone, tier;
         bool ok = model_super_ok(&m->s);
 
-        int r = zswap_store_restore(-1, store_fd, dctx, staging, nslots * ZSWAP_PAGE_SIZE, NULL, 0, &st);
+        int r = zswap_store_restore(-1, store_fd, -1, dctx, staging, nslots * ZSWAP_PAGE_SIZE, NULL, 0, &st);
         FUZZ_CHECK(r == (ok ? 0 : -EBADMSG), "zswap_store_restore = %d, the model says %s", r,
                    ok ? "valid" : "invalid");
         if (!ok) {
@@ -891,7 +894,7 @@ static void check_restore(const Model *m) {
         /* a forked child's restore of the same store, with no range of
          * ours to write to: it decodes what it meets and writes nothing */
         ZswapRestoreStats fst = { 0 };
-        (void)zswap_store_restore_forked(store_fd, dctx, 1, staging, nslots * ZSWAP_PAGE_SIZE, NULL, 0, &fst);
+        (void)zswap_store_restore_forked(store_fd, -1, dctx, 1, staging, nslots * ZSWAP_PAGE_SIZE, NULL, 0, &fst);
         FUZZ_CHECK(!fst.restored && !fst.present && !fst.children,
                    "zswap_store_restore_forked wrote %llu pages outside every range", (unsigned long long)fst.restored);
         model_walk(m, dctx[m->s.codec], nslots, &entries, &bad, &gone, &tier);

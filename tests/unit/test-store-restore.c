@@ -218,7 +218,7 @@ static void test_restore(void) {
 
         ZswapRestoreStats st = { 0 };
         ZswapSpan span = { (uintptr_t)buf, (uintptr_t)buf + NPAGES * PG };
-        ASSERT_OK(zswap_store_restore(uffd, sfd, dctx, (uintptr_t)staging, NSLOTS * PG, &span, 1, &st));
+        ASSERT_OK(zswap_store_restore(uffd, sfd, -1, dctx, (uintptr_t)staging, NSLOTS * PG, &span, 1, &st));
         void *ok;
         ASSERT_OK(-pthread_join(reader, &ok));
         ASSERT_EQ((uintptr_t)ok, 1);
@@ -270,7 +270,7 @@ static void test_tier(void) {
 
         ZswapRestoreStats st = { 0 };
         ZswapSpan span = { (uintptr_t)buf, (uintptr_t)buf + NPAGES * PG };
-        ASSERT_OK(zswap_store_restore(uffd, sfd, dctx, (uintptr_t)staging, NSLOTS * PG, &span, 1, &st));
+        ASSERT_OK(zswap_store_restore(uffd, sfd, -1, dctx, (uintptr_t)staging, NSLOTS * PG, &span, 1, &st));
         close(uffd);
         ASSERT_EQ(st.restored, 8);
         ASSERT_EQ(st.tier, 4);
@@ -312,7 +312,7 @@ static void test_fork(void) {
         ASSERT_OK(-pthread_create(&t, NULL, fork_main, NULL));
         wait_in_userfault(T_FORK);
         ZswapRestoreStats st = { 0 };
-        ASSERT_OK(zswap_store_restore(uffd, sfd, dctx, (uintptr_t)staging, NSLOTS * PG, NULL, 0, &st));
+        ASSERT_OK(zswap_store_restore(uffd, sfd, -1, dctx, (uintptr_t)staging, NSLOTS * PG, NULL, 0, &st));
         ASSERT_OK(-pthread_join(t, NULL));
         close(uffd);
         int status;

@@ -31,6 +31,7 @@ static const char *const defaults[][2] = {
         { "pool_compact", "5" },  { "thrash_refaults", "128" }, { "thrash_backoff", "2s" }, { "keep_clean", "yes" }, { "clean_max", "2" }, { "refill", "yes" }, { "refill_quiet", "10s" }, { "write_scan", "1s" },
         { "interval", "250ms" },      { "recompress_age", "2m" }, { "recompress_level", "9" }, { "recompress_cpu", "10" },
         { "recompress_dict", "yes" },
+        { "dedup", "yes" },
 };
 
 static bool same(const Tunables *a, const Tunables *b) {
@@ -42,7 +43,8 @@ static bool same(const Tunables *a, const Tunables *b) {
                a->thrash_backoff_ms == b->thrash_backoff_ms && a->keep_clean == b->keep_clean && a->clean_max == b->clean_max && a->refill == b->refill && a->refill_quiet_ms == b->refill_quiet_ms &&
                a->write_scan_ms == b->write_scan_ms && a->interval_ms == b->interval_ms &&
                a->recompress_age_ms == b->recompress_age_ms && a->recompress_level == b->recompress_level &&
-               a->recompress_cpu == b->recompress_cpu && a->recompress_dict == b->recompress_dict;
+               a->recompress_cpu == b->recompress_cpu && a->recompress_dict == b->recompress_dict &&
+               a->dedup == b->dedup;
 }
 
 static const char *get(const Tunables *t, const char *key) {
@@ -94,6 +96,7 @@ static const char *const round_trips[][3] = {
         { "recompress_level", "19", "19" },
         { "recompress_cpu", "2.5", "2.5" },
         { "recompress_dict", "no", "no" },
+        { "dedup", "no", "no" },
         { "limit", "none", "0" },
         { "limit", "4096", "4K" },
         { "limit", "4097", "4097" },
@@ -375,6 +378,7 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "recompress_level = 12\n"
                                 "recompress_cpu = 25\n"
                                 "recompress_dict = no\n"
+                                "dedup = no\n"
                                 "pool_max = 2G\n"
                                 "pool_accept = 80\n"
                                 "pool_compact = 20\n";
@@ -385,7 +389,7 @@ static const char *const good_values[][2] = {
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
         { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },     { "refill", "no" },
         { "refill_quiet", "30s" },  { "recompress_age", "10m" }, { "recompress_level", "12" }, { "recompress_cpu", "25" },
-        { "recompress_dict", "no" },
+        { "recompress_dict", "no" },  { "dedup", "no" },
 };
 
 /* The [reclaim] and [pool] settings of path over t, through the file
@@ -438,7 +442,7 @@ static void test_load(void) {
                    "pool_accept: 120 is not a percentage between 1 and 100");
         load_fails(&t, "[reclaim]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
         load_fails(&t, "[users]\nlimit = 1G\nkeep_clean\n", EINVAL, 3, "expected key = value, got 'keep_clean'");
-        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu, recompress_dict)");
+        load_fails(&t, "[pool]\ninterval = 1s\n", EINVAL, 2, "unknown key 'interval' in [pool] (pool_max, pool_accept, pool_compact, recompress_age, recompress_level, recompress_cpu, recompress_dict, dedup)");
         load_fails(&t, "\nlimit = 1G\n[reclaim]\n", EINVAL, 2, "'limit' comes before any [section]");
         load_fails(&t, "[reclaim\nlimit = 1G\n", EINVAL, 1, "expected [section], got '[reclaim'");
         load_fails(&t, "[reclaim]\n = 5\n", EINVAL, 2, "no key before '='");
