@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,10 +40,42 @@
 
 static char run_path[PATH_MAX], ctl_path[PATH_MAX], victim_path[PATH_MAX];
 
-/* A line of the group's stdout, waiting for at most TEST_WAIT_S */
-static bool read_line(FILE *f, char *line, size_t len) {
-        struct pollfd p = { .fd = fileno(f), .events = POLLIN };
-        return poll(&p, 1, TEST_WAIT_S * 1000) == 1 && fgets(line, (int)len, f);
+/*
+ * A line of the group's stdout (each victim writes each of its lines
+ * whole, with one write), waiting for at most TEST_WAIT_S; false, with
+ * what came of it in line, if none did. Read from the socket itself, a byte
+ * at a time: a stdio stream takes every line the socket holds at once, and
+ * a poll() of the socket for the next line then waits for a line the
+ * stream holds already (CI hung so under load: two victims' "ready"
+ * lines came in with the first, and the test waited for them until its
+ * timeout).
+ */
+static bool read_line(int fd, char *line, size_t len) {
+        uint64_t end = now_ns() + TEST_WAIT_S * 1000000000ull;
+        size_t n = 0;
+
+        while (n + 1 < len) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                uint64_t now = now_ns();
+                if (now >= end || poll(&p, 1, (int)((end - now) / 1000000) + 1) != 1 || read(fd, line + n, 1) != 1)
+                        break;
+                if (line[n++] == '\n')
+                        break;
+        }
+        line[n] = 0;
+        return n > 0 && line[n - 1] == '\n';
+}
+
+/* The whole lines waiting in socket fd, left there (a line is 14 bytes
+ * at most: "ready 4194304\n", the largest pid_max) */
+static unsigned lines_queued(int fd) {
+        char buf[VICTIMS * 14];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+        unsigned lines = 0;
+
+        for (ssize_t i = 0; i < n; i++)
+                lines += buf[i] == '\n';
+        return lines;
 }
 
 /* A row of zswapctl groups --bytes */
@@ -115,7 +148,8 @@ static void run(const char *mode) {
         ASSERT_TRUE(mkdtemp(go));
         strcat(go, "/go");
         snprintf(cmd, sizeof(cmd), "for i in 1 2 3; do %s %d %s & done; wait", victim_path, VICTIM_MIB, go);
-        ASSERT_OK(pipe2(o, O_CLOEXEC));
+        /* a stream socket rather than a pipe: lines_queued() peeks */
+        ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, o));
         pid_t sh = fork();
         ASSERT_TRUE(sh >= 0);
         if (sh == 0) {
@@ -136,12 +170,15 @@ static void run(const char *mode) {
                 _exit(127);
         }
         close(o[1]);
-        FILE *out = fdopen(o[0], "r");
-        ASSERT_TRUE(out);
+        /* read once every victim's line is in, as they came in the CI run
+         * that hung (the victims were quicker than the test under load):
+         * every run reads lines that came together */
+        WAIT_UNTIL(lines_queued(o[0]) >= VICTIMS, TEST_WAIT_S, "%s: %u of the %d victims said ready", mode,
+                   lines_queued(o[0]), VICTIMS);
         for (int i = 0; i < VICTIMS; i++) {
                 int p = 0;
-                if (!read_line(out, line, sizeof(line)) || sscanf(line, "ready %d", &p) != 1)
-                        test_fail("%s: the victims did not start: '%s'", mode, line);
+                if (!read_line(o[0], line, sizeof(line)) || sscanf(line, "ready %d", &p) != 1)
+                        test_fail("%s: %d of the %d victims said ready, then: '%s'", mode, i, VICTIMS, line);
                 pids[i] = p;
         }
 
@@ -272,13 +309,13 @@ static void run(const char *mode) {
         close(fd);
         for (int i = 0; i < VICTIMS; i++) {
                 int p = 0;
-                if (!read_line(out, line, sizeof(line)) || sscanf(line, "ok %d", &p) != 1)
+                if (!read_line(o[0], line, sizeof(line)) || sscanf(line, "ok %d", &p) != 1)
                         test_fail("%s: a victim read back: %s", mode, line);
         }
         int st;
         ASSERT_EQ(waitpid(sh, &st, 0), sh);
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-        fclose(out);
+        close(o[0]);
         unlink(go);
         *strrchr(go, '/') = 0;
         rmdir(go);
