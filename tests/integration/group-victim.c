@@ -2,17 +2,20 @@
  * group-victim: one process of a group for test-group (run under
  * zswap-run, several at once from a shell).
  *
- *   group-victim MIB GO
+ *   group-victim MIB GO PARENT
  *
  * Maps MIB MiB, writes every page (a pattern of its own, by pid and
  * offset), prints "ready PID", waits until the file GO exists, then checks
  * every page and prints "ok PID" or "bad PID N" (N pages differ), and
- * exits 0 or 1.
+ * exits 0 or 1. Killed when its parent, the shell PARENT, dies (which dies
+ * with the test): a test that fails never creates GO.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static uint64_t word(uint64_t seed, size_t off) {
@@ -23,7 +26,11 @@ static uint64_t word(uint64_t seed, size_t off) {
 }
 
 int main(int argc, char **argv) {
-        if (argc != 3)
+        if (argc != 4)
+                return 2;
+        /* the shell's death kills us, unless it died before we asked */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != (pid_t)atoi(argv[3]))
                 return 2;
         size_t len = (size_t)atoi(argv[1]) << 20;
         uint64_t seed = (uint64_t)getpid();

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -147,12 +148,20 @@ static void run(const char *mode) {
         td_start_logged(&d, "--set interval=200ms");
         ASSERT_TRUE(mkdtemp(go));
         strcat(go, "/go");
-        snprintf(cmd, sizeof(cmd), "for i in 1 2 3; do %s %d %s & done; wait", victim_path, VICTIM_MIB, go);
+        /* $$: the shell, whose death the victims do not outlive */
+        snprintf(cmd, sizeof(cmd), "for i in 1 2 3; do %s %d %s $$ & done; wait", victim_path, VICTIM_MIB, go);
         /* a stream socket rather than a pipe: lines_queued() peeks */
         ASSERT_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, o));
-        pid_t sh = fork();
+        pid_t self = getpid(), sh = fork();
         ASSERT_TRUE(sh >= 0);
         if (sh == 0) {
+                /* never outlive the test (through zswap-run's exec and
+                 * the shell's): a test that fails leaves nobody waiting
+                 * for a go that never comes, holding meson's pipes until
+                 * its timeout */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != self)
+                        _exit(125);
                 dup2(o[1], 1);
                 setenv("ZSWAP_ATTACH_MS", "0", 1);
                 if (by_cgroup) {
