@@ -201,8 +201,12 @@ static void tick(Manager *m) {
         for (MMClient *mm = m->mms, *next; mm; mm = next) {
                 next = mm->next;
                 if (mm->conn && !mmclient_alive(mm)) {
-                        /* the process died but its socket lingers (passed on) */
-                        conn_kill(mm->conn, "process exited");
+                        /* the process died but its socket lingers (passed
+                         * on), or it exec'd and we have not read the end
+                         * of the socket its exec closes yet (a fork child
+                         * of a shell, attached as it execs): its address
+                         * space is gone either way */
+                        conn_kill(mm->conn, "its process exited or exec'd");
                         continue;
                 }
                 if (!mm->conn && mmclient_pid(mm) > 0 && mm->restores == 0 && !mmclient_alive(mm)) {
