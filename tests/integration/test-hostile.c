@@ -127,14 +127,21 @@ static uint32_t xmit(int fd, size_t len, const int *fds, size_t nfds) {
         return h->id;
 }
 
+/* The second fd of the last reply that had one (the shared store after
+ * the store), -1: none; whoever wants it takes it */
+static int second_fd = -1;
+
 /* Read one message into `in`; returns its length, its first fd in *rfd. */
 static ssize_t recv_msg(int fd, int *rfd) {
         int fds[4];
         size_t nfds = ELEMENTSOF(fds);
         ssize_t n = zmsg_recv(fd, in, sizeof(in), fds, &nfds, NULL);
+        second_fd = safe_close(second_fd);
         for (size_t i = 0; i < nfds; i++)
                 if (i == 0 && rfd)
                         *rfd = fds[0];
+                else if (i == 1 && rfd)
+                        second_fd = fds[1];
                 else
                         safe_close(fds[i]);
         if (n > 0)
@@ -305,8 +312,10 @@ static int handshake_abuse(uint64_t sa) {
         xmit(fd, 0, NULL, 0);
         u32_req(fd, ZMSG_STATS, UINT32_MAX, -EINVAL);
 
-        /* HELLO hands over /dev/userfaultfd, once */
+        /* HELLO hands over /dev/userfaultfd, once; this client asks for
+         * its user's shared store too (checked below like its store) */
         MSG(ZMsgHello, ZMSG_HELLO)->role = ZROLE_CLIENT;
+        ((ZMsgHello *)out)->features = ZHELLO_F_SHARED;
         int devfd = reply(fd, xmit(fd, 0, NULL, 0), 0);
         ASSERT_TRUE(devfd >= 0 && fstat(devfd, &a) == 0 && stat("/dev/userfaultfd", &b) == 0);
         ASSERT_TRUE(S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev);
@@ -364,14 +373,20 @@ static int handshake_abuse(uint64_t sa) {
         ZMsgAttach *at = MSG(ZMsgAttach, ZMSG_ATTACH);
         at->staging_addr = sa;
         at->staging_len = LANE_BYTES;
-        int store = reply(fd, xmit(fd, 0, &uffd, 1), 0);
+        int store = reply(fd, xmit(fd, 0, &uffd, 1), 0), shared = TAKE_FD(second_fd);
         ASSERT_TRUE(store >= 0);
-        ASSERT_EQ(fcntl(store, F_GETFL) & O_ACCMODE, O_RDONLY);
-        ASSERT_TRUE(mmap(NULL, P, PROT_READ | PROT_WRITE, MAP_SHARED, store, 0) == MAP_FAILED);
-        ASSERT_TRUE(fallocate(store, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, P) < 0);
-        ASSERT_TRUE(ftruncate(store, 0) < 0);
-        ASSERT_TRUE(fcntl(store, F_ADD_SEALS, F_SEAL_WRITE) < 0);
-        close(store);
+        /* and its user's shared store, which every process of the user
+         * holds: read-only as well */
+        ASSERT_TRUE(shared >= 0);
+        int stores[2] = { store, shared };
+        for (int i = 0; i < 2; i++) {
+                ASSERT_EQ(fcntl(stores[i], F_GETFL) & O_ACCMODE, O_RDONLY);
+                ASSERT_TRUE(mmap(NULL, P, PROT_READ | PROT_WRITE, MAP_SHARED, stores[i], 0) == MAP_FAILED);
+                ASSERT_TRUE(fallocate(stores[i], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, P) < 0);
+                ASSERT_TRUE(ftruncate(stores[i], 0) < 0);
+                ASSERT_TRUE(fcntl(stores[i], F_ADD_SEALS, F_SEAL_WRITE) < 0);
+                close(stores[i]);
+        }
         attach_req(fd, sa, LANE_BYTES, &uffd, 1, -EPERM);
         agent_uffd = uffd; /* the daemon holds its own reference; this one moves pages */
         close(devfd);
