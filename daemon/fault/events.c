@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "inject.h"
@@ -325,6 +326,63 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         return 0;
 }
 
+/*
+ * The UNMAP of an mremap's old range. The kernel unmaps [from, from + len)
+ * before it sends the REMAP (mm/mremap.c: move_vma() calls
+ * unmap_source_vma() under the mmap lock; do_mremap() then waits for the
+ * REMAP to be read, mremap_userfaultfd_complete(), and only after that
+ * sends the UNMAP, userfaultfd_unmap_complete()). So that UNMAP comes once
+ * the mremap's thread runs again, and another thread may have moved a
+ * mapping of its own into the freed range meanwhile, whose REMAP came
+ * first. Taken as any UNMAP, the late one dropped the pages just moved
+ * there, and those held compressed read as zeros (test-preload churn,
+ * test-remap-order). The REMAP emptied the old range already (remap_cb(),
+ * mmclient_region_move()), so an UNMAP of exactly a range a REMAP left is
+ * that mremap's own and changes nothing.
+ *
+ * An mremap with MREMAP_DONTUNMAP sends no UNMAP. A range is forgotten
+ * as soon as the kernel has no event under way (remap_src_expire()):
+ * every UNMAP still to come was begun before, and keeps the kernel's
+ * mmap_changing raised until it is read.
+ */
+static void remap_src_add(MMClient *mm, uint64_t start, uint64_t end) {
+        if (mm->nremap_src == ELEMENTSOF(mm->remap_src)) {
+                /* more mremaps under way than threads are likely to make:
+                 * the oldest one's UNMAP is taken as any */
+                memmove(&mm->remap_src[0], &mm->remap_src[1], (mm->nremap_src - 1) * sizeof(mm->remap_src[0]));
+                mm->nremap_src--;
+        }
+        mm->remap_src[mm->nremap_src].start = start;
+        mm->remap_src[mm->nremap_src].end = end;
+        mm->nremap_src++;
+}
+
+/* Is [start, end) the old range of an mremap handled already? Then it is
+ * taken off the list: true. */
+static bool remap_src_take(MMClient *mm, uint64_t start, uint64_t end) {
+        for (unsigned i = 0; i < mm->nremap_src; i++)
+                if (mm->remap_src[i].start == start && mm->remap_src[i].end == end) {
+                        memmove(&mm->remap_src[i], &mm->remap_src[i + 1],
+                                (mm->nremap_src - i - 1) * sizeof(mm->remap_src[0]));
+                        mm->nremap_src--;
+                        return true;
+                }
+        return false;
+}
+
+/* No event under way in the kernel: UFFDIO_WRITEPROTECT refuses with
+ * EAGAIN while one is (mmap_changing, mm/userfaultfd.c
+ * mwriteprotect_range()), asked of a page nothing maps, which it leaves
+ * alone (as uffd_mm_alive()). Every UNMAP an mremap handled was to send
+ * has then been read, and handled by us: the ranges left belong to none. */
+static void remap_src_expire(MMClient *mm) {
+        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
+
+        if (ioctl(mm->uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN)
+                return;
+        mm->nremap_src = 0;
+}
+
 static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t to, uint64_t len) {
         RangeCtx c = { .ft = ft, .mm = mm, .delta = (int64_t)(to - from) };
 
@@ -345,6 +403,7 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
         if (c.errors)
                 log_error("pid %d: out of memory moving %d entries on mremap", (int)mmclient_pid(mm), c.errors);
         mmclient_region_move(mm, from, to, len);
+        remap_src_add(mm, from, from + len);
 }
 
 /* Tell the client's scanner (under the preload shim) that what it
@@ -375,6 +434,10 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
                 event_remove(ft, mm, msg->arg.remove.start, msg->arg.remove.end, false);
                 break;
         case UFFD_EVENT_UNMAP:
+                if (remap_src_take(mm, msg->arg.remove.start, msg->arg.remove.end)) {
+                        TRACE(TR_REMOVE, msg->arg.remove.start, msg->arg.remove.end, 2);
+                        break; /* an mremap's own, late: its REMAP did it */
+                }
                 event_remove(ft, mm, msg->arg.remove.start, msg->arg.remove.end, true);
                 regions_changed(mm);
                 break;
@@ -580,6 +643,8 @@ void drain_uffd(FaultThread *ft, MMClient *mm) {
         mm->revoke_left = 0;
         atomic_store_explicit(&mm->read_deferred, false, memory_order_relaxed);
         drain_messages(ft, mm, now);
+        if (mm->nremap_src)
+                remap_src_expire(mm);
         if (mm->npoison && !poisons_run(mm)) {
                 /* the events before them are read, but their waiters have
                  * not run yet (the kernel counts them out then): our

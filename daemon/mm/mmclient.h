@@ -359,6 +359,15 @@ typedef struct MMClient {
          * serve_lock */
         uint32_t poison[16];
         unsigned npoison;
+        /* the old ranges of mremaps handled (REMAP) whose own UNMAP has
+         * not come yet: the kernel unmapped them before it sent the
+         * REMAP, but sends that UNMAP only once the mremap's thread runs
+         * again, maybe after another thread's REMAP into the range
+         * (events.c, remap_src_take()). Under serve_lock */
+        struct {
+                uint64_t start, end;
+        } remap_src[8];
+        unsigned nremap_src;
         /* a thread found serve_lock taken: the holder reads the uffd
          * again. Set by any fault thread (service()), cleared by the one
          * that takes the lock, read after every unlock (serve_unlock(),
