@@ -320,7 +320,17 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 uffd_wake(c->mm->uffd, addr);
         } else if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED) {
                 /* the worker and the manager know the page by its old
-                 * address; take it over now and install it where it went */
+                 * address; take it over now and install it where it went.
+                 * A MOVING page's slot is filled first, as an UNMAP's
+                 * (moving_cancel()): the agent's move, made for the old
+                 * address, may not have run yet, and once mremap()
+                 * returns a new mapping may be there. serve() alone left
+                 * it to a slot read still in flight, or to no read at all
+                 * (too many in flight), when the agent could move again,
+                 * and the move took the new mapping's page (test-dos
+                 * late) */
+                if (pe_state(v) == PE_MOVING)
+                        slot_poison(c->mm, pe_slot(v));
                 serve(c->ft, c->mm, to, false, false);
         }
         return 0;

@@ -73,6 +73,19 @@
  * read the UNMAP once the agent had held the move for a while let it take
  * them all), every page of the new mapping is intact, and the honest
  * client is served while the move is held.
+ *
+ * late: the same user's agent has not begun the page move yet (it waits
+ * for the daemon's read to end, as zsync.h makes it, or is descheduled)
+ * while its program moves the pages elsewhere with mremap(), maps new
+ * memory at the old address and writes it. The move then runs as
+ * planned, as soon as the daemon lets it (the test stops the daemon
+ * from then until the move is made, as a loaded machine may). It must
+ * take no page of the new mapping: the daemon, which took the moved
+ * pages over at their new address, must have filled every slot of theirs
+ * before it let the move start (it left that to its reads of the slots,
+ * the first 32 on their way and the others to come, and the move took
+ * the new mapping's pages, which then read as zeros). The moved pages
+ * are intact at their new address.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -1009,6 +1022,132 @@ static int stuck_client(volatile int *moved, volatile int *bad) {
         return 0;
 }
 
+/* ---- late ---- */
+
+#define LATE_PAGES ZSWAP_BATCH_MAX
+
+/* As U_STALLER: res[0] is set to the pages the late move took, res[1] to
+ * the pages of the new mapping that differ, res[2] to the moved pages
+ * that differ (-1 until done). */
+static int late_client(volatile int *res) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = LATE_PAGES * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *mem = test_map(len), *other = test_map(len);
+        static uint64_t hashes[LATE_PAGES];
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+        int devfd, uffd;
+        ZMsgRange rg;
+
+        int syncfd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ASSERT_TRUE(syncfd >= 0);
+        ASSERT_OK(ftruncate(syncfd, ZSWAP_SYNC_SIZE));
+        ASSERT_OK(fcntl(syncfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+        ZSync *sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, syncfd, 0);
+        ASSERT_TRUE(sync != MAP_FAILED);
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, syncfd);
+        struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
+        ASSERT_OK(madvise(staging, lane, MADV_NOHUGEPAGE));
+        ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
+        ASSERT_OK(madvise(mem, len, MADV_NOHUGEPAGE));
+        fill_pages(mem, len, 13);
+        hash_pages(mem, len, hashes);
+        memset(&rg, 0, sizeof(rg));
+        zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
+        rg.addr = (uintptr_t)mem;
+        rg.len = len;
+        ASSERT_EQ(raw_request(s, &rg, NULL, 0, NULL, NULL), 0);
+        zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
+        rg.hdr.id = 9300;
+        ASSERT_OK(zmsg_send(s, &rg, sizeof(rg), NULL, 0));
+        ssize_t got = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
+        ASSERT_TRUE(got > 0 && ((ZMsgHeader *)in)->type == ZMSG_MOVE);
+        const ZMsgMove *mv = (const ZMsgMove *)in;
+
+        /* the program, before its agent began: the pages moved elsewhere,
+         * and new memory at the old place at once (mremap() returns once
+         * the daemon has read its events) */
+        ASSERT_TRUE(mremap(mem, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, other) == other);
+        /* the daemon lets moves run again (it has handled the events),
+         * and then does nothing more until the move is made (the test
+         * stops it): whatever it left to finish later, a read of a slot
+         * on its way or still to come, comes too late */
+        while (atomic_load(&sync->reading))
+                sched_yield();
+        res[3] = 1;
+        while (res[3] != 2)
+                sched_yield();
+        ASSERT_TRUE(mmap(mem, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) ==
+                    mem);
+        for (size_t off = 0; off < len; off += ZSWAP_PAGE_SIZE)
+                mem[off] = 0xee; /* quick: the daemon's own reads of the slots race this */
+        /* the agent: the move it was told to make, once the daemon lets it,
+         * a page it cannot move skipped, as the library's agent does */
+        ZMsgMoveDone done = { .npages = mv->npages };
+        int n = 0;
+        ASSERT_TRUE(zsync_move_begin(sync));
+        for (uint32_t ri = 0, idx = 0; ri < mv->nruns && ri < ZSWAP_MOVE_RUNS_MAX; idx += mv->runs[ri++].npages)
+                for (uint32_t i = 0; i < mv->runs[ri].npages && idx + i < ZSWAP_BATCH_MAX;) {
+                        struct uffdio_move m = { .dst = (uintptr_t)staging + (uint64_t)(mv->slot0 + idx + i) * ZSWAP_PAGE_SIZE,
+                                                 .src = mv->runs[ri].addr + (uint64_t)i * ZSWAP_PAGE_SIZE,
+                                                 .len = (uint64_t)(mv->runs[ri].npages - i) * ZSWAP_PAGE_SIZE };
+                        int r = ioctl(uffd, UFFDIO_MOVE, &m);
+                        uint32_t k = m.move > 0 ? (uint32_t)(m.move / ZSWAP_PAGE_SIZE) : 0;
+                        for (uint32_t j = i; j < i + k; j++)
+                                done.moved[(idx + j) / 64] |= 1ull << ((idx + j) % 64);
+                        n += (int)k;
+                        i += k;
+                        if (r < 0 && i < mv->runs[ri].npages) {
+                                done.errors++;
+                                i++;
+                        }
+                }
+        zsync_move_end(sync);
+        res[3] = 3;
+        zmsg_init(&done.hdr, ZMSG_MOVE_DONE, mv->hdr.id, sizeof(done));
+        (void)zmsg_send(s, &done, sizeof(done), NULL, 0);
+        res[0] = n;
+        res[2] = (int)verify_pages(other, len, hashes);
+        res[1] = 0;
+        for (size_t off = 0; off < len; off += ZSWAP_PAGE_SIZE)
+                res[1] += mem[off] != 0xee;
+        pause();
+        return 0;
+}
+
+static void case_late(void) {
+        volatile int *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(res != MAP_FAILED);
+        res[0] = res[1] = res[2] = -1;
+        res[3] = 0;
+
+        pid_t att = td_fork_as(U_STALLER, 0);
+        if (att == 0)
+                _exit(late_client(res));
+        for (uint64_t t0 = now_ns(); res[1] < 0; usleep(res[3] ? 0 : 1000)) {
+                if (res[3] == 1) {
+                        /* the daemon stopped while the late move runs */
+                        ASSERT_OK(kill(d.pid, SIGSTOP));
+                        res[3] = 2;
+                } else if (res[3] == 3) {
+                        ASSERT_OK(kill(d.pid, SIGCONT));
+                        res[3] = 4;
+                }
+                int st;
+                if (waitpid(att, &st, WNOHANG) == att)
+                        test_fail("the client failed (status %d)", st);
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("the client's mremap() or its late move has not returned in 120 s");
+        }
+        if (res[3] != 4)
+                ASSERT_OK(kill(d.pid, SIGCONT)); /* the client was done before we looked */
+        fprintf(stderr, "the late move took %d pages; %d of the new mapping's %d pages differ, %d of the moved ones\n",
+                res[0], res[1], LATE_PAGES, res[2]);
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        ASSERT_EQ(res[0], 0);
+        ASSERT_EQ(res[1], 0);
+        ASSERT_EQ(res[2], 0);
+}
+
 static void case_stuck(void) {
         volatile int *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         ASSERT_TRUE(res != MAP_FAILED);
@@ -1039,10 +1178,11 @@ int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck");
+                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late");
         char conf[64] = "", args[320];
         bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
-                       strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0;
+                       strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0 ||
+                       strcmp(argv[1], "late") == 0;
         if (staller) {
                 /* the attacker is admitted and granted /dev/userfaultfd */
                 snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
@@ -1067,6 +1207,8 @@ int main(int argc, char **argv) {
                 case_fuse_bound();
         else if (strcmp(argv[1], "stuck") == 0)
                 case_stuck();
+        else if (strcmp(argv[1], "late") == 0)
+                case_late();
         else
                 test_fail("no case %s", argv[1]);
         if (conf[0])
