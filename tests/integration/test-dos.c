@@ -967,6 +967,23 @@ static void case_fuse_bound(void) {
 
 /* ---- stuck ---- */
 
+/* A raw client with a sync page of its own (*sync), attached with
+ * staging (one lane) registered on its uffd as the library registers it:
+ * its socket. */
+static int raw_sync_client(uint8_t *staging, size_t lane, int *devfd, int *uffd, ZSync **sync) {
+        int syncfd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ASSERT_TRUE(syncfd >= 0);
+        ASSERT_OK(ftruncate(syncfd, ZSWAP_SYNC_SIZE));
+        ASSERT_OK(fcntl(syncfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+        *sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, syncfd, 0);
+        ASSERT_TRUE(*sync != MAP_FAILED);
+        int s = raw_attach((uintptr_t)staging, devfd, uffd, syncfd);
+        struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
+        ASSERT_OK(madvise(staging, lane, MADV_NOHUGEPAGE));
+        ASSERT_OK(ioctl(*uffd, UFFDIO_REGISTER, &reg));
+        return s;
+}
+
 /* As U_STALLER: *moved is set to the pages the held move took, *bad to
  * the pages of the new mapping that differ (-1 until done). */
 static int stuck_client(volatile int *moved, volatile int *bad) {
@@ -976,17 +993,8 @@ static int stuck_client(volatile int *moved, volatile int *bad) {
         _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
         int devfd, uffd;
 
-        int syncfd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        ASSERT_TRUE(syncfd >= 0);
-        ASSERT_OK(ftruncate(syncfd, ZSWAP_SYNC_SIZE));
-        ASSERT_OK(fcntl(syncfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
-        ZSync *sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, syncfd, 0);
-        ASSERT_TRUE(sync != MAP_FAILED);
-        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, syncfd);
-        /* the staging area on our uffd, as the library registers it */
-        struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
-        ASSERT_OK(madvise(staging, lane, MADV_NOHUGEPAGE));
-        ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
+        ZSync *sync;
+        int s = raw_sync_client(staging, lane, &devfd, &uffd, &sync);
         raw_pageout_to_move(s, mem, 11, 9200, in);
         const ZMsgMove *mv = (const ZMsgMove *)in;
 
@@ -1037,16 +1045,8 @@ static int late_client(volatile int *res) {
         int devfd, uffd;
         ZMsgRange rg;
 
-        int syncfd = memfd_create("zswap-sync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        ASSERT_TRUE(syncfd >= 0);
-        ASSERT_OK(ftruncate(syncfd, ZSWAP_SYNC_SIZE));
-        ASSERT_OK(fcntl(syncfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
-        ZSync *sync = mmap(NULL, ZSWAP_SYNC_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, syncfd, 0);
-        ASSERT_TRUE(sync != MAP_FAILED);
-        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, syncfd);
-        struct uffdio_register reg = { .range = { (uintptr_t)staging, lane }, .mode = UFFDIO_REGISTER_MODE_WP };
-        ASSERT_OK(madvise(staging, lane, MADV_NOHUGEPAGE));
-        ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &reg));
+        ZSync *sync;
+        int s = raw_sync_client(staging, lane, &devfd, &uffd, &sync);
         ASSERT_OK(madvise(mem, len, MADV_NOHUGEPAGE));
         fill_pages(mem, len, 13);
         hash_pages(mem, len, hashes);
