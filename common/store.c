@@ -49,7 +49,10 @@ const StoreClass *store_class(unsigned k) {
 }
 
 int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t **map) {
-        _cleanup_close_ int fd = memfd_create("zswapd-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        /* named for what it is in /proc/PID/fd: a client's, or its user's
+         * shared store */
+        _cleanup_close_ int fd = memfd_create((features & STORE_F_SHARED) ? "zswapd-shared" : "zswapd-store",
+                                              MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return -errno;
         if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)STORE_SIZE) < 0 ||

@@ -207,7 +207,9 @@ const StoreClass *store_class(unsigned k);
 
 /* Create a store for a client: a sealed memfd of STORE_SIZE (can neither
  * shrink nor grow) of mode 0600, mapped shared, with its superblock
- * written. Returns the fd (and the mapping in *map), or -errno. */
+ * written; named "zswapd-store", or "zswapd-shared" for a user's shared
+ * store (features STORE_F_SHARED). Returns the fd (and the mapping in
+ * *map), or -errno. */
 int store_create(uint32_t codec, uint32_t features, uint64_t daemon_id, uint8_t **map);
 
 /* A read-only descriptor of the same store, for the client: it cannot

@@ -244,11 +244,11 @@ static void case_restart(bool respawn) {
 
 /* ---- users ---- */
 
-/* How many of our descriptors are zswapd's stores (our own, its shared one). */
+/* How many of our descriptors are zswapd's stores (our own, its user's
+ * shared one: memfds named zswapd-store, zswapd-shared). */
 static int stores_held(void) {
         int fds[16];
-        size_t n = td_fds_named("zswapd-store", fds, 16);
-        return (int)n;
+        return (int)(td_fds_named("memfd:zswapd-store", fds, 16) + td_fds_named("memfd:zswapd-shared", fds, 16));
 }
 
 /* Another user: the same pages as root's, paged out; its stores on res. */
