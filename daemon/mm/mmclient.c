@@ -947,9 +947,22 @@ int mmclient_region_arm(MMClient *mm, uint64_t addr) {
         pthread_mutex_lock(&mm->regions_lock);
         for (size_t i = 0; !found && i < mm->nregions; i++)
                 if (mm->regions[i].start <= addr && addr < mm->regions[i].end) {
-                        s = mm->regions[i].start;
-                        e = mm->regions[i].end;
-                        armed = mm->regions[i].armed;
+                        /* with every region touching it on either side: a
+                         * region grown in place by mremap() is one vma in
+                         * the kernel, whose new part was registered as a
+                         * region of its own; arming only a part would split
+                         * that vma, and the program's next mremap() of the
+                         * whole would fail (EFAULT) */
+                        size_t lo = i, hi = i;
+                        while (lo > 0 && mm->regions[lo - 1].end == mm->regions[lo].start)
+                                lo--;
+                        while (hi + 1 < mm->nregions && mm->regions[hi + 1].start == mm->regions[hi].end)
+                                hi++;
+                        s = mm->regions[lo].start;
+                        e = mm->regions[hi].end;
+                        armed = true;
+                        for (size_t k = lo; k <= hi; k++)
+                                armed = armed && mm->regions[k].armed;
                         found = true;
                 }
         cut = mm->regions_cut;
@@ -958,18 +971,19 @@ int mmclient_region_arm(MMClient *mm, uint64_t addr) {
                 return -ENOENT;
         if (armed)
                 return 0;
-        /* the whole region, as registered: a part would split its vma. An
-         * event handled meanwhile may have taken the range away or moved
-         * another here: then the mark waits for the next try */
+        /* the whole run of regions, as registered: a part would split its
+         * vma. An event handled meanwhile may have taken the range away or
+         * moved another here: then the mark waits for the next try */
         int r = uffd_register(mm, s, e, true);
         if (r < 0)
                 return r;
         r = -EAGAIN;
         pthread_mutex_lock(&mm->regions_lock);
         for (size_t i = 0; mm->regions_cut == cut && i < mm->nregions; i++)
-                if (mm->regions[i].start == s && mm->regions[i].end == e) {
+                if (mm->regions[i].start >= s && mm->regions[i].end <= e) {
                         mm->regions[i].armed = true;
-                        r = 0;
+                        if (mm->regions[i].start <= addr && addr < mm->regions[i].end)
+                                r = 0;
                 }
         pthread_mutex_unlock(&mm->regions_lock);
         if (r == 0)

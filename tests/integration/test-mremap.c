@@ -1,6 +1,10 @@
 /*
  * test-mremap: mremap of evicted memory keeps its content at the new
- * address, and the moved range stays managed there.
+ * address, and the moved range stays managed there. A region grown in
+ * place, whose new part was registered on its own (as the preload shim
+ * does), can still be moved whole after a pageout of its first part
+ * (arming only that part split the kernel's vma: mremap() failed with
+ * EFAULT).
  */
 #include <sys/mman.h>
 
@@ -25,6 +29,30 @@ int main(void) {
 
         td_start(&d, getenv("TEST_DAEMON_ARGS"));
         struct zswap_client *c = td_connect(&d);
+
+        /* grown in place, its new part registered as a region of its
+         * own, its first part paged out: then moved whole */
+        const size_t q = len / 4;
+        uint8_t *g = test_map(2 * q);
+        ASSERT_OK(munmap(g + q, q));
+        fill_pages(g, q, 7);
+        hash_pages(g, q, hashes);
+        ASSERT_OK(zswap_register(c, g, q));
+        ASSERT_TRUE(mremap(g, q, 2 * q, 0) == g);
+        fill_pages(g + q, q, 8);
+        hash_pages(g + q, q, hashes + q / ZSWAP_PAGE_SIZE);
+        ASSERT_OK(zswap_register(c, g + q, q));
+        int ng = zswap_pageout(c, g, q);
+        ASSERT_TRUE(ng > (int)(q / ZSWAP_PAGE_SIZE) / 2);
+        uint8_t *away = test_map(2 * q);
+        uint8_t *m2 = mremap(g, 2 * q, 2 * q, MREMAP_MAYMOVE | MREMAP_FIXED, away);
+        if (m2 == MAP_FAILED)
+                test_fail("a region grown in place, part of it paged out, cannot be moved whole: %s", strerror(errno));
+        unpoison(m2, 2 * q);
+        ASSERT_EQ(verify_pages(m2, 2 * q, hashes), 0);
+        ASSERT_OK(zswap_unregister(c, m2, q)); /* two regions, as registered */
+        ASSERT_OK(zswap_unregister(c, m2 + q, q));
+
         uint8_t *buf = td_region(c, len, 5, hashes);
         ASSERT_OK(zswap_pageout(c, buf, len));
         /* touch a few so the range is part resident, part evicted */
@@ -71,6 +99,7 @@ int main(void) {
                 ASSERT_EQ(grown[i], 0);
         ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &s));
         ASSERT_EQ(s.stored_pages + s.same_pages, 0);
+
         zswap_disconnect(c);
         td_stop(&d);
         return 0;
