@@ -165,12 +165,12 @@ check_conf() {
         conf_page_keys >"$tmp/conf-page"
         [ -s "$tmp/conf-page" ] || { fail "$page: no keys found in OPTIONS"; return; }
         : >"$keys"
-        # the run-time tunables: [reclaim]; pool_max, pool_accept, pool_compact and recompress_* [pool]
+        # the run-time tunables: [reclaim]; pool_max, pool_accept, pool_compact, recompress_* and dedup [pool]
         f=$SOURCE_ROOT/common/tunable-keys.c
         [ -f "$f" ] || fail "$f is missing"
         for k in $(sed -nE 's/^[[:space:]]*\[TUNABLE_[A-Z_]+\] = "([a-z_]+)",.*/\1/p' "$f"); do
                 case $k in
-                pool_max|pool_accept|pool_compact|recompress_*) echo "pool $k" ;;
+                pool_max|pool_accept|pool_compact|recompress_*|dedup) echo "pool $k" ;;
                 *) echo "reclaim $k" ;;
                 esac
         done >>"$keys"
