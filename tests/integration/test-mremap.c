@@ -38,7 +38,15 @@ int main(void) {
         fill_pages(g, q, 7);
         hash_pages(g, q, hashes);
         ASSERT_OK(zswap_register(c, g, q));
-        ASSERT_TRUE(mremap(g, q, 2 * q, 0) == g);
+        if (mremap(g, q, 2 * q, 0) != g) {
+                /* valgrind keeps address space of its own next to a
+                 * mapping it shrank: nothing grows in place under it */
+                if (!getenv("ZSWAP_VALGRIND_PRELOAD"))
+                        test_fail("mremap() cannot grow a mapping in place over what it unmapped: %s", strerror(errno));
+                fprintf(stderr, "grown in place: not under valgrind (%s), case left out\n", strerror(errno));
+                ASSERT_OK(zswap_unregister(c, g, q));
+                goto moves;
+        }
         fill_pages(g + q, q, 8);
         hash_pages(g + q, q, hashes + q / ZSWAP_PAGE_SIZE);
         ASSERT_OK(zswap_register(c, g + q, q));
@@ -53,6 +61,7 @@ int main(void) {
         ASSERT_OK(zswap_unregister(c, m2, q)); /* two regions, as registered */
         ASSERT_OK(zswap_unregister(c, m2 + q, q));
 
+moves:;
         uint8_t *buf = td_region(c, len, 5, hashes);
         ASSERT_OK(zswap_pageout(c, buf, len));
         /* touch a few so the range is part resident, part evicted */

@@ -61,7 +61,7 @@ static ZMsgStatusReply status(void) {
 /* Wait until at least want of this process's pages are of the strong tier. */
 static ZClientRecord wait_strong(uint64_t want) {
         ZClientRecord r;
-        WAIT_UNTIL((r = mine()).strong_pages >= want, TEST_WAIT_S,
+        WAIT_UNTIL((r = mine()).strong_pages >= want, SAFETY_S,
                    "%llu of %llu stored pages recompressed (want %llu)", (unsigned long long)r.strong_pages,
                    (unsigned long long)r.stored_pages, (unsigned long long)want);
         return r;
