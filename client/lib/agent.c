@@ -211,7 +211,22 @@ void agent_command(struct zswap_client *c, int sock, const void *buf) {
 
 /* A lost connection: look for a new daemon (true: go on with it), or not. */
 static bool agent_lost(struct zswap_client *c) {
+        /* During connect_client(): its ATTACH may have been answered, the
+         * reply handed over but the store not yet taken from it. Fail what
+         * still waits for an answer, then wait for the connect to end with
+         * what it got. Leaving at once with no store would leave our uffd,
+         * the staging area registered on it, without a reader: the
+         * program's next fork() would wait forever for its event to be
+         * read (test-connect-death). */
+        pthread_mutex_lock(&c->send_lock);
         pthread_mutex_lock(&c->lock);
+        if (c->connecting) {
+                c->gen++;
+                pthread_cond_broadcast(&c->cond);
+        }
+        pthread_mutex_unlock(&c->send_lock);
+        while (c->connecting && !c->closing)
+                pthread_cond_wait(&c->cond, &c->lock);
         /* a disconnect that took every page back first: nothing to recover */
         bool clean = c->closing && c->nranges == 0 && !c->keep_uffd;
         bool recover = c->store_fd >= 0 && c->uffd >= 0 && !clean;

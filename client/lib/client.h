@@ -141,6 +141,7 @@ struct zswap_client {
         bool dead;            /* the daemon hung up and we are detached for good */
         bool recovering;      /* the agent is looking for a new daemon or restoring */
         bool closing;         /* client_free() runs: the agent leaves at EOF */
+        bool connecting;      /* connect_client() runs: the agent waits for it before it recovers or leaves */
         bool keep_uffd;       /* pages may still be held: never close our uffd */
         bool limit_set;       /* zswap_set_limit() succeeded: repeat it to a new daemon */
         uint64_t limit_bytes;

@@ -312,7 +312,7 @@ int client_alloc(const char *path, struct zswap_client **ret) {
         return 0;
 }
 
-int connect_client(struct zswap_client *c) {
+static int connect_steps(struct zswap_client *c) {
         int devfd = -1, r;
 
         c->sock = sock_connect(c);
@@ -336,4 +336,19 @@ int connect_client(struct zswap_client *c) {
         /* the daemon moves nothing before our first PAGEOUT, which can only
          * come after this */
         return staging_register(c);
+}
+
+/* The agent runs from before ATTACH: a daemon that dies as it answers it
+ * is gone before we took the store from the reply. The agent waits for us
+ * (agent_lost()) until we have it, or know we have not. */
+int connect_client(struct zswap_client *c) {
+        pthread_mutex_lock(&c->lock);
+        c->connecting = true;
+        pthread_mutex_unlock(&c->lock);
+        int r = connect_steps(c);
+        pthread_mutex_lock(&c->lock);
+        c->connecting = false;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        return r;
 }

@@ -444,6 +444,7 @@ static void atfork_child(void) {
                 c->dead = false;
                 c->recovering = false;
                 c->closing = false;
+                c->connecting = false;
                 c->gen = 0;
                 c->staging_stale = false;
                 c->recovery = (ZswapRecovery){ .last_adopt_status = 1 };
