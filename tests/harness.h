@@ -32,7 +32,7 @@ typedef struct TdKills {
 typedef struct TestDaemon {
         pid_t pid;
         char sock[108];
-        char args[256];
+        char args[320];
         char log[128];   /* td_start_logged(): the daemon's stderr goes here */
         TdKills *kills;  /* td_kills_record(): td_kill() writes each kill here */
 } TestDaemon;
