@@ -116,6 +116,20 @@ static inline unsigned test_env_uint(const char *name, unsigned dflt) {
         return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
 }
 
+/* Is case name among the comma-separated names of the environment
+ * variable var? Unset or empty: every case runs (the CI runs fewer of a
+ * long test's cases under TSan). */
+static inline bool test_case_selected(const char *var, const char *name) {
+        const char *v = getenv(var);
+        size_t n = strlen(name);
+        if (!v || !*v)
+                return true;
+        for (const char *p = v; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+                if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
+                        return true;
+        return false;
+}
+
 /* Does reading p raise SIGBUS (a page poisoned with UFFDIO_POISON, lost
  * rather than read as zeros)? The caller's SIGBUS handler is put back. */
 static inline sigjmp_buf *test_bus_jmp(void) {

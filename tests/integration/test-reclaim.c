@@ -18,7 +18,9 @@
  *   pressure  MemAvailable under min_free makes the daemon hold out more,
  *             step by step; min_free 0 stops it
  *
- * Every case ends by checking every page against its hash. Each waits
+ * An argument (a case's name) or TEST_RECLAIM_CASES (names,
+ * comma-separated) runs only those. Every case ends by checking every
+ * page against its hash. Each waits
  * for the policy to act, with a safety bound (TEST_WAIT_S) that only a
  * failure reaches and that says how far it got: the cases test that the
  * policy acts, the benchmarks measure how fast. Where a case checks that
@@ -551,7 +553,9 @@ int main(int argc, char **argv) {
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-                if (only && strcmp(only, cases[i].name) != 0)
+                /* a case named on the command line, or those of
+                 * TEST_RECLAIM_CASES (comma-separated), or all */
+                if ((only && strcmp(only, cases[i].name) != 0) || !test_case_selected("TEST_RECLAIM_CASES", cases[i].name))
                         continue;
                 fprintf(stderr, "== %s\n", cases[i].name);
                 cases[i].fn();

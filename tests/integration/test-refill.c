@@ -25,6 +25,7 @@
  *
  * Without the refill the limit and wake cases fail on what their reads
  * bring back (each evicted page, by its fault or fault-around).
+ * TEST_REFILL_CASES (say "limit,wake") runs only the cases it names.
  */
 #include <stdio.h>
 #include <time.h>
@@ -312,11 +313,19 @@ static void test_off(void) {
 }
 
 int main(void) {
-        test_limit();
-        test_pageout();
-        test_pressure();
-        test_wake();
-        test_busy();
-        test_off();
+        static const struct {
+                const char *name;
+                void (*fn)(void);
+        } cases[] = {
+                { "limit", test_limit }, { "pageout", test_pageout }, { "pressure", test_pressure },
+                { "wake", test_wake },   { "busy", test_busy },       { "off", test_off },
+        };
+
+        /* TEST_REFILL_CASES: some of them (comma-separated), all if unset */
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++)
+                if (test_case_selected("TEST_REFILL_CASES", cases[i].name)) {
+                        fprintf(stderr, "== %s\n", cases[i].name);
+                        cases[i].fn();
+                }
         return 0;
 }
