@@ -124,10 +124,12 @@ static inline bool test_case_selected(const char *var, const char *name) {
         size_t n = strlen(name);
         if (!v || !*v)
                 return true;
-        for (const char *p = v; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        for (const char *p = v;; p++) {
                 if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == 0))
                         return true;
-        return false;
+                if (!(p = strchr(p, ',')))
+                        return false;
+        }
 }
 
 /* Does reading p raise SIGBUS (a page poisoned with UFFDIO_POISON, lost
