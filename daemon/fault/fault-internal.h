@@ -134,6 +134,7 @@ typedef struct Retry {
          * slot_read_done()); whoever comes second frees */
         _Atomic int state;
         bool refault;      /* the program's own fault (reclaim's ageing hears of it); set when made */
+        bool keep;         /* the install keeps the copy (a read fault: install()'s keep); set when made */
         MMClient *mm;      /* READING: a reference for the read, dropped when it is back */
         /* a forked child's copy of its parent's slot (fork_copy_async()):
          * pin is the parent's lane, pin_mm a reference to the parent, both
@@ -230,7 +231,8 @@ int uffd_zeropage(int uffd, uint64_t addr);
 void uffd_wake(int uffd, uint64_t addr);
 void uffd_poison(MMClient *mm, uint64_t addr);
 void retry_unpin(Lane *pin);
-void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page);
+void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page, bool keep,
+               bool refault);
 Retry **retry_find(MMClient *mm, uint64_t addr);
 bool retry_keep_pin(MMClient *mm, uint64_t addr, uint64_t loading, Lane *pin);
 void retry_drop(FaultThread *ft, Retry **p);

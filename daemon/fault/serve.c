@@ -74,7 +74,7 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
         TRACE(TR_INSTALL, addr, loading, (uint64_t)(uint32_t)r | ((const uint64_t *)page)[1] << 32);
 
         if (r == -EAGAIN) {
-                retry_add(ft, mm, addr, loading, page);
+                retry_add(ft, mm, addr, loading, page, keep, refault);
                 return;
         }
         if (r == -EEXIST && (pe_state(origin) == PE_STORED || pe_state(origin) == PE_SAME)) {
@@ -157,7 +157,7 @@ static bool serve_zero(FaultThread *ft, MMClient *mm, uint64_t addr, bool write)
         int r = write ? uffd_copy(mm->uffd, addr, ft->zero, 0) : uffd_zeropage(mm->uffd, addr);
         TRACE(TR_ZERO, addr, write, r);
         if (r == -EAGAIN) {
-                retry_add(ft, mm, addr, 0, NULL);
+                retry_add(ft, mm, addr, 0, NULL, false, false);
                 return false;
         }
         if (r < 0) {
@@ -292,6 +292,7 @@ static Retry *retry_reading_new(FaultThread *ft, MMClient *mm, uint64_t addr, ui
         r->pin = NULL;
         r->t0 = ft->fault_t0; /* timed to the install */
         r->refault = refault;
+        r->keep = false; /* a slot's page or the tier's: neither keeps a copy (install()) */
         r->mm = mmclient_ref(mm);
         r->pin_mm = NULL;
         r->op.res = 0;
@@ -387,7 +388,7 @@ bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *
                  * a read of this thread's is back. Only a client with many
                  * slot reads that do not come back waits for it. The retry
                  * keeps our pin: the slot must hold the page until then */
-                retry_add(ft, mm, addr, 0, NULL);
+                retry_add(ft, mm, addr, 0, NULL, false, false);
                 if (mm->retries && mm->retries->addr == addr && !mm->retries->loading && !mm->retries->pin)
                         mm->retries->pin = lane;
                 /* else (no memory for the retry) the pin stays: a lane kept
@@ -644,7 +645,7 @@ void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t 
                 ft->tier_warned_ns = now;
         }
         if (!retry_find(mm, addr))
-                retry_add(ft, mm, addr, 0, NULL);
+                retry_add(ft, mm, addr, 0, NULL, false, false);
 }
 
 #define TIER_AROUND 16 /* pages looked at on each side of a fault from the second tier */
@@ -716,7 +717,7 @@ static bool tier_reads_full(FaultThread *ft, MMClient *mm, uint64_t addr) {
         if (atomic_load_explicit(&mm->tier_reads, memory_order_relaxed) < TIER_READS_CLIENT)
                 return false;
         if (ft->fault_t0 && !retry_find(mm, addr))
-                retry_add(ft, mm, addr, 0, NULL);
+                retry_add(ft, mm, addr, 0, NULL, false, false);
         return true;
 }
 

@@ -90,7 +90,8 @@ static void retry_free(FaultThread *ft, Retry *r) {
                 free(r);
 }
 
-void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page) {
+void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page, bool keep,
+               bool refault) {
         Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
         if (r)
                 r->reserved = false;
@@ -108,7 +109,8 @@ void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, c
         r->loading = loading;
         r->pin = NULL;
         atomic_init(&r->state, RS_READY);
-        r->refault = false;
+        r->keep = keep;
+        r->refault = refault;
         r->mm = NULL;
         r->pin_mm = NULL;
         r->op.res = 0;
@@ -206,7 +208,7 @@ void run_retries(FaultThread *ft, MMClient *mm) {
                         r->pin = NULL;
                         if (e && atomic_load_explicit(e, memory_order_acquire) == r->loading)
                                 install(ft, mm, r->addr, e, r->loading, r->page,
-                                        (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0, false,
+                                        (r->loading & PE_FLAG_INCOMPRESSIBLE) ? PE_FLAG_INCOMPRESSIBLE : 0, r->keep,
                                         r->refault);
                         /* put off again: the new retry keeps the slot */
                         if (!retry_keep_pin(mm, r->addr, r->loading, pin))
