@@ -2,6 +2,7 @@
  * test-client-kill: a client killed with SIGKILL in the middle of an
  * eviction leaves nothing behind in the daemon (no pool bytes, no pages,
  * no client), and another client paging in parallel is unaffected.
+ * Each victim holds TEST_VICTIM_MB (64) MiB, paged out again and again.
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,11 +10,9 @@
 #include "harness.h"
 #include "util.h"
 
-#define VICTIM_MB 64
-
 static _Noreturn void victim(const char *sock, int ready_fd) {
         struct zswap_client *c;
-        size_t len = (size_t)VICTIM_MB << 20;
+        size_t len = (size_t)MAX(test_env_uint("TEST_VICTIM_MB", 64), 1u) << 20;
         /* the daemon refuses our user while a read of a killed victim's
          * memory outlives its bound (memread.h), as on a machine so busy
          * that the victim's exit takes that long: until that read is back */
