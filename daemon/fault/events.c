@@ -395,6 +395,7 @@ static void remap_src_expire(MMClient *mm) {
 
 static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t to, uint64_t len) {
         RangeCtx c = { .ft = ft, .mm = mm, .delta = (int64_t)(to - from) };
+        TRACE(TR_REMAP, from, to, len);
 
         if (to > from && to < from + len) {
                 /* overlapping move to higher addresses: walk would revisit moved

@@ -18,6 +18,7 @@
 #include "fault.h"
 #include "inject.h"
 #include "log.h"
+#include "trace.h"
 #include "manager-internal.h"
 #include "reclaim.h"
 #include "users.h"
@@ -47,6 +48,7 @@ static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
         if ((r = users_check_register(m, mm, e - s)) < 0)
                 return r;
         r = mmclient_uffd_register(mm, s, e);
+        TRACE(TR_REG, s, e, (int64_t)r);
         if (r < 0)
                 return r == -EBUSY ? -EEXIST : r;
         r = mmclient_region_add(mm, s, e, r > 0);

@@ -42,6 +42,7 @@
 
 #include "closer.h"
 #include "log.h"
+#include "trace.h"
 #include "core.h"
 #include "memread.h"
 #include "mmclient.h"
@@ -975,6 +976,7 @@ int mmclient_region_arm(MMClient *mm, uint64_t addr) {
          * vma. An event handled meanwhile may have taken the range away or
          * moved another here: then the mark waits for the next try */
         int r = uffd_register(mm, s, e, true);
+        TRACE(TR_ARM, s, e, (int64_t)r);
         if (r < 0)
                 return r;
         r = -EAGAIN;

@@ -26,6 +26,9 @@ enum {
         TR_HANDBACK, /* a staged page handed back to the fault path: addr, entry, why */
         TR_DROP,     /* an entry seen by a REMOVE/UNMAP walk: addr, entry */
         TR_RETRY,    /* a copy left for retry: addr, LOADING value */
+        TR_REMAP,    /* REMAP event: from, to, len */
+        TR_ARM,      /* a run of regions registered for missing faults: start, end, result */
+        TR_REG,      /* REGISTER: start, end, result (1: armed at once) */
 };
 
 extern uint64_t *trace_buf;
