@@ -23,6 +23,7 @@ typedef struct Site {
         bool random;            /* probability 1/every instead of every Nth */
         int err;                /* what to inject */
         uint64_t every;
+        uint64_t only;          /* "#K": the K-th hit alone, 0 for none */
         _Atomic uint64_t hits;  /* any thread, relaxed */
         _Atomic uint64_t fired; /* any thread, relaxed */
 } Site;
@@ -68,7 +69,7 @@ int inject_fire(InjectSite s) {
         if (!x->armed)
                 return 0;
         uint64_t n = atomic_fetch_add_explicit(&x->hits, 1, memory_order_relaxed) + 1;
-        if (x->random ? next_random() % x->every != 0 : n % x->every != 0)
+        if (x->only ? n != x->only : x->random ? next_random() % x->every != 0 : n % x->every != 0)
                 return 0;
         atomic_fetch_add_explicit(&x->fired, 1, memory_order_relaxed);
         return x->err;
@@ -79,7 +80,7 @@ static int parse_one(char *item, char *err, size_t errlen) {
         Site *x = NULL;
 
         if (!eq) {
-                snprintf(err, errlen, "'%s': expected SITE=[ERRNO:][~]1/N", item);
+                snprintf(err, errlen, "'%s': expected SITE=[ERRNO:][~]1/N or SITE=[ERRNO:]#K", item);
                 return -EINVAL;
         }
         *eq = 0;
@@ -104,9 +105,20 @@ static int parse_one(char *item, char *err, size_t errlen) {
                 }
                 rate = colon + 1;
         }
+        char *end;
+        if (*rate == '#') {
+                /* the K-th hit and no other: a test that knows which call
+                 * that is makes one failure exactly where it wants it */
+                if (!(x->only = strtoull(rate + 1, &end, 10)) || *end) {
+                        snprintf(err, errlen, "%s: '%s' is not #K", x->name, rate);
+                        return -EINVAL;
+                }
+                x->every = 1;
+                x->armed = true;
+                return 0;
+        }
         x->random = *rate == '~';
         rate += x->random;
-        char *end;
         if (strncmp(rate, "1/", 2) != 0 || !(x->every = strtoull(rate + 2, &end, 10)) || *end) {
                 snprintf(err, errlen, "%s: rate '%s' is not 1/N or ~1/N", x->name, rate);
                 return -EINVAL;
@@ -138,8 +150,8 @@ bool inject_describe(InjectSite s, char *buf, size_t len) {
         const Site *x = &sites[s];
         if (!x->armed)
                 return false;
-        snprintf(buf, len, "%s=%s:%s1/%" PRIu64 ": %" PRIu64 " injected of %" PRIu64 " hits", x->name,
-                 strerrorname_np(x->err) ?: "?", x->random ? "~" : "", x->every,
+        snprintf(buf, len, "%s=%s:%s%" PRIu64 ": %" PRIu64 " injected of %" PRIu64 " hits", x->name,
+                 strerrorname_np(x->err) ?: "?", x->only ? "#" : x->random ? "~1/" : "1/", x->only ? x->only : x->every,
                  atomic_load_explicit(&x->fired, memory_order_relaxed),
                  atomic_load_explicit(&x->hits, memory_order_relaxed));
         return true;

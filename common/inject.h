@@ -13,9 +13,11 @@
  *   ZSWAPD_INJECT="pool_alloc=1/100,malloc=1/50,uffd_copy=EAGAIN:1/20"
  *
  * "1/N" fails every Nth hit, "~1/N" each hit with probability 1/N
- * (ZSWAPD_INJECT_SEED seeds it). Built only with meson -Dinject=true; then
- * an unarmed site costs one predictable branch on a global that is written
- * before the threads start and never again. Without it INJECT() is 0.
+ * (ZSWAPD_INJECT_SEED seeds it), "#K" the K-th hit and no other (for a
+ * test that knows which call that is: test-remap-install). Built only
+ * with meson -Dinject=true; then an unarmed site costs one predictable
+ * branch on a global that is written before the threads start and never
+ * again. Without it INJECT() is 0.
  */
 #pragma once
 

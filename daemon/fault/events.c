@@ -386,11 +386,8 @@ static bool remap_src_take(MMClient *mm, uint64_t start, uint64_t end) {
  * alone (as uffd_mm_alive()). Every UNMAP an mremap handled was to send
  * has then been read, and handled by us: the ranges left belong to none. */
 static void remap_src_expire(MMClient *mm) {
-        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
-
-        if (ioctl(mm->uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN)
-                return;
-        mm->nremap_src = 0;
+        if (!uffd_event_under_way(mm->uffd))
+                mm->nremap_src = 0;
 }
 
 static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t to, uint64_t len) {
