@@ -76,15 +76,13 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
         /*
          * ENOENT is not "unmapped for good" while an event is under way.
          * A copy racing an mremap() of its page can fail with ENOENT, not
-         * EAGAIN, and that mremap's REMAP come after (seen on 6.18: the
-         * copy found no mmap_changing raised yet, and then no mapping any
-         * more). Dropped here, the page went to its new address as an
-         * empty entry and read as zeros there (test-preload churn: a
-         * STAGED page installed at one mremap's destination while the
-         * next mremap of the same memory was on its way;
-         * test-remap-install). Kept as a retry, it follows the REMAP
-         * (remap_cb()), or an UNMAP drops it (remove_cb()). An ENOENT with
-         * no event under way is a mapping really gone.
+         * EAGAIN, with that mremap's REMAP still unread (seen on 6.18 in
+         * test-preload's churn; mfill_atomic() looks the mapping up before
+         * it looks at mmap_changing). Dropped
+         * here, the page would reach its new address as an empty entry
+         * and read as zeros there (test-remap-install). Kept as a retry, it follows the
+         * REMAP (remap_cb()), or an UNMAP drops it (remove_cb()). An
+         * ENOENT with no event under way is a mapping really gone.
          */
         if (r == -EAGAIN || (r == -ENOENT && uffd_event_under_way(mm->uffd))) {
                 retry_add(ft, mm, addr, loading, page, keep, refault);

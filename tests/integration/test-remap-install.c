@@ -2,13 +2,12 @@
  * test-remap-install: the daemon installs an evicted page at an address
  * an mremap() is moving away, before it has read that mremap's REMAP.
  * The kernel can then answer UFFDIO_COPY with ENOENT rather than EAGAIN
- * (seen on 6.18 for a copy racing the mremap itself: it found no
- * mmap_changing raised yet and no mapping any more), and the REMAP comes
- * after. The daemon took ENOENT for "unmapped for good" and dropped the
- * page; the REMAP then carried an empty entry to the new address, and
- * the page read as zeros there (test-preload churn, about 2 runs in 100
- * under load: a STAGED page installed at one mremap's destination while
- * the next mremap of the same memory was on its way).
+ * (seen on 6.18 for a copy racing the mremap itself), and the REMAP comes
+ * after. A daemon that takes that ENOENT for "unmapped for good" drops
+ * the page; the REMAP then carries an empty entry to the new address, and
+ * the page reads as zeros there (as test-preload's churn found: a STAGED
+ * page installed at one mremap's destination while the next mremap of
+ * the same memory was on its way).
  *
  * The race with the kernel cannot be forced from outside, so the kernel's
  * state is made as it was and its answer is injected: with the daemon
