@@ -71,23 +71,26 @@ static int steady(int *last, int *same) {
 }
 
 /* The daemon's open fds with no client: once its count of clients is 0
- * and the count of fds has held for 500 ms (a client's teardown goes on
+ * and the count of fds has held for 2 s (a client's teardown goes on
  * after it left the count, and takes a while under valgrind). */
 static int daemon_fds(void) {
         int last = -1, same = 0;
 
         WAIT_UNTIL(daemon_clients() == 0, TEST_WAIT_S, "the start-up probe client still counted");
-        WAIT_UNTIL(steady(&last, &same) >= 50, TEST_WAIT_S, "the daemon's fd count never held still, last %d", last);
+        WAIT_UNTIL(steady(&last, &same) >= 200, TEST_WAIT_S, "the daemon's fd count never held still, last %d", last);
         return last;
 }
 
 /* Every fd the clients brought is closed: wait for the count to come
- * back to start, however long the daemon's teardowns take. */
+ * back to start, however long the daemon's teardowns take. Below start
+ * is no leak: a teardown that outlasted daemon_fds()'s wait (seen under
+ * valgrind on a busy machine, 33 at start and 25 after) was counted in
+ * start. */
 static void wait_fds_back(int start) {
         int n = -1;
 
         WAIT_UNTIL(daemon_clients() == 0, TEST_WAIT_S, "a client still counted");
-        WAIT_UNTIL((n = fd_count()) == start, TEST_WAIT_S, "the daemon has %d fds open, %d at start", n, start);
+        WAIT_UNTIL((n = fd_count()) <= start, TEST_WAIT_S, "the daemon has %d fds open, %d at start", n, start);
 }
 
 /* The daemon runs and still holds the legit client's pages. */
