@@ -227,7 +227,6 @@ typedef struct RevokeRead {
 
 /* ---- uffd-ops.c: the uffd ioctls and retries ---- */
 int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode);
-bool uffd_event_under_way(int uffd);
 int uffd_zeropage(int uffd, uint64_t addr);
 void uffd_wake(int uffd, uint64_t addr);
 void uffd_poison(MMClient *mm, uint64_t addr);

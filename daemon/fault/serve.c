@@ -78,11 +78,11 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
          * A copy racing an mremap() of its page can fail with ENOENT, not
          * EAGAIN, with that mremap's REMAP still unread (seen on 6.18 in
          * test-preload's churn; mfill_atomic() looks the mapping up before
-         * it looks at mmap_changing). Dropped
-         * here, the page would reach its new address as an empty entry
-         * and read as zeros there (test-remap-install). Kept as a retry, it follows the
-         * REMAP (remap_cb()), or an UNMAP drops it (remove_cb()). An
-         * ENOENT with no event under way is a mapping really gone.
+         * it looks at mmap_changing). Dropped here, the page would reach
+         * its new address as an empty entry and read as zeros there
+         * (test-remap-install). Kept as a retry, it follows the REMAP
+         * (remap_cb()), or an UNMAP drops it (remove_cb()). An ENOENT with
+         * no event under way is a mapping really gone.
          */
         if (r == -EAGAIN || (r == -ENOENT && uffd_event_under_way(mm->uffd))) {
                 retry_add(ft, mm, addr, loading, page, keep, refault);

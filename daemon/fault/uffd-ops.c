@@ -37,21 +37,6 @@ int uffd_zeropage(int uffd, uint64_t addr) {
         return z.zeropage < 0 ? (int)z.zeropage : negative_errno();
 }
 
-/*
- * Has the kernel an event of this uffd under way: an munmap, mremap,
- * madvise or fork begun whose message is still unread, or read while its
- * thread has not run since (the kernel counts it out then)?
- * UFFDIO_WRITEPROTECT refuses with EAGAIN while one is (mmap_changing,
- * mm/userfaultfd.c mwriteprotect_range(), checked before it looks for a
- * mapping), asked of a page nothing maps, which it leaves alone (as
- * uffd_mm_alive()).
- */
-bool uffd_event_under_way(int uffd) {
-        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
-
-        return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN;
-}
-
 void uffd_wake(int uffd, uint64_t addr) {
         struct uffdio_range r = { .start = addr, .len = ZSWAP_PAGE_SIZE };
         (void)ioctl(uffd, UFFDIO_WAKE, &r);

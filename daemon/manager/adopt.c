@@ -690,8 +690,7 @@ int adopt_live_ranges(MMClient *mm, StoreRange *r, int n) {
                 }
                 v[nv++] = cur;
         }
-        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
-        if (ioctl(mm->uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN)
+        if (uffd_event_under_way(mm->uffd))
                 goto out; /* an event is pending: the table stands */
         /* both lists are sorted and without overlaps: intersect in place
          * (never more pieces than STORE_RANGES_MAX) */

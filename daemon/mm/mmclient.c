@@ -916,6 +916,21 @@ bool uffd_mm_alive(int uffd) {
 }
 
 /*
+ * Has the kernel an event of this uffd under way: an munmap, mremap,
+ * madvise or fork begun whose message is still unread, or read while its
+ * thread has not run since (the kernel counts it out then)?
+ * UFFDIO_WRITEPROTECT refuses with EAGAIN while one is (mmap_changing,
+ * mm/userfaultfd.c mwriteprotect_range(), checked before it looks for a
+ * mapping), asked of a page nothing maps, which it leaves alone (as
+ * uffd_mm_alive() does).
+ */
+bool uffd_event_under_way(int uffd) {
+        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
+
+        return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN;
+}
+
+/*
  * Where the uffd has WP_ASYNC a range is registered for write-protect
  * faults only: writes never stop the program (the kernel resolves them),
  * PAGEMAP_SCAN tells which pages were written (reclaim.c), and the events

@@ -759,6 +759,9 @@ int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n);
 /* Does the address space behind uffd still exist? (A non-destructive
  * UFFDIO_WRITEPROTECT probe: -ESRCH once the mm is gone.) */
 bool uffd_mm_alive(int uffd);
+/* An event of uffd begun and not yet counted out by the kernel (its
+ * message unread, or read and its thread not run since). */
+bool uffd_event_under_way(int uffd);
 
 /* Register [start, end) in the client's uffd: for write-protect faults
  * only where the uffd has WP_ASYNC (so the kernel serves every first
