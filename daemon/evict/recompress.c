@@ -457,15 +457,13 @@ void recompress_done(Recompressor *r, Work *w) {
         uint64_t cpu = j->cpu_ns + (thread_cpu_ns() - t0);
         r->tokens_ns -= (int64_t)cpu;
         atomic_fetch_add_explicit(&mm->core->recompress_cpu_ns, cpu, memory_order_relaxed);
-        /* the walk goes on where it stopped, or (at the end) later: a
-         * second later if the pass took something, else once a quarter of
-         * the age has passed (nothing grows cold faster; a big client
-         * whose objects zstd cannot shrink is not walked every second) */
+        /* the walk goes on where it stopped, or (at the end) later:
+         * walk_due() */
         mm->rc.recompress_cursor = j->next;
         mm->rc.recompress_pass_taken += j->n;
         if (j->next == 0) {
-                uint64_t wait = mm->rc.recompress_pass_taken ? REWALK_MS : MAX(REWALK_MS, j->age_ms / 4);
-                mm->rc.recompress_after_ms = now_ms() + wait;
+                mm->rc.recompress_walked_ms = now_ms();
+                mm->rc.recompress_walk_took = mm->rc.recompress_pass_taken != 0;
                 mm->rc.recompress_pass_taken = 0;
         }
         r->busy = false;
@@ -477,12 +475,25 @@ void recompress_done(Recompressor *r, Work *w) {
         work_free(w);
 }
 
-/* Should mm's next job train its dictionary? */
-static bool wants_dict(MMClient *mm, const RecompConf *conf) {
+/* A whole pass ended: the next is due a second later if it took
+ * something, else once a quarter of the age in force has passed (nothing
+ * grows cold faster; a big client whose objects zstd cannot shrink is not
+ * walked every second). The age now, not the pass's: one made shorter
+ * (zswapctl set, a reload) applies at once. */
+static bool walk_due(const MMClient *mm, uint64_t age, uint64_t now) {
+        uint64_t wait = mm->rc.recompress_walk_took ? REWALK_MS : MAX(REWALK_MS, age / 4);
+        return mm->rc.recompress_walked_ms == 0 || now >= mm->rc.recompress_walked_ms + wait;
+}
+
+/* Should mm's next job train its dictionary? Not before the client has
+ * been here for its recompression age: none of its pages can be cold
+ * before, and a client that leaves or takes its pages back sooner costs
+ * no training (ZDICT over 1024 pages: ~0.4 s of CPU) */
+static bool wants_dict(MMClient *mm, const RecompConf *conf, uint64_t now) {
         /* relaxed: a counter, a hint */
         uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
         return conf->dict && mm->dict_ok && !mmclient_dict(mm) && stored >= DICT_MIN_PAGES &&
-               stored >= 2 * mm->rc.dict_tried;
+               stored >= 2 * mm->rc.dict_tried && now - mm->rc.recompress_seen_ms >= recompress_age(mm, conf);
 }
 
 /* quiet: no fault served since the last tick (a training may start) */
@@ -490,9 +501,9 @@ static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now, bool 
         if (!mm->pool || !mm->strong_ok || mm->rc.off || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
             fork_held(mm) || recompress_age(mm, conf) == 0)
                 return false;
-        if (quiet && wants_dict(mm, conf))
+        if (quiet && wants_dict(mm, conf, now))
                 return true;
-        if (now < mm->rc.recompress_after_ms)
+        if (!walk_due(mm, recompress_age(mm, conf), now))
                 return false;
         /* relaxed: counters, a hint */
         uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
@@ -565,7 +576,7 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         j->n = j->used = 0;
         j->scanned = 0;
         /* training is one piece (ZDICT): only in a quiet tick */
-        j->train = quiet && wants_dict(mm, conf);
+        j->train = quiet && wants_dict(mm, conf, now);
         j->stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed); /* relaxed: a hint */
         j->dict = conf->dict ? mmclient_dict(mm) : NULL;
         j->trained = NULL;

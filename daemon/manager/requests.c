@@ -358,7 +358,7 @@ static int client_tunable(MMClient *mm, const char *key, const char *value, char
                         if ((r = tunable_set(&t, "recompress_age", value, err, sizeof(err))) < 0)
                                 return snprintf(out, len, "%s", err), r;
                         mm->rc.recompress_age_ms = (int64_t)t.recompress_age_ms;
-                        mm->rc.recompress_after_ms = 0; /* walk again now */
+                        mm->rc.recompress_walked_ms = 0; /* walk again now */
                 }
                 /* in force: the daemon's 0 wins over the client's own */
                 t.recompress_age_ms = recompress_age(

@@ -112,10 +112,12 @@ typedef struct MMReclaim {
         bool limit_set;         /* limit is the client's own (else the daemon's default) */
         int64_t idle_age_ms;    /* the client's own idle age, -1: the default */
         /* recompression (recompress.c): the client's own age (-1: the
-         * default), where its next walk starts, not before when, and when
-         * the recompressor first saw it */
+         * default), where its next walk starts, when its last whole pass
+         * ended (0: walk again now) and whether that pass took anything,
+         * and when the recompressor first saw it */
         int64_t recompress_age_ms;
-        uint64_t recompress_cursor, recompress_after_ms, recompress_seen_ms;
+        uint64_t recompress_cursor, recompress_walked_ms, recompress_seen_ms;
+        bool recompress_walk_took;
         uint64_t recompress_pass_taken; /* objects the walk under way took so far */
         uint64_t dict_tried;    /* its objects when a dictionary was last trained for it, 0: never */
         bool off;               /* the client is exempt from the daemon's policies */

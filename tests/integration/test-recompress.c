@@ -20,7 +20,8 @@
  *             over the daemon's, both ways, but for the daemon's 0
  *   tier      recompressed objects written to the second tier (a backing
  *             file) and read back from it
- *   dict      a dictionary trained on the client's pages, objects
+ *   dict      no dictionary trained before the client's pages can be
+ *             cold (recompress_age); then one trained on its pages, objects
  *             recompressed with it (smaller than without), read back by
  *             faults, by a forked child (its copies), by the next daemon
  *             after kill -9 (which adopts the dictionary), and by the
@@ -336,8 +337,20 @@ static ZMsgStatusReply wait_dict_pages(uint64_t want) {
 }
 
 static void case_dict(void) {
-        struct zswap_client *c = start(FAST);
-        ZMsgStatusReply st = wait_dict_pages(NPAGES / 2);
+        /* no dictionary while no page can be cold: the daemon's quiet
+         * ticks (every 20 ms) would have trained one at once */
+        struct zswap_client *c = start("-o recompress_age=1h -o recompress_cpu=100");
+        ZClientRecord held = mine();
+        ASSERT_TRUE(held.stored_pages >= 2048); /* DICT_MIN_PAGES */
+        sleep(2);
+        ZMsgStatusReply st = status();
+        fprintf(stderr, "%llu pages held for 2 s with a recompression age of 1 h: %llu dictionaries trained, "
+                "%.1f ms of CPU\n", (unsigned long long)held.stored_pages, (unsigned long long)st.dicts_trained,
+                (double)st.dict_train_cpu_ns / 1e6);
+        ASSERT_EQ(st.dicts_trained + st.dicts_refused, 0);
+        ASSERT_EQ(st.dict_train_cpu_ns, 0);
+        ASSERT_EQ(td_ctl(&d, "set recompress_age 1s"), 0);
+        st = wait_dict_pages(NPAGES / 2);
         ZClientRecord r = mine();
 
         fprintf(stderr, "a %llu-byte dictionary (%.1f ms of CPU to train): %llu of %llu pages made with it, %llu bytes; "
@@ -369,7 +382,8 @@ static void case_dict(void) {
         ASSERT_TRUE(td_pageout_want(c, buf, len, NPAGES * 9 / 10) > 0);
         st = wait_dict_pages(NPAGES / 2);
         td_kill(&d);
-        td_respawn(&d);
+        td_respawn(&d); /* with the arguments of the first: an age of 1 h */
+        ASSERT_EQ(td_ctl(&d, "set recompress_age 1s"), 0);
         ZMsgStatusReply a;
         WAIT_UNTIL((a = status()).dict_pages >= st.dict_pages, TEST_WAIT_S, "%llu of %llu dictionary pages adopted",
                    (unsigned long long)a.dict_pages, (unsigned long long)st.dict_pages);
