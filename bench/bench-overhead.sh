@@ -19,6 +19,9 @@
 #   cc       a parallel build (ninja -j2) of this project's daemon
 #   sh       a shell running /bin/true 500 times (fork and exec: what
 #            each short-lived process costs)
+#   purge    python writing 16 KiB of a 64 MiB mapping and giving it back
+#            (madvise MADV_DONTNEED) 40000 times, as allocators return
+#            memory: what each uffd event (REMOVE, UNMAP) costs
 # Needs root (the daemon does).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +86,14 @@ n=\$(redis-cli -s $work/redis.sock dbsize); redis-cli -s $work/redis.sock shutdo
 have[cc]="command -v ninja && command -v meson"
 have[sh]="true"
 cmd[sh]="for i in \$(seq 500); do /bin/true; done; echo 500 runs"
+have[purge]="command -v python3"
+cmd[purge]="python3 -c 'import mmap, time
+m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+time.sleep(0.3)
+c = 16 << 10; b = b\"x\" * c; n = (64 << 20) // c
+for i in range(40000):
+    o = (i % n) * c; m[o:o + c] = b; m.madvise(mmap.MADV_DONTNEED, o, c)
+print(40000, \"purges\")'"
 cmd[cc]="ninja -C $work/ccbuild -j2 daemon/zswapd >/dev/null && ninja -C $work/ccbuild -t clean >/dev/null && echo built"
 
 echo "bench-overhead: $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
@@ -99,7 +110,7 @@ timed() { # timed OUTFILE CMD...: wall seconds on stdout
         awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
-for w in perl python node java redis cc sh; do
+for w in perl python node java redis cc sh purge; do
         [ -n "$only" ] && [ "$only" != "$w" ] && continue
         if ! bash -c "${have[$w]}" >/dev/null 2>&1; then
                 printf '%-8s skipped: not installed\n' "$w"
