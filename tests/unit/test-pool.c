@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "pentry.h"
@@ -666,7 +667,48 @@ static void test_compact_race(void) {
         pool_free(p);
 }
 
+/* A class's first chunk fills by faults; every later one is mapped whole
+ * before its first object is written (chunk_populate()). 1488 bytes: two
+ * to a 4 KiB chunk would waste a quarter of it, so the class's chunks are
+ * larger. */
+static void test_populate(void) {
+        enum { N = 200 };
+        static PoolHandle h[N];
+        unsigned char vec[2];
+        uint8_t *first = NULL;
+        Pool *p;
+        unsigned n = 0, checked = 0;
+
+        ASSERT_OK(pool_new(0, &p));
+        for (; n < N; n++) {
+                ASSERT_OK(pool_alloc(p, 1488, &h[n]));
+                uint8_t *o = pool_map(p, h[n]);
+                if (n == 0) {
+                        first = o;
+                        ASSERT_OK(mincore(o, 2 * 4096, vec));
+                        ASSERT_TRUE(!(vec[1] & 1)); /* the first chunk: by faults */
+                } else if (o < first || o >= first + 65536) {
+                        /* slot 0 of a later chunk, untouched */
+                        ASSERT_TRUE(((uintptr_t) o & 4095) == 0);
+                        ASSERT_OK(mincore(o, 2 * 4096, vec));
+                        ASSERT_TRUE(vec[0] & 1);
+                        ASSERT_TRUE(vec[1] & 1);
+                        checked++;
+                        n++;
+                        break;
+                }
+                memset(o, 1, 1488);
+        }
+        ASSERT_EQ(checked, 1);
+        for (unsigned i = 0; i < n; i++)
+                pool_release(p, h[i]);
+        pool_reclaim(p);
+        assert_empty(p);
+        pool_free(p);
+}
+
 int main(void) {
+        test_populate();
         test_compact();
         test_compact_race();
         test_share();
