@@ -907,12 +907,19 @@ int mmclient_check_anon_ranges(MMClient *mm, const StoreRange *r, size_t n) {
         return ret;
 }
 
-bool uffd_mm_alive(int uffd) {
+/* UFFDIO_WRITEPROTECT of a page nothing maps, which the kernel leaves
+ * alone: its errno (0: none) is all that is asked of it. */
+static int wp_probe(int uffd) {
         struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
+
+        return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 ? errno : 0;
+}
+
+bool uffd_mm_alive(int uffd) {
         int inj = INJECT(INJ_UFFD_WP);
         if (inj)
                 return inj != ESRCH;
-        return !(ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == ESRCH);
+        return wp_probe(uffd) != ESRCH;
 }
 
 /*
@@ -921,13 +928,10 @@ bool uffd_mm_alive(int uffd) {
  * thread has not run since (the kernel counts it out then)?
  * UFFDIO_WRITEPROTECT refuses with EAGAIN while one is (mmap_changing,
  * mm/userfaultfd.c mwriteprotect_range(), checked before it looks for a
- * mapping), asked of a page nothing maps, which it leaves alone (as
- * uffd_mm_alive() does).
+ * mapping).
  */
 bool uffd_event_under_way(int uffd) {
-        struct uffdio_writeprotect wp = { .range = { .start = 0x10000, .len = ZSWAP_PAGE_SIZE }, .mode = 0 };
-
-        return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) < 0 && errno == EAGAIN;
+        return wp_probe(uffd) == EAGAIN;
 }
 
 /*
