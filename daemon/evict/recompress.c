@@ -485,6 +485,12 @@ static bool walk_due(const MMClient *mm, uint64_t age, uint64_t now) {
         return mm->rc.recompress_walked_ms == 0 || now >= mm->rc.recompress_walked_ms + wait;
 }
 
+/* Has the recompressor known mm for age? Until then none of its pages
+ * can be that old, stamped or not. */
+static bool known_for(const MMClient *mm, uint64_t age, uint64_t now) {
+        return now - mm->rc.recompress_seen_ms >= age;
+}
+
 /* Should mm's next job train its dictionary? Not before the client has
  * been here for its recompression age: none of its pages can be cold
  * before, and a client that leaves or takes its pages back sooner costs
@@ -493,17 +499,18 @@ static bool wants_dict(MMClient *mm, const RecompConf *conf, uint64_t now) {
         /* relaxed: a counter, a hint */
         uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
         return conf->dict && mm->dict_ok && !mmclient_dict(mm) && stored >= DICT_MIN_PAGES &&
-               stored >= 2 * mm->rc.dict_tried && now - mm->rc.recompress_seen_ms >= recompress_age(mm, conf);
+               stored >= 2 * mm->rc.dict_tried && known_for(mm, recompress_age(mm, conf), now);
 }
 
 /* quiet: no fault served since the last tick (a training may start) */
 static bool wants_work(MMClient *mm, const RecompConf *conf, uint64_t now, bool quiet) {
+        uint64_t age = recompress_age(mm, conf);
         if (!mm->pool || !mm->strong_ok || mm->rc.off || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
-            fork_held(mm) || recompress_age(mm, conf) == 0)
+            fork_held(mm) || age == 0)
                 return false;
         if (quiet && wants_dict(mm, conf, now))
                 return true;
-        if (!walk_due(mm, recompress_age(mm, conf), now))
+        if (!walk_due(mm, age, now))
                 return false;
         /* relaxed: counters, a hint */
         uint64_t stored = atomic_load_explicit(&mm->st.stored_pages, memory_order_relaxed);
@@ -568,7 +575,7 @@ void recompress_tick(Recompressor *r, MMClient *mms, const RecompConf *conf) {
         RecompJob *j = r->job;
         j->start = mm->rc.recompress_cursor;
         j->cold = stamp > back ? stamp - back : 0;
-        j->unstamped_cold = now - mm->rc.recompress_seen_ms >= age;
+        j->unstamped_cold = known_for(mm, age, now);
         j->level = conf->level;
         j->age_ms = age;
         j->yield = !force;
