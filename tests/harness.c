@@ -157,6 +157,12 @@ void td_start_logged(TestDaemon *d, const char *extra_args) {
         td_spawn(d);
 }
 
+void td_start_injected(TestDaemon *d, const char *spec) {
+        ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
+        td_start_logged(d, getenv("TEST_DAEMON_ARGS"));
+        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+}
+
 unsigned td_log_count(const TestDaemon *d, const char *needle) {
         char line[1024];
         unsigned n = 0;

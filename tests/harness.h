@@ -56,6 +56,9 @@ void td_start(TestDaemon *d, const char *extra_args);
 /* td_start() with the daemon's log (stderr) appended to a fresh temporary
  * file, d->log, for tests that check what it says. */
 void td_start_logged(TestDaemon *d, const char *extra_args);
+/* td_start_logged() with $TEST_DAEMON_ARGS, and ZSWAPD_INJECT=spec in this
+ * daemon's environment alone (a td_respawn() later injects nothing). */
+void td_start_injected(TestDaemon *d, const char *spec);
 /* Whether the daemon's log (td_start_logged) holds needle. */
 bool td_log_has(const TestDaemon *d, const char *needle);
 /* How many of its lines do. */

@@ -198,9 +198,7 @@ static void inject_case(const char *spec, const char *sites, bool lossy) {
         if (only && !strstr(spec, only))
                 return;
         fprintf(stderr, "-- ZSWAPD_INJECT=%s\n", spec);
-        ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
-        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        td_start_injected(&d, spec);
         /* two at least: the fork is in the second */
         size_t bad = workload((int)MAX(test_env_uint("TEST_INJECT_ROUNDS", 6), 2u), lossy);
         bad += fresh_client(lossy);

@@ -102,9 +102,7 @@ int main(void) {
 #endif
         /* the first UFFDIO_COPY of the daemon's life: the install in the
          * first round (nothing before it faults on an evicted page) */
-        ASSERT_OK(setenv("ZSWAPD_INJECT", "uffd_copy=ENOENT:#1", 1));
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
-        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        td_start_injected(&d, "uffd_copy=ENOENT:#1");
         struct zswap_client *c = td_connect(&d);
         ASSERT_EQ(td_fds_named("anon_inode:[userfaultfd]", fds, ELEMENTSOF(fds)), 1);
         struct pollfd uffd = { .fd = fds[0], .events = POLLIN };

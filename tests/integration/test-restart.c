@@ -1109,9 +1109,7 @@ static void event_kill_one(EkOp op, unsigned point) {
                 "once it has read the event, and none comes back");
         atomic_store(&step, "event-kill: starting a daemon that dies at an event");
         snprintf(spec, sizeof(spec), "kill_event=1/%u", restore ? 1 : point);
-        ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
-        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        td_start_injected(&d, spec);
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 90 + op * 2 + point, hashes), *fresh = NULL;
         ASSERT_TRUE(td_pageout_want(c, buf, len, EK_PAGES / 2 + 1) > EK_PAGES / 2);
@@ -1226,9 +1224,7 @@ static void remap_kill_one(unsigned hit, unsigned mix) {
         fprintf(stderr, "-- two mremaps, the daemon killed at kill point %u, pages mix %u\n", hit, mix);
         atomic_store(&step, "remap-kill: starting a daemon that dies at an event");
         snprintf(spec, sizeof(spec), "kill_event=1/%u", hit);
-        ASSERT_OK(setenv("ZSWAPD_INJECT", spec, 1));
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
-        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        td_start_injected(&d, spec);
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 120 + hit * 3 + mix, hashes);
         if (mix != 2)
@@ -1304,9 +1300,7 @@ static void case_fork_event_kill(void) {
 #if defined(__SANITIZE_THREAD__)
         test_skip("fork-event-kill: not under TSan (a child of a multi-threaded fork starts threads)");
 #endif
-        ASSERT_OK(setenv("ZSWAPD_INJECT", "kill_event=1/1", 1));
-        td_start_logged(&d, getenv("TEST_DAEMON_ARGS"));
-        ASSERT_OK(unsetenv("ZSWAPD_INJECT"));
+        td_start_injected(&d, "kill_event=1/1");
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 67, hashes);
         ASSERT_TRUE(td_pageout_want(c, buf, len, FK_PAGES / 2 + 1) > FK_PAGES / 2);
