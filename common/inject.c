@@ -113,7 +113,6 @@ static int parse_one(char *item, char *err, size_t errlen) {
                         snprintf(err, errlen, "%s: '%s' is not #K", x->name, rate);
                         return -EINVAL;
                 }
-                x->every = 1;
                 x->armed = true;
                 return 0;
         }

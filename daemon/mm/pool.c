@@ -529,9 +529,9 @@ static _Atomic bool no_populate;
  * pool already (pool_charge()), but a class's first chunk is left to
  * fill by faults: a client with a few objects in many classes would
  * otherwise have every chunk resident whole, up to 64 KiB for one object.
- * Outside the class mutex: our slot keeps
- * the chunk from being discarded, and a populate of pages another
- * allocator wrote meanwhile changes nothing.
+ * Outside the class mutex: our slot keeps the chunk from being discarded,
+ * and a populate of pages another allocator wrote meanwhile changes
+ * nothing.
  */
 static void chunk_populate(Pool *p, uint32_t id, size_t len) {
         /* relaxed: a hint, a stale false costs one failed call */
