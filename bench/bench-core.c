@@ -67,6 +67,8 @@ typedef struct Options {
         bool skip_kzswap;
         const char *latencies;  /* --latencies DIR: each pass's distribution, for bench/plot.sh */
         bool skip_wake;         /* --skip-wake: no bare round trip measured */
+        unsigned walks;         /* --walks N: passes of the random order again after the table's */
+        const char *set;        /* --set KEY=VALUE: one policy key for the daemon (zswapd --set) */
 } Options;
 
 typedef struct Latency {
@@ -83,6 +85,7 @@ typedef struct Result {
         double rss_drop_pct;  /* RssAnon drop over the first pageout, % of the region */
         double mem_ratio;     /* original / memory used */
         Latency seq, rnd;
+        Latency walk;         /* the last of the walks: the random order once more, after a pageout */
         double daemon_cpu_s;  /* NAN where there is no daemon */
         double self_cpu_s;    /* timed sections only */
         double moved_gib;     /* paged out + faulted back */
@@ -98,6 +101,7 @@ typedef struct Run {
         uint64_t *lat;           /* ns, one per fault of the current pass */
         size_t *perm;            /* the random order, same for every phase */
         uint64_t out_bytes, out_ns;
+        unsigned walks;
         const char *lat_dir;     /* --latencies, NULL: none */
 } Run;
 
@@ -218,7 +222,7 @@ static int measure_pageout(Run *run, Backend *b, BackendClient *c, bool first, R
 }
 
 /* Touch every page once, sequentially or in run->perm order, timing each touch. */
-static int measure_faults(Run *run, const char *name, bool random, Latency *ret, Result *res) {
+static int measure_faults(Run *run, const char *name, const char *pass, bool random, Latency *ret, Result *res) {
         double cpu0 = self_cpu_s();
         size_t k = 0, bad, first_bad = 0;
         uint64_t t0 = now_ns(), dt;
@@ -240,13 +244,13 @@ static int measure_faults(Run *run, const char *name, bool random, Latency *ret,
         res->self_cpu_s += self_cpu_s() - cpu0;
         res->moved_gib += k * ZSWAP_PAGE_SIZE / GIB;
         latency_summarize(run->lat, k, ret);
-        latency_write(run->lat_dir, name, random ? "random" : "sequential", run->lat, k);
+        latency_write(run->lat_dir, name, pass, run->lat, k);
         ret->mbs = run->len / (dt / 1e3);
 
         bad = corpus_verify(run->corpus, run->region, run->n_pages, &first_bad);
         res->bad_pages += bad;
         printf("  %s %s fault-in: %zu faults, %.3f s, median %.2f us; %zu bad pages",
-               name, random ? "random" : "sequential", k, dt / 1e9, ret->median_us, bad);
+               name, pass, k, dt / 1e9, ret->median_us, bad);
         if (bad)
                 printf(" (first: page %zu)", first_bad);
         printf("\n");
@@ -260,13 +264,27 @@ static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
         if (!bench_interrupted)
                 r = measure_pageout(run, b, c, true, res);
         if (r == 0 && !bench_interrupted)
-                r = measure_faults(run, res->name, false, &res->seq, res);
+                r = measure_faults(run, res->name, "sequential", false, &res->seq, res);
         if (r == 0 && !bench_interrupted)
                 r = measure_pageout(run, b, c, false, res);
         if (r == 0 && !bench_interrupted)
-                r = measure_faults(run, res->name, true, &res->rnd, res);
+                r = measure_faults(run, res->name, "random", true, &res->rnd, res);
         res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
         res->pageout_mbs = run->out_ns ? run->out_bytes / (run->out_ns / 1e3) : NAN;
+        /* The walks: a program that walks the same scattered data again
+         * (zswapd's fault history). Outside the figures above: their
+         * CPU, pageouts and faults count nowhere else. */
+        for (unsigned w = 0; r == 0 && w < run->walks && !bench_interrupted; w++) {
+                Result scratch = *res;
+                char pass[32];
+                int n = backend_pageout(c, run->region, run->len);
+                if (n < 0)
+                        return n;
+                (void)region_resident(run);
+                snprintf(pass, sizeof(pass), "walk-%u", w + 1);
+                r = measure_faults(run, res->name, pass, true, &res->walk, &scratch);
+                res->bad_pages = scratch.bad_pages;
+        }
         return bench_interrupted ? -EINTR : r;
 }
 
@@ -414,6 +432,9 @@ static void print_table(const Result res[N_BACKENDS]) {
                 { "fault rand max us", "%.1f", offsetof(Result, rnd.max_us) },
                 { "read-back seq MB/s", "%.0f", offsetof(Result, seq.mbs) },
                 { "read-back rand MB/s", "%.0f", offsetof(Result, rnd.mbs) },
+                { "read-back walk MB/s", "%.0f", offsetof(Result, walk.mbs) },
+                { "walk median us", "%.2f", offsetof(Result, walk.median_us) },
+                { "walk p99 us", "%.2f", offsetof(Result, walk.p99_us) },
                 { "memory ratio (out/used)", "%.2f", offsetof(Result, mem_ratio) },
                 { "RssAnon drop % of region", "%.1f", offsetof(Result, rss_drop_pct) },
                 { "region paged out % (mincore)", "%.1f", offsetof(Result, out_pct) },
@@ -438,7 +459,9 @@ static void print_table(const Result res[N_BACKENDS]) {
         }
         printf("CPU: the kernel compresses and decompresses in the calling process, so its CPU is the bench's\n"
                "own (utime+stime, timed sections only); zswapd's is the daemon's (/proc/PID/stat, whole phase)\n"
-               "plus the bench's. GiB moved = pages paged out + pages faulted back, both passes.\n");
+               "plus the bench's. GiB moved = pages paged out + pages faulted back, both passes.\n"
+               "Walk: the random order read again after a pageout, --walks times; the rows are the last\n"
+               "time (a touch of a page zswapd's fault history brought back is no fault).\n");
 }
 
 /* zswapd's figure over a kernel's, for a target; NAN if either is missing. */
@@ -537,19 +560,25 @@ static void print_machine(const Options *o, const char *corpus_dir) {
         printf("machine: %ld CPUs, Linux %s %s; size %lu MiB (%lu pages); corpus %s; seed 0x%llx\n",
                sysconf(_SC_NPROCESSORS_ONLN), u.release, u.machine, o->size_mib, o->size_mib << 8,
                corpus_dir, RANDOM_SEED);
+        if (o->set)
+                printf("zswapd runs with --set %s\n", o->set);
 }
 
 /* ---- main ---- */
 
 static void help(void) {
         printf("bench-core [--zswapd PATH] [--size MiB] [--corpus DIR] [--compressor lz4|zstd]\n"
-               "           [--workers N] [--skip-zram] [--skip-kzswap] [--skip-wake] [--latencies DIR]\n\n"
+               "           [--workers N] [--skip-zram] [--skip-kzswap] [--skip-wake] [--latencies DIR]\n"
+               "           [--walks N] [--set KEY=VALUE]\n\n"
                "Measure zswapd against kernel zram (lz4) and kernel zswap (lzo, in front of a swapfile)\n"
                "on real heap pages, and print the project's targets as ratios to zram. Kernel phases\n"
                "need root and take %s. --latencies DIR: each fault-in pass's latency\n"
                "distribution into DIR/BACKEND-PASS.dat (bench/plot.sh draws them). Before the phases the\n"
                "bare userfaultfd round trip of the daemon's fault service is measured (--skip-wake: not),\n"
-               "and the random fault is also read against it.\n", BACKEND_LOCK_FILE);
+               "and the random fault is also read against it. --walks N (default 3): after the measured\n"
+               "passes, page out and read in the same random order N times more (a program walking the\n"
+               "same data again); the table's walk rows are the last. --set KEY=VALUE: the daemon runs\n"
+               "with that policy key (zswapd --set), e.g. fault_history=no.\n", BACKEND_LOCK_FILE);
 }
 
 static int parse_argv(int argc, char **argv, Options *o) {
@@ -564,6 +593,8 @@ static int parse_argv(int argc, char **argv, Options *o) {
                 { "skip-kzswap", no_argument, NULL, 'K' },
                 { "latencies", required_argument, NULL, 'L' },
                 { "skip-wake", no_argument, NULL, 'W' },
+                { "walks", required_argument, NULL, 'k' },
+                { "set", required_argument, NULL, 'S' },
                 {}
         };
         char *end;
@@ -607,6 +638,14 @@ static int parse_argv(int argc, char **argv, Options *o) {
                 case 'W':
                         o->skip_wake = true;
                         break;
+                case 'S':
+                        o->set = optarg;
+                        break;
+                case 'k':
+                        o->walks = (unsigned)strtoul(optarg, &end, 10);
+                        if (*end || o->walks > 100)
+                                return fprintf(stderr, "bad --walks: %s\n", optarg), -EINVAL;
+                        break;
                 default:
                         return -EINVAL;
                 }
@@ -638,7 +677,7 @@ static void run_done(Run *run) {
 /* Each backend in turn, on the same data; a kernel phase only while not bench_interrupted. */
 static int run_phases(const Options *o, Run *run, Result res[N_BACKENDS]) {
         char workers[24];
-        const char *const args[] = { "--workers", workers, NULL };
+        const char *const args[] = { "--workers", workers, o->set ? "--set" : NULL, o->set, NULL };
         const BackendConfig cfg[N_BACKENDS] = {
                 [ZSWAPD] = { .kind = BACKEND_ZSWAPD, .compressor = o->compressor, .size_bytes = run->len,
                              .zswapd_path = o->zswapd, .zswapd_args = args },
@@ -661,7 +700,7 @@ static int run_phases(const Options *o, Run *run, Result res[N_BACKENDS]) {
 }
 
 int main(int argc, char **argv) {
-        Options o = { .compressor = "lz4", .size_mib = 1024, .workers = sysconf(_SC_NPROCESSORS_ONLN) };
+        Options o = { .compressor = "lz4", .size_mib = 1024, .workers = sysconf(_SC_NPROCESSORS_ONLN), .walks = 3 };
         _cleanup_free_ char *exe = NULL, *corpus_dir = NULL;
         _cleanup_corpus_ Corpus *corpus = NULL;
         Result res[N_BACKENDS];
@@ -685,6 +724,7 @@ int main(int argc, char **argv) {
         if (run_init(&run, corpus, o.size_mib) < 0)
                 return fprintf(stderr, "out of memory\n"), 1;
         run.lat_dir = o.latencies;
+        run.walks = o.walks;
         for (int i = 0; i < N_BACKENDS; i++)
                 res[i] = (Result) { .daemon_cpu_s = NAN };
         bench_install_signals();

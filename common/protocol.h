@@ -299,6 +299,9 @@ typedef struct ZMsgStatusReply {
          * stored, objects let go when no entry named them any more */
         uint64_t dedup_pages, dedup_objects, dedup_bytes, dedup_pool_bytes;
         uint64_t dedup_hits, dedup_stored, dedup_swept;
+        /* pages a fault brought back because they had faulted after it
+         * before (docs/design.md "Fault history"; of stats.prefetches) */
+        uint64_t history_prefetched;
 } ZMsgStatusReply;
 
 /*

@@ -28,6 +28,7 @@ const char *const tunable_names[_TUNABLE_KEY_MAX] = {
         [TUNABLE_RECOMPRESS_CPU] = "recompress_cpu",
         [TUNABLE_RECOMPRESS_DICT] = "recompress_dict",
         [TUNABLE_DEDUP] = "dedup",
+        [TUNABLE_FAULT_HISTORY] = "fault_history",
 };
 
 const char *const tunable_client_names[] = { "limit", "idle_age", "reclaim", "group", "recompress_age", NULL };

@@ -31,6 +31,7 @@ typedef enum TunableKey {
         TUNABLE_RECOMPRESS_CPU,
         TUNABLE_RECOMPRESS_DICT,
         TUNABLE_DEDUP,
+        TUNABLE_FAULT_HISTORY,
         _TUNABLE_KEY_MAX,
 } TunableKey;
 

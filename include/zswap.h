@@ -80,7 +80,7 @@ struct zswap_stats {
         uint64_t faults_zero;          /* of which: no content held (zero fill) */
         uint64_t clients;              /* connected clients (processes) */
         uint64_t registered_bytes;     /* bytes registered */
-        uint64_t prefetches;           /* pages installed ahead of a sequential reader */
+        uint64_t prefetches;           /* pages installed ahead of use: of a sequential reader, or by fault history */
         /* reclaim (docs/reclaim.md) */
         uint64_t resident_bytes;       /* managed memory resident in the client(s), as of the last reclaim tick */
         uint64_t limit_bytes;          /* resident limit in force (client scope; 0: none) */

@@ -87,6 +87,7 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("compact_moved", K_COUNT, st->compact_moved);
         ADD("compact_freed_bytes", K_SIZE, st->compact_freed);
         ADD("refilled", K_COUNT, st->refilled);
+        ADD("history_prefetched", K_COUNT, st->history_prefetched);
         /* the pool's objects by codec: the compressor's, and the strong
          * tier's (zstd: recompressed, or stored by it when the compressor
          * found the page incompressible); stubs of the second tier are

@@ -82,6 +82,7 @@ static const Key keys[_TUNABLE_KEY_MAX] = {
         [TUNABLE_RECOMPRESS_CPU] = { KEY_PERCENT, FIELD(recompress_cpu), false, 0.1, 100 },
         [TUNABLE_RECOMPRESS_DICT] = { KEY_BOOL, FIELD(recompress_dict), false, 0, 0 },
         [TUNABLE_DEDUP] = { KEY_BOOL, FIELD(dedup), false, 0, 0 },
+        [TUNABLE_FAULT_HISTORY] = { KEY_BOOL, FIELD(fault_history), false, 0, 0 },
 };
 
 /* What a value of each type looks like, for error messages. */

@@ -894,6 +894,7 @@ void reclaim_init(Reclaim *rc, Core *core, MMClient *const *mms) {
 void reclaim_apply(Reclaim *rc) {
         const Tunables *t = &rc->tun;
         atomic_store_explicit(&rc->core->keep_clean, t->keep_clean, memory_order_relaxed);
+        atomic_store_explicit(&rc->core->fault_history, t->fault_history, memory_order_relaxed);
         atomic_store_explicit(&rc->core->dedup, t->dedup, memory_order_relaxed);
         /* the workers' rescue is on the eviction path: zstd's level 9
          * costs six times its level 3 there, for a few percent */

@@ -598,6 +598,96 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
 }
 
 /*
+ * Fault history. A program that walks the same data again (a tree or a
+ * hash chain walked once per request, a collector's mark phase, a loop
+ * over the same objects) faults on its cold pages in the same order each
+ * time, scattered where fault-around sees no run. So each fault on a held
+ * page notes, in the page before it (PageMeta.next), that it came next
+ * (history_pair()); once the same page has come next twice in a row, a
+ * fault on the page before it brings that one back too, and the one that
+ * came after that, up to HIST_CHAIN pages (history_follow()), each in
+ * the same round trip. A random reader never faults twice in a row in
+ * the same order, so nothing is brought back for it; a pair that stops
+ * holding loses its count one miss at a time. Tunable fault_history.
+ */
+#define HIST_CHAIN 8                        /* pages a fault brings back by its history, at most */
+#define HIST_SURE 2                         /* times in a row a page must have come next */
+#define HIST_GAP_NS (100ull * 1000000)      /* two faults further apart are no pair */
+#define HIST_FAR (1ll << 29)                /* pages apart that a pair cannot say */
+
+static int64_t hist_dist(uint32_t n) {
+        return (int64_t)(int32_t)n >> 2;
+}
+
+/* addr faulted next after prev */
+static void history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
+        int64_t d = ((int64_t)addr - (int64_t)prev) / (int64_t)ZSWAP_PAGE_SIZE;
+        PageMeta *meta = pindex_meta(mm->index, prev, false);
+
+        if (d == 0 || d >= HIST_FAR || d < -HIST_FAR || !meta)
+                return;
+        /* relaxed: written under serve_lock only; a count, orders nothing */
+        _Atomic uint32_t *n = &meta->next[pmeta_idx(prev)];
+        uint32_t v = atomic_load_explicit(n, memory_order_relaxed), seen = v & 3;
+        if (seen && hist_dist(v) == d)
+                v = (v & ~3u) | MIN(seen + 1, 3u);
+        else if (seen > 1)
+                v--; /* one miss: the pair holds, less surely */
+        else
+                v = (uint32_t)(int32_t)d << 2 | 1;
+        atomic_store_explicit(n, v, memory_order_relaxed);
+}
+
+/* Bring back the pages that came after addr the last times, following
+ * the chain as far as it is sure. Held pages of the pool only (the
+ * second tier's come with their own read); a page present, busy or gone
+ * is passed over. The chain's last page is what the next fault pairs
+ * with. */
+static void history_follow(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        uint64_t a = addr;
+        unsigned got = 0;
+
+        for (unsigned i = 0; i < HIST_CHAIN; i++) {
+                PageMeta *meta = pindex_meta(mm->index, a, false);
+                uint32_t v = meta ? atomic_load_explicit(&meta->next[pmeta_idx(a)], memory_order_relaxed) : 0;
+                if ((v & 3) < HIST_SURE)
+                        break;
+                uint64_t next = a + (uint64_t)(hist_dist(v) * (int64_t)ZSWAP_PAGE_SIZE);
+                if (next >= PINDEX_MAX_ADDR)
+                        break;
+                a = next;
+                RaPage page;
+                if (ra_claim(ft, mm, a, 1, 0, &page) == 1 &&
+                    ra_install(ft, mm, a, &page, 1, true, keeps_clean(mm)) == 1) {
+                        age_note_use(mm, a);
+                        got++;
+                }
+        }
+        mm->hist_last = a;
+        if (!got)
+                return;
+        atomic_fetch_add_explicit(&mm->st.prefetches, got, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->prefetches, got, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->history_prefetched, got, memory_order_relaxed);
+}
+
+/* A fault on a held page at addr was served (and fault-around done):
+ * note the pair it makes with the fault before, and follow the history
+ * unless fault-around found a sequential run. */
+static void history_note(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        /* relaxed: a setting (core.h) */
+        if (!atomic_load_explicit(&mm->core->fault_history, memory_order_relaxed))
+                return;
+        uint64_t t = now_ns();
+        if (mm->hist_last && t - mm->hist_last_ns < HIST_GAP_NS)
+                history_pair(mm, mm->hist_last, addr);
+        mm->hist_last = addr;
+        mm->hist_last_ns = t;
+        if (mm->ra_window == 0)
+                history_follow(ft, mm, addr);
+}
+
+/*
  * A page whose data is lost: its pool object fails to decompress, or its
  * data on the second tier fails to open (tier-seal.c) or its stub is bad.
  * This thread holds its entry (LOADING value loading). It is never
@@ -860,8 +950,10 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                                 if (tier_window_copy(ft->tier, &w))
                                         tier_around(ft, mm, addr, &w);
                                 tier_window_free(&w);
-                        } else if (around)
+                        } else if (around) {
                                 fault_around(ft, mm, addr);
+                                history_note(ft, mm, addr);
+                        }
                         return;
                 }
                 default:

@@ -113,6 +113,7 @@ struct Core {
          * reads them for statistics and logs; nothing is ordered by them */
         _Atomic uint64_t faults, faults_zero, prefetches, evictions, protocol_errors, moves_revoked, zero_ahead;
         _Atomic uint64_t refilled; /* pages brought back ahead of use (reclaim.c, refill) */
+        _Atomic uint64_t history_prefetched; /* pages a fault brought back by its history (serve.c) */
         _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
         /* the strong tier (recompress.c): pages recompressed, the pool
@@ -131,6 +132,7 @@ struct Core {
          * moment earlier; pool_bound and pool_resume may be seen from two
          * applies, and both are hints the pool's own counters decide) */
         _Atomic bool keep_clean;
+        _Atomic bool fault_history; /* tunable fault_history (serve.c history_follow()) */
         _Atomic bool dedup; /* tunable dedup: workers store in shared stores (dedup.h) */
         _Atomic uint32_t strong_level; /* tunable recompress_level, at most RESCUE_LEVEL_MAX: the workers' rescue */
         _Atomic uint32_t clean_max_permille; /* tunable clean_max, for the fault threads */

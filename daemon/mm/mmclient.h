@@ -379,6 +379,10 @@ typedef struct MMClient {
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */
+        /* fault history (serve.c history_note()): the page a pair's next
+         * fault follows (the last one faulted, or brought back by the
+         * history), and when that fault was read */
+        uint64_t hist_last, hist_last_ns;
         /* zero-fill-ahead (serve.c zero_ahead()): where the last run of
          * fresh pages mapped to the zero page ended, and the next run's
          * length in pages */

@@ -19,7 +19,7 @@ typedef struct PageIndex PageIndex;
 
 /*
  * What reclaim knows of the pages of one 2 MiB zone (one leaf of the
- * tree, allocated with it: 3.5 KiB per 2 MiB that ever held an entry).
+ * tree, allocated with it: 5.5 KiB per 2 MiB that ever held an entry).
  * Fault threads write stamps, hotness and refault counts with relaxed
  * atomics; the manager reads them and keeps the back-off (docs/reclaim.md).
  */
@@ -28,6 +28,11 @@ typedef struct PageMeta {
         _Atomic uint32_t stamp[PMETA_PAGES]; /* last use seen (age_stamp()), 0: never */
         _Atomic uint16_t epoch[PMETA_PAGES]; /* the client's eviction epoch when evicted */
         _Atomic uint8_t hot[PMETA_PAGES];    /* CLOCK count: passes of the hand it survives */
+        /* fault history (serve.c history_note()): the page that faulted
+         * next after this one, as a distance in pages (signed, << 2), and
+         * how many times in a row that was seen (the low 2 bits, capped
+         * at 3; 0: nothing known). Fault threads, under serve_lock */
+        _Atomic uint32_t next[PMETA_PAGES];
         _Atomic uint32_t refaults;           /* refaults in the zone, ever */
         /* manager thread only */
         uint32_t refaults_seen;              /* refaults at the last look */
