@@ -638,11 +638,29 @@ static void history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
         atomic_store_explicit(n, v, memory_order_relaxed);
 }
 
+/* Is the uffd quiet? A message waiting (a fault the chain did not
+ * foresee, or an event) is read, left to be handled next (mm->stash, as
+ * fault-around's ra_look()), and ends the chain: no fault waits behind
+ * pages brought back on a guess. */
+static bool history_quiet(FaultThread *ft, MMClient *mm) {
+        struct uffd_msg msg;
+
+        if (mm->has_stash)
+                return false;
+        if (uffd_read_msg(mm, &msg) != sizeof(msg))
+                return true;
+        TRACE(TR_RALOOK, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);
+        mm->stash = msg;
+        mm->has_stash = true;
+        ft->stash_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? now_ns() : 0;
+        return false;
+}
+
 /* Bring back the pages that came after addr the last times, following
- * the chain as far as it is sure. Held pages of the pool only (the
- * second tier's come with their own read); a page present, busy or gone
- * is passed over. The chain's last page is what the next fault pairs
- * with. */
+ * the chain as far as it is sure, while no other message waits. Held
+ * pages of the pool only (the second tier's come with their own read); a
+ * page present, busy or gone is passed over. The last page the chain
+ * reached is what the next fault pairs with. */
 static void history_follow(FaultThread *ft, MMClient *mm, uint64_t addr) {
         uint64_t a = addr;
         unsigned got = 0;
@@ -653,7 +671,7 @@ static void history_follow(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 if ((v & 3) < HIST_SURE)
                         break;
                 uint64_t next = a + (uint64_t)(hist_dist(v) * (int64_t)ZSWAP_PAGE_SIZE);
-                if (next >= PINDEX_MAX_ADDR)
+                if (next >= PINDEX_MAX_ADDR || !history_quiet(ft, mm))
                         break;
                 a = next;
                 RaPage page;
