@@ -20,7 +20,8 @@
  *     clean copies), evicted again and read in address order: the new
  *     content everywhere.
  *
- * With fault_history=no (TEST_DAEMON_ARGS="--set fault_history=no") step 2
+ * The daemon runs with fault_history=yes (it is off by default), then
+ * $TEST_DAEMON_ARGS. With TEST_DAEMON_ARGS="--set fault_history=no" step 2
  * fails: the refaults stay where they were.
  */
 #include <sched.h>
@@ -102,7 +103,9 @@ int main(void) {
         static unsigned order[NPAGES];
         uint64_t refaults, history, first = 0;
 
-        td_start(&d, getenv("TEST_DAEMON_ARGS"));
+        char args[512];
+        snprintf(args, sizeof(args), "--set fault_history=yes %s", getenv("TEST_DAEMON_ARGS") ?: "");
+        td_start(&d, args);
         struct zswap_client *c = td_connect(&d);
 
         /* 1 */
