@@ -6,8 +6,8 @@
 # zswap-lzo) measured in the same run; bench-recompress, the strong tier
 # against zram-lz4 and zstd as the only codec; last, bench-reclaim, the daemon's own
 # reclaim under a resident limit against LRU, FIFO, CLOCK and OPT on the
-# same access traces. bench-overhead.sh, bench-restart, bench-policy and
-# bench-tier are run on their own. Needs root; sets up and tears down its
+# same access traces. bench-overhead.sh, bench-history.sh, bench-restart,
+# bench-policy and bench-tier are run on their own. Needs root; sets up and tears down its
 # own swap (bench/backend.c).
 #
 #   sudo bench/run-all.sh [BUILD_DIR]      (default: build)
