@@ -465,6 +465,21 @@ static unsigned ra_claim(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max
         return n;
 }
 
+/* msg, read ahead of its turn (fault-around's look, the history's), is
+ * handled next by this thread (drain_messages()), in order: a fault is
+ * timed from now. */
+static void stash(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg) {
+        mm->stash = *msg;
+        mm->has_stash = true;
+        ft->stash_t0 = msg->event == UFFD_EVENT_PAGEFAULT ? now_ns() : 0;
+}
+
+/* Pages installed ahead of use (fault-around, the tier's, the history's). */
+static void count_prefetched(MMClient *mm, unsigned n) {
+        atomic_fetch_add_explicit(&mm->st.prefetches, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&mm->core->prefetches, n, memory_order_relaxed);
+}
+
 /*
  * Look at the next message while installing ahead. A fault inside the
  * window is the reader that caught up: it is served by the copies to come
@@ -495,10 +510,7 @@ static bool ra_look(FaultThread *ft, MMClient *mm, uint64_t done_from, uint64_t 
                         return true;
                 }
         }
-        mm->stash = msg;
-        mm->has_stash = true;
-        /* handled next by this thread (drain_messages): time it from now */
-        ft->stash_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? now_ns() : 0;
+        stash(ft, mm, &msg);
         return false;
 }
 
@@ -580,8 +592,7 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 unsigned copied = ra_install(ft, mm, a, pages, n, waiter, keeps_clean(mm));
                 for (unsigned i = 0; i < copied; i++)
                         age_note_use(mm, a + i * ZSWAP_PAGE_SIZE);
-                atomic_fetch_add_explicit(&mm->st.prefetches, copied, memory_order_relaxed);
-                atomic_fetch_add_explicit(&mm->core->prefetches, copied, memory_order_relaxed);
+                count_prefetched(mm, copied);
                 a += (uint64_t)copied * ZSWAP_PAGE_SIZE;
                 if (copied < n)
                         break;
@@ -650,9 +661,7 @@ static bool history_quiet(FaultThread *ft, MMClient *mm) {
         if (uffd_read_msg(mm, &msg) != sizeof(msg))
                 return true;
         TRACE(TR_RALOOK, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);
-        mm->stash = msg;
-        mm->has_stash = true;
-        ft->stash_t0 = msg.event == UFFD_EVENT_PAGEFAULT ? now_ns() : 0;
+        stash(ft, mm, &msg);
         return false;
 }
 
@@ -684,8 +693,7 @@ static void history_follow(FaultThread *ft, MMClient *mm, uint64_t addr) {
         mm->hist_last = a;
         if (!got)
                 return;
-        atomic_fetch_add_explicit(&mm->st.prefetches, got, memory_order_relaxed);
-        atomic_fetch_add_explicit(&mm->core->prefetches, got, memory_order_relaxed);
+        count_prefetched(mm, got);
         atomic_fetch_add_explicit(&mm->core->history_prefetched, got, memory_order_relaxed);
 }
 
@@ -819,8 +827,7 @@ void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow 
                 }
         }
 out:
-        atomic_fetch_add_explicit(&mm->st.prefetches, got, memory_order_relaxed);
-        atomic_fetch_add_explicit(&mm->core->prefetches, got, memory_order_relaxed);
+        count_prefetched(mm, got);
         tier_note_prefetch(mm->core->tier, got);
 }
 
