@@ -8,7 +8,8 @@
 # every pass) and sums one field over it PASSES times, under zswap-run
 # --limit LIMIT, with a daemon of BUILD_DIR of its own: once with
 # fault_history=yes, once with no. Prints each pass's seconds, the total,
-# and the daemon's faults and history_prefetched for each.
+# and the daemon's faults, history_prefetched and the history's guesses
+# (history_right, history_wrong) for each.
 #
 #   sudo bench/bench-history.sh [--objects N] [--passes P] [--limit SIZE] [BUILD_DIR]
 #
@@ -69,8 +70,10 @@ for h in yes no; do
         st=$("$build/client/tools/zswapctl" --socket "$sock" status)
         faults=$(awk '$1 == "faults" { print $2 }' <<< "$st")
         hist=$(awk '$1 == "history_prefetched" { print $2 }' <<< "$st")
-        printf 'fault_history=%-3s passes (s): %s  total %d.%03d s  faults %s  history_prefetched %s\n' \
-                "$h" "$(echo $times)" $((total_ms / 1000)) $((total_ms % 1000)) "$faults" "$hist"
+        right=$(awk '$1 == "history_right" { print $2 }' <<< "$st")
+        wrong=$(awk '$1 == "history_wrong" { print $2 }' <<< "$st")
+        printf 'fault_history=%-3s passes (s): %s  total %d.%03d s  faults %s  history_prefetched %s  guesses right %s wrong %s\n' \
+                "$h" "$(echo $times)" $((total_ms / 1000)) $((total_ms % 1000)) "$faults" "$hist" "$right" "$wrong"
         kill "$dpid"
         wait "$dpid" 2>/dev/null
         dpid=

@@ -302,6 +302,10 @@ typedef struct ZMsgStatusReply {
         /* pages a fault brought back because they had faulted after it
          * before (docs/design.md "Fault history"; of stats.prefetches) */
         uint64_t history_prefetched;
+        /* faults that followed a page whose history was sure: the page it
+         * foresaw, or another (chains are followed only while most are
+         * right) */
+        uint64_t history_right, history_wrong;
 } ZMsgStatusReply;
 
 /*

@@ -88,6 +88,8 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("compact_freed_bytes", K_SIZE, st->compact_freed);
         ADD("refilled", K_COUNT, st->refilled);
         ADD("history_prefetched", K_COUNT, st->history_prefetched);
+        ADD("history_right", K_COUNT, st->history_right);
+        ADD("history_wrong", K_COUNT, st->history_wrong);
         /* the pool's objects by codec: the compressor's, and the strong
          * tier's (zstd: recompressed, or stored by it when the compressor
          * found the page incompressible); stubs of the second tier are

@@ -88,7 +88,7 @@ const ConfigSetting config_settings[] = {
           "keep the compressed copy of a page a read brought back until it is written" },
         { "reclaim", "clean_max", TUNABLE_CLEAN_MAX, "2", RUN, false,
           "most those kept copies may take, in percent of the client's registered memory" },
-        { "reclaim", "fault_history", TUNABLE_FAULT_HISTORY, "no", RUN, false,
+        { "reclaim", "fault_history", TUNABLE_FAULT_HISTORY, "yes", RUN, false,
           "a fault also brings back the held pages that faulted after it the last two times it was taken" },
         { "reclaim", "refill", TUNABLE_REFILL, "yes", RUN, false,
           "bring held pages back ahead of use, most recently used first, when room opens or an idle process wakes" },

@@ -428,6 +428,7 @@ static void regions_changed(MMClient *mm) {
 static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg) {
         switch (msg->event) {
         case UFFD_EVENT_PAGEFAULT:
+                mm->fault_tid = msg->arg.pagefault.feat.ptid;
                 serve(ft, mm, msg->arg.pagefault.address & ~(ZSWAP_PAGE_SIZE - 1),
                       msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE, true);
                 break;

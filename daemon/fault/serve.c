@@ -504,6 +504,7 @@ static bool ra_look(FaultThread *ft, MMClient *mm, uint64_t done_from, uint64_t 
                 if (f >= a && f < end) {
                         *waiter = true;
                         mm->ra_waiter = f;
+                        mm->ra_waiter_tid = msg.arg.pagefault.feat.ptid;
                         /* if the window ends before its page, it becomes the
                          * stash (fault_around): timed from this read */
                         ft->stash_t0 = now_ns();
@@ -601,6 +602,7 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
                 /* the window ended before the waiter's page: serve it next */
                 mm->stash = (struct uffd_msg){ .event = UFFD_EVENT_PAGEFAULT };
                 mm->stash.arg.pagefault.address = mm->ra_waiter;
+                mm->stash.arg.pagefault.feat.ptid = mm->ra_waiter_tid;
                 mm->has_stash = true;
         }
         /* the next fault of a sequential reader is the first page we did
@@ -620,26 +622,40 @@ static void fault_around(FaultThread *ft, MMClient *mm, uint64_t addr) {
  * the same round trip. A random reader never faults twice in a row in
  * the same order, so nothing is brought back for it; a pair that stops
  * holding loses its count one miss at a time. Tunable fault_history.
+ *
+ * A history can be sure and still wrong: a program that thrashes under a
+ * resident limit faults in an order that changes with what the limit
+ * left it, and each page brought back on a wrong guess pushes out one it
+ * still uses. So every fault that follows a sure pair is scored against
+ * it (history_score()): the next fault the history foresaw, or another.
+ * Chains are followed only while, over the last HIST_WINDOW guesses, at
+ * least HIST_RIGHT_PCT % were right. Guesses are scored whether chains
+ * are followed or not, so a client's history resumes once its faults
+ * keep to their order again.
  */
 #define HIST_CHAIN 8                        /* pages a fault brings back by its history, at most */
 #define HIST_SURE 2                         /* times in a row a page must have come next */
 #define HIST_GAP_NS (100ull * 1000000)      /* two faults further apart are no pair */
 #define HIST_FAR (1ll << 29)                /* pages apart that a pair cannot say */
+#define HIST_WINDOW 64                      /* guesses scored together */
+#define HIST_RIGHT_PCT 75                   /* of them right, for chains to be followed */
 
 static int64_t hist_dist(uint32_t n) {
         return (int64_t)(int32_t)n >> 2;
 }
 
-/* addr faulted next after prev */
-static void history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
+/* addr faulted next after prev. Returns whether prev's history had
+ * foreseen it (1) or another page (0); -1: it was not sure of any. */
+static int history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
         int64_t d = ((int64_t)addr - (int64_t)prev) / (int64_t)ZSWAP_PAGE_SIZE;
         PageMeta *meta = pindex_meta(mm->index, prev, false);
 
         if (d == 0 || d >= HIST_FAR || d < -HIST_FAR || !meta)
-                return;
+                return -1;
         /* relaxed: written under serve_lock only; a count, orders nothing */
         _Atomic uint32_t *n = &meta->next[pmeta_idx(prev)];
         uint32_t v = atomic_load_explicit(n, memory_order_relaxed), seen = v & 3;
+        int guess = seen < HIST_SURE ? -1 : hist_dist(v) == d;
         if (seen && hist_dist(v) == d)
                 v = (v & ~3u) | MIN(seen + 1, 3u);
         else if (seen > 1)
@@ -647,6 +663,24 @@ static void history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
         else
                 v = (uint32_t)(int32_t)d << 2 | 1;
         atomic_store_explicit(n, v, memory_order_relaxed);
+        return guess;
+}
+
+/* A guess of mm's history was right or wrong: at the end of each window,
+ * decide whether its chains are followed over the next. */
+static void history_score(MMClient *mm, bool right) {
+        /* relaxed: counters (core.h) */
+        atomic_fetch_add_explicit(right ? &mm->core->history_right : &mm->core->history_wrong, 1,
+                                  memory_order_relaxed);
+        mm->hist_right += right;
+        if (++mm->hist_guesses < HIST_WINDOW)
+                return;
+        bool paused = mm->hist_right * 100 < HIST_WINDOW * HIST_RIGHT_PCT;
+        if (paused != mm->hist_paused)
+                log_debug("pid %d: fault history %s (%u of %u guesses right)", (int)mmclient_pid(mm),
+                          paused ? "paused" : "resumed", mm->hist_right, HIST_WINDOW);
+        mm->hist_paused = paused;
+        mm->hist_guesses = mm->hist_right = 0;
 }
 
 /* Is the uffd quiet? A message waiting (a fault the chain did not
@@ -670,11 +704,11 @@ static bool history_quiet(FaultThread *ft, MMClient *mm) {
  * pages of the pool only (the second tier's come with their own read); a
  * page present, busy or gone is passed over. The last page the chain
  * reached is what the next fault pairs with. */
-static void history_follow(FaultThread *ft, MMClient *mm, uint64_t addr) {
+static uint64_t history_follow(FaultThread *ft, MMClient *mm, uint64_t addr, unsigned *links) {
         uint64_t a = addr;
-        unsigned got = 0;
+        unsigned got = 0, i;
 
-        for (unsigned i = 0; i < HIST_CHAIN; i++) {
+        for (i = 0; i < HIST_CHAIN; i++) {
                 PageMeta *meta = pindex_meta(mm->index, a, false);
                 uint32_t v = meta ? atomic_load_explicit(&meta->next[pmeta_idx(a)], memory_order_relaxed) : 0;
                 if ((v & 3) < HIST_SURE)
@@ -690,11 +724,47 @@ static void history_follow(FaultThread *ft, MMClient *mm, uint64_t addr) {
                         got++;
                 }
         }
-        mm->hist_last = a;
-        if (!got)
-                return;
-        count_prefetched(mm, got);
-        atomic_fetch_add_explicit(&mm->core->history_prefetched, got, memory_order_relaxed);
+        if (got) {
+                count_prefetched(mm, got);
+                atomic_fetch_add_explicit(&mm->core->history_prefetched, got, memory_order_relaxed);
+        }
+        *links = i;
+        return a;
+}
+
+/* The chain of links from addr held: the fault after its end was the one
+ * it foresaw. Its links made no fault to count them again, so they are
+ * counted here; else a link followed since it was sure would be as
+ * unsure after one miss as one just seen twice. */
+static void history_confirm(MMClient *mm, uint64_t addr, unsigned links) {
+        for (uint64_t a = addr; links--;) {
+                PageMeta *meta = pindex_meta(mm->index, a, false);
+                if (!meta)
+                        return;
+                _Atomic uint32_t *n = &meta->next[pmeta_idx(a)];
+                uint32_t v = atomic_load_explicit(n, memory_order_relaxed);
+                if ((v & 3) == 0)
+                        return;
+                if ((v & 3) < 3)
+                        atomic_store_explicit(n, v + 1, memory_order_relaxed);
+                a += (uint64_t)(hist_dist(v) * (int64_t)ZSWAP_PAGE_SIZE);
+        }
+}
+
+/* The history of thread tid of mm: its own, or the one that faulted
+ * longest ago, taken over. */
+static HistThread *history_thread(MMClient *mm, uint32_t tid) {
+        unsigned old = 0;
+
+        for (unsigned i = 0; i < MM_HIST_THREADS; i++) {
+                if (mm->hist[i].tid == tid && mm->hist[i].last)
+                        return &mm->hist[i];
+                if (mm->hist[i].last_ns < mm->hist[old].last_ns)
+                        old = i;
+        }
+        mm->hist[old].tid = tid;
+        mm->hist[old].last = 0;
+        return &mm->hist[old];
 }
 
 /* A fault on a held page at addr was served (and fault-around done):
@@ -705,12 +775,19 @@ static void history_note(FaultThread *ft, MMClient *mm, uint64_t addr) {
         if (!atomic_load_explicit(&mm->core->fault_history, memory_order_relaxed))
                 return;
         uint64_t t = now_ns();
-        if (mm->hist_last && t - mm->hist_last_ns < HIST_GAP_NS)
-                history_pair(mm, mm->hist_last, addr);
-        mm->hist_last = addr;
-        mm->hist_last_ns = t;
-        if (mm->ra_window == 0)
-                history_follow(ft, mm, addr);
+        HistThread *h = history_thread(mm, mm->fault_tid);
+        if (h->last && t - h->last_ns < HIST_GAP_NS) {
+                int guess = history_pair(mm, h->last, addr);
+                if (guess >= 0)
+                        history_score(mm, guess);
+                if (guess == 1)
+                        history_confirm(mm, h->chain_from, h->chain_links);
+        }
+        h->last = h->chain_from = addr;
+        h->last_ns = t;
+        h->chain_links = 0;
+        if (mm->ra_window == 0 && !mm->hist_paused)
+                h->last = history_follow(ft, mm, addr, &h->chain_links);
 }
 
 /*

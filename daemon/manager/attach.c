@@ -143,7 +143,8 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         struct uffdio_api api = { .api = UFFD_API,
                                   .features = UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP |
                                               UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
-                                              UFFD_FEATURE_MOVE | (m->core.wp_async ? UFFD_FEATURE_WP_ASYNC : 0) |
+                                              UFFD_FEATURE_MOVE | UFFD_FEATURE_THREAD_ID |
+                                              (m->core.wp_async ? UFFD_FEATURE_WP_ASYNC : 0) |
                                               (m->core.uffd_poison ? UFFD_FEATURE_POISON : 0) };
         unsigned nlanes;
         MMClient *mm;

@@ -34,6 +34,17 @@ typedef struct PageoutOp PageoutOp;
 /* how long a parent's store is held for a forked child that has not attached */
 #define FORK_HOLD_NS (10ull * 1000000000)
 #define LANE_SLOTS ZSWAP_BATCH_MAX
+/* threads of one process whose fault histories are kept apart */
+#define MM_HIST_THREADS 4
+
+/* one thread's fault history (MMClient.hist): the page its next fault
+ * pairs with, when its last fault was read, the page whose chain that
+ * fault followed and the links it followed */
+typedef struct HistThread {
+        uint64_t last, last_ns, chain_from;
+        uint32_t tid;
+        unsigned chain_links;
+} HistThread;
 
 typedef enum LaneState {
         LANE_FREE,        /* slots unpopulated, may take a new batch */
@@ -379,10 +390,17 @@ typedef struct MMClient {
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */
-        /* fault history (serve.c history_note()): the page a pair's next
-         * fault follows (the last one faulted, or brought back by the
-         * history), and when that fault was read */
-        uint64_t hist_last, hist_last_ns;
+        uint32_t ra_waiter_tid; /* and its thread (its message's ptid) */
+        /* fault history (serve.c history_note()), for each of the last
+         * MM_HIST_THREADS threads that faulted (tid: the fault message's
+         * ptid, 0 where the uffd gives none). fault_tid: the
+         * thread of the fault being served. Then the guesses scored in
+         * this window and how many were right; chains not followed
+         * (history_score()) */
+        HistThread hist[MM_HIST_THREADS];
+        uint32_t fault_tid;
+        unsigned hist_guesses, hist_right;
+        bool hist_paused;
         /* zero-fill-ahead (serve.c zero_ahead()): where the last run of
          * fresh pages mapped to the zero page ended, and the next run's
          * length in pages */

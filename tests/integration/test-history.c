@@ -15,7 +15,13 @@
  *     nine: each brings a chain of 8). There the reader waits for a page
  *     of the chain that is not back yet rather than racing the daemon's
  *     installs (pass()).
- *  3. Then that order written: each page rewritten in the same order
+ *  3. A new order, once the history is sure of the old one: its guesses
+ *     go wrong, and after a window of them it stops following chains, so
+ *     under half the region is brought back on wrong guesses (following
+ *     them all brings back most of it). Then the old order again: the
+ *     guesses come right and the history resumes, refaults under a third
+ *     of the first pass's again.
+ *  4. Then that order written: each page rewritten in the same order
  *     (write faults, and writes into pages the history brought back as
  *     clean copies), evicted again and read in address order: the new
  *     content everywhere.
@@ -24,6 +30,7 @@
  * $TEST_DAEMON_ARGS. With TEST_DAEMON_ARGS="--set fault_history=no" step 2
  * fails: the refaults stay where they were.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -38,6 +45,12 @@ static uint64_t status_history(const TestDaemon *d) {
         ZMsgStatusReply st;
         td_status(d, &st);
         return st.history_prefetched;
+}
+
+static uint64_t status_wrong(const TestDaemon *d) {
+        ZMsgStatusReply st;
+        td_status(d, &st);
+        return st.history_wrong;
 }
 
 static void shuffle(unsigned *order, uint64_t seed) {
@@ -58,7 +71,9 @@ static bool resident(const uint8_t *p) {
 
 #define CHAIN 8                /* pages a fault brings back by its history (serve.c HIST_CHAIN) */
 #define CHAIN_WAIT_NS 200000000ull
-#define CHAIN_GIVE_UP 16       /* waits in a row that saw nothing come: the history is off */
+#define CHAIN_GIVE_UP 16       /* waits in a row that saw nothing come: the history is off, */
+#define CHAIN_RETRY 128        /* or paused: wait again after this many reads */
+#define HIST_WINDOW 64         /* guesses the history scores together (serve.c) */
 
 /*
  * Evict buf whole, read it in order, checking every page: the refaults
@@ -68,17 +83,14 @@ static bool resident(const uint8_t *p) {
  * no other fault waits, and this reader is faster than the daemon's
  * installs on a busy machine, so a read that does not wait would cut the
  * chain short by a race, and the count would say nothing about the
- * history.
+ * history. After CHAIN_GIVE_UP waits in a row for nothing (the history
+ * off, or paused on wrong guesses) it reads on without waiting for
+ * CHAIN_RETRY reads, then waits again.
  */
-static void pass(const TestDaemon *d, struct zswap_client *c, uint8_t *buf, const uint64_t *hashes,
-                 const unsigned *order, bool wait_chain, uint64_t *refaults, uint64_t *history) {
-        struct zswap_stats s0, s1;
-        unsigned since_fault = CHAIN + 1, empty_waits = 0;
+static void walk(const uint8_t *buf, const uint64_t *hashes, const unsigned *order, unsigned n, bool wait_chain) {
+        unsigned since_fault = CHAIN + 1, empty_waits = 0, unwaited = 0;
 
-        ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES * 9 / 10) > 0);
-        td_stats(c, &s0);
-        uint64_t h0 = status_history(d);
-        for (unsigned k = 0; k < NPAGES; k++) {
+        for (unsigned k = 0; k < n; k++) {
                 unsigned i = order[k];
                 const uint8_t *p = buf + (size_t)i * ZSWAP_PAGE_SIZE;
                 bool in = resident(p);
@@ -87,14 +99,83 @@ static void pass(const TestDaemon *d, struct zswap_client *c, uint8_t *buf, cons
                         while (!(in = resident(p)) && test_now_ns() < until)
                                 sched_yield();
                         empty_waits = in ? 0 : empty_waits + 1;
+                } else if (empty_waits >= CHAIN_GIVE_UP && ++unwaited >= CHAIN_RETRY) {
+                        empty_waits = unwaited = 0; /* the history may have resumed */
                 }
                 since_fault = in ? since_fault + 1 : 1;
                 if (page_hash(p) != hashes[i])
                         test_fail("page %u (read %u of the pass) differs", i, k);
         }
+}
+
+static void pass(const TestDaemon *d, struct zswap_client *c, uint8_t *buf, const uint64_t *hashes,
+                 const unsigned *order, bool wait_chain, uint64_t *refaults, uint64_t *history) {
+        struct zswap_stats s0, s1;
+
+        ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES * 9 / 10) > 0);
+        td_stats(c, &s0);
+        uint64_t h0 = status_history(d);
+        walk(buf, hashes, order, NPAGES, wait_chain);
         td_stats(c, &s1);
         *refaults = s1.refaults - s0.refaults;
         *history = status_history(d) - h0;
+}
+
+/* Two threads, each walking its own half of a region in its own order,
+ * at once. */
+typedef struct {
+        const uint8_t *buf;
+        const uint64_t *hashes;
+        const unsigned *order;
+        pthread_barrier_t *go;
+        int passes;
+} Walker;
+
+static void *walker_main(void *arg) {
+        const Walker *w = arg;
+
+        for (int p = 0; p < w->passes; p++) {
+                pthread_barrier_wait(w->go); /* paged out */
+                walk(w->buf, w->hashes, w->order, NPAGES / 2, p >= 2);
+                pthread_barrier_wait(w->go); /* walked */
+        }
+        return NULL;
+}
+
+static void two_walkers(const TestDaemon *d, struct zswap_client *c, uint8_t *buf, const uint64_t *hashes,
+                        const unsigned *order, int passes, uint64_t *refaults, uint64_t *history) {
+        static unsigned halves[2][NPAGES / 2];
+        pthread_barrier_t go;
+        pthread_t t[2];
+        Walker w[2];
+
+        ASSERT_OK(pthread_barrier_init(&go, NULL, 3));
+        for (unsigned h = 0; h < 2; h++) {
+                /* each half in the order its pages take in order */
+                unsigned n = 0;
+                for (unsigned k = 0; k < NPAGES; k++)
+                        if (order[k] / (NPAGES / 2) == h)
+                                halves[h][n++] = order[k];
+                ASSERT_EQ(n, NPAGES / 2);
+                w[h] = (Walker){ buf, hashes, halves[h], &go, passes };
+                ASSERT_OK(pthread_create(&t[h], NULL, walker_main, &w[h]));
+        }
+        for (int p = 0; p < passes; p++) {
+                struct zswap_stats s0, s1;
+                ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES * 9 / 10) > 0);
+                td_stats(c, &s0);
+                uint64_t h0 = status_history(d);
+                pthread_barrier_wait(&go);
+                pthread_barrier_wait(&go);
+                td_stats(c, &s1);
+                refaults[p] = s1.refaults - s0.refaults;
+                history[p] = status_history(d) - h0;
+                fprintf(stderr, "two threads, pass %d: %llu refaults, %llu pages brought back by the history\n", p,
+                        (unsigned long long)refaults[p], (unsigned long long)history[p]);
+        }
+        for (unsigned h = 0; h < 2; h++)
+                ASSERT_OK(pthread_join(t[h], NULL));
+        pthread_barrier_destroy(&go);
 }
 
 int main(void) {
@@ -139,6 +220,38 @@ int main(void) {
         ASSERT_TRUE(first > NPAGES / 2);
 
         /* 3 */
+        static unsigned other[NPAGES];
+        shuffle(other, 78);
+        uint64_t wrong0 = status_wrong(&d);
+        pass(&d, c, buf, hashes, other, false, &refaults, &history);
+        uint64_t wrong = status_wrong(&d) - wrong0;
+        fprintf(stderr, "a new order: %llu refaults, %llu pages brought back, %llu guesses wrong\n",
+                (unsigned long long)refaults, (unsigned long long)history, (unsigned long long)wrong);
+        ASSERT_TRUE(wrong >= HIST_WINDOW);
+        if (history * 2 >= NPAGES)
+                test_fail("a new order: %llu pages brought back on wrong guesses", (unsigned long long)history);
+        pass(&d, c, buf, hashes, order, true, &refaults, &history);
+        fprintf(stderr, "the old order again: %llu refaults, %llu pages brought back\n",
+                (unsigned long long)refaults, (unsigned long long)history);
+        if (refaults * 3 >= first)
+                test_fail("the old order again took %llu refaults, the first %llu", (unsigned long long)refaults,
+                          (unsigned long long)first);
+
+        /* 4 */
+        static uint64_t two_hashes[NPAGES];
+        static unsigned two_order[NPAGES];
+        uint8_t *two = td_region(c, LEN, 0x7e0d, two_hashes);
+        uint64_t two_refaults[5], two_history[5];
+        shuffle(two_order, 79);
+        two_walkers(&d, c, two, two_hashes, two_order, 5, two_refaults, two_history);
+        ASSERT_TRUE(two_refaults[0] > NPAGES / 2);
+        for (int p = 2; p < 5; p++)
+                if (two_refaults[p] * 3 >= two_refaults[0])
+                        test_fail("two threads: pass %d took %llu refaults, the first %llu", p,
+                                  (unsigned long long)two_refaults[p], (unsigned long long)two_refaults[0]);
+        ASSERT_OK(zswap_unregister(c, two, LEN));
+
+        /* 5 */
         ASSERT_TRUE(td_pageout_want(c, buf, LEN, NPAGES * 9 / 10) > 0);
         for (unsigned k = 0; k < NPAGES; k++) {
                 unsigned i = order[k];

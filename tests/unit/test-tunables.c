@@ -32,7 +32,7 @@ static const char *const defaults[][2] = {
         { "interval", "250ms" },      { "recompress_age", "2m" }, { "recompress_level", "9" }, { "recompress_cpu", "10" },
         { "recompress_dict", "yes" },
         { "dedup", "yes" },
-        { "fault_history", "no" },
+        { "fault_history", "yes" },
 };
 
 static bool same(const Tunables *a, const Tunables *b) {
@@ -98,7 +98,7 @@ static const char *const round_trips[][3] = {
         { "recompress_cpu", "2.5", "2.5" },
         { "recompress_dict", "no", "no" },
         { "dedup", "no", "no" },
-        { "fault_history", "yes", "yes" },
+        { "fault_history", "no", "no" },
         { "limit", "none", "0" },
         { "limit", "4096", "4K" },
         { "limit", "4097", "4097" },
@@ -364,7 +364,7 @@ static const char good_conf[] = "# every key, in both sections\n"
                                 "thrash_backoff = 500ms\n"
                                 "keep_clean = no\n"
                                 "clean_max = 50\n"
-                                "fault_history = yes\n"
+                                "fault_history = no\n"
                                 "refill = no\n"
                                 "refill_quiet = 30s\n"
                                 "write_scan = 0\n"
@@ -392,7 +392,7 @@ static const char *const good_values[][2] = {
         { "thrash_refaults", "64" }, { "thrash_backoff", "500ms" }, { "keep_clean", "no" },     { "write_scan", "0" },
         { "interval", "100ms" },    { "clean_max", "50" },     { "pool_compact", "20" },     { "refill", "no" },
         { "refill_quiet", "30s" },  { "recompress_age", "10m" }, { "recompress_level", "12" }, { "recompress_cpu", "25" },
-        { "recompress_dict", "no" },  { "dedup", "no" },          { "fault_history", "yes" },
+        { "recompress_dict", "no" },  { "dedup", "no" },          { "fault_history", "no" },
 };
 
 /* The [reclaim] and [pool] settings of path over t, through the file
