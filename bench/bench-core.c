@@ -35,6 +35,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@
 #define RANDOM_SEED 0x5eed2024ULL
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
+#define BENCH_READERS_MAX 16 /* --walk-threads */
+
 typedef struct Options {
         const char *zswapd;     /* NULL: the zswapd built beside the bench */
         const char *corpus;     /* NULL: corpus_find_dir() */
@@ -68,6 +71,7 @@ typedef struct Options {
         const char *latencies;  /* --latencies DIR: each pass's distribution, for bench/plot.sh */
         bool skip_wake;         /* --skip-wake: no bare round trip measured */
         unsigned walks;         /* --walks N: passes of the random order again after the table's */
+        unsigned walk_threads;  /* --walk-threads N: threads that read each walk, each its share */
         const char *set;        /* --set KEY=VALUE: one policy key for the daemon (zswapd --set) */
 } Options;
 
@@ -101,7 +105,7 @@ typedef struct Run {
         uint64_t *lat;           /* ns, one per fault of the current pass */
         size_t *perm;            /* the random order, same for every phase */
         uint64_t out_bytes, out_ns;
-        unsigned walks;
+        unsigned walks, walk_threads;
         const char *lat_dir;     /* --latencies, NULL: none */
 } Run;
 
@@ -221,26 +225,60 @@ static int measure_pageout(Run *run, Backend *b, BackendClient *c, bool first, R
         return measure_memory(b, out * ZSWAP_PAGE_SIZE, res);
 }
 
-/* Touch every page once, sequentially or in run->perm order, timing each touch. */
-static int measure_faults(Run *run, const char *name, const char *pass, bool random, Latency *ret, Result *res) {
+/* One reader of a pass: every nth page from the first, of the region in
+ * address order or in run->perm order, each touch timed into lat. */
+typedef struct Reader {
+        const Run *run;
+        bool random;
+        size_t first, nth;
+        uint64_t *lat;
+        size_t k; /* faults timed */
+} Reader;
+
+static void *reader_main(void *arg) {
+        Reader *rd = arg;
+        const Run *run = rd->run;
+
+        for (size_t i = rd->first; i < run->n_pages && !bench_interrupted; i += rd->nth) {
+                size_t pg = rd->random ? run->perm[i] : i;
+                const volatile uint8_t *p = run->region + pg * ZSWAP_PAGE_SIZE;
+                uint64_t a = now_ns();
+                (void)*p;
+                uint64_t z = now_ns();
+                if (!(run->resident[pg] & 1))
+                        rd->lat[rd->k++] = z - a;
+        }
+        return NULL;
+}
+
+/* Touch every page once, sequentially or in run->perm order, timing each
+ * touch; with threads > 1, that many threads at once, the ith reading
+ * every threads-th page of the order from the ith (each thread's own
+ * order is then the same every pass). Self CPU counts all of them. */
+static int measure_faults(Run *run, const char *name, const char *pass, bool random, unsigned threads, Latency *ret,
+                          Result *res) {
         double cpu0 = self_cpu_s();
         size_t k = 0, bad, first_bad = 0;
         uint64_t t0 = now_ns(), dt;
+        Reader rd[BENCH_READERS_MAX];
+        pthread_t tid[BENCH_READERS_MAX];
+        size_t share = run->n_pages / threads + 1;
 
-        for (size_t i = 0; i < run->n_pages; i++) {
-                size_t pg = random ? run->perm[i] : i;
-                const volatile uint8_t *p = run->region + pg * ZSWAP_PAGE_SIZE;
-                uint64_t a, z;
-
-                if (bench_interrupted)
-                        return -EINTR;
-                a = now_ns();
-                (void)*p;
-                z = now_ns();
-                if (!(run->resident[pg] & 1))
-                        run->lat[k++] = z - a;
-        }
+        for (unsigned t = 0; t < threads; t++)
+                rd[t] = (Reader){ run, random, t, threads, run->lat + (size_t)t * share, 0 };
+        for (unsigned t = 1; t < threads; t++)
+                if (pthread_create(&tid[t], NULL, reader_main, &rd[t]) != 0)
+                        return fprintf(stderr, "cannot start a reader\n"), -EAGAIN;
+        reader_main(&rd[0]);
+        for (unsigned t = 1; t < threads; t++)
+                pthread_join(tid[t], NULL);
         dt = now_ns() - t0;
+        if (bench_interrupted)
+                return -EINTR;
+        for (unsigned t = 0; t < threads; t++) {
+                memmove(run->lat + k, rd[t].lat, rd[t].k * sizeof(*run->lat));
+                k += rd[t].k;
+        }
         res->self_cpu_s += self_cpu_s() - cpu0;
         res->moved_gib += k * ZSWAP_PAGE_SIZE / GIB;
         latency_summarize(run->lat, k, ret);
@@ -264,11 +302,11 @@ static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
         if (!bench_interrupted)
                 r = measure_pageout(run, b, c, true, res);
         if (r == 0 && !bench_interrupted)
-                r = measure_faults(run, res->name, "sequential", false, &res->seq, res);
+                r = measure_faults(run, res->name, "sequential", false, 1, &res->seq, res);
         if (r == 0 && !bench_interrupted)
                 r = measure_pageout(run, b, c, false, res);
         if (r == 0 && !bench_interrupted)
-                r = measure_faults(run, res->name, "random", true, &res->rnd, res);
+                r = measure_faults(run, res->name, "random", true, 1, &res->rnd, res);
         res->daemon_cpu_s = backend_daemon_cpu_s(b) - cpu0;
         res->pageout_mbs = run->out_ns ? run->out_bytes / (run->out_ns / 1e3) : NAN;
         /* The walks: a program that walks the same scattered data again
@@ -282,7 +320,7 @@ static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
                         return n;
                 (void)region_resident(run);
                 snprintf(pass, sizeof(pass), "walk-%u", w + 1);
-                r = measure_faults(run, res->name, pass, true, &res->walk, &scratch);
+                r = measure_faults(run, res->name, pass, true, run->walk_threads, &res->walk, &scratch);
                 res->bad_pages = scratch.bad_pages;
         }
         return bench_interrupted ? -EINTR : r;
@@ -562,6 +600,8 @@ static void print_machine(const Options *o, const char *corpus_dir) {
                corpus_dir, RANDOM_SEED);
         if (o->set)
                 printf("zswapd runs with --set %s\n", o->set);
+        if (o->walk_threads > 1)
+                printf("each walk is read by %u threads at once\n", o->walk_threads);
 }
 
 /* ---- main ---- */
@@ -569,7 +609,7 @@ static void print_machine(const Options *o, const char *corpus_dir) {
 static void help(void) {
         printf("bench-core [--zswapd PATH] [--size MiB] [--corpus DIR] [--compressor lz4|zstd]\n"
                "           [--workers N] [--skip-zram] [--skip-kzswap] [--skip-wake] [--latencies DIR]\n"
-               "           [--walks N] [--set KEY=VALUE]\n\n"
+               "           [--walks N] [--walk-threads N] [--set KEY=VALUE]\n\n"
                "Measure zswapd against kernel zram (lz4) and kernel zswap (lzo, in front of a swapfile)\n"
                "on real heap pages, and print the project's targets as ratios to zram. Kernel phases\n"
                "need root and take %s. --latencies DIR: each fault-in pass's latency\n"
@@ -577,8 +617,10 @@ static void help(void) {
                "bare userfaultfd round trip of the daemon's fault service is measured (--skip-wake: not),\n"
                "and the random fault is also read against it. --walks N (default 3): after the measured\n"
                "passes, page out and read in the same random order N times more (a program walking the\n"
-               "same data again); the table's walk rows are the last. --set KEY=VALUE: the daemon runs\n"
-               "with that policy key (zswapd --set), e.g. fault_history=no.\n", BACKEND_LOCK_FILE);
+               "same data again); the table's walk rows are the last. --walk-threads N (default 1): N\n"
+               "threads read each walk at once, the ith every Nth page of the order from the ith.\n"
+               "--set KEY=VALUE: the daemon runs with that policy key (zswapd --set), e.g.\n"
+               "fault_history=no.\n", BACKEND_LOCK_FILE);
 }
 
 static int parse_argv(int argc, char **argv, Options *o) {
@@ -594,6 +636,7 @@ static int parse_argv(int argc, char **argv, Options *o) {
                 { "latencies", required_argument, NULL, 'L' },
                 { "skip-wake", no_argument, NULL, 'W' },
                 { "walks", required_argument, NULL, 'k' },
+                { "walk-threads", required_argument, NULL, 'T' },
                 { "set", required_argument, NULL, 'S' },
                 {}
         };
@@ -646,6 +689,12 @@ static int parse_argv(int argc, char **argv, Options *o) {
                         if (*end || o->walks > 100)
                                 return fprintf(stderr, "bad --walks: %s\n", optarg), -EINVAL;
                         break;
+                case 'T':
+                        o->walk_threads = (unsigned)strtoul(optarg, &end, 10);
+                        if (*end || o->walk_threads < 1 || o->walk_threads > BENCH_READERS_MAX)
+                                return fprintf(stderr, "bad --walk-threads: %s (1 to %d)\n", optarg,
+                                               BENCH_READERS_MAX), -EINVAL;
+                        break;
                 default:
                         return -EINVAL;
                 }
@@ -660,7 +709,8 @@ static int run_init(Run *run, const Corpus *corpus, size_t size_mib) {
         run->len = size_mib << 20;
         run->n_pages = run->len / ZSWAP_PAGE_SIZE;
         run->resident = malloc(run->n_pages);
-        run->lat = malloc(run->n_pages * sizeof(*run->lat));
+        /* each reader of a pass times into its own share (measure_faults()) */
+        run->lat = malloc((run->n_pages + BENCH_READERS_MAX) * sizeof(*run->lat));
         run->perm = malloc(run->n_pages * sizeof(*run->perm));
         if (!run->resident || !run->lat || !run->perm)
                 return -ENOMEM;
@@ -700,7 +750,7 @@ static int run_phases(const Options *o, Run *run, Result res[N_BACKENDS]) {
 }
 
 int main(int argc, char **argv) {
-        Options o = { .compressor = "lz4", .size_mib = 1024, .workers = sysconf(_SC_NPROCESSORS_ONLN), .walks = 3 };
+        Options o = { .compressor = "lz4", .size_mib = 1024, .workers = sysconf(_SC_NPROCESSORS_ONLN), .walks = 3, .walk_threads = 1 };
         _cleanup_free_ char *exe = NULL, *corpus_dir = NULL;
         _cleanup_corpus_ Corpus *corpus = NULL;
         Result res[N_BACKENDS];
@@ -725,6 +775,7 @@ int main(int argc, char **argv) {
                 return fprintf(stderr, "out of memory\n"), 1;
         run.lat_dir = o.latencies;
         run.walks = o.walks;
+        run.walk_threads = o.walk_threads;
         for (int i = 0; i < N_BACKENDS; i++)
                 res[i] = (Result) { .daemon_cpu_s = NAN };
         bench_install_signals();
