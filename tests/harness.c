@@ -589,15 +589,26 @@ void td_log_dump(const TestDaemon *d) {
         fclose(f);
 }
 
-bool task_in_userfault(pid_t tid) {
-        char path[64], w[64] = "";
-        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)tid);
+const char *task_wchan(pid_t pid, pid_t tid, char *buf, size_t len) {
+        char path[96];
+
+        if (tid)
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", (int)(pid ? pid : getpid()), (int)tid);
+        else
+                snprintf(path, sizeof(path), "/proc/%d/wchan", (int)(pid ? pid : getpid()));
+        buf[0] = 0;
         FILE *f = fopen(path, "re");
-        if (!f)
-                return false;
-        (void)!fgets(w, sizeof(w), f);
-        fclose(f);
-        return strstr(w, "userfault") != NULL;
+        if (f) {
+                if (!fgets(buf, (int)len, f))
+                        buf[0] = 0;
+                fclose(f);
+        }
+        return buf;
+}
+
+bool task_in_userfault(pid_t tid) {
+        char w[64];
+        return strstr(task_wchan(0, tid, w, sizeof(w)), "userfault") != NULL;
 }
 
 bool vma_flags(const void *addr, char *buf, size_t len) {

@@ -187,6 +187,11 @@ bool td_quota_cgroup(unsigned pct, char *dir, size_t len);
 bool td_cgroup_join(const char *dir, pid_t pid);
 /* Remove cgroup dir once its members have gone (a few seconds at most). */
 void td_cgroup_remove(const char *dir);
+/* Where a task waits in the kernel (its wchan): thread tid of process
+ * pid, pid 0 this process, tid 0 the process as a whole. Into buf, ""
+ * when it cannot be read (a kernel that hides its symbols says "0");
+ * returns buf. */
+const char *task_wchan(pid_t pid, pid_t tid, char *buf, size_t len);
 /* Whether thread tid of this process waits in handle_userfault(). */
 bool task_in_userfault(pid_t tid);
 /* The VmFlags line of the mapping that contains addr (/proc/self/smaps)

@@ -125,14 +125,8 @@ static int client(const char *sock) {
 }
 
 static void print_wchan(pid_t pid) {
-        char path[64], w[64] = "?";
-        snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
-        FILE *f = fopen(path, "re");
-        if (f) {
-                (void)!fgets(w, sizeof(w), f);
-                fclose(f);
-        }
-        fprintf(stderr, "client pid %d waits in %s\n", (int)pid, w);
+        char w[64];
+        fprintf(stderr, "client pid %d waits in %s\n", (int)pid, task_wchan(pid, 0, w, sizeof(w))[0] ? w : "?");
 }
 
 int main(int argc, char **argv) {

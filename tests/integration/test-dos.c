@@ -191,18 +191,12 @@ static void on_interrupt(int sig) {
 }
 
 static void *watch_main(void *arg) {
-        char path[64], w[64];
+        char w[64];
         (void)arg;
-        snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)watch.tid);
         for (;; usleep(1000)) {
                 if (!atomic_load(&watch.closing))
                         continue;
-                w[0] = 0;
-                FILE *f = fopen(path, "re");
-                if (f) {
-                        (void)!fgets(w, sizeof(w), f);
-                        fclose(f);
-                }
+                task_wchan(0, watch.tid, w, sizeof(w));
                 /* a close that is not the last returns at once: one
                  * still running after a second lingers, whatever wchan
                  * says (it says 0 where kernel symbols are hidden) */

@@ -100,15 +100,10 @@ static void dump_tasks(void) {
         struct dirent *e;
 
         while (dir && (e = readdir(dir))) {
-                char path[300], w[64] = "";
+                char w[64];
                 if (e->d_name[0] == '.')
                         continue;
-                snprintf(path, sizeof(path), "/proc/self/task/%s/wchan", e->d_name);
-                FILE *f = fopen(path, "re");
-                if (f) {
-                        (void)!fgets(w, sizeof(w), f);
-                        fclose(f);
-                }
+                task_wchan(0, atoi(e->d_name), w, sizeof(w));
                 fprintf(stderr, "  task %s waits in %s\n", e->d_name, w[0] ? w : "?");
         }
         if (dir)
