@@ -147,6 +147,14 @@ void td_start(TestDaemon *d, const char *extra_args) {
         td_spawn(d);
 }
 
+void td_start_at(TestDaemon *d, const char *sock, const char *extra_args) {
+        test_require_root();
+        memset(d, 0, sizeof(*d));
+        snprintf(d->sock, sizeof(d->sock), "%s", sock);
+        td_set_args(d, extra_args);
+        td_respawn(d);
+}
+
 void td_start_logged(TestDaemon *d, const char *extra_args) {
         test_require_root();
         memset(d, 0, sizeof(*d));

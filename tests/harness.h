@@ -53,6 +53,8 @@ const char *td_daemon_path(void);
 /* The zswapctl built beside it, into ctl (PATH_MAX bytes). */
 void td_ctl_path(char *ctl);
 void td_start(TestDaemon *d, const char *extra_args);
+/* td_start() with the socket at sock, a path of the test's choosing. */
+void td_start_at(TestDaemon *d, const char *sock, const char *extra_args);
 /* td_start() with the daemon's log (stderr) appended to a fresh temporary
  * file, d->log, for tests that check what it says. */
 void td_start_logged(TestDaemon *d, const char *extra_args);

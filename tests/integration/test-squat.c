@@ -222,10 +222,9 @@ static void case_reconnect(const char *where) {
         int rp[2];
 
         /* the daemon on a path in the writable directory */
-        memset(&d, 0, sizeof(d));
-        snprintf(d.sock, sizeof(d.sock), "%s/zswapd.sock", where);
-        snprintf(d.args, sizeof(d.args), "%s", getenv("TEST_DAEMON_ARGS") ? getenv("TEST_DAEMON_ARGS") : "");
-        td_respawn(&d);
+        char sock[sizeof(d.sock)];
+        snprintf(sock, sizeof(sock), "%s/zswapd.sock", where);
+        td_start_at(&d, sock, getenv("TEST_DAEMON_ARGS"));
 
         int go;
         pid_t imp = impostor_fork(d.sock, &go);
