@@ -44,7 +44,7 @@ typedef struct Tunables {
         double clean_max;            /* key "clean_max": most those copies may take, in percent
                                       * of the client's registered memory (default 2) */
         bool fault_history;          /* key "fault_history": a fault also brings back the pages that
-                                      * followed it the last times it was taken (default no) */
+                                      * followed it the last times it was taken (default yes) */
         bool refill;                 /* key "refill": bring held pages back ahead of use when
                                       * room opens or an idle client wakes (default yes) */
         uint64_t refill_quiet_ms;    /* key "refill_quiet": a client quiet this long (no refault, no

@@ -743,7 +743,9 @@ static void history_confirm(MMClient *mm, uint64_t addr, unsigned links) {
                         return;
                 _Atomic uint32_t *n = &meta->next[pmeta_idx(a)];
                 uint32_t v = atomic_load_explicit(n, memory_order_relaxed);
-                if ((v & 3) == 0)
+                /* a link another thread's faults made unsure since: the
+                 * chain is not there to confirm any more */
+                if ((v & 3) < HIST_SURE)
                         return;
                 if ((v & 3) < 3)
                         atomic_store_explicit(n, v + 1, memory_order_relaxed);

@@ -20,13 +20,21 @@
  *     under half the region is brought back on wrong guesses (following
  *     them all brings back most of it). Then the old order again: the
  *     guesses come right and the history resumes, refaults under a third
- *     of the first pass's again.
- *  4. Then that order written: each page rewritten in the same order
+ *     of the first pass's again (a chain's links are counted again when
+ *     the fault after it was foreseen: else the new order's one miss
+ *     each would have made them unsure).
+ *  4. Two threads at once, each walking its half of another region in
+ *     its own fixed order, five times: from the third pass on, under a
+ *     third of the first pass's refaults. Each thread has its own
+ *     history; with one for both, their interleaved faults make pairs
+ *     that never repeat.
+ *  5. Then the order of step 2 written: each page rewritten in that order
  *     (write faults, and writes into pages the history brought back as
  *     clean copies), evicted again and read in address order: the new
  *     content everywhere.
  *
- * The daemon runs with fault_history=yes (it is off by default), then
+ * The daemon runs with fault_history=yes (the default, set so the test
+ * does not depend on it), then
  * $TEST_DAEMON_ARGS. With TEST_DAEMON_ARGS="--set fault_history=no" step 2
  * fails: the refaults stay where they were.
  */
