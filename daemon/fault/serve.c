@@ -666,19 +666,25 @@ static int history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
         return guess;
 }
 
-/* A guess of mm's history was right or wrong: at the end of each window,
- * decide whether its chains are followed over the next. */
+/* A guess of mm's history was right or wrong: once a window of guesses
+ * is sure to have at least HIST_RIGHT_PCT % right or not, decide whether
+ * its chains are followed over the next. */
 static void history_score(MMClient *mm, bool right) {
+        const unsigned need = (HIST_WINDOW * HIST_RIGHT_PCT + 99) / 100;
+
         /* relaxed: counters (core.h) */
         atomic_fetch_add_explicit(right ? &mm->core->history_right : &mm->core->history_wrong, 1,
                                   memory_order_relaxed);
         mm->hist_right += right;
-        if (++mm->hist_guesses < HIST_WINDOW)
+        mm->hist_guesses++;
+        /* decided as soon as the window's outcome is certain: enough
+         * right, or too many wrong for the rest to make up */
+        if (mm->hist_right < need && mm->hist_guesses - mm->hist_right <= HIST_WINDOW - need)
                 return;
-        bool paused = mm->hist_right * 100 < HIST_WINDOW * HIST_RIGHT_PCT;
+        bool paused = mm->hist_right < need;
         if (paused != mm->hist_paused)
                 log_debug("pid %d: fault history %s (%u of %u guesses right)", (int)mmclient_pid(mm),
-                          paused ? "paused" : "resumed", mm->hist_right, HIST_WINDOW);
+                          paused ? "paused" : "resumed", mm->hist_right, mm->hist_guesses);
         mm->hist_paused = paused;
         mm->hist_guesses = mm->hist_right = 0;
 }
