@@ -266,12 +266,15 @@ static int measure_faults(Run *run, const char *name, const char *pass, bool ran
 
         for (unsigned t = 0; t < threads; t++)
                 rd[t] = (Reader){ run, random, t, threads, run->lat + (size_t)t * share, 0 };
-        for (unsigned t = 1; t < threads; t++)
-                if (pthread_create(&tid[t], NULL, reader_main, &rd[t]) != 0)
-                        return fprintf(stderr, "cannot start a reader\n"), -EAGAIN;
-        reader_main(&rd[0]);
-        for (unsigned t = 1; t < threads; t++)
+        unsigned started = 1;
+        while (started < threads && pthread_create(&tid[started], NULL, reader_main, &rd[started]) == 0)
+                started++;
+        if (started == threads)
+                reader_main(&rd[0]);
+        for (unsigned t = 1; t < started; t++)
                 pthread_join(tid[t], NULL);
+        if (started < threads)
+                return fprintf(stderr, "cannot start reader %u of %u\n", started + 1, threads), -EAGAIN;
         dt = now_ns() - t0;
         if (bench_interrupted)
                 return -EINTR;

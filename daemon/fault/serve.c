@@ -644,16 +644,27 @@ static int64_t hist_dist(uint32_t n) {
         return (int64_t)(int32_t)n >> 2;
 }
 
+/* The record of which page came after a (PageMeta.next): NULL where the
+ * index has no zone for it. Read and written under serve_lock only:
+ * relaxed, a count that orders nothing. */
+static _Atomic uint32_t *hist_link(MMClient *mm, uint64_t a) {
+        PageMeta *meta = pindex_meta(mm->index, a, false);
+        return meta ? &meta->next[pmeta_idx(a)] : NULL;
+}
+
+/* The page a link v from a leads to */
+static uint64_t hist_next(uint64_t a, uint32_t v) {
+        return a + (uint64_t)(hist_dist(v) * (int64_t)ZSWAP_PAGE_SIZE);
+}
+
 /* addr faulted next after prev. Returns whether prev's history had
  * foreseen it (1) or another page (0); -1: it was not sure of any. */
 static int history_pair(MMClient *mm, uint64_t prev, uint64_t addr) {
         int64_t d = ((int64_t)addr - (int64_t)prev) / (int64_t)ZSWAP_PAGE_SIZE;
-        PageMeta *meta = pindex_meta(mm->index, prev, false);
+        _Atomic uint32_t *n = hist_link(mm, prev);
 
-        if (d == 0 || d >= HIST_FAR || d < -HIST_FAR || !meta)
+        if (d == 0 || d >= HIST_FAR || d < -HIST_FAR || !n)
                 return -1;
-        /* relaxed: written under serve_lock only; a count, orders nothing */
-        _Atomic uint32_t *n = &meta->next[pmeta_idx(prev)];
         uint32_t v = atomic_load_explicit(n, memory_order_relaxed), seen = v & 3;
         int guess = seen < HIST_SURE ? -1 : hist_dist(v) == d;
         if (seen && hist_dist(v) == d)
@@ -715,11 +726,11 @@ static uint64_t history_follow(FaultThread *ft, MMClient *mm, uint64_t addr, uns
         unsigned got = 0, i;
 
         for (i = 0; i < HIST_CHAIN; i++) {
-                PageMeta *meta = pindex_meta(mm->index, a, false);
-                uint32_t v = meta ? atomic_load_explicit(&meta->next[pmeta_idx(a)], memory_order_relaxed) : 0;
+                _Atomic uint32_t *n = hist_link(mm, a);
+                uint32_t v = n ? atomic_load_explicit(n, memory_order_relaxed) : 0;
                 if ((v & 3) < HIST_SURE)
                         break;
-                uint64_t next = a + (uint64_t)(hist_dist(v) * (int64_t)ZSWAP_PAGE_SIZE);
+                uint64_t next = hist_next(a, v);
                 if (next >= PINDEX_MAX_ADDR || !history_quiet(ft, mm))
                         break;
                 a = next;
@@ -743,19 +754,16 @@ static uint64_t history_follow(FaultThread *ft, MMClient *mm, uint64_t addr, uns
  * counted here; else a link followed since it was sure would be as
  * unsure after one miss as one just seen twice. */
 static void history_confirm(MMClient *mm, uint64_t addr, unsigned links) {
-        for (uint64_t a = addr; links--;) {
-                PageMeta *meta = pindex_meta(mm->index, a, false);
-                if (!meta)
-                        return;
-                _Atomic uint32_t *n = &meta->next[pmeta_idx(a)];
-                uint32_t v = atomic_load_explicit(n, memory_order_relaxed);
+        for (uint64_t a = addr; links--; ) {
+                _Atomic uint32_t *n = hist_link(mm, a);
+                uint32_t v = n ? atomic_load_explicit(n, memory_order_relaxed) : 0;
                 /* a link another thread's faults made unsure since: the
                  * chain is not there to confirm any more */
                 if ((v & 3) < HIST_SURE)
                         return;
                 if ((v & 3) < 3)
                         atomic_store_explicit(n, v + 1, memory_order_relaxed);
-                a += (uint64_t)(hist_dist(v) * (int64_t)ZSWAP_PAGE_SIZE);
+                a = hist_next(a, v);
         }
 }
 
