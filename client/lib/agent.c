@@ -160,21 +160,19 @@ void staging_free(struct zswap_client *c, size_t off, size_t len) {
                 ioctl(c->uffd, UFFDIO_REGISTER, &reg);
 }
 
-/* false: left undone, the daemon that sent it is gone */
-static bool agent_release(struct zswap_client *c, int sock, const ZMsgRelease *m) {
+static void agent_release(struct zswap_client *c, int sock, const ZMsgRelease *m) {
         ZMsgRelease done = *m;
 
         /* a dead daemon's last release: its store may still name pages in
          * those slots (STAGED), which the next daemon reads from there; the
          * slots are emptied once it has (test-restart load lost pages so) */
         if (daemon_gone(sock))
-                return false;
+                return;
 
         if ((uint64_t)m->slot0 + m->nslots <= STAGING_BYTES / ZSWAP_PAGE_SIZE)
                 staging_free(c, (size_t)m->slot0 * ZSWAP_PAGE_SIZE, (size_t)m->nslots * ZSWAP_PAGE_SIZE);
         zmsg_init(&done.hdr, ZMSG_RELEASE_DONE, m->hdr.id, sizeof(done));
         zmsg_send(sock, &done, sizeof(done), NULL, 0);
-        return true;
 }
 
 static void agent_reply(struct zswap_client *c, const void *buf, ssize_t n, int *fds, size_t nfds) {
@@ -197,21 +195,18 @@ static void agent_reply(struct zswap_client *c, const void *buf, ssize_t n, int 
 }
 
 /* A daemon command. After a recovery, whatever the dead daemon left in
- * staging goes first: the new one took what it needed before answering.
- * false: a RELEASE left undone (its daemon is gone), so its slots are
- * still populated. */
-bool agent_command(struct zswap_client *c, int sock, const void *buf) {
+ * staging goes first: the new one took what it needed before answering. */
+void agent_command(struct zswap_client *c, int sock, const void *buf) {
         const ZMsgHeader *h = buf;
 
         if (c->staging_stale) {
                 staging_free(c, 0, STAGING_BYTES);
                 c->staging_stale = false;
         }
-        if (h->type == ZMSG_MOVE) {
+        if (h->type == ZMSG_MOVE)
                 agent_move(c, sock, buf);
-                return true;
-        }
-        return agent_release(c, sock, buf);
+        else
+                agent_release(c, sock, buf);
 }
 
 /* A lost connection: look for a new daemon (true: go on with it), or not. */
@@ -246,11 +241,6 @@ __thread bool zswap_self __attribute__((tls_model("initial-exec")));
 static void *agent_main(void *arg) {
         struct zswap_client *c = arg;
         _Alignas(8) uint8_t buf[ZSWAP_MSG_MAX];
-        /* A RELEASE of this connection was left undone: the daemon sends
-         * a PAGEOUT's answer right behind its last RELEASE, saying the
-         * slots are empty, so no answer after it is handed over (the
-         * requests fail as any that a dead daemon never answered) */
-        bool undone = false;
 
         zswap_self = true;
 
@@ -261,17 +251,15 @@ static void *agent_main(void *arg) {
                 if (n == -EINTR || n == -EMSGSIZE)
                         continue;
                 if (n <= 0) {
-                        if (agent_lost(c)) {
-                                undone = false;
+                        if (agent_lost(c))
                                 continue;
-                        }
                         break;
                 }
                 const ZMsgHeader *h = (const ZMsgHeader *)buf;
                 bool valid = zmsg_validate(buf, (size_t)n) == 0;
                 if (valid && (h->type == ZMSG_MOVE || h->type == ZMSG_RELEASE))
-                        undone |= !agent_command(c, c->sock, buf);
-                else if (valid && zmsg_is_reply(h->type) && !undone) {
+                        agent_command(c, c->sock, buf);
+                else if (valid && zmsg_is_reply(h->type)) {
                         agent_reply(c, buf, n, fds, nfds);
                         nfds = 0;
                 }

@@ -174,7 +174,7 @@ int request(struct zswap_client *c, void *msg, size_t len, const int *fds, size_
 
 /* ---- agent.c ---- */
 void staging_free(struct zswap_client *c, size_t off, size_t len);
-bool agent_command(struct zswap_client *c, int sock, const void *buf);
+void agent_command(struct zswap_client *c, int sock, const void *buf);
 int agent_start(struct zswap_client *c);
 
 /* ---- connect.c ---- */

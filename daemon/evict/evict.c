@@ -546,24 +546,8 @@ static void lane_try_release(Core *core, MMClient *mm, unsigned li) {
         msg.slot0 = li * LANE_SLOTS;
         msg.nslots = LANE_SLOTS;
         lane_set_state(mm, lane, LANE_RELEASING);
-        if (core->ops->send(mm->conn, &msg, sizeof(msg)) < 0) {
+        if (core->ops->send(mm->conn, &msg, sizeof(msg)) < 0)
                 core->ops->kill(mm->conn, "agent not reading its socket");
-                return;
-        }
-        /* The last lane of a request the client itself sent: its answer
-         * follows the RELEASE on the same socket. The agent reads both in
-         * order, so the slots are empty before the caller sees the answer,
-         * and the answer does not wait for RELEASE_DONE to come back here
-         * (two wake-ups fewer a request). The lane stays RELEASING until
-         * then, so no move targets it. Answers that go elsewhere
-         * (zswapctl's, a group's) keep waiting: their sender would see the
-         * staging pages still resident. */
-        PageoutOp *op = lane->op;
-        if (op && op->inflight == 1 && !op->group && op->conn == mm->conn && !op_has_more(op)) {
-                lane->op = NULL;
-                op->inflight = 0;
-                op_finish(core, mm, op);
-        }
 }
 
 static void lane_compressed(Core *core, MMClient *mm, unsigned li, uint64_t stored) {
