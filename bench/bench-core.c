@@ -59,6 +59,8 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 #define BENCH_READERS_MAX 16 /* --walk-threads */
+#define SMALL_PAGES 16         /* pages a call of the small pageouts */
+#define SMALL_CALLS 512        /* small pageouts, at most (the region's pages / SMALL_PAGES) */
 
 typedef struct Options {
         const char *zswapd;     /* NULL: the zswapd built beside the bench */
@@ -90,6 +92,7 @@ typedef struct Result {
         double mem_ratio;     /* original / memory used */
         Latency seq, rnd;
         Latency walk;         /* the last of the walks: the random order once more, after a pageout */
+        Latency small;        /* small pageouts: each call's time (median_us, p99_us), SMALL_PAGES a call */
         double daemon_cpu_s;  /* NAN where there is no daemon */
         double self_cpu_s;    /* timed sections only */
         double moved_gib;     /* paged out + faulted back */
@@ -298,6 +301,36 @@ static int measure_faults(Run *run, const char *name, const char *pass, bool ran
         return 0;
 }
 
+/* Small pageouts: a program that pages out a little at a time (as
+ * bench-scale's threads do). Each call takes SMALL_PAGES pages not taken
+ * before, written first (the same bytes again) so that neither store has
+ * a clean copy to drop, and is timed alone: for zswapd a round trip
+ * through the daemon's hand-offs, for the kernel one synchronous
+ * MADV_PAGEOUT. Outside the figures above; every page is read back and
+ * checked after. */
+static int measure_small(Run *run, BackendClient *c, Result *res) {
+        size_t calls = MIN((size_t)SMALL_CALLS, run->n_pages / SMALL_PAGES), bad, first_bad = 0;
+
+        for (size_t i = 0; i < calls && !bench_interrupted; i++) {
+                volatile uint8_t *p = run->region + i * SMALL_PAGES * ZSWAP_PAGE_SIZE;
+                for (size_t k = 0; k < SMALL_PAGES; k++)
+                        p[k * ZSWAP_PAGE_SIZE] = p[k * ZSWAP_PAGE_SIZE];
+                uint64_t t0 = now_ns();
+                int n = backend_pageout(c, (void *)p, SMALL_PAGES * ZSWAP_PAGE_SIZE);
+                run->lat[i] = now_ns() - t0;
+                if (n < 0)
+                        return n;
+        }
+        if (bench_interrupted)
+                return -EINTR;
+        latency_summarize(run->lat, calls, &res->small);
+        bad = corpus_verify(run->corpus, run->region, run->n_pages, &first_bad);
+        res->bad_pages += bad;
+        printf("  %s small pageouts: %zu calls of %d pages, median %.1f us, p99 %.1f us; %zu bad pages\n", res->name,
+               calls, SMALL_PAGES, res->small.median_us, res->small.p99_us, bad);
+        return 0;
+}
+
 static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
         double cpu0 = backend_daemon_cpu_s(b);
         int r = 0;
@@ -326,6 +359,8 @@ static int phase_measure(Run *run, Backend *b, BackendClient *c, Result *res) {
                 r = measure_faults(run, res->name, pass, true, run->walk_threads, &res->walk, &scratch);
                 res->bad_pages = scratch.bad_pages;
         }
+        if (r == 0 && !bench_interrupted)
+                r = measure_small(run, c, res);
         return bench_interrupted ? -EINTR : r;
 }
 
@@ -476,6 +511,8 @@ static void print_table(const Result res[N_BACKENDS]) {
                 { "read-back walk MB/s", "%.0f", offsetof(Result, walk.mbs) },
                 { "walk median us", "%.2f", offsetof(Result, walk.median_us) },
                 { "walk p99 us", "%.2f", offsetof(Result, walk.p99_us) },
+                { "small pageout median us", "%.1f", offsetof(Result, small.median_us) },
+                { "small pageout p99 us", "%.1f", offsetof(Result, small.p99_us) },
                 { "memory ratio (out/used)", "%.2f", offsetof(Result, mem_ratio) },
                 { "RssAnon drop % of region", "%.1f", offsetof(Result, rss_drop_pct) },
                 { "region paged out % (mincore)", "%.1f", offsetof(Result, out_pct) },
@@ -502,7 +539,8 @@ static void print_table(const Result res[N_BACKENDS]) {
                "own (utime+stime, timed sections only); zswapd's is the daemon's (/proc/PID/stat, whole phase)\n"
                "plus the bench's. GiB moved = pages paged out + pages faulted back, both passes.\n"
                "Walk: the random order read again after a pageout, --walks times; the rows are the last\n"
-               "time (a touch of a page zswapd's fault history brought back is no fault).\n");
+               "time (a touch of a page zswapd's fault history brought back is no fault).\n"
+               "Small pageout: one call of 16 written pages, timed alone, 512 calls (the region allowing).\n");
 }
 
 /* zswapd's figure over a kernel's, for a target; NAN if either is missing. */
