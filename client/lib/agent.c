@@ -21,6 +21,7 @@
 
 #include "client.h"
 #include "macro.h"
+#include "pageout-stages.h"
 #include "protocol.h"
 #include "uffd-compat.h"
 #include "util.h"
@@ -80,6 +81,8 @@ static bool daemon_gone(int sock) {
 static void agent_move(struct zswap_client *c, int sock, const ZMsgMove *m) {
         ZMsgMoveDone done = { .npages = m->npages };
         uint32_t idx = 0;
+
+        PAGEOUT_STAGE(PS_MOVE_READ);
 
         /* a dead daemon's last commands: nobody will read the pages, and a
          * reader it left counted in the sync page would make every move
@@ -142,6 +145,7 @@ static void agent_move(struct zswap_client *c, int sock, const ZMsgMove *m) {
                 }
                 idx += (uint32_t)n;
         }
+        PAGEOUT_STAGE(PS_MOVED);
         zmsg_init(&done.hdr, ZMSG_MOVE_DONE, m->hdr.id, sizeof(done));
         zmsg_send(sock, &done, sizeof(done), NULL, 0);
 }
@@ -169,14 +173,18 @@ static void agent_release(struct zswap_client *c, int sock, const ZMsgRelease *m
         if (daemon_gone(sock))
                 return;
 
+        PAGEOUT_STAGE(PS_RELEASE_READ);
         if ((uint64_t)m->slot0 + m->nslots <= STAGING_BYTES / ZSWAP_PAGE_SIZE)
                 staging_free(c, (size_t)m->slot0 * ZSWAP_PAGE_SIZE, (size_t)m->nslots * ZSWAP_PAGE_SIZE);
+        PAGEOUT_STAGE(PS_RELEASED);
         zmsg_init(&done.hdr, ZMSG_RELEASE_DONE, m->hdr.id, sizeof(done));
         zmsg_send(sock, &done, sizeof(done), NULL, 0);
 }
 
 static void agent_reply(struct zswap_client *c, const void *buf, ssize_t n, int *fds, size_t nfds) {
         const ZMsgHeader *h = buf;
+
+        PAGEOUT_STAGE(PS_ANSWER_READ);
 
         pthread_mutex_lock(&c->lock);
         for (Pending *p = c->pending; p; p = p->next)

@@ -11,6 +11,7 @@
 
 #include "client.h"
 #include "macro.h"
+#include "pageout-stages.h"
 #include "protocol.h"
 #include "util.h"
 #include "zswap.h"
@@ -170,7 +171,9 @@ _public_ int zswap_pageout(struct zswap_client *c, void *addr, size_t len) {
         int saved = errno, r;
         int64_t value = 0;
 
+        PAGEOUT_STAGE(PS_SENT);
         r = range_request(c, ZMSG_PAGEOUT, addr, len, &value);
+        PAGEOUT_STAGES_FILE();
         errno = saved;
         if (r < 0)
                 return r;
@@ -269,6 +272,7 @@ _public_ void zswap_disconnect(struct zswap_client *c) {
 
         if (!c)
                 return;
+        PAGEOUT_STAGES_REPORT();
         pthread_mutex_lock(&clients_lock);
         for (struct zswap_client **p = &clients; *p; p = &(*p)->next_client)
                 if (*p == c) {
