@@ -2,7 +2,7 @@
  * preload.c: libzswap-preload.so, zswapd for programs that were never
  * linked with libzswap (zswap-run sets LD_PRELOAD to it).
  *
- * ZSWAP_ATTACH_MS (100 ms) after load the shim's scanner thread connects
+ * ZSWAP_ATTACH_MS (1 s) after load the shim's scanner thread connects
  * to the daemon (libzswap, linked in statically) and hands it every
  * private, anonymous, writable mapping of the process:
  * the brk heap, malloc arenas and mmap'd chunks, jemalloc/tcmalloc extents,
@@ -71,7 +71,9 @@
 #include "util.h"
 
 #define SCAN_MS_DEFAULT 200
-#define ATTACH_MS_DEFAULT 100
+/* a compiler pass or a script's command ends before (the attach is the
+ * dear part of the shim: a few ms each), a program worth managing lives on */
+#define ATTACH_MS_DEFAULT 1000
 #define MIN_SPAN (16 * 1024)        /* smaller mappings are not worth a region */
 #define OWN_MAX (8 + ZSWAP_OWN_MAPS)
 
