@@ -707,6 +707,11 @@ static bool refill_woke(const Reclaim *rc, MMClient *mm, uint64_t now) {
                atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults;
 }
 
+/* Was mm's limit raised or removed since refill_plan() last saw it? */
+static bool refill_room_opened(const MMReclaim *r, uint64_t limit) {
+        return r->refill_limit && (limit == 0 || limit > r->refill_limit);
+}
+
 /*
  * Pages come back ahead of use (refill), most recently used first, when
  * room opens (the pressure controller holds less: pressure_period(); the
@@ -730,6 +735,11 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                 r->refill_limit = limit;
                 return;
         }
+        if (r->op && r->op->inflight)
+                /* the pages of its lanes are neither held nor counted
+                 * (reclaim_evictions) until they are compressed: room
+                 * that opened meanwhile is measured once they are */
+                return;
         if (refill_woke(rc, mm, now) && evictions > r->refill_evictions) {
                 log_debug("pid %d woke after %llu ms without a refault: %llu pages taken meanwhile come back",
                           (int)mmclient_pid(mm), (unsigned long long)(now - r->refill_quiet_ms),
@@ -745,7 +755,7 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         } else if (!r->refill_quiet_ms)
                 r->refill_quiet_ms = now;
         r->wrote = false;
-        if (r->refill_limit && (limit == 0 || limit > r->refill_limit))
+        if (refill_room_opened(r, limit))
                 r->refill_want += limit ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
         r->refill_limit = limit;
 
@@ -836,11 +846,13 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                         reclaim_client(rc, mm, now);
                         continue;
                 }
-                if (rc->tun.refill && (refill_woke(rc, mm, now) || ((r->refill_want || r->refill_wake) && !r->refilling)))
-                        /* it woke, or a refill ended with more wanted: the
-                         * pages back now, not at the next interval */
-                        refill_plan(rc, mm, now, reclaim_client_limit(rc, mm), r->op ? r->op->want : 0);
-                uint64_t limit_pages = reclaim_client_limit(rc, mm) >> ZSWAP_PAGE_SHIFT,
+                uint64_t limit = reclaim_client_limit(rc, mm);
+                if (rc->tun.refill && (refill_woke(rc, mm, now) || ((r->refill_want || r->refill_wake) && !r->refilling) ||
+                                       refill_room_opened(r, limit)))
+                        /* it woke, room opened, or a refill ended with more
+                         * wanted: the pages back now, not at the next interval */
+                        refill_plan(rc, mm, now, limit, r->op ? r->op->want : 0);
+                uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT,
                          back = mmclient_pages_back(mm) - mm->rc.back_at_scan;
                 if (!limit_pages || back < MAX(limit_pages / 16, (uint64_t)EARLY_MIN_PAGES))
                         continue;

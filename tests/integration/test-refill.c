@@ -9,6 +9,9 @@
  *   pageout a client pages half its memory out itself, then gets a limit
  *           that is removed: the refill brings back what the limit took,
  *           never the pages the client paged out.
+ *   midway  a client's limit is removed while the eviction it started
+ *           still compresses: the pages of its lanes in flight come back
+ *           too (the refill measures the room once they are counted).
  *   pressure the pressure controller (min_free 100 %) holds part of a
  *           client out; once memory is plentiful (min_free 1M) it lowers
  *           its target and the pages come back a step a period.
@@ -189,6 +192,37 @@ static void test_pageout(void) {
         td_stop(&d);
 }
 
+static void test_midway(void) {
+        TestDaemon d;
+        static uint64_t hashes[NPAGES];
+
+        struct zswap_client *c;
+        uint8_t *buf = start(&d, "--set interval=100ms", &c, 29, hashes);
+        ASSERT_OK(zswap_set_limit(c, 4 << 20));
+        /* removed as soon as the limit's eviction has pages in flight */
+        double t0 = now_s();
+        struct zswap_stats s;
+        for (;;) {
+                s = client_stats(c);
+                if (s.staged_pages > 0)
+                        break;
+                if (now_s() - t0 > TEST_WAIT_S)
+                        test_fail("limit 4M: nothing in flight after %d s, %llu pages held", TEST_WAIT_S,
+                                  (unsigned long long)(s.stored_pages + s.same_pages));
+                usleep(1000);
+        }
+        ASSERT_OK(zswap_set_limit(c, 0));
+        wait_held(&d, c, 0, "limit removed midway");
+        uint64_t faults = read_all(c, buf, hashes);
+        fprintf(stderr, "midway: %llu pages in flight and %llu held at the removal, %llu refilled, reading every page "
+                        "brought back %llu\n",
+                (unsigned long long)s.staged_pages, (unsigned long long)(s.stored_pages + s.same_pages),
+                (unsigned long long)refilled(&d), (unsigned long long)faults);
+        ASSERT_EQ(faults, 0);
+        zswap_disconnect(c);
+        td_stop(&d);
+}
+
 static void test_pressure(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
@@ -317,8 +351,9 @@ int main(void) {
                 const char *name;
                 void (*fn)(void);
         } cases[] = {
-                { "limit", test_limit }, { "pageout", test_pageout }, { "pressure", test_pressure },
-                { "wake", test_wake },   { "busy", test_busy },       { "off", test_off },
+                { "limit", test_limit }, { "pageout", test_pageout }, { "midway", test_midway },
+                { "pressure", test_pressure }, { "wake", test_wake }, { "busy", test_busy },
+                { "off", test_off },
         };
 
         /* TEST_REFILL_CASES: some of them (comma-separated), all if unset */
