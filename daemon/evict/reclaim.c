@@ -377,10 +377,11 @@ static void pressure_period(Reclaim *rc, uint64_t now) {
         rc->pressure_last_ms = now;
         if (t->pressure_target <= 0 && t->min_free == 0) {
                 if (rc->hold_target && t->refill)
-                        /* the controller turned off: what it held may come back */
+                        /* the controller turned off: what it held may come
+                         * back, counted by refill_plan() (lanes in flight) */
                         for (MMClient *mm = *rc->mms; mm; mm = mm->next)
                                 if (client_managed(mm))
-                                        mm->rc.refill_want = mmclient_held_pages(mm);
+                                        mm->rc.refill_all = true;
                 rc->hold_target = 0;
                 rc->wants_out = false;
                 for (MMClient *mm = *rc->mms; mm; mm = mm->next)
@@ -707,9 +708,10 @@ static bool refill_woke(const Reclaim *rc, MMClient *mm, uint64_t now) {
                atomic_load_explicit(&mm->st.refaults, memory_order_relaxed) != r->refill_refaults;
 }
 
-/* Was mm's limit raised or removed since refill_plan() last saw it? */
+/* Did room open since refill_plan() last looked: mm's limit raised or
+ * removed, or the controller let go? */
 static bool refill_room_opened(const MMReclaim *r, uint64_t limit) {
-        return r->refill_limit && (limit == 0 || limit > r->refill_limit);
+        return r->refill_all || (r->refill_limit && (limit == 0 || limit > r->refill_limit));
 }
 
 /*
@@ -733,6 +735,7 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         if (!rc->tun.refill) {
                 r->refill_want = r->refill_wake = 0;
                 r->refill_limit = limit;
+                r->refill_all = false;
                 return;
         }
         if (r->op && r->op->inflight)
@@ -756,8 +759,9 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                 r->refill_quiet_ms = now;
         r->wrote = false;
         if (refill_room_opened(r, limit))
-                r->refill_want += limit ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
+                r->refill_want += limit && !r->refill_all ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
         r->refill_limit = limit;
+        r->refill_all = false;
 
         /* room refills bring back only what the policies took (limit,
          * pressure, idle), never what a pageout asked for; the wake

@@ -151,8 +151,9 @@ typedef struct MMReclaim {
          * room opened (the controller, the limit) and because the client
          * woke; of the policies' evictions (reclaim_evictions), those
          * room refills brought back; whether a FW_REFILL is out (and its
-         * wake part); the limit at the last tick; the refaults and
-         * evictions counted when the client last took a refault */
+         * wake part); the limit at the last tick; whether the controller
+         * let go of everything it held since; the refaults and evictions
+         * counted when the client last took a refault */
         uint64_t refill_want, refill_wake, room_refilled;
         uint32_t refill_out_wake;
         /* the stamp the pages wanted start from (refill_since()), worked
@@ -162,6 +163,7 @@ typedef struct MMReclaim {
         uint64_t refill_cut_for;
         bool refilling;
         uint64_t refill_limit;
+        bool refill_all;
         uint64_t refill_refaults, refill_evictions, refill_quiet_ms;
         /* a write scan found more pages written than came back since the
          * one before (the program wrote), since the last refill_plan();

@@ -15,6 +15,8 @@
  *   pressure the pressure controller (min_free 100 %) holds part of a
  *           client out; once memory is plentiful (min_free 1M) it lowers
  *           its target and the pages come back a step a period.
+ *   letgo   the same, but the controller is turned off (min_free 0):
+ *           everything it held comes back.
  *   wake    a client is paged out while it does nothing; after
  *           refill_quiet it touches one page, and the pages taken while it
  *           was quiet come back before it reads them (checked whole).
@@ -223,13 +225,16 @@ static void test_midway(void) {
         td_stop(&d);
 }
 
-static void test_pressure(void) {
+/* The controller (min_free 100 %) holds part of a client out; then
+ * `zswapctl set min_free` to value: every page comes back. */
+static void pressure_then(const char *value, uint64_t seed) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
+        char cmd[64];
 
         /* more free memory than the machine has: the controller holds out more each period */
         struct zswap_client *c;
-        uint8_t *buf = start(&d, "--set min_free=100% --set pressure_step=25 --set pressure_period=1s --set interval=100ms", &c, 23, hashes);
+        uint8_t *buf = start(&d, "--set min_free=100% --set pressure_step=25 --set pressure_period=1s --set interval=100ms", &c, seed, hashes);
         double t0 = now_s();
         for (;;) {
                 uint64_t h = held_pages(c);
@@ -239,17 +244,27 @@ static void test_pressure(void) {
                         test_fail("pressure: %llu pages held after %d s", (unsigned long long)h, TEST_WAIT_S);
                 usleep(100 * 1000);
         }
-        /* memory is plentiful now: the target comes down a step a period */
-        ASSERT_EQ(td_ctl(&d, "set min_free 1M"), 0);
+        snprintf(cmd, sizeof(cmd), "set min_free %s", value);
+        ASSERT_EQ(td_ctl(&d, cmd), 0);
         uint64_t held = held_pages(c);
-        wait_held(&d, c, 0, "pressure gone");
+        wait_held(&d, c, 0, cmd);
         uint64_t back = read_all(c, buf, hashes);
-        fprintf(stderr, "pressure: %llu pages held, %llu refilled; reading every page brought back %llu\n",
+        fprintf(stderr, "min_free %s: %llu pages held, %llu refilled; reading every page brought back %llu\n", value,
                 (unsigned long long)held, (unsigned long long)refilled(&d), (unsigned long long)back);
         ASSERT_EQ(back, 0);
         ASSERT_TRUE(refilled(&d) >= held);
         zswap_disconnect(c);
         td_stop(&d);
+}
+
+/* memory is plentiful now: the target comes down a step a period */
+static void test_pressure(void) {
+        pressure_then("1M", 23);
+}
+
+/* the controller turned off: what it held comes back at once */
+static void test_letgo(void) {
+        pressure_then("0", 31);
 }
 
 /* Page the whole region out while the client is quiet, wait refill_quiet,
@@ -352,8 +367,8 @@ int main(void) {
                 void (*fn)(void);
         } cases[] = {
                 { "limit", test_limit }, { "pageout", test_pageout }, { "midway", test_midway },
-                { "pressure", test_pressure }, { "wake", test_wake }, { "busy", test_busy },
-                { "off", test_off },
+                { "pressure", test_pressure }, { "letgo", test_letgo }, { "wake", test_wake },
+                { "busy", test_busy }, { "off", test_off },
         };
 
         /* TEST_REFILL_CASES: some of them (comma-separated), all if unset */
