@@ -721,8 +721,9 @@ static bool refill_room_opened(const MMReclaim *r, uint64_t limit) {
  * than the policies took; or when the client takes a refault after
  * refill_quiet without any and without a write seen, while pages were
  * taken from it (it woke: the pages taken meanwhile). Never above the
- * limit, never while an eviction of it is under way or the controller
- * wants more held; one FW_REFILL out at a time, at most REFILL_TICK_MAX
+ * limit, never while an eviction of it is under way (room is measured
+ * once it is done and counted) or the controller wants more held; one
+ * FW_REFILL out at a time, at most REFILL_TICK_MAX
  * pages each, which its fault thread brings back between faults
  * (work.c).
  */
@@ -738,11 +739,6 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                 r->refill_all = false;
                 return;
         }
-        if (r->op && r->op->inflight)
-                /* the pages of its lanes are neither held nor counted
-                 * (reclaim_evictions) until they are compressed: room
-                 * that opened meanwhile is measured once they are */
-                return;
         if (refill_woke(rc, mm, now) && evictions > r->refill_evictions) {
                 log_debug("pid %d woke after %llu ms without a refault: %llu pages taken meanwhile come back",
                           (int)mmclient_pid(mm), (unsigned long long)(now - r->refill_quiet_ms),
@@ -758,6 +754,16 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         } else if (!r->refill_quiet_ms)
                 r->refill_quiet_ms = now;
         r->wrote = false;
+        if (r->op && (r->op->want || r->op->inflight)) {
+                /* a policy eviction still takes pages, or has lanes in
+                 * flight, which reclaim_evictions counts only once they
+                 * are compressed: room that opened meanwhile is measured
+                 * once it is done. The lowest limit meanwhile is the one
+                 * the room opens from. */
+                if (limit && (!r->refill_limit || limit < r->refill_limit))
+                        r->refill_limit = limit;
+                return;
+        }
         if (refill_room_opened(r, limit))
                 r->refill_want += limit && !r->refill_all ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
         r->refill_limit = limit;

@@ -151,8 +151,9 @@ typedef struct MMReclaim {
          * room opened (the controller, the limit) and because the client
          * woke; of the policies' evictions (reclaim_evictions), those
          * room refills brought back; whether a FW_REFILL is out (and its
-         * wake part); the limit at the last tick; whether the controller
-         * let go of everything it held since; the refaults and evictions
+         * wake part); the limit room was last measured from (the lowest
+         * since, while an eviction defers it); whether the controller let
+         * go of everything it held since; the refaults and evictions
          * counted when the client last took a refault */
         uint64_t refill_want, refill_wake, room_refilled;
         uint32_t refill_out_wake;

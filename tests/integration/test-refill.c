@@ -194,33 +194,46 @@ static void test_pageout(void) {
         td_stop(&d);
 }
 
+/*
+ * The limit removed as soon as its eviction has pages in flight: every
+ * page comes back. Whether the removal met lanes in flight is seen
+ * after the fact (the policies' evictions grew after the removal
+ * returned); a round that did not is run again, 10 rounds at most (on
+ * a machine too busy to ever catch one, the last round's checks stand).
+ */
 static void test_midway(void) {
         TestDaemon d;
         static uint64_t hashes[NPAGES];
 
         struct zswap_client *c;
         uint8_t *buf = start(&d, "--set interval=100ms", &c, 29, hashes);
-        ASSERT_OK(zswap_set_limit(c, 4 << 20));
-        /* removed as soon as the limit's eviction has pages in flight */
-        double t0 = now_s();
-        struct zswap_stats s;
-        for (;;) {
-                s = client_stats(c);
-                if (s.staged_pages > 0)
+        for (int round = 1;; round++) {
+                ASSERT_OK(zswap_set_limit(c, 4 << 20));
+                double t0 = now_s();
+                struct zswap_stats s;
+                for (;;) {
+                        s = client_stats(c);
+                        if (s.staged_pages > 0 || (s.resident_bytes <= 4u << 20 && s.stored_pages > 0))
+                                break; /* in flight, or (we were not looking) done */
+                        if (now_s() - t0 > TEST_WAIT_S)
+                                test_fail("limit 4M: nothing evicted after %d s", TEST_WAIT_S);
+                        usleep(1000);
+                }
+                ASSERT_OK(zswap_set_limit(c, 0));
+                struct zswap_stats after = client_stats(c);
+                wait_held(&d, c, 0, "limit removed midway");
+                uint64_t faults = read_all(c, buf, hashes);
+                struct zswap_stats end = client_stats(c);
+                bool hit = end.reclaim_evictions > after.reclaim_evictions;
+                fprintf(stderr, "midway, round %d: %llu pages in flight at the removal, %llu evicted after it, %llu "
+                                "refilled, reading every page brought back %llu\n",
+                        round, (unsigned long long)s.staged_pages,
+                        (unsigned long long)(end.reclaim_evictions - after.reclaim_evictions),
+                        (unsigned long long)refilled(&d), (unsigned long long)faults);
+                ASSERT_EQ(faults, 0);
+                if (hit || round == 10)
                         break;
-                if (now_s() - t0 > TEST_WAIT_S)
-                        test_fail("limit 4M: nothing in flight after %d s, %llu pages held", TEST_WAIT_S,
-                                  (unsigned long long)(s.stored_pages + s.same_pages));
-                usleep(1000);
         }
-        ASSERT_OK(zswap_set_limit(c, 0));
-        wait_held(&d, c, 0, "limit removed midway");
-        uint64_t faults = read_all(c, buf, hashes);
-        fprintf(stderr, "midway: %llu pages in flight and %llu held at the removal, %llu refilled, reading every page "
-                        "brought back %llu\n",
-                (unsigned long long)s.staged_pages, (unsigned long long)(s.stored_pages + s.same_pages),
-                (unsigned long long)refilled(&d), (unsigned long long)faults);
-        ASSERT_EQ(faults, 0);
         zswap_disconnect(c);
         td_stop(&d);
 }
