@@ -736,7 +736,7 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         if (!rc->tun.refill) {
                 r->refill_want = r->refill_wake = 0;
                 r->refill_limit = limit;
-                r->refill_all = false;
+                r->refill_all = r->refill_deferred = false;
                 return;
         }
         if (refill_woke(rc, mm, now) && evictions > r->refill_evictions) {
@@ -762,8 +762,10 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                  * the room opens from. */
                 if (limit && (!r->refill_limit || limit < r->refill_limit))
                         r->refill_limit = limit;
+                r->refill_deferred = true;
                 return;
         }
+        r->refill_deferred = false;
         if (refill_room_opened(r, limit))
                 r->refill_want += limit && !r->refill_all ? (limit - r->refill_limit) >> ZSWAP_PAGE_SHIFT : held;
         r->refill_limit = limit;
@@ -858,9 +860,11 @@ static void reclaim_early(Reclaim *rc, uint64_t now) {
                 }
                 uint64_t limit = reclaim_client_limit(rc, mm);
                 if (rc->tun.refill && (refill_woke(rc, mm, now) || ((r->refill_want || r->refill_wake) && !r->refilling) ||
-                                       refill_room_opened(r, limit)))
-                        /* it woke, room opened, or a refill ended with more
-                         * wanted: the pages back now, not at the next interval */
+                                       r->refill_all || r->refill_deferred))
+                        /* it woke, the controller let go, a refill ended
+                         * with more wanted, or an eviction deferred the
+                         * room's measure: the pages back now, not at the
+                         * next interval */
                         refill_plan(rc, mm, now, limit, r->op ? r->op->want : 0);
                 uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT,
                          back = mmclient_pages_back(mm) - mm->rc.back_at_scan;

@@ -153,7 +153,8 @@ typedef struct MMReclaim {
          * room refills brought back; whether a FW_REFILL is out (and its
          * wake part); the limit room was last measured from (the lowest
          * since, while an eviction defers it); whether the controller let
-         * go of everything it held since; the refaults and evictions
+         * go of everything it held since; whether an eviction deferred
+         * the room's measure (refill_plan()); the refaults and evictions
          * counted when the client last took a refault */
         uint64_t refill_want, refill_wake, room_refilled;
         uint32_t refill_out_wake;
@@ -164,7 +165,7 @@ typedef struct MMReclaim {
         uint64_t refill_cut_for;
         bool refilling;
         uint64_t refill_limit;
-        bool refill_all;
+        bool refill_all, refill_deferred;
         uint64_t refill_refaults, refill_evictions, refill_quiet_ms;
         /* a write scan found more pages written than came back since the
          * one before (the program wrote), since the last refill_plan();
