@@ -760,9 +760,9 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
                  * are compressed: room that opened meanwhile is measured
                  * once it is done. The lowest limit meanwhile is the one
                  * the room opens from. */
+                r->refill_deferred = refill_room_opened(r, limit);
                 if (limit && (!r->refill_limit || limit < r->refill_limit))
                         r->refill_limit = limit;
-                r->refill_deferred = true;
                 return;
         }
         r->refill_deferred = false;

@@ -153,9 +153,9 @@ typedef struct MMReclaim {
          * room refills brought back; whether a FW_REFILL is out (and its
          * wake part); the limit room was last measured from (the lowest
          * since, while an eviction defers it); whether the controller let
-         * go of everything it held since; whether an eviction deferred
-         * the room's measure (refill_plan()); the refaults and evictions
-         * counted when the client last took a refault */
+         * go of everything it held since; whether room opened that an
+         * eviction deferred measuring (refill_plan()); the refaults and
+         * evictions counted when the client last took a refault */
         uint64_t refill_want, refill_wake, room_refilled;
         uint32_t refill_out_wake;
         /* the stamp the pages wanted start from (refill_since()), worked

@@ -275,7 +275,7 @@ static void test_pressure(void) {
         pressure_then("1M", 23);
 }
 
-/* the controller turned off: what it held comes back at once */
+/* the controller turned off: what it held comes back */
 static void test_letgo(void) {
         pressure_then("0", 31);
 }
