@@ -41,6 +41,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_TIER_READ] = { "tier_read", EIO },
         [INJ_LOCK_BUSY] = { "lock_busy", EBUSY },
         [INJ_DECODE] = { "decode", EBADMSG },
+        [INJ_RETRY_NOMEM] = { "retry_nomem", ENOMEM },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

@@ -38,6 +38,7 @@ typedef enum InjectSite {
         INJ_TIER_READ,      /* a fault's read from the backing store: -EIO */
         INJ_LOCK_BUSY,      /* a client's serve_lock found taken where the work is put off (mmclient_serve_trylock()) */
         INJ_DECODE,         /* a fault's decompression of a pool object: -EBADMSG, as if it were corrupt */
+        INJ_RETRY_NOMEM,    /* a fault thread finds no retry at hand: neither memory nor its reserve (uffd-ops.c) */
         _INJ_MAX,
 } InjectSite;
 

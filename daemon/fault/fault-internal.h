@@ -30,7 +30,9 @@
  * A copy that fails with EAGAIN (the kernel is in the middle of an mremap
  * or fork of that address space and has an event queued for us) keeps its
  * page in a retry item of the address space, keeps the entry LOADING, and
- * is retried after the queued messages have been read.
+ * is retried after the queued messages have been read. A page is claimed
+ * only with such an item at hand (retry_ready()); out of memory, nothing
+ * is claimed and the faulting thread is woken to fault again.
  *
  * The files: uffd-ops.c (the uffd ioctls, retries), serve.c (the serve
  * path: page faults), events.c (reading the uffd under serve_lock, the
@@ -171,6 +173,7 @@ struct FaultThread {
         uint64_t lost_since_ns;  /* pages lost on the tier: logged one by one this minute, and not; this thread only */
         unsigned lost_logged, lost_unlogged; /* this thread only */
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
+        uint64_t nomem_warned_ns; /* last "out of memory for a retry" line; this thread only */
         MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
         void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
         Work *restores;     /* unfinished FW_RESTORE, this thread only */
@@ -231,6 +234,8 @@ int uffd_zeropage(int uffd, uint64_t addr);
 void uffd_wake(int uffd, uint64_t addr);
 void uffd_poison(MMClient *mm, uint64_t addr);
 void retry_unpin(Lane *pin);
+bool retry_ready(FaultThread *ft);
+void retry_none(FaultThread *ft, MMClient *mm, uint64_t addr);
 void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page, bool keep,
                bool refault);
 Retry **retry_find(MMClient *mm, uint64_t addr);
@@ -243,7 +248,7 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
              const void *page, uint64_t final, bool keep, bool refault);
 int tier_stub(MMClient *mm, uint64_t origin, TierStub *s);
 int decode(FaultThread *ft, MMClient *mm, uint64_t origin, uint8_t *dst);
-bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
+int serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
                 bool refault);
 Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uint64_t addr, uint64_t loading,
                         uint32_t slot, Lane *lane, bool refault);
@@ -253,7 +258,7 @@ void tier_failed(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t 
                  uint64_t loading, int r);
 void tier_around(FaultThread *ft, MMClient *mm, uint64_t addr, const TierWindow *w);
 void tier_read_done(FaultThread *ft, TierJob *j);
-void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around);
+bool serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around);
 unsigned refill_run(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, uint32_t since, unsigned *got);
 
 /* ---- events.c: reading the uffd, the events ---- */

@@ -375,8 +375,9 @@ void slot_read_done(FaultThread *ft, MemReadOp *op) {
 }
 
 /* Serve a page held in a staging slot (MOVING or STAGED entry v). Returns
- * false if the entry changed under us (caller reloads). */
-bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
+ * 1 when done with it, 0 if the entry changed under us (caller reloads),
+ * -1 when out of memory for a retry (retry_none(): nothing claimed). */
+int serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, uint64_t v, uint64_t final,
                 bool refault) {
         uint32_t slot = pe_slot(v);
         unsigned lane_idx = slot / LANE_SLOTS;
@@ -385,7 +386,16 @@ bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *
                 /* cannot happen unless memory is corrupted: never install garbage */
                 log_error("pid %d: entry at %#llx names slot %u outside staging", (int)mmclient_pid(mm),
                           (unsigned long long)addr, slot);
-                return true;
+                return 1;
+        }
+        if (refault && !retry_ready(ft)) {
+                /* the program's fault on a page in flight: the eviction
+                 * still finishes it, and the fault comes again. (A page
+                 * nobody else finishes any more, an mremap's or one a
+                 * worker handed back, is taken as before: the reserve, or
+                 * pending) */
+                retry_none(ft, mm, addr);
+                return -1;
         }
         Lane *lane = &mm->lanes[lane_idx];
         /* seq_cst pairs with the manager's seq_cst load of users before it
@@ -404,15 +414,15 @@ bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *
                         mm->retries->pin = lane;
                 /* else (no memory for the retry) the pin stays: a lane kept
                  * for ever rather than a page lost */
-                return true;
+                return 1;
         }
         /* seq_cst: the read half of that pairing, after our increment */
         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_seq_cst, memory_order_seq_cst)) {
                 atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
-                return false;
+                return 0;
         }
         if (slot_read_async(ft, mm, addr, loading, slot, lane, refault))
-                return true; /* the retry holds the lane now */
+                return 1; /* the retry holds the lane now */
         int r = mmclient_read(mm, mmclient_slot_addr(mm, slot), ft->page, ZSWAP_PAGE_SIZE);
         TRACE(TR_SLOT, addr, v, (uint64_t)(uint32_t)r | ((uint64_t *)ft->page)[1] << 32);
         if (r < 0) {
@@ -421,14 +431,14 @@ bool serve_slot(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *
                 mmclient_release_payload(mm, loading);
                 atomic_store_explicit(e, 0, memory_order_release);
                 uffd_wake(mm->uffd, addr);
-                return true;
+                return 1;
         }
         install(ft, mm, addr, e, loading, ft->page, final, false, refault);
         /* a copy put off (EAGAIN) keeps the slot, and the lane, until it is
          * made (Retry.pin); else the slot is done with */
         if (!retry_keep_pin(mm, addr, loading, lane))
                 atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
-        return true;
+        return 1;
 }
 
 #define RA_MIN 4    /* pages installed ahead once a reader looks sequential */
@@ -997,8 +1007,9 @@ void tier_read_done(FaultThread *ft, TierJob *j) {
 
 /* Serve a fault at addr (or take a page back for a restore or an event:
  * around false, no fault-around, since only a real fault may look at the
- * uffd's next message). */
-void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around) {
+ * uffd's next message). False: out of memory for a retry, the page was
+ * left as it was (and the thread that faulted woken: retry_none()). */
+bool serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around) {
         _Atomic uint64_t *e = pindex_entry(mm->index, addr, false);
         /* acquire: pairs with the release CAS that published the entry, so
          * the pool object's bytes are visible */
@@ -1014,11 +1025,11 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                                 continue;
                         if (serve_zero(ft, mm, addr, write) && around)
                                 zero_ahead(mm, addr);
-                        return;
+                        return true;
                 case PE_EMPTY:
                         if (serve_zero(ft, mm, addr, write) && around)
                                 zero_ahead(mm, addr);
-                        return;
+                        return true;
                 case PE_CLEAN:
                         /* the page was resident and is gone without an event
                          * we saw (MADV_FREE reclaimed it): its content is
@@ -1028,39 +1039,45 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                                 continue;
                         mmclient_release_payload(mm, v);
                         serve_zero(ft, mm, addr, write);
-                        return;
+                        return true;
                 case PE_LOADING:
                         /* this thread holds it in a retry; its copy will wake the waiter */
-                        return;
+                        return true;
                 case PE_MOVING:
-                case PE_STAGED:
-                        if (serve_slot(ft, mm, addr, e, v, 0, around))
-                                return;
+                case PE_STAGED: {
+                        int r = serve_slot(ft, mm, addr, e, v, 0, around);
+                        if (r != 0)
+                                return r > 0;
                         v = atomic_load_explicit(e, memory_order_acquire);
                         continue;
+                }
                 case PE_STORED:
                 case PE_SAME: {
                         bool tiered = pe_state(v) == PE_STORED && pe_is_tier(v) && ft->pump;
                         if (tiered && tier_reads_full(ft, mm, addr))
-                                return;
+                                return true;
+                        if (!retry_ready(ft)) {
+                                retry_none(ft, mm, addr);
+                                return false;
+                        }
                         uint64_t loading = pe_make_loading(v);
                         if (!atomic_compare_exchange_strong_explicit(e, &v, loading, memory_order_acquire,
                                                                      memory_order_acquire))
                                 continue;
                         if (tiered && tier_read_async(ft, mm, addr, v, loading, around))
-                                return;
+                                return true;
                         int r = decode(ft, mm, v, ft->page);
                         STAGE(ST_DECODED);
                         if (r < 0 && pe_is_tier(v)) {
                                 tier_failed(ft, mm, addr, e, v, loading, r);
-                                return;
+                                return true;
                         }
                         if (r < 0) {
                                 /* never install garbage */
                                 atomic_fetch_add_explicit(&mm->core->pool_corrupt, 1, memory_order_relaxed);
                                 page_lost(ft, mm, addr, e, loading, "its pool object fails to decompress",
                                           "pool_corrupt");
-                                return;
+                                return true;
                         }
                         install(ft, mm, addr, e, loading, ft->page, 0, around && !write && keeps_clean(mm), around);
                         if (pe_is_tier(v)) {
@@ -1072,10 +1089,10 @@ void serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
                                 fault_around(ft, mm, addr);
                                 history_note(ft, mm, addr);
                         }
-                        return;
+                        return true;
                 }
                 default:
-                        return;
+                        return true;
                 }
         }
 }

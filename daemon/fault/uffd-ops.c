@@ -90,18 +90,59 @@ static void retry_free(FaultThread *ft, Retry *r) {
                 free(r);
 }
 
+/*
+ * A page is claimed (LOADING) only with a retry at hand should its copy be
+ * put off (EAGAIN): only this thread reads the event the copy waits for,
+ * so spinning cannot help, and a claimed page left without a retry would
+ * stay LOADING with its thread asleep for good. True: the reserve holds
+ * one (topped up here from malloc once the reserve ran dry). False: out
+ * of memory, nothing may be claimed now (retry_none()).
+ */
+bool retry_ready(FaultThread *ft) {
+        if (INJECT(INJ_RETRY_NOMEM))
+                return false;
+        if (ft->reserve)
+                return true;
+        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        if (!r)
+                return false;
+        r->reserved = true;
+        r->next = NULL;
+        ft->reserve = r;
+        return true;
+}
+
+/* No retry to be had for the fault at addr: nothing was claimed, and the
+ * thread that faulted is woken, to fault again when memory may be back.
+ * Said once every 10 s. */
+void retry_none(FaultThread *ft, MMClient *mm, uint64_t addr) {
+        uint64_t now = now_ns();
+
+        if (!ft->nomem_warned_ns || now - ft->nomem_warned_ns > 10ull * 1000000000) {
+                log_error("pid %d: out of memory for a retry: the fault at %#llx is woken to come again",
+                          (int)mmclient_pid(mm), (unsigned long long)addr);
+                ft->nomem_warned_ns = now;
+        }
+        uffd_wake(mm->uffd, addr);
+}
+
 void retry_add(FaultThread *ft, MMClient *mm, uint64_t addr, uint64_t loading, const void *page, bool keep,
                bool refault) {
-        Retry *r = INJECT_ALLOC(malloc(sizeof(*r)));
+        /* a fault that only waits (loading 0) holds nothing: without a
+         * retry it is woken to come again. A claimed page has one at hand
+         * (retry_ready()) */
+        bool none = !loading && INJECT(INJ_RETRY_NOMEM);
+        Retry *r = none ? NULL : INJECT_ALLOC(malloc(sizeof(*r)));
         if (r)
                 r->reserved = false;
-        else if (ft->reserve) {
-                /* the page must not be lost, and spinning here cannot help:
-                 * only this thread reads the event the copy waits for */
+        else if (ft->reserve && !none) {
                 r = ft->reserve;
                 ft->reserve = r->next;
+        } else if (!loading) {
+                retry_none(ft, mm, addr);
+                return;
         } else {
-                log_error("pid %d: out of memory and retry reserve: page at %#llx stays pending",
+                log_error("pid %d: page at %#llx claimed without a retry at hand: it stays pending",
                           (int)mmclient_pid(mm), (unsigned long long)addr);
                 return;
         }
@@ -176,6 +217,15 @@ void run_retries(FaultThread *ft, MMClient *mm) {
                         /* its read is still in flight: it stays */
                         r->next = mm->retries;
                         mm->retries = r;
+                        continue;
+                }
+                if (r->loading && !retry_ready(ft)) {
+                        /* its install could be put off with no retry to
+                         * keep it in: it waits on the list for memory */
+                        r->next = mm->retries;
+                        mm->retries = r;
+                        atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
+                        ft->retry_due = true;
                         continue;
                 }
                 ft->fault_t0 = r->t0;

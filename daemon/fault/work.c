@@ -200,7 +200,10 @@ static int restore_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         case PE_MOVING:
         case PE_STAGED:
                 c->budget--;
-                serve(c->ft, c->mm, addr, false, false);
+                if (!serve(c->ft, c->mm, addr, false, false)) {
+                        c->busy++; /* out of memory for a retry: left as it was, tried again */
+                        break;
+                }
                 v = atomic_load_explicit(e, memory_order_acquire);
                 /* LOADING: in a retry; on the second tier still: it could
                  * not be read, and is tried again */

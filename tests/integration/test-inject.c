@@ -372,6 +372,8 @@ int main(void) {
         /* installs, syncs, restores and a forked child's sync page put
          * off as if a fault thread held the client (work.c work_locked()) */
         inject_case("lock_busy=~1/2", "lock_busy", false);
+        /* copies put off, and no retry to be had for some of them */
+        inject_case("uffd_copy=EAGAIN:1/3,retry_nomem=~1/2", "uffd_copy,retry_nomem", false);
         bad_clients();
         full_pool();
         return 0;
