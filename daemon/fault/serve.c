@@ -83,8 +83,15 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
          * (test-remap-install). Kept as a retry, it follows the REMAP
          * (remap_cb()), or an UNMAP drops it (remove_cb()). An ENOENT with
          * no event under way is a mapping really gone.
+         *
+         * ENOMEM is not "gone" either: the kernel could not allocate the
+         * page, or charge it to the client's memory cgroup (at its limit,
+         * with nothing its OOM killer could end: mm/userfaultfd.c
+         * mfill_atomic_pte_copy()). Dropped, the page was zero at the
+         * program's next touch; kept, it is tried again every millisecond
+         * (run_due_retries()), as the kernel retries its own fault.
          */
-        if (r == -EAGAIN || (r == -ENOENT && uffd_event_under_way(mm->uffd))) {
+        if (r == -EAGAIN || r == -ENOMEM || (r == -ENOENT && uffd_event_under_way(mm->uffd))) {
                 retry_add(ft, mm, addr, loading, page, keep, refault);
                 return;
         }

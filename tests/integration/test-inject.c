@@ -366,6 +366,9 @@ int main(void) {
                     false);
         inject_case("uffd_register=ENOMEM:1/3,uffd_unregister=ENOMEM:1/2", "uffd_register,uffd_unregister", false);
         inject_case("uffd_register=EBUSY:~1/4,uffd_unregister=ESRCH:1/2", "uffd_register,uffd_unregister", false);
+        /* the kernel's answer when it cannot allocate or charge the page
+         * (the client's memory cgroup at its limit): put off, never lost */
+        inject_case("uffd_copy=ENOMEM:1/3", "uffd_copy", false);
         inject_case("uffd_copy=EEXIST:1/7", "uffd_copy", true);
         inject_case("uffd_copy=ENOENT:1/31,uffd_zeropage=ENOENT:1/5", "uffd_copy,uffd_zeropage", true);
         inject_case("uffd_copy=ESRCH:1/31,uffd_zeropage=ESRCH:1/5", "uffd_copy,uffd_zeropage", true);
