@@ -367,13 +367,15 @@ void slot_read_done(FaultThread *ft, MemReadOp *op) {
                 r->pin_mm = NULL;
         }
         /* release: the page the kernel wrote, and the pin's end, to
-         * whoever installs or frees it */
-        if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_acq_rel) == RS_CANCELLED) {
+         * whoever installs or frees it. seq_cst, with the store of
+         * has_retries: run_retries() stores false, then reads state (said
+         * there) */
+        if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_seq_cst) == RS_CANCELLED) {
                 /* taken off its list by an event already (retry_free()) */
                 retry_unpin(r->pin);
                 free(r);
         } else {
-                atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
+                atomic_store_explicit(&mm->has_retries, true, memory_order_seq_cst);
                 ft->retry_due = true;
         }
         mmclient_unref(mm);
@@ -1000,13 +1002,13 @@ void tier_read_done(FaultThread *ft, TierJob *j) {
         MMClient *mm = r->mm;
 
         atomic_fetch_sub_explicit(&mm->tier_reads, 1, memory_order_relaxed);
-        /* acq_rel: as slot_read_done(), the page and tj to whoever
-         * installs or frees it */
-        if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_acq_rel) == RS_CANCELLED) {
+        /* as slot_read_done(): the page and tj to whoever installs or
+         * frees it, and seq_cst against run_retries() */
+        if (atomic_exchange_explicit(&r->state, RS_READY, memory_order_seq_cst) == RS_CANCELLED) {
                 tier_window_free(&r->tj.win);
                 free(r);
         } else {
-                atomic_store_explicit(&mm->has_retries, true, memory_order_relaxed);
+                atomic_store_explicit(&mm->has_retries, true, memory_order_seq_cst);
                 ft->retry_due = true;
         }
         mmclient_unref(mm);

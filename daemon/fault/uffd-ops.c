@@ -207,13 +207,20 @@ void run_retries(FaultThread *ft, MMClient *mm) {
                 return; /* an install would change the held store */
         Retry *list = mm->retries;
         mm->retries = NULL;
-        atomic_store_explicit(&mm->has_retries, false, memory_order_relaxed);
+        /* seq_cst, the store and the loads of state below: a read's
+         * completion (slot_read_done(), tier_read_done(), on another
+         * thread) writes state, then has_retries; we write has_retries,
+         * then read state. Weaker, both could miss the other (store
+         * buffering, which x86 does): we see READING and keep the retry,
+         * our false lands after its true, and nobody runs the retry (its
+         * fault waits until the client's uffd says something) */
+        atomic_store_explicit(&mm->has_retries, false, memory_order_seq_cst);
 
         while (list) {
                 Retry *r = list;
                 list = r->next;
-                /* acquire: the page the read put there (slot_read_done()) */
-                if (atomic_load_explicit(&r->state, memory_order_acquire) == RS_READING) {
+                /* and the page the read put there (slot_read_done()) */
+                if (atomic_load_explicit(&r->state, memory_order_seq_cst) == RS_READING) {
                         /* its read is still in flight: it stays */
                         r->next = mm->retries;
                         mm->retries = r;

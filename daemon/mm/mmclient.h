@@ -364,7 +364,9 @@ typedef struct MMClient {
         struct Retry *retries; /* copies that met EAGAIN, retried after the next read */
         /* retries != NULL, readable without the lock: set by the reader
          * or by a read's completion (slot_read_done(), tier_read_done()),
-         * cleared by the reader; a hint (run_due_retries()), relaxed */
+         * cleared by the reader; a hint (run_due_retries()), relaxed, but
+         * for the completion's store and run_retries()' clear, seq_cst
+         * with the retry's state (said there) */
         _Atomic bool has_retries;
         /* of the retries, reads of a staging slot in flight (fault.c):
          * added by the reader that submits one, taken off by the thread
