@@ -56,8 +56,10 @@ ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
          * moment ago under serve_lock (event_fork()); an end of a hold by
          * the manager, seen late, only puts the read off, which fork_held()
          * looks at again every millisecond */
-        if (atomic_load_explicit(&mm->fork_hold, memory_order_relaxed)) {
-                /* held for a forked child (fork_held()): read nothing */
+        if (atomic_load_explicit(&mm->fork_hold, memory_order_relaxed) || mmclient_orphans_stopped(mm)) {
+                /* held for a forked child (fork_held()), or its user has
+                 * all the children not attached it may (event_fork()):
+                 * read nothing */
                 errno = EAGAIN;
                 return -1;
         }
@@ -616,8 +618,8 @@ void drain_uffd(FaultThread *ft, MMClient *mm) {
          * No grace at all where no lane is moving (a move then has
          * nowhere to go), or for an agent that was this slow at the last
          * read: it is revoked at once. */
-        if (fork_held(ft, mm))
-                return;
+        if (fork_held(ft, mm) || mmclient_orphans_stopped(mm))
+                return; /* the manager kicks us once the user is under its bound */
         atomic_store_explicit(&mm->fork_unread, false, memory_order_relaxed);
         uint64_t now = now_ns();
         bool held = atomic_load_explicit(&mm->read_deferred, memory_order_relaxed);

@@ -394,6 +394,27 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * published, a fork child's too (here) */
         child->staging_addr = mm->staging_addr;
         child->ft = ft;
+        /* A child that has not attached costs us its uffd, its store and
+         * memory, for as long as it lives, and the kernel, not we, decides
+         * how many a user may have. So a user has at most its
+         * max_connections of them at once: at the bound, neither this
+         * address space nor the child is read any more (uffd_read_msg()),
+         * so their next fork waits in the kernel, until one of the user's
+         * children attaches or exits (users_orphans_unstop(), users.c).
+         * Only that user's processes wait, those that fork at the bound. */
+        uint32_t omax = atomic_load_explicit(&mm->orphans_max, memory_order_relaxed);
+        atomic_store_explicit(&child->orphans_max, omax, memory_order_relaxed);
+        if (omax && child->uid != 0) {
+                uint32_t n = core_orphans_add(mm->core, child->uid, 1);
+                child->orphan_counted = n > 0;
+                if (n >= omax) {
+                        if (!atomic_exchange_explicit(&mm->orphans_stop, true, memory_order_relaxed))
+                                log_warn("uid %u: %u forked children not attached (its max_connections): pid %d "
+                                         "is not served until one attaches or exits",
+                                         (unsigned)child->uid, n, (int)mmclient_pid(mm));
+                        atomic_store_explicit(&child->orphans_stop, true, memory_order_relaxed);
+                }
+        }
         fault_thread_own(ft, child);
         for (unsigned i = 0; mm->core->cfg.fault_shared && i < mm->core->nfts; i++)
                 if (mm->core->fts[i] != ft)

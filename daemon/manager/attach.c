@@ -21,6 +21,7 @@
 #include "memread.h"
 #include "sandbox.h"
 #include "uffd-compat.h"
+#include "users.h"
 #include "util.h"
 
 static int open_uffd_dev(void) {
@@ -192,6 +193,8 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->wp_async = m->core.wp_async;
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
+        /* relaxed: before mm_serve() hands mm to a fault thread */
+        atomic_store_explicit(&mm->orphans_max, users_orphans_max(m, c->uid), memory_order_relaxed);
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
         mm->dict_ok = mm->strong_ok && (c->features & ZHELLO_F_DICT);
         dedups_join(m, mm, c->features);
@@ -316,6 +319,8 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
         mm_set_staging(mm, a, nlanes);
         mm->uid = c->uid;
+        /* relaxed: before mm_serve() hands mm to a fault thread */
+        atomic_store_explicit(&mm->orphans_max, users_orphans_max(m, c->uid), memory_order_relaxed);
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
         mm->dict_ok = mm->strong_ok && (c->features & ZHELLO_F_DICT);
         /* before its entries are taken: its shared ones go to its user's
@@ -471,6 +476,7 @@ int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t n
                         log_warn("pid %d: cannot map its sync page: it runs without the move/unmap handshake",
                                  (int)c->pid);
         }
+        users_orphan_gone(m, found);
         found->id = ++m->next_mm_id;
         found->conn = c;
         c->mm = found;

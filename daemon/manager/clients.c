@@ -172,6 +172,7 @@ void tick_orphans(Manager *m) {
                 }
                 *p = mm->next;
                 /* the child exited without ever attaching */
+                users_orphan_gone(m, mm);
                 mm_link(m, mm);
                 mm_retire(m, mm);
                 p = &m->orphans;

@@ -244,6 +244,7 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         if (!m)
                 return -ENOMEM;
         m->cfg = *cfg;
+        pthread_mutex_init(&m->core.orphan_lock, NULL);
         char err[512];
         if (cfg->conf)
                 r = config_copy(&m->conf, cfg->conf);
@@ -355,6 +356,9 @@ fail:
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        /* nothing is held at a bound of forked children any more: each
+         * client's events are read to the end */
+        users_orphans_release(m);
         while (m->conns)
                 conn_free(m, m->conns);
         /* clients still alive get their pages back before we go (bounded) */

@@ -26,11 +26,18 @@
  *    user as much as an attached client.
  *  - max_requests: the user's connections are taken out of epoll until
  *    the bucket has a token again: slower, never dropped or refused.
+ *  - max_connections bounds the user's forked children not attached yet
+ *    too: each holds a uffd, a store and memory of ours for as long as it
+ *    lives, and a child forked without libzswap's handlers never attaches.
+ *    At the bound the address space that forked, and the child, are not
+ *    read (event_fork()): their next fork waits in the kernel until the
+ *    user is under the bound again (users_orphans_unstop(), at the tick).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 
+#include "fault.h"
 #include "inject.h"
 #include "log.h"
 #include "manager-internal.h"
@@ -204,6 +211,49 @@ void users_link(Manager *m, MMClient *mm) {
                 users_pool(m);
 }
 
+uint32_t users_orphans_max(Manager *m, uid_t uid) {
+        UserLimits lim;
+
+        if (uid == 0)
+                return 0;
+        config_user_limits(&m->conf.users, uid, &lim);
+        uint64_t v = lim.v[UKEY_MAX_CONNECTIONS];
+        return v == 0 ? 1 : v >= UINT32_MAX ? 0 : (uint32_t)v;
+}
+
+void users_orphan_gone(Manager *m, MMClient *mm) {
+        if (!mm->orphan_counted)
+                return;
+        mm->orphan_counted = false;
+        core_orphans_add(&m->core, mm->uid, -1);
+}
+
+/* mm stopped at its user's bound of children not attached: read again
+ * once the user is under it (or the bound is gone) */
+static void orphans_unstop(Manager *m, MMClient *mm, bool all) {
+        /* relaxed: set by a fault thread, a hint; the kick orders */
+        if (!atomic_load_explicit(&mm->orphans_stop, memory_order_relaxed))
+                return;
+        uint32_t max = atomic_load_explicit(&mm->orphans_max, memory_order_relaxed);
+        if (!all && max && core_orphans_add(&m->core, mm->uid, 0) >= max)
+                return;
+        atomic_store_explicit(&mm->orphans_stop, false, memory_order_relaxed);
+        if (mm->ft && fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                log_error("pid %d: cannot wake a fault thread (out of memory)", (int)mmclient_pid(mm));
+}
+
+static void users_orphans_unstop(Manager *m, bool all) {
+        for (MMClient *mm = m->mms; mm; mm = mm->next)
+                orphans_unstop(m, mm, all);
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
+                orphans_unstop(m, mm, all);
+}
+
+void users_orphans_release(Manager *m) {
+        atomic_store_explicit(&m->core.orphans_unbounded, true, memory_order_relaxed);
+        users_orphans_unstop(m, true);
+}
+
 void users_tick(Manager *m) {
         uint64_t now = now_ms();
 
@@ -223,6 +273,7 @@ void users_tick(Manager *m) {
                         c->throttled = false;
         }
         users_pool(m);
+        users_orphans_unstop(m, false);
         /* forget users with neither connections nor clients */
         for (UserState **p = &m->users; *p;) {
                 UserState *u = *p;
@@ -246,8 +297,12 @@ void users_tick(Manager *m) {
 void users_apply(Manager *m) {
         for (UserState *u = m->users; u; u = u->next)
                 config_user_limits(&m->conf.users, u->uid, &u->lim);
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
+        for (MMClient *mm = m->mms; mm; mm = mm->next) {
                 mm->user_limit = users_default_limit(m, mm->uid);
+                atomic_store_explicit(&mm->orphans_max, users_orphans_max(m, mm->uid), memory_order_relaxed);
+        }
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
+                atomic_store_explicit(&mm->orphans_max, users_orphans_max(m, mm->uid), memory_order_relaxed);
         users_pool(m);
 }
 

@@ -64,6 +64,13 @@ void users_link(Manager *m, MMClient *mm);
 /* Every tick: refill the buckets, resume paused connections, sum the
  * pool bytes and set quota_full, forget users with nothing left. */
 void users_tick(Manager *m);
+/* The bound of uid's forked children not attached yet (its
+ * max_connections; 0: none, root), for MMClient.orphans_max. */
+uint32_t users_orphans_max(Manager *m, uid_t uid);
+/* Fork child mm attached or exited: no longer counted for its user. */
+void users_orphan_gone(Manager *m, MMClient *mm);
+/* The daemon exits: nothing is held for the bound any more. */
+void users_orphans_release(Manager *m);
 
 /* After the [users] rules changed (reload): every user's limits anew. */
 void users_apply(Manager *m);

@@ -24,6 +24,32 @@ MMClient *core_take_orphans(Core *core) {
         return orphan_list_take(&core->orphans_new);
 }
 
+uint32_t core_orphans_add(Core *core, uid_t uid, int delta) {
+        uint32_t n = 0;
+        unsigned i, free_i = CORE_ORPHAN_USERS;
+
+        pthread_mutex_lock(&core->orphan_lock);
+        for (i = 0; i < CORE_ORPHAN_USERS; i++) {
+                if (core->orphan_users[i].n && core->orphan_users[i].uid == uid)
+                        break;
+                if (!core->orphan_users[i].n && free_i == CORE_ORPHAN_USERS)
+                        free_i = i;
+        }
+        if (i == CORE_ORPHAN_USERS && delta > 0 && free_i < CORE_ORPHAN_USERS) {
+                i = free_i;
+                core->orphan_users[i].uid = uid;
+        }
+        if (i < CORE_ORPHAN_USERS) {
+                if (delta < 0 && core->orphan_users[i].n < (uint32_t)-delta)
+                        core->orphan_users[i].n = 0;
+                else
+                        core->orphan_users[i].n += (uint32_t)delta;
+                n = core->orphan_users[i].n;
+        }
+        pthread_mutex_unlock(&core->orphan_lock);
+        return n;
+}
+
 /* ---- the pool bound ---- */
 
 bool core_pool_accepts(Core *core) {

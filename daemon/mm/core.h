@@ -15,6 +15,7 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -81,6 +82,8 @@ enum {
         MW_RECOMP_DONE,      /* a worker ended a recompression job (data: its RecompJob, recompress.h) */
 };
 
+#define CORE_ORPHAN_USERS 1024 /* users with forked children not attached at once */
+
 struct Core {
         /* Set by the manager before it starts any other thread (fts, nfts,
          * evictor, tier: as it starts them, before any client exists, so
@@ -108,6 +111,17 @@ struct Core {
          * yet: a fault thread pushes one without a lock (core_adopt_orphan());
          * the manager takes them whenever it looks */
         _Atomic(MMClient *) orphans_new;
+        /* how many of those each user has, from their fork event until
+         * they attach or exit (core_orphans_add()): a user at its bound
+         * forks no more (event_fork()). orphan_lock guards the table;
+         * only fork events and the manager take it. orphans_unbounded:
+         * the daemon is exiting, nothing is held for the bound any more */
+        pthread_mutex_t orphan_lock;
+        struct {
+                uid_t uid;
+                uint32_t n; /* 0: a free slot */
+        } orphan_users[CORE_ORPHAN_USERS];
+        _Atomic bool orphans_unbounded;
 
         /* global counters, relaxed atomics: any thread adds, the manager
          * reads them for statistics and logs; nothing is ordered by them */
@@ -158,6 +172,9 @@ static inline void core_post(Core *core, Work *w) {
 void core_adopt_orphan(Core *core, MMClient *child);
 /* Manager thread: the children pushed since the last call, oldest last. */
 MMClient *core_take_orphans(Core *core);
+/* Any thread: one more, or one fewer, forked child of uid not attached
+ * yet; how many it has now (0 from a full table: not counted). */
+uint32_t core_orphans_add(Core *core, uid_t uid, int delta);
 
 /* Is eviction allowed to add to the pool now (pool bound hysteresis)?
  * Any thread. */

@@ -498,6 +498,13 @@ bool mmclient_alive(MMClient *mm) {
         return pidfd_exited(mmclient_pidfd(mm)) == 0 && uffd_mm_alive(mm->uffd);
 }
 
+bool mmclient_orphans_stopped(MMClient *mm) {
+        /* relaxed: hints; the manager kicks the fault thread after it
+         * clears the stop, and sets orphans_unbounded before it exits */
+        return atomic_load_explicit(&mm->orphans_stop, memory_order_relaxed) &&
+               !atomic_load_explicit(&mm->core->orphans_unbounded, memory_order_relaxed);
+}
+
 bool mmclient_parent_gone(const MMClient *mm) {
         return pidfd_exited(mm->parent_pidfd) == 1;
 }

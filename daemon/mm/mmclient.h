@@ -331,6 +331,22 @@ typedef struct MMClient {
         /* its uffd was not read for a hold: read it once the hold is over
          * (a hint any fault thread takes, relaxed) */
         _Atomic bool fork_unread;
+        /* its user had as many forked children not attached yet as it may
+         * (orphans_max) when this address space forked, or when it was
+         * itself forked: its uffd is not read, so it forks no more, until
+         * the manager sees the user under the bound again and clears
+         * this (users_orphans_unstop(), users.c). Set by its fault
+         * thread, cleared by the manager, relaxed: a hint the kick after
+         * orders */
+        _Atomic bool orphans_stop;
+        /* that bound: its user's max_connections when it attached (0: no
+         * bound, root); a fork child inherits it. Written by the manager
+         * (attach, reload), read by fault threads: relaxed, a setting */
+        _Atomic uint32_t orphans_max;
+        /* counted in core_orphans_add() for its uid: from its fork event
+         * until it attaches or exits (set before it is published, cleared
+         * by the manager) */
+        bool orphan_counted;
         /* the manager answered a FORK_PREPARE: the next fork event is that
          * fork's (set by the manager, taken by the fault thread) */
         _Atomic bool fork_announced;
@@ -761,6 +777,9 @@ int mmclient_pagemap(MMClient *mm, uint64_t start, size_t npages, uint64_t *pm);
 bool mmclient_alive(MMClient *mm);
 /* A fork child not attached yet: has the process that forked it exited? */
 bool mmclient_parent_gone(const MMClient *mm);
+/* Is mm's uffd left unread because its user has all the forked children
+ * not attached it may (MMClient.orphans_stop)? Any thread. */
+bool mmclient_orphans_stopped(MMClient *mm);
 
 /* Read len bytes at remote addr of the client, through its mem fd (never
  * by pid). -ESRCH: the address space is gone (the process exited or

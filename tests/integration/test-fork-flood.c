@@ -1,0 +1,216 @@
+/*
+ * test-fork-flood: an admitted, unprivileged user forks children that
+ * never attach, and keeps them alive.
+ *
+ * Every fork of a client's address space gives the daemon the child's
+ * userfaultfd (UFFD_EVENT_FORK), and the daemon keeps it as an orphan
+ * until the child attaches or exits (daemon/fault/fork.c event_fork(),
+ * tick_orphans()): the uffd, a store (a memfd), a duplicate of the sync
+ * page's memfd and of the parent's pidfd, four descriptors, besides the
+ * child's copy of its parent's regions and index, all in locked memory.
+ * A child forked without libzswap's handlers (a raw clone) never
+ * attaches, and the user's processes are bounded only by the kernel
+ * (RLIMIT_NPROC, pid_max). Unbounded, one connection of one user could
+ * take every descriptor the daemon may open, and then nobody connects
+ * (accept fails with EMFILE) and no client's fork returns (its event
+ * cannot be read without a free descriptor). So a user's children not
+ * attached count against its max_connections: at the bound, its next
+ * fork waits (docs/security.md, "Fork children that never attach").
+ *
+ * To keep the test cheap the daemon's RLIMIT_NOFILE is lowered (prlimit)
+ * to what it holds plus 600, so 200 sleeping children suffice; at the
+ * real limit it takes more processes, never a quota of the user's.
+ *
+ * The attacker (U_FLOOD, max_connections 4) connects once with libzswap,
+ * registers and evicts 64 pages, and forks up to 200 raw children that
+ * sleep (a fork waits in the kernel while the daemon has no descriptor
+ * free to read its event: every client's fork waits so, not only the
+ * attacker's).
+ * Then: the daemon must hold no more descriptors for that user than its
+ * connections allow (4 connections of at most 16 descriptors each), must
+ * say why the attacker waits, and an honest root client must still
+ * connect, page out and read back. Before the bound, 148 children took
+ * all 600 descriptors and the honest client was not served in 20 s.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+
+#define U_FLOOD 61201
+#define NKIDS 200
+#define FLOOD_PAGES 64
+#define FDS_PER_CONN 16
+#define MAX_CONNS 4
+
+static TestDaemon d;
+static char conf_path[128];
+
+static unsigned daemon_fds(void) {
+        char path[64];
+        unsigned n = 0;
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
+        DIR *dir = opendir(path);
+        ASSERT_TRUE(dir != NULL);
+        for (struct dirent *e; (e = readdir(dir));)
+                n += e->d_name[0] != '.';
+        closedir(dir);
+        return n;
+}
+
+static uint64_t daemon_rss_kb(void) {
+        char path[64], v[64];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
+        return td_status_field(path, "VmRSS", v, sizeof(v)) ? strtoull(v, NULL, 10) : 0;
+}
+
+/* fork() without libzswap's atfork handlers: the child never attaches */
+static pid_t raw_fork(void) {
+        return (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+}
+
+/* As U_FLOOD: one client, NKIDS children that sleep until we die. The
+ * pid of each child made on ready. A fork waits in the kernel until
+ * the daemon has read its event, which it cannot do without a free
+ * descriptor: the test stops waiting for us when no child comes for 3 s,
+ * and kills us at the end (the children die with us: PDEATHSIG). */
+static int flood(int ready) {
+        uint64_t hashes[FLOOD_PAGES];
+        struct zswap_client *c;
+
+        if (zswap_connect(d.sock, &c) < 0)
+                return 80;
+        uint8_t *buf = td_region(c, FLOOD_PAGES * ZSWAP_PAGE_SIZE, 7, hashes);
+        if (td_pageout_want(c, buf, FLOOD_PAGES * ZSWAP_PAGE_SIZE, 1) <= 0)
+                return 81;
+        for (unsigned i = 0; i < NKIDS; i++) {
+                pid_t k = raw_fork();
+                if (k < 0)
+                        return 82;
+                if (k == 0) {
+                        /* async-signal-safe only: another thread may have
+                         * held a lock at the clone */
+                        syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+                        for (;;)
+                                pause();
+                }
+                if (write(ready, &k, sizeof(k)) != sizeof(k))
+                        return 83;
+        }
+        for (;;)
+                pause();
+}
+
+/* As root: connect, page 1 MiB out and read it back, within 20 s. */
+static int honest(void) {
+        size_t len = 1 << 20;
+        uint64_t *hashes = calloc(len / ZSWAP_PAGE_SIZE, sizeof(uint64_t));
+        struct zswap_client *c;
+
+        alarm(20);
+        if (!hashes)
+                return 60;
+        int r = zswap_connect(d.sock, &c);
+        if (r < 0) {
+                fprintf(stderr, "honest client: connect: %s\n", strerror(-r));
+                return 61;
+        }
+        uint8_t *buf = td_region(c, len, 3, hashes);
+        if (td_pageout_want(c, buf, len, 1) <= 0)
+                return 62;
+        if (verify_pages(buf, len, hashes) != 0)
+                return 63;
+        zswap_disconnect(c);
+        return 0;
+}
+
+int main(void) {
+        char args[256];
+        int ready[2], st;
+        unsigned made = 0;
+
+        snprintf(conf_path, sizeof(conf_path), "/tmp/test-fork-flood-%d.conf", (int)getpid());
+        FILE *f = fopen(conf_path, "we");
+        ASSERT_TRUE(f != NULL);
+        fprintf(f, "[users]\nallow = %d\nuserfaultfd_device = yes\n[user:%d]\nmax_connections = %d\n", U_FLOOD,
+                U_FLOOD, MAX_CONNS);
+        ASSERT_OK(fclose(f));
+        snprintf(args, sizeof(args), "--config %s", conf_path);
+        td_start_logged(&d, args);
+
+        unsigned fds0 = daemon_fds();
+        uint64_t rss0 = daemon_rss_kb();
+        struct rlimit rl = { .rlim_cur = fds0 + 600, .rlim_max = fds0 + 600 };
+        ASSERT_OK(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL));
+
+        ASSERT_OK(pipe2(ready, O_CLOEXEC));
+        pid_t att = td_fork_as(U_FLOOD, 0);
+        if (att == 0) {
+                close(ready[0]);
+                _exit(flood(ready[1]));
+        }
+        close(ready[1]);
+        pid_t first = 0;
+        for (;;) {
+                struct pollfd p = { .fd = ready[0], .events = POLLIN };
+                pid_t k;
+                if (poll(&p, 1, 3000) != 1 || read(ready[0], &k, sizeof(k)) != sizeof(k))
+                        break;
+                first = first ? first : k;
+                made++;
+        }
+        if (waitpid(att, &st, WNOHANG) == att)
+                test_fail("attacker exited (%#x) after %u children", st, made);
+        usleep(1500 * 1000); /* a tick or two */
+        unsigned fds1 = daemon_fds();
+        uint64_t rss1 = daemon_rss_kb();
+        fprintf(stderr,
+                "attacker: %u children that never attach%s; daemon: %u -> %u descriptors, VmRSS %llu -> %llu kB\n",
+                made, made < NKIDS ? " (its next fork waits for the daemon)" : "", fds0, fds1,
+                (unsigned long long)rss0, (unsigned long long)rss1);
+
+        pid_t h = fork();
+        ASSERT_TRUE(h >= 0);
+        if (h == 0)
+                _exit(honest());
+        ASSERT_TRUE(waitpid(h, &st, 0) == h);
+        int honest_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+
+        /* one child exits: the user is under its bound, and the fork that
+         * waits completes (within a second or two: the daemon looks for
+         * children that exited every second) */
+        bool more = false;
+        if (made < NKIDS && first > 0) {
+                struct pollfd p = { .fd = ready[0], .events = POLLIN };
+                pid_t k;
+                kill(first, SIGKILL);
+                more = poll(&p, 1, 10000) == 1 && read(ready[0], &k, sizeof(k)) == sizeof(k);
+                fprintf(stderr, "one child killed: %s\n",
+                        more ? "the waiting fork completed" : "no fork completed in 10 s");
+        }
+
+        kill(att, SIGKILL);
+        ASSERT_TRUE(waitpid(att, &st, 0) == att);
+        close(ready[0]);
+
+        if (honest_status != 0 || fds1 > fds0 + MAX_CONNS * FDS_PER_CONN) {
+                td_log_dump(&d);
+                test_fail("%u children of one user (max_connections %d) cost the daemon %u descriptors; an honest "
+                          "client %s (status %d)",
+                          made, MAX_CONNS, fds1 - fds0, honest_status ? "was not served" : "was served",
+                          honest_status);
+        }
+        ASSERT_TRUE(td_log_has(&d, "forked children not attached (its max_connections)"));
+        if (!more)
+                test_fail("the attacker's fork still waits after one of its children exited");
+        td_stop(&d);
+        unlink(conf_path);
+        unlink(d.log);
+        return 0;
+}
