@@ -581,8 +581,25 @@ static void drain_messages(FaultThread *ft, MMClient *mm, uint64_t now) {
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+                                /* a fork event, whose child's uffd the kernel
+                                 * could not install in our table: it keeps the
+                                 * event, and the forking process waits in
+                                 * fork(), but the epoll edge is spent. Look
+                                 * again every millisecond (run_due_retries())
+                                 * until descriptors are free */
+                                if (!mm->fork_fd_warned)
+                                        log_warn("pid %d: a fork event cannot be read: %m (the daemon's "
+                                                 "descriptors): its fork waits until some are free",
+                                                 (int)mmclient_pid(mm));
+                                mm->fork_fd_warned = true;
+                                atomic_store_explicit(&mm->fork_unread, true, memory_order_relaxed);
+                                ft->retry_due = true;
+                        }
                         return; /* EAGAIN: empty */
                 }
+                if (mm->fork_fd_warned)
+                        mm->fork_fd_warned = false;
                 if (n != sizeof(msg))
                         return;
                 TRACE(TR_READ, msg.arg.pagefault.address, msg.event, msg.arg.pagefault.flags);

@@ -331,6 +331,9 @@ typedef struct MMClient {
         /* its uffd was not read for a hold: read it once the hold is over
          * (a hint any fault thread takes, relaxed) */
         _Atomic bool fork_unread;
+        /* a read of its uffd failed for want of a descriptor (a fork
+         * event): said once until a read succeeds (its fault thread) */
+        bool fork_fd_warned;
         /* its user had as many forked children not attached yet as it may
          * (orphans_max) when this address space forked, or when it was
          * itself forked: its uffd is not read, so it forks no more, until

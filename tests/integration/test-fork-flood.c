@@ -31,6 +31,13 @@
  * say why the attacker waits, and an honest root client must still
  * connect, page out and read back. Before the bound, 148 children took
  * all 600 descriptors and the honest client was not served in 20 s.
+ * When one child exits, the fork that waits at the bound completes.
+ *
+ * Then root, whom no bound holds, does the same until the daemon is out
+ * of descriptors: the fork whose event cannot be read waits in the
+ * kernel. When one child exits, that fork must complete: the daemon has
+ * to read the event again by itself, since its epoll edge is spent
+ * (before, it waited for good).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -130,10 +137,67 @@ static int honest(void) {
         return 0;
 }
 
+typedef struct Flood {
+        pid_t att, first;
+        int ready;
+        unsigned made, fds1;
+        uint64_t rss1;
+} Flood;
+
+/* uid's flood: until its forks stop coming for 3 s */
+static void flood_start(Flood *fl, uid_t uid) {
+        int ready[2], st;
+
+        *fl = (Flood){ 0 };
+        ASSERT_OK(pipe2(ready, O_CLOEXEC));
+        fl->att = td_fork_as(uid, 0);
+        if (fl->att == 0) {
+                close(ready[0]);
+                _exit(flood(ready[1]));
+        }
+        close(ready[1]);
+        fl->ready = ready[0];
+        for (;;) {
+                struct pollfd p = { .fd = fl->ready, .events = POLLIN };
+                pid_t k;
+                if (poll(&p, 1, 3000) != 1 || read(fl->ready, &k, sizeof(k)) != sizeof(k))
+                        break;
+                fl->first = fl->first ? fl->first : k;
+                fl->made++;
+        }
+        if (waitpid(fl->att, &st, WNOHANG) == fl->att)
+                test_fail("uid %u: the flood exited (%#x) after %u children", (unsigned)uid, st, fl->made);
+        usleep(1500 * 1000); /* a tick or two */
+        fl->fds1 = daemon_fds();
+        fl->rss1 = daemon_rss_kb();
+}
+
+/* One child exits: the fork that waits completes (within a second or
+ * two: the daemon looks for children that exited every second). */
+static bool flood_one_gone(Flood *fl) {
+        struct pollfd p = { .fd = fl->ready, .events = POLLIN };
+        pid_t k;
+        bool more;
+
+        if (fl->made >= NKIDS || fl->first <= 0)
+                return false;
+        kill(fl->first, SIGKILL);
+        more = poll(&p, 1, 10000) == 1 && read(fl->ready, &k, sizeof(k)) == sizeof(k);
+        fprintf(stderr, "one child killed: %s\n", more ? "the waiting fork completed" : "no fork completed in 10 s");
+        return more;
+}
+
+static void flood_end(Flood *fl) {
+        int st;
+        kill(fl->att, SIGKILL);
+        ASSERT_TRUE(waitpid(fl->att, &st, 0) == fl->att);
+        close(fl->ready);
+}
+
 int main(void) {
         char args[256];
-        int ready[2], st;
-        unsigned made = 0;
+        int st;
+        Flood fl;
 
         snprintf(conf_path, sizeof(conf_path), "/tmp/test-fork-flood-%d.conf", (int)getpid());
         FILE *f = fopen(conf_path, "we");
@@ -149,66 +213,48 @@ int main(void) {
         struct rlimit rl = { .rlim_cur = fds0 + 600, .rlim_max = fds0 + 600 };
         ASSERT_OK(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL));
 
-        ASSERT_OK(pipe2(ready, O_CLOEXEC));
-        pid_t att = td_fork_as(U_FLOOD, 0);
-        if (att == 0) {
-                close(ready[0]);
-                _exit(flood(ready[1]));
-        }
-        close(ready[1]);
-        pid_t first = 0;
-        for (;;) {
-                struct pollfd p = { .fd = ready[0], .events = POLLIN };
-                pid_t k;
-                if (poll(&p, 1, 3000) != 1 || read(ready[0], &k, sizeof(k)) != sizeof(k))
-                        break;
-                first = first ? first : k;
-                made++;
-        }
-        if (waitpid(att, &st, WNOHANG) == att)
-                test_fail("attacker exited (%#x) after %u children", st, made);
-        usleep(1500 * 1000); /* a tick or two */
-        unsigned fds1 = daemon_fds();
-        uint64_t rss1 = daemon_rss_kb();
+        /* the attacker */
+        flood_start(&fl, U_FLOOD);
         fprintf(stderr,
                 "attacker: %u children that never attach%s; daemon: %u -> %u descriptors, VmRSS %llu -> %llu kB\n",
-                made, made < NKIDS ? " (its next fork waits for the daemon)" : "", fds0, fds1,
-                (unsigned long long)rss0, (unsigned long long)rss1);
-
+                fl.made, fl.made < NKIDS ? " (its next fork waits for the daemon)" : "", fds0, fl.fds1,
+                (unsigned long long)rss0, (unsigned long long)fl.rss1);
         pid_t h = fork();
         ASSERT_TRUE(h >= 0);
         if (h == 0)
                 _exit(honest());
         ASSERT_TRUE(waitpid(h, &st, 0) == h);
         int honest_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-
-        /* one child exits: the user is under its bound, and the fork that
-         * waits completes (within a second or two: the daemon looks for
-         * children that exited every second) */
-        bool more = false;
-        if (made < NKIDS && first > 0) {
-                struct pollfd p = { .fd = ready[0], .events = POLLIN };
-                pid_t k;
-                kill(first, SIGKILL);
-                more = poll(&p, 1, 10000) == 1 && read(ready[0], &k, sizeof(k)) == sizeof(k);
-                fprintf(stderr, "one child killed: %s\n",
-                        more ? "the waiting fork completed" : "no fork completed in 10 s");
-        }
-
-        kill(att, SIGKILL);
-        ASSERT_TRUE(waitpid(att, &st, 0) == att);
-        close(ready[0]);
-
-        if (honest_status != 0 || fds1 > fds0 + MAX_CONNS * FDS_PER_CONN) {
+        bool more = flood_one_gone(&fl);
+        flood_end(&fl);
+        if (honest_status != 0 || fl.fds1 > fds0 + MAX_CONNS * FDS_PER_CONN) {
                 td_log_dump(&d);
                 test_fail("%u children of one user (max_connections %d) cost the daemon %u descriptors; an honest "
                           "client %s (status %d)",
-                          made, MAX_CONNS, fds1 - fds0, honest_status ? "was not served" : "was served",
+                          fl.made, MAX_CONNS, fl.fds1 - fds0, honest_status ? "was not served" : "was served",
                           honest_status);
         }
         ASSERT_TRUE(td_log_has(&d, "forked children not attached (its max_connections)"));
         if (!more)
                 test_fail("the attacker's fork still waits after one of its children exited");
+
+        /* root, whom no bound holds, runs the daemon out of descriptors:
+         * the fork whose event could not be read for want of one must
+         * complete once one is free (the kernel keeps the event, but its
+         * epoll edge is spent: the daemon must look again by itself) */
+        for (int i = 0; i < TEST_WAIT_S * 10 && daemon_fds() > fds0 + 16; i++)
+                usleep(100 * 1000);
+        flood_start(&fl, 0);
+        fprintf(stderr, "root: %u children that never attach; daemon: %u -> %u descriptors\n", fl.made, fds0,
+                fl.fds1);
+        more = flood_one_gone(&fl);
+        flood_end(&fl);
+        if (!more) {
+                td_log_dump(&d);
+                test_fail("root's fork, whose event met a daemon out of descriptors, still waits after %s",
+                          fl.made < NKIDS ? "one of its children exited" : "(it never ran out: nothing tested)");
+        }
+        ASSERT_TRUE(td_log_has(&d, "a fork event cannot be read"));
         td_stop(&d);
         unlink(conf_path);
         unlink(d.log);
