@@ -87,6 +87,22 @@ void evict_op_drop(Core *core, PageoutOp *op) {
 
 static int queue_op(Core *core, MMClient *mm, PageoutGroup *g, Conn *c, uint32_t id, uint64_t start, uint64_t end,
                     bool unregister, bool restore) {
+        if (!unregister) {
+                /* a client whose agent never answers holds every request
+                 * queued after its MOVE: bounded, not the manager's memory
+                 * at the rate of max_requests for as long as it likes */
+                unsigned n = 0;
+                for (PageoutOp *o = mm->ops; o && n < EVICT_OPS_MAX; o = o->next)
+                        n += !o->unregister && !o->reclaim;
+                if (n >= EVICT_OPS_MAX) {
+                        if (!mm->ops_full_warned)
+                                log_warn("pid %d: %u requests wait for its pageouts already: more are refused "
+                                         "(EBUSY)", (int)mmclient_pid(mm), n);
+                        mm->ops_full_warned = true;
+                        return -EBUSY;
+                }
+                mm->ops_full_warned = false;
+        }
         PageoutOp *op = INJECT_ALLOC(calloc(1, sizeof(*op)));
         if (!op)
                 return -ENOMEM;

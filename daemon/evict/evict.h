@@ -48,7 +48,15 @@ void evict_lane_drop_keeps(MMClient *mm, Lane *lane);
 int evictor_new(Core *core, unsigned workers, Evictor **ret);
 Evictor *evictor_free(Evictor *ev);
 
-/* Queue a pageout (or an unregister restore) of [start, end) for mm. */
+/* Requests (pageouts, pageins) one client may have waiting at once: its
+ * program's threads each wait for their own (client/lib/request.c), and
+ * each one queued is the manager's memory for as long as it waits (for an
+ * agent that never answers a MOVE, as long as the connection lives). An
+ * UNREGISTER is not counted: each takes a registered range away. */
+#define EVICT_OPS_MAX 256
+
+/* Queue a pageout (or an unregister restore) of [start, end) for mm;
+ * -EBUSY: mm has EVICT_OPS_MAX requests waiting already. */
 int evict_queue(Core *core, MMClient *mm, Conn *c, uint32_t id, uint64_t start, uint64_t end, bool unregister);
 /* The same as one op of group g (which counts it). */
 int evict_queue_group(Core *core, MMClient *mm, PageoutGroup *g, uint64_t start, uint64_t end);

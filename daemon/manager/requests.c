@@ -203,9 +203,11 @@ static int do_pageout_pid(Manager *m, Conn *c, const ZMsgPageoutPid *q, bool pag
                         if (mm->rc.op)
                                 mm->rc.op->want = 0;
                 }
-                if ((pagein ? evict_queue_pagein(&m->core, mm, g, start, end)
-                            : evict_queue_group(&m->core, mm, g, start, end)) < 0)
-                        log_warn("pid %d: no memory to queue a %s", (int)q->pid, pagein ? "pagein" : "pageout");
+                int qr = pagein ? evict_queue_pagein(&m->core, mm, g, start, end)
+                                : evict_queue_group(&m->core, mm, g, start, end);
+                if (qr < 0)
+                        log_warn("pid %d: cannot queue a %s: %s", (int)q->pid, pagein ? "pagein" : "pageout",
+                                 strerror(-qr));
         }
         if (pagein)
                 log_info("pid %d: its pages come back and stay (zswapctl pagein): automatic reclaim off for it",

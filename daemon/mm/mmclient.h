@@ -331,6 +331,9 @@ typedef struct MMClient {
         /* its uffd was not read for a hold: read it once the hold is over
          * (a hint any fault thread takes, relaxed) */
         _Atomic bool fork_unread;
+        /* a request was refused for EVICT_OPS_MAX queued (evict.c): said
+         * once until one is queued again (the manager's) */
+        bool ops_full_warned;
         /* a read of its uffd failed for want of a descriptor (a fork
          * event): said once until a read succeeds (its fault thread) */
         bool fork_fd_warned;

@@ -74,6 +74,12 @@
  * them all), every page of the new mapping is intact, and the honest
  * client is served while the move is held.
  *
+ * ops: the same user (no max_requests) attaches a raw client, lets its
+ * first PAGEOUT's MOVE wait unanswered, and sends 100,000 more PAGEOUTs
+ * of the same pages: each would wait behind that MOVE, queued in the
+ * manager's memory for as long as the connection lives. The daemon must
+ * refuse those past its bound (-EBUSY) and grow by less than 4 MiB.
+ *
  * late: the same user's agent has not begun the page move yet (it waits
  * for the daemon's read to end, as zsync.h makes it, or is descheduled)
  * while its program moves the pages elsewhere with mremap(), maps new
@@ -1168,21 +1174,127 @@ static void case_stuck(void) {
         fprintf(stderr, "honest 64 MiB pageout and read-back: %.2f s\n", t);
 }
 
+/* ---- ops ---- */
+
+#define OPS_SENT 100000
+
+static _Atomic uint64_t ops_replies;
+
+static uint64_t daemon_rss_kb(void) {
+        char path[64], v[64];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
+        return td_status_field(path, "VmRSS", v, sizeof(v)) ? strtoull(v, NULL, 10) : 0;
+}
+
+/* Reads and counts the replies (and commands) on s until it ends. */
+static void *ops_reader(void *arg) {
+        int s = (int)(intptr_t)arg;
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+        uint64_t busy = 0;
+        for (;;) {
+                ssize_t n = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
+                if (n <= 0)
+                        break;
+                const ZMsgHeader *h = (const ZMsgHeader *)in;
+                if (h->type == ZMSG_REPLY && ((const ZMsgReply *)in)->status == -EBUSY)
+                        busy++;
+                if (h->type == ZMSG_REPLY)
+                        atomic_fetch_add(&ops_replies, 1);
+        }
+        return (void *)(uintptr_t)busy;
+}
+
+/* As U_STALLER (no max_requests): one raw client whose agent never
+ * answers the MOVE of its first PAGEOUT, then OPS_SENT more PAGEOUTs of
+ * the same pages, none of which can go on while the lane waits. *res:
+ * the replies -EBUSY it got, once all are sent and a second has passed
+ * (-1 before). */
+static int ops_attack(volatile long *res) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+        int devfd, uffd;
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, -1);
+        struct timeval tv = { .tv_sec = 0 };
+        pthread_t th;
+        ZMsgRange rg;
+
+        raw_pageout_to_move(s, mem, 11, 7000, in);
+        ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+        ASSERT_OK(-pthread_create(&th, NULL, ops_reader, (void *)(intptr_t)s));
+        memset(&rg, 0, sizeof(rg));
+        zmsg_init(&rg.hdr, ZMSG_PAGEOUT, 0, sizeof(rg));
+        rg.addr = (uintptr_t)mem;
+        rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+        for (uint32_t i = 0; i < OPS_SENT; i++) {
+                rg.hdr.id = 10000 + i;
+                if (zmsg_send(s, &rg, sizeof(rg), NULL, 0) < 0)
+                        return 90;
+                /* a client that does not read its replies in time is
+                 * dropped: let those that come be read (none come for the
+                 * requests queued) */
+                for (int w = 0; i % 128 == 127 && w < 20 && atomic_load(&ops_replies) + 256 < i; w++)
+                        usleep(1000);
+        }
+        sleep(1);
+        shutdown(s, SHUT_RD);
+        void *busy;
+        pthread_join(th, &busy);
+        *res = (long)(uintptr_t)busy;
+        pause();
+        return 0;
+}
+
+/*
+ * ops: requests that wait for a lane whose MOVE the agent never answers
+ * queue up on the client (evict.c, queue_op()): each PAGEOUT held is
+ * memory of the manager's, locked, for as long as the connection lives.
+ * A bound on what one client may have queued must turn the surplus away
+ * (-EBUSY) and keep the daemon's memory where it was.
+ */
+static void case_ops(void) {
+        volatile long *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(res != MAP_FAILED);
+        *res = -1;
+        uint64_t rss0 = daemon_rss_kb();
+        pid_t att = td_fork_as(U_STALLER, 0);
+        if (att == 0)
+                _exit(ops_attack(res));
+        for (uint64_t t0 = now_ns(); *res < 0; usleep(10000)) {
+                int st;
+                if (waitpid(att, &st, WNOHANG) == att)
+                        test_fail("the attacker failed (status %d)", st);
+                if (now_ns() - t0 > 200 * 1000000000ull)
+                        test_fail("the attacker has not sent its requests in 200 s");
+        }
+        uint64_t rss1 = daemon_rss_kb();
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        fprintf(stderr,
+                "%d PAGEOUTs behind a MOVE never answered: %ld refused (-EBUSY); daemon VmRSS %llu -> %llu kB\n",
+                OPS_SENT, *res, (unsigned long long)rss0, (unsigned long long)rss1);
+        if (rss1 > rss0 + 4096)
+                test_fail("the daemon grew by %llu kB for one client's queued requests",
+                          (unsigned long long)(rss1 - rss0));
+        ASSERT_TRUE(*res > 0);
+}
+
 int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late");
+                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops");
         char conf[64] = "", args[320];
         bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
                        strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0 ||
-                       strcmp(argv[1], "late") == 0;
+                       strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0;
         if (staller) {
                 /* the attacker is admitted and granted /dev/userfaultfd */
                 snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
                 FILE *f = fopen(conf, "we");
                 ASSERT_TRUE(f != NULL);
-                fprintf(f, "[users]\nallow = %d\n[user:%d]\nuserfaultfd_device = yes\n", U_STALLER, U_STALLER);
+                fprintf(f, "[users]\nallow = %d\n[user:%d]\nuserfaultfd_device = yes\n%s", U_STALLER, U_STALLER,
+                        strcmp(argv[1], "ops") == 0 ? "max_requests = 0\n" : "");
                 ASSERT_OK(fclose(f));
         }
         const char *extra = getenv("TEST_DAEMON_ARGS");
@@ -1203,6 +1315,8 @@ int main(int argc, char **argv) {
                 case_stuck();
         else if (strcmp(argv[1], "late") == 0)
                 case_late();
+        else if (strcmp(argv[1], "ops") == 0)
+                case_ops();
         else
                 test_fail("no case %s", argv[1]);
         if (conf[0])
