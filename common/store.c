@@ -227,7 +227,45 @@ int store_object(uint8_t *map, uint32_t handle, uint32_t clen, const void **obj,
         return 0;
 }
 
+bool store_data_at(StoreData *d, uint64_t off) {
+        if (!d || d->fd < 0)
+                return true;
+        if (off >= d->from && off < d->to)
+                return d->data;
+        off_t s = lseek(d->fd, (off_t)off, SEEK_DATA);
+        d->from = off;
+        if (s < 0) {
+                /* ENXIO: no data from here to the end; anything else: read nothing */
+                d->to = errno == ENXIO ? UINT64_MAX : off + 1;
+                d->data = false;
+        } else if ((uint64_t)s > off) {
+                d->to = (uint64_t)s;
+                d->data = false;
+        } else {
+                off_t e = lseek(d->fd, (off_t)off, SEEK_HOLE);
+                d->to = e > (off_t)off ? (uint64_t)e : off + 1;
+                d->data = e > (off_t)off;
+        }
+        return d->data;
+}
+
+bool store_object_data(StoreData *d, uint32_t handle, uint32_t clen) {
+        uint32_t id = handle >> HANDLE_UNITS_SHIFT;
+        uint64_t off = (uint64_t)(handle & ((1u << HANDLE_UNITS_SHIFT) - 1)) << STORE_UNIT_SHIFT;
+
+        if (!d || d->fd < 0 || id == 0 || id >= STORE_POOL_IDS || clen == 0 || clen > ZSWAP_PAGE_SIZE)
+                return true;
+        uint64_t obj = STORE_POOL_OFF + ((uint64_t)id << STORE_SPAN_SHIFT) + off;
+        /* an object spans two pages at most: both ends tell */
+        return store_data_at(d, STORE_CLASS_OFF + (uint64_t)id * 2) && store_data_at(d, obj) &&
+               store_data_at(d, obj + clen - 1);
+}
+
 int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {
+        return store_walk_data(map, NULL, fn, ud);
+}
+
+int store_walk_data(uint8_t *map, StoreData *data, StoreEntryFn fn, void *ud) {
         StoreSuper *s = store_super(map);
         uint32_t nl = atomic_load_explicit(&s->leaves, memory_order_acquire);
         _Atomic uint64_t *dir = store_dir(map);
@@ -241,6 +279,8 @@ int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {
                 return -ENOMEM;
         /* every directory slot checked before any entry is looked at */
         for (uint32_t i = 0; i < nl; i++) {
+                if (!store_data_at(data, STORE_DIR_OFF + (uint64_t)i * 8))
+                        continue; /* a hole: zero */
                 uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
                 if (d == 0)
                         continue;
@@ -254,9 +294,11 @@ int store_walk(uint8_t *map, StoreEntryFn fn, void *ud) {
                 if (zones[i] == zones[i - 1])
                         return -EBADMSG;
         for (uint32_t i = 0; i < nl; i++) {
-                uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
-                if (d == 0)
+                if (!store_data_at(data, STORE_DIR_OFF + (uint64_t)i * 8))
                         continue;
+                uint64_t d = atomic_load_explicit(&dir[i], memory_order_acquire);
+                if (d == 0 || !store_data_at(data, STORE_LEAF_OFF + (uint64_t)i * 4096))
+                        continue; /* unused, or a leaf never written: no entry */
                 uint64_t zone = d & ~STORE_DIR_USED;
                 _Atomic uint64_t *leaf = store_leaf(map, i);
                 for (unsigned j = 0; j < STORE_LEAF_ENTRIES; j++) {

@@ -300,6 +300,31 @@ int store_object(uint8_t *map, uint32_t handle, uint32_t clen, const void **obj,
 typedef int (*StoreEntryFn)(void *ud, uint64_t addr, _Atomic uint64_t *e);
 int store_walk(uint8_t *map, StoreEntryFn fn, void *ud);
 
+/*
+ * A store someone else made (ADOPT) is a memfd of theirs, mostly holes:
+ * a read of a hole through a mapping allocates a page in that file,
+ * charged to the reader and kept by the file's holder. A forged store
+ * whose directory names leaves, or whose entries name objects, it never
+ * wrote would make its reader fill it with zeros at 512 times what the
+ * forger wrote. So a reader of such a store asks first whether what it
+ * reads is data (written, or swapped out: SEEK_DATA), through the
+ * store's fd; the last extent looked up is kept, so a store that is
+ * mostly data costs few system calls. fd < 0: everything is data.
+ */
+typedef struct StoreData {
+        int fd;
+        uint64_t from, to; /* the extent last looked up */
+        bool data;         /* whether it is data or a hole */
+} StoreData;
+/* Is the byte at offset off of d's file data? */
+bool store_data_at(StoreData *d, uint64_t off);
+/* Is the object store_object() would find for handle h and clen data, its
+ * class table slot too? True for a handle store_object() refuses. */
+bool store_object_data(StoreData *d, uint32_t handle, uint32_t clen);
+/* store_walk() that skips directory slots and leaves that are holes of
+ * d's file (they would read as zero: no entry) without reading them. */
+int store_walk_data(uint8_t *map, StoreData *d, StoreEntryFn fn, void *ud);
+
 /* The content of entry e of a checked store into page (4 KiB): STORED
  * objects decompressed (a PE_SHARED one from the pool of shared, the
  * store's shared store, checked and of the same codec: -EBADMSG if NULL),

@@ -71,6 +71,7 @@ typedef struct AdoptCtx {
         MMClient *mm;
         uint8_t *old;
         uint8_t *shared; /* the old store's shared store, checked; NULL: none handed over */
+        StoreData old_data, shared_data; /* what the two files hold (store.h): holes are not read */
         const StoreEvent *ev; /* the journal's event, or NULL */
         const StoreRange *ranges;
         size_t nranges;
@@ -357,12 +358,16 @@ static int adopt_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 if (v & PE_SHARED) {
                         if (!a->shared || (v & (PE_TIER | PE_DICT)))
                                 return bad(a, addr, "a shared entry without its shared store");
+                        if (!store_object_data(&a->shared_data, pe_handle(v), pe_clen(v)))
+                                return bad(a, addr, "a shared entry names an object never written");
                         if (store_object(a->shared, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
                                 return bad(a, addr, "a shared entry names no object");
                         if ((r = keep_shared(a, addr, v, obj, pe_clen(v), &nv)) < 0)
                                 return r;
                         break;
                 }
+                if (!store_object_data(&a->old_data, pe_handle(v), pe_clen(v)))
+                        return bad(a, addr, "entry names an object never written");
                 if (store_object(a->old, pe_handle(v), pe_clen(v), &obj, NULL) < 0)
                         return bad(a, addr, "entry names no object");
                 if ((v & PE_DICT) && (!(v & PE_STRONG) || !mmclient_dict(mm)))
@@ -598,22 +603,23 @@ static int adopt_dict(MMClient *mm, uint8_t *old, char *why, size_t len) {
         return r;
 }
 
-int adopt_entries(MMClient *mm, uint8_t *old, uint8_t *shared, const StoreRange *ranges, size_t nranges,
-                  const StoreEvent *ev, uint64_t *held, char *why, size_t len) {
+int adopt_entries(MMClient *mm, uint8_t *old, int old_fd, uint8_t *shared, int shared_fd, const StoreRange *ranges,
+                  size_t nranges, const StoreEvent *ev, uint64_t *held, char *why, size_t len) {
         AdoptCtx *a = calloc(1, sizeof(*a));
         int r;
 
         if (!a)
                 return -ENOMEM;
         *a = (AdoptCtx){ .mm = mm, .old = old, .shared = shared, .ev = ev, .ranges = ranges, .nranges = nranges,
-                         .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len };
+                         .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len,
+                         .old_data = { .fd = old_fd }, .shared_data = { .fd = shared ? shared_fd : -1 } };
         r = codec_cctx_new(manager_of(mm->core)->cfg.codec, manager_of(mm->core)->cfg.level, &a->cctx);
         if (r == 0)
                 r = codec_dctx_new(manager_of(mm->core)->cfg.codec, &a->dctx);
         if (r == 0)
                 r = adopt_dict(mm, old, why, len);
         if (r == 0)
-                r = store_walk(old, adopt_cb, a);
+                r = store_walk_data(old, &a->old_data, adopt_cb, a);
         if (r == -EBADMSG && !why[0])
                 snprintf(why, len, "bad leaf directory");
         if (r == 0) {

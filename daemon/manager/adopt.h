@@ -41,9 +41,11 @@ int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char 
  * the pages kept. A page that its user's max_pool or the pool bound has
  * no room for is installed in the client instead (resident). 0, -EBADMSG
  * (why[] says what),
- * -ENOSPC/-ENOMEM. */
-int adopt_entries(MMClient *mm, uint8_t *old, uint8_t *shared, const StoreRange *ranges, size_t nranges,
-                  const StoreEvent *ev, uint64_t *held, char *why, size_t len);
+ * -ENOSPC/-ENOMEM. old_fd and shared_fd are the stores' files: what they
+ * never wrote (holes, store.h StoreData) is not read, and an entry whose
+ * object lies in one is bad. */
+int adopt_entries(MMClient *mm, uint8_t *old, int old_fd, uint8_t *shared, int shared_fd, const StoreRange *ranges,
+                  size_t nranges, const StoreEvent *ev, uint64_t *held, char *why, size_t len);
 
 /* Cut ranges[] (n, sorted) to what is still mapped and registered in the
  * client, unless an address-space event is pending on its uffd. Returns

@@ -349,7 +349,8 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         if (r < 0 && admit == 0)
                 snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
         if (r == 0)
-                r = adopt_entries(mm, old, old_shared, ranges, (size_t)n, has_ev ? &ev : NULL, &held, why, sizeof(why));
+                r = adopt_entries(mm, old, fds[1], old_shared, shared_i >= 0 ? fds[shared_i] : -1, ranges, (size_t)n,
+                                  has_ev ? &ev : NULL, &held, why, sizeof(why));
         store_unmap(old);
         store_unmap(old_shared);
         if (r < 0) {

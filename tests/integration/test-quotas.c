@@ -29,6 +29,14 @@
  *  - fork, orphans: the same with a child that never attaches (forked
  *    without libzswap's handlers) and forks four children of its own:
  *    their copies are paid from the same share.
+ *  - holes: a forged store whose directory names 65536 leaves it never
+ *    wrote (holes of its memfd), and whose range names 8192 entries of
+ *    pool it never wrote either. A read of a hole of a memfd through a
+ *    mapping allocates a page in that file (charged to the reader), so
+ *    the daemon's reads would fill the forger's memfd with 288 MiB of
+ *    zeros, memory the forger holds for as long as it keeps the file,
+ *    at the cost of 8 bytes a leaf or entry. The memfd's allocated size
+ *    must grow by at most 16 MiB across the ADOPT.
  */
 #include <fcntl.h>
 #include <grp.h>
@@ -36,6 +44,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -273,6 +282,54 @@ static int forger(void *arg) {
                 return 14;
         }
         return 0;
+}
+
+/* ---- holes ---- */
+
+#define HOLE_LEAVES 65536u
+#define HOLE_ENTRIES 8192u
+
+static uint64_t fd_allocated(int fd) {
+        struct stat st;
+        return fstat(fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+static int holes_forger(void *arg) {
+        uint8_t *map = NULL;
+        int uffd = -1;
+
+        (void)arg;
+        int fd = raw_client(&uffd);
+        if (fd < 0)
+                return 10;
+        uint8_t *staging = map_aligned(LANE_BYTES), *buf = map_aligned((uint64_t)HOLE_ENTRIES * P);
+        if (!staging || !buf || uffd_register(uffd, buf, (uint64_t)HOLE_ENTRIES * P) < 0)
+                return 11;
+        uint64_t zone = (uint64_t)STORE_LEAF_ENTRIES * P, base = (uintptr_t)buf;
+        StoreRange r = { base, base + (uint64_t)HOLE_ENTRIES * P };
+        int sfd = forge_store(&r, 1, 0, NULL, &map);
+        if (sfd < 0)
+                return 12;
+        /* leaves 0..15 hold entries of the range, each naming a 4 KiB
+         * object in a chunk of its own, the class table written; the
+         * others name zones far away, and nothing else is written */
+        for (uint32_t l = 0; l < HOLE_LEAVES; l++)
+                atomic_store(&store_dir(map)[l], (l < HOLE_ENTRIES / STORE_LEAF_ENTRIES ? base + l * zone
+                                                                                        : (uint64_t)(l + 64) * zone) |
+                                                         STORE_DIR_USED);
+        for (uint32_t i = 0; i < HOLE_ENTRIES; i++) {
+                uint32_t id = 1 + i, handle = id << (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT);
+                atomic_store(&store_chunk_class(map)[id], STORE_NR_CLASSES);
+                atomic_store(&store_leaf(map, i / STORE_LEAF_ENTRIES)[i % STORE_LEAF_ENTRIES],
+                             pe_make_stored(handle, (uint32_t)P));
+        }
+        atomic_store(&store_super(map)->leaves, HOLE_LEAVES);
+        uint64_t before = fd_allocated(sfd);
+        int st = adopt(fd, uffd, sfd, staging);
+        uint64_t after = fd_allocated(sfd);
+        fprintf(stderr, "holes: ADOPT %d (%s); the forged store's memfd: %llu KiB allocated before, %llu KiB after\n",
+                st, st < 0 ? strerror(-st) : "ok", (unsigned long long)(before >> 10), (unsigned long long)(after >> 10));
+        return after > before + 16 * MiB ? 20 : 0;
 }
 
 static void wait_no_clients(const char *after) {
@@ -571,7 +628,7 @@ static void fork_quota(int (*parent)(void *), const char *what) {
         wait_no_clients(what);
 }
 
-/* argv[1], if given, runs one case: pool, bound, ranges, fork or orphans */
+/* argv[1], if given, runs one case: pool, bound, ranges, holes, fork or orphans */
 static bool want_case(int argc, char **argv, const char *name) {
         return argc < 2 || strcmp(argv[1], name) == 0;
 }
@@ -606,6 +663,13 @@ int main(int argc, char **argv) {
                 if (r != 0)
                         test_fail("forged ranges, case %zu: exit %d", i, r);
                 wait_no_clients("forged ranges");
+        }
+
+        if (want_case(argc, argv, "holes")) {
+                int r = as_user(U_FORGE2, holes_forger, NULL);
+                if (r != 0)
+                        test_fail("holes: exit %d", r);
+                wait_no_clients("holes");
         }
 
         if (UNDER_TSAN) {
