@@ -304,9 +304,11 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
                 return r;
         }
-        if (nfds == 3) {
-                r = mmclient_set_sync(mm, fds[2]);
-                fds[2] = -1;
+        if (sync_i >= 0) {
+                /* with a shared store too, the fourth: the sync page is
+                 * the third whenever there is one */
+                r = mmclient_set_sync(mm, fds[sync_i]);
+                fds[sync_i] = -1;
                 if (r == 0) {
                         /* the agent waits for us in its reconnect loop and
                          * the old daemon's reader is gone: nobody is inside.

@@ -198,6 +198,19 @@ static void case_fork(bool dedup) {
         td_stop(&d);
 }
 
+/* Lines of the daemon's /proc/PID/maps that name needle. */
+static unsigned daemon_maps_count(const char *needle) {
+        char path[64], line[512];
+        unsigned n = 0;
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)d.pid);
+        FILE *f = fopen(path, "re");
+        ASSERT_TRUE(f != NULL);
+        while (fgets(line, sizeof(line), f))
+                n += strstr(line, needle) != NULL;
+        fclose(f);
+        return n;
+}
+
 /* Parent and one child paged out; the daemon killed. restart: a new one
  * takes both over; else each restores itself. */
 static void case_restart(bool respawn) {
@@ -231,6 +244,13 @@ static void case_restart(bool respawn) {
                 fprintf(stderr, "adopted: %llu pages shared, %llu objects in the new shared store\n",
                         (unsigned long long)st.dedup_pages, (unsigned long long)st.dedup_objects);
                 ASSERT_EQ(st.dedup_objects, u);
+                /* each hands its sync page over with its shared store (four
+                 * descriptors), and the new daemon maps both: without them
+                 * their moves and its reads of their uffds would not be
+                 * kept apart (zsync.h) */
+                unsigned syncs = daemon_maps_count("memfd:zswap-sync");
+                if (syncs < 2)
+                        test_fail("after the restart the daemon maps %u sync pages of the 2 clients'", syncs);
         }
         ASSERT_EQ(kid_do(&kid, 'v'), 0);
         ASSERT_EQ(verify_pages(buf, len, hashes), 0);
