@@ -74,6 +74,15 @@
  * them all), every page of the new mapping is intact, and the honest
  * client is served while the move is held.
  *
+ * fuse-lock (skipped: not fixed yet, ZSWAP_TEST_UNFIXED=1 runs it): the
+ * same user maps a page of a FUSE file whose server never answers, reads
+ * it through its own /proc/self/mem in a thread (the kernel then waits
+ * for the server with the process's mmap lock held for reading) and
+ * sends REGISTER. The daemon's UFFDIO_REGISTER needs that lock for
+ * writing; made on the manager thread, it waits as long as the server
+ * does, and with it every connection: root's control connection must be
+ * answered within 30 s.
+ *
  * ops: the same user (no max_requests) attaches a raw client, lets its
  * first PAGEOUT's MOVE wait unanswered, and sends 100,000 more PAGEOUTs
  * of the same pages: each would wait behind that MOVE, queued in the
@@ -1279,15 +1288,97 @@ static void case_ops(void) {
         ASSERT_TRUE(*res > 0);
 }
 
+/* ---- fuse-lock ---- */
+
+static void *mem_reader(void *arg) {
+        uint8_t b;
+        int fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0)
+                (void)!pread(fd, &b, 1, (off_t)(uintptr_t)arg);
+        return NULL;
+}
+
+/* As U_STALLER: attach, map a page of FUSE file "f" and have a thread of
+ * ours read it through /proc/self/mem (the kernel holds our mmap lock for
+ * reading while it waits for the server); once the server has the READ,
+ * ask the daemon to REGISTER a region. *state: 1 while the REGISTER is
+ * sent, 2 once it was answered. */
+static int fuse_lock_attack(volatile int *state) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
+        char path[96];
+        int devfd, uffd;
+        pthread_t th;
+
+        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, -1);
+        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        int f = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(f >= 0);
+        void *p = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE, f, 0);
+        ASSERT_TRUE(p != MAP_FAILED);
+        ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
+        while (*fuse_reads < 1)
+                usleep(10000);
+        usleep(100 * 1000);
+        ZMsgRange rg;
+        memset(&rg, 0, sizeof(rg));
+        zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
+        rg.addr = (uintptr_t)mem;
+        rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+        *state = 1;
+        int r = raw_request(s, &rg, NULL, 0, NULL, NULL);
+        *state = r == 0 ? 2 : 3;
+        pause();
+        return 0;
+}
+
+/*
+ * fuse-lock: a process that waits in the kernel for a FUSE server with its
+ * mmap lock held (a read of its own /proc/self/mem at a page of a file
+ * whose server never answers) sends REGISTER: the daemon's UFFDIO_REGISTER
+ * needs that lock for writing. The manager must not wait for it: another
+ * user's control connection must be answered meanwhile.
+ */
+static void case_fuse_lock(void) {
+        if (!getenv("ZSWAP_TEST_UNFIXED"))
+                test_skip("not fixed yet: the manager makes UFFDIO_REGISTER (and the other ioctls that take a "
+                          "client's mmap lock for writing) itself, and waits while the client holds that lock "
+                          "(docs/security.md, \"Limits\"); ZSWAP_TEST_UNFIXED=1 runs it");
+        volatile int *state = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(state != MAP_FAILED);
+        fuse_start();
+        pid_t att = td_fork_as(U_STALLER, 0);
+        if (att == 0)
+                _exit(fuse_lock_attack(state));
+        for (uint64_t t0 = now_ns(); *state == 0; usleep(10000)) {
+                int st;
+                if (waitpid(att, &st, WNOHANG) == att)
+                        test_fail("the attacker failed (status %d)", st);
+                if (now_ns() - t0 > 60 * 1000000000ull)
+                        test_fail("the attacker did not get its READ to the server in 60 s");
+        }
+        usleep(500 * 1000);
+        bool served = user_served(0);
+        fprintf(stderr, "with the attacker's mmap lock held by FUSE and its REGISTER sent: root %s; REGISTER %s\n",
+                served ? "served" : "not served in 30 s",
+                *state == 1 ? "waiting" : *state == 2 ? "answered" : "refused");
+        fuse_stop();
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        if (!served)
+                test_fail("the manager waited for a client's mmap lock");
+}
+
 int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops");
+                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock");
         char conf[64] = "", args[320];
         bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
                        strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0 ||
-                       strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0;
+                       strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0 ||
+                       strcmp(argv[1], "fuse-lock") == 0;
         if (staller) {
                 /* the attacker is admitted and granted /dev/userfaultfd */
                 snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
@@ -1317,6 +1408,8 @@ int main(int argc, char **argv) {
                 case_late();
         else if (strcmp(argv[1], "ops") == 0)
                 case_ops();
+        else if (strcmp(argv[1], "fuse-lock") == 0)
+                case_fuse_lock();
         else
                 test_fail("no case %s", argv[1]);
         if (conf[0])
