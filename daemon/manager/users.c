@@ -243,6 +243,18 @@ static void orphans_unstop(Manager *m, MMClient *mm, bool all) {
 }
 
 static void users_orphans_unstop(Manager *m, bool all) {
+        bool stopped = false;
+        for (MMClient *mm = m->mms; mm && !stopped; mm = mm->next)
+                stopped = atomic_load_explicit(&mm->orphans_stop, memory_order_relaxed);
+        for (MMClient *mm = manager_orphans(m); mm && !stopped; mm = mm->next)
+                stopped = atomic_load_explicit(&mm->orphans_stop, memory_order_relaxed);
+        if (!stopped)
+                return;
+        /* children that exec'd or exited count no more at once, not at
+         * the next second's look: a shell's fork and exec, many a second,
+         * waits a tick at most at the bound */
+        if (!all)
+                tick_orphans(m);
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 orphans_unstop(m, mm, all);
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)

@@ -31,7 +31,10 @@
  * say why the attacker waits, and an honest root client must still
  * connect, page out and read back. Before the bound, 148 children took
  * all 600 descriptors and the honest client was not served in 20 s.
- * When one child exits, the fork that waits at the bound completes.
+ * When one child exits, the fork that waits at the bound completes. A
+ * shell of that user that forks and execs 200 commands one after the
+ * other is slowed by a tick at most each (children that exec'd stop
+ * counting at once).
  *
  * Then root, whom no bound holds, does the same until the daemon is out
  * of descriptors: the fork whose event cannot be read waits in the
@@ -49,6 +52,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "util.h"
 
 #define U_FLOOD 61201
 #define NKIDS 200
@@ -135,6 +139,35 @@ static int honest(void) {
                 return 63;
         zswap_disconnect(c);
         return 0;
+}
+
+/* As U_FLOOD: one client, then FORK_EXECS children one after the other,
+ * each exec'ing /bin/true at once (as a shell runs commands): an orphan
+ * each until its exec, so the user is at its bound all along. */
+#define FORK_EXECS 200
+static int fork_exec(void) {
+        uint64_t hashes[FLOOD_PAGES];
+        struct zswap_client *c;
+
+        if (zswap_connect(d.sock, &c) < 0)
+                return 80;
+        uint8_t *buf = td_region(c, FLOOD_PAGES * ZSWAP_PAGE_SIZE, 9, hashes);
+        if (td_pageout_want(c, buf, FLOOD_PAGES * ZSWAP_PAGE_SIZE, 1) <= 0)
+                return 81;
+        for (unsigned i = 0; i < FORK_EXECS; i++) {
+                pid_t k = raw_fork();
+                if (k < 0)
+                        return 82;
+                if (k == 0) {
+                        char *argv[] = { "true", NULL };
+                        syscall(SYS_execve, "/bin/true", argv, (char *[]){ NULL });
+                        syscall(SYS_exit_group, 127);
+                }
+                int st;
+                if (waitpid(k, &st, 0) != k || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                        return 83;
+        }
+        return verify_pages(buf, FLOOD_PAGES * ZSWAP_PAGE_SIZE, hashes) ? 84 : 0;
 }
 
 typedef struct Flood {
@@ -237,6 +270,25 @@ int main(void) {
         ASSERT_TRUE(td_log_has(&d, "forked children not attached (its max_connections)"));
         if (!more)
                 test_fail("the attacker's fork still waits after one of its children exited");
+
+        /* an honest shell of that user: fork and exec, one after the
+         * other; each child counts until its exec, and must stop counting
+         * at once then (not at the daemon's once-a-second look at its
+         * children, which would make this take 50 s) */
+        for (int i = 0; i < TEST_WAIT_S * 10 && daemon_fds() > fds0 + 16; i++)
+                usleep(100 * 1000);
+        uint64_t t0 = now_ns();
+        pid_t sh = td_fork_as(U_FLOOD, 0);
+        if (sh == 0)
+                _exit(fork_exec());
+        ASSERT_TRUE(waitpid(sh, &st, 0) == sh);
+        double secs = (double)(now_ns() - t0) / 1e9;
+        fprintf(stderr, "%d forks and execs of a user at its bound of %d: %.2f s (status %#x)\n", FORK_EXECS,
+                MAX_CONNS, secs, st);
+        ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (secs > 20)
+                test_fail("%d forks and execs took %.1f s: children that exec'd counted against the bound too long",
+                          FORK_EXECS, secs);
 
         /* root, whom no bound holds, runs the daemon out of descriptors:
          * the fork whose event could not be read for want of one must
