@@ -777,6 +777,26 @@ bool td_status_field(const char *path, const char *key, char *out, size_t len) {
         return found;
 }
 
+unsigned td_fd_count(const TestDaemon *d) {
+        char path[64];
+        unsigned n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+        DIR *dir = opendir(path);
+        ASSERT_TRUE(dir != NULL);
+        for (struct dirent *e; (e = readdir(dir));)
+                n += e->d_name[0] != '.';
+        closedir(dir);
+        return n;
+}
+
+uint64_t td_rss_kb(const TestDaemon *d) {
+        char path[64], v[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+        return td_status_field(path, "VmRSS", v, sizeof(v)) ? strtoull(v, NULL, 10) : 0;
+}
+
 /* A hex field of a /proc status file; ~0 if missing (a thread gone). */
 static unsigned long long status_hex(const char *path, const char *key) {
         char v[128];

@@ -68,6 +68,10 @@ unsigned td_log_count(const TestDaemon *d, const char *needle);
 /* "Key:\tvalue" of a /proc status file (/proc/PID/status, a task's), as
  * text in out; false if the file or the key is missing. */
 bool td_status_field(const char *path, const char *key, char *out, size_t len);
+/* The daemon's open descriptors now (fails the test if it cannot tell). */
+unsigned td_fd_count(const TestDaemon *d);
+/* The daemon's VmRSS in kB now; 0 if it cannot be read. */
+uint64_t td_rss_kb(const TestDaemon *d);
 /* Every thread of the daemon (io_uring's workers included) holds the same
  * capabilities as its main thread: none kept from before the sandbox.
  * Fails the test otherwise; the number of threads looked at. */

@@ -1189,12 +1189,6 @@ static void case_stuck(void) {
 
 static _Atomic uint64_t ops_replies;
 
-static uint64_t daemon_rss_kb(void) {
-        char path[64], v[64];
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
-        return td_status_field(path, "VmRSS", v, sizeof(v)) ? strtoull(v, NULL, 10) : 0;
-}
-
 /* Reads and counts the replies (and commands) on s until it ends. */
 static void *ops_reader(void *arg) {
         int s = (int)(intptr_t)arg;
@@ -1269,7 +1263,7 @@ static void case_ops(void) {
         volatile long *res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         ASSERT_TRUE(res != MAP_FAILED);
         *res = -1;
-        uint64_t rss0 = daemon_rss_kb();
+        uint64_t rss0 = td_rss_kb(&d);
         pid_t att = td_fork_as(U_STALLER, 0);
         if (att == 0)
                 _exit(ops_attack(res));
@@ -1280,7 +1274,7 @@ static void case_ops(void) {
                 if (now_ns() - t0 > 200 * 1000000000ull)
                         test_fail("the attacker has not sent its requests in 200 s");
         }
-        uint64_t rss1 = daemon_rss_kb();
+        uint64_t rss1 = td_rss_kb(&d);
         kill(att, SIGKILL);
         waitpid(att, NULL, 0);
         fprintf(stderr,

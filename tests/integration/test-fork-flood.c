@@ -42,7 +42,6 @@
  * to read the event again by itself, since its epoll edge is spent
  * (before, it waited for good).
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -62,24 +61,6 @@
 
 static TestDaemon d;
 static char conf_path[128];
-
-static unsigned daemon_fds(void) {
-        char path[64];
-        unsigned n = 0;
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
-        DIR *dir = opendir(path);
-        ASSERT_TRUE(dir != NULL);
-        for (struct dirent *e; (e = readdir(dir));)
-                n += e->d_name[0] != '.';
-        closedir(dir);
-        return n;
-}
-
-static uint64_t daemon_rss_kb(void) {
-        char path[64], v[64];
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
-        return td_status_field(path, "VmRSS", v, sizeof(v)) ? strtoull(v, NULL, 10) : 0;
-}
 
 /* fork() without libzswap's atfork handlers: the child never attaches */
 static pid_t raw_fork(void) {
@@ -221,8 +202,8 @@ static void flood_start(Flood *fl, uid_t uid, const char *held) {
         if (waitpid(fl->att, &st, WNOHANG) == fl->att)
                 test_fail("uid %u: the flood exited (%#x) after %u children", (unsigned)uid, st, fl->made);
         usleep(1500 * 1000); /* a tick or two */
-        fl->fds1 = daemon_fds();
-        fl->rss1 = daemon_rss_kb();
+        fl->fds1 = td_fd_count(&d);
+        fl->rss1 = td_rss_kb(&d);
 }
 
 /* One child exits: the fork that waits completes (the daemon looks for
@@ -262,8 +243,8 @@ int main(void) {
         snprintf(args, sizeof(args), "--config %s", conf_path);
         td_start_logged(&d, args);
 
-        unsigned fds0 = daemon_fds();
-        uint64_t rss0 = daemon_rss_kb();
+        unsigned fds0 = td_fd_count(&d);
+        uint64_t rss0 = td_rss_kb(&d);
         struct rlimit rl = { .rlim_cur = fds0 + 600, .rlim_max = fds0 + 600 };
         ASSERT_OK(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL));
 
@@ -296,7 +277,7 @@ int main(void) {
          * other; each child counts until its exec, and must stop counting
          * at once then (not at the daemon's once-a-second look at its
          * children, which would make this take 50 s) */
-        for (int i = 0; i < TEST_WAIT_S * 10 && daemon_fds() > fds0 + 16; i++)
+        for (int i = 0; i < TEST_WAIT_S * 10 && td_fd_count(&d) > fds0 + 16; i++)
                 usleep(100 * 1000);
         uint64_t t0 = now_ns();
         pid_t sh = td_fork_as(U_FLOOD, 0);
@@ -316,7 +297,7 @@ int main(void) {
          * the fork whose event could not be read for want of one must
          * complete once one is free (the kernel keeps the event, but its
          * epoll edge is spent: the daemon must look again by itself) */
-        for (int i = 0; i < TEST_WAIT_S * 10 && daemon_fds() > fds0 + 16; i++)
+        for (int i = 0; i < TEST_WAIT_S * 10 && td_fd_count(&d) > fds0 + 16; i++)
                 usleep(100 * 1000);
         flood_start(&fl, 0, "a fork event cannot be read");
         fprintf(stderr, "root: %u children that never attach; daemon: %u -> %u descriptors\n", fl.made, fds0,

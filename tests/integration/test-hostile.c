@@ -13,7 +13,6 @@
  * the legitimate client's pages stay held; at the end they read back
  * identical and the daemon exits cleanly.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -40,20 +39,6 @@ static uint32_t ids = 1000;
 static int agent_uffd = -1; /* the raw connection's uffd, kept to move pages as its agent */
 static _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 64], out[64 << 10];
 
-/* The daemon's open fds now. */
-static int fd_count(void) {
-        char path[64];
-        int n = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int)d.pid);
-        DIR *dir = opendir(path);
-        ASSERT_TRUE(dir);
-        for (struct dirent *e; (e = readdir(dir));)
-                n += e->d_name[0] != '.';
-        closedir(dir);
-        return n;
-}
-
 static uint64_t daemon_clients(void) {
         ZMsgStatusReply st;
 
@@ -63,7 +48,7 @@ static uint64_t daemon_clients(void) {
 
 /* How many polls in a row saw the count *last. */
 static int steady(int *last, int *same) {
-        int n = fd_count();
+        int n = (int)td_fd_count(&d);
 
         *same = n == *last ? *same + 1 : 0;
         *last = n;
@@ -90,7 +75,8 @@ static void wait_fds_back(int start) {
         int n = -1;
 
         WAIT_UNTIL(daemon_clients() == 0, TEST_WAIT_S, "a client still counted");
-        WAIT_UNTIL((n = fd_count()) <= start, TEST_WAIT_S, "the daemon has %d fds open, %d at start", n, start);
+        WAIT_UNTIL((n = (int)td_fd_count(&d)) <= start, TEST_WAIT_S, "the daemon has %d fds open, %d at start", n,
+                   start);
 }
 
 /* The daemon runs and still holds the legit client's pages. */
