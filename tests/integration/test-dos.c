@@ -553,6 +553,31 @@ static void case_maps(void) {
 
 #define STALL_PAGES 64
 
+/* The agent's part of MOVE mv (as client/lib/agent.c makes it, without
+ * its retries): each run into its staging slots, a page that cannot move
+ * skipped, each page moved marked in *done; the pages moved. */
+static int raw_move(int uffd, uint8_t *staging, const ZMsgMove *mv, ZMsgMoveDone *done) {
+        int n = 0;
+
+        for (uint32_t ri = 0, idx = 0; ri < mv->nruns && ri < ZSWAP_MOVE_RUNS_MAX; idx += mv->runs[ri++].npages)
+                for (uint32_t i = 0; i < mv->runs[ri].npages && idx + i < ZSWAP_BATCH_MAX;) {
+                        struct uffdio_move m = { .dst = (uintptr_t)staging + (uint64_t)(mv->slot0 + idx + i) * ZSWAP_PAGE_SIZE,
+                                                 .src = mv->runs[ri].addr + (uint64_t)i * ZSWAP_PAGE_SIZE,
+                                                 .len = (uint64_t)(mv->runs[ri].npages - i) * ZSWAP_PAGE_SIZE };
+                        int r = ioctl(uffd, UFFDIO_MOVE, &m);
+                        uint32_t k = m.move > 0 ? (uint32_t)(m.move / ZSWAP_PAGE_SIZE) : 0;
+                        for (uint32_t j = i; j < i + k; j++)
+                                done->moved[(idx + j) / 64] |= 1ull << ((idx + j) % 64);
+                        n += (int)k;
+                        i += k;
+                        if (r < 0 && i < mv->runs[ri].npages) {
+                                done->errors++;
+                                i++;
+                        }
+                }
+        return n;
+}
+
 /* Send a request on a raw connection and read up to its reply (any
  * command the daemon sends first is left in *cmd, if asked for);
  * the reply's status, or -EPIPE if none came. */
@@ -583,13 +608,11 @@ static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZM
         }
 }
 
-/* HELLO and ATTACH on a new raw connection, with staging and fork token
- * addresses of our choosing and a sync page (zsync.h) if syncfd >= 0; the
- * /dev/userfaultfd descriptor in *devfd. */
-static int raw_attach(uint64_t staging, int *devfd, int *uffdp, int syncfd) {
+/* HELLO as a client on a new raw connection; the /dev/userfaultfd
+ * descriptor in *devfd. */
+static int raw_hello(int *devfd) {
         int s = raw_connect();
         ZMsgHello h;
-        ZMsgAttach a;
 
         ASSERT_TRUE(s >= 0);
         struct timeval tv = { .tv_sec = 60 };
@@ -600,15 +623,34 @@ static int raw_attach(uint64_t staging, int *devfd, int *uffdp, int syncfd) {
         *devfd = -1;
         ASSERT_EQ(raw_request(s, &h, NULL, 0, devfd, NULL), 0);
         ASSERT_TRUE(*devfd >= 0); /* the config grants it */
-        int uffd = ioctl(*devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        ASSERT_TRUE(uffd >= 0);
+        return s;
+}
+
+/* ATTACH on s of uffd, with a staging area of our choosing and a sync
+ * page (zsync.h) if syncfd >= 0: the reply's status (the store it hands
+ * over closed). */
+static int raw_attach_on(int s, uint64_t staging, int uffd, int syncfd) {
+        int store = -1, fds[2] = { uffd, syncfd };
+        ZMsgAttach a;
+
         memset(&a, 0, sizeof(a));
         zmsg_init(&a.hdr, ZMSG_ATTACH, 0, sizeof(a));
         a.staging_addr = staging;
         a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
-        int store = -1, fds[2] = { uffd, syncfd };
-        ASSERT_EQ(raw_request(s, &a, fds, syncfd >= 0 ? 2 : 1, &store, NULL), 0);
-        close(store);
+        int r = raw_request(s, &a, fds, syncfd >= 0 ? 2 : 1, &store, NULL);
+        if (store >= 0)
+                close(store);
+        return r;
+}
+
+/* HELLO and ATTACH on a new raw connection, with staging and fork token
+ * addresses of our choosing and a sync page (zsync.h) if syncfd >= 0; the
+ * /dev/userfaultfd descriptor in *devfd. */
+static int raw_attach(uint64_t staging, int *devfd, int *uffdp, int syncfd) {
+        int s = raw_hello(devfd);
+        int uffd = ioctl(*devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        ASSERT_TRUE(uffd >= 0);
+        ASSERT_EQ(raw_attach_on(s, staging, uffd, syncfd), 0);
         *uffdp = uffd; /* stays open: the daemon's reads are of our memory */
         return s;
 }
@@ -1091,24 +1133,8 @@ static int late_client(volatile int *res) {
         /* the agent: the move it was told to make, once the daemon lets it,
          * a page it cannot move skipped, as the library's agent does */
         ZMsgMoveDone done = { .npages = mv->npages };
-        int n = 0;
         ASSERT_TRUE(zsync_move_begin(sync));
-        for (uint32_t ri = 0, idx = 0; ri < mv->nruns && ri < ZSWAP_MOVE_RUNS_MAX; idx += mv->runs[ri++].npages)
-                for (uint32_t i = 0; i < mv->runs[ri].npages && idx + i < ZSWAP_BATCH_MAX;) {
-                        struct uffdio_move m = { .dst = (uintptr_t)staging + (uint64_t)(mv->slot0 + idx + i) * ZSWAP_PAGE_SIZE,
-                                                 .src = mv->runs[ri].addr + (uint64_t)i * ZSWAP_PAGE_SIZE,
-                                                 .len = (uint64_t)(mv->runs[ri].npages - i) * ZSWAP_PAGE_SIZE };
-                        int r = ioctl(uffd, UFFDIO_MOVE, &m);
-                        uint32_t k = m.move > 0 ? (uint32_t)(m.move / ZSWAP_PAGE_SIZE) : 0;
-                        for (uint32_t j = i; j < i + k; j++)
-                                done.moved[(idx + j) / 64] |= 1ull << ((idx + j) % 64);
-                        n += (int)k;
-                        i += k;
-                        if (r < 0 && i < mv->runs[ri].npages) {
-                                done.errors++;
-                                i++;
-                        }
-                }
+        int n = raw_move(uffd, staging, mv, &done);
         zsync_move_end(sync);
         res[3] = 3;
         zmsg_init(&done.hdr, ZMSG_MOVE_DONE, mv->hdr.id, sizeof(done));
