@@ -74,14 +74,32 @@
  * them all), every page of the new mapping is intact, and the honest
  * client is served while the move is held.
  *
- * fuse-lock (skipped: not fixed yet, ZSWAP_TEST_UNFIXED=1 runs it): the
- * same user maps a page of a FUSE file whose server never answers, reads
- * it through its own /proc/self/mem in a thread (the kernel then waits
- * for the server with the process's mmap lock held for reading) and
- * sends REGISTER. The daemon's UFFDIO_REGISTER needs that lock for
- * writing; made on the manager thread, it waits as long as the server
- * does, and with it every connection: root's control connection must be
- * answered within 30 s.
+ * fuse-lock (skipped: not fixed yet, ZSWAP_TEST_UNFIXED=1 runs it, and
+ * the four after it): the same user maps a page of a FUSE file whose
+ * server never answers, reads it through its own /proc/self/mem in a
+ * thread (the kernel then waits for the server with the process's mmap
+ * lock held for reading) and sends REGISTER. The daemon's UFFDIO_REGISTER
+ * needs that lock for writing; made on the manager thread, it waits as
+ * long as the server does, and with it every connection: root's control
+ * connection must be answered within 30 s. Then the server goes (the
+ * read fails, the lock is free) and the REGISTER must be answered. The
+ * same, the lock held, with:
+ *  - fuse-lock-attach: ATTACH on a second connection of the process, with
+ *    a fresh uffd and staging area (the proof registers a page of it);
+ *  - fuse-lock-arm: a PAGEOUT of a region registered and written before
+ *    (with WP_ASYNC the region is registered for missing faults as its
+ *    first page leaves); once answered, every page reads back intact;
+ *  - fuse-lock-detach: the connection closed, with pages of a region out
+ *    (the daemon brings them back and unregisters the region); once it
+ *    has, the process finds every page there, intact;
+ *  - fuse-lock-queued: another thread of the process calls mmap(), which
+ *    waits for the lock for writing (and every reader after it waits
+ *    too), and the process asks for a PAGEOUT of a region one PAGEOUT
+ *    armed before: the manager's read of /proc/PID/pagemap waits behind
+ *    that mmap(), as any use of the lock for reading does (the
+ *    UFFDIO_WRITEPROTECT of the manager's tick that asks whether the
+ *    process lives waits there too, PAGEOUT or not). Once answered, every
+ *    page reads back intact.
  *
  * ops: the same user (no max_requests) attaches a raw client, lets its
  * first PAGEOUT's MOVE wait unanswered, and sends 100,000 more PAGEOUTs
@@ -578,9 +596,49 @@ static int raw_move(int uffd, uint8_t *staging, const ZMsgMove *mv, ZMsgMoveDone
         return n;
 }
 
+/* The raw client that raw_request() is the agent of while it waits for a
+ * reply (fuse-lock's attacker sets it): the MOVE and RELEASE commands that
+ * come first are served, as the library's agent serves them. */
+static struct {
+        int uffd; /* -1: none; commands are left to the caller */
+        uint8_t *staging;
+        ZSync *sync;
+} raw_agent = { .uffd = -1 };
+
+static int64_t raw_value; /* the value of the last reply raw_request() read */
+
+static void raw_agent_serve(int s, const void *cmd) {
+        const ZMsgHeader *h = cmd;
+
+        if (h->type == ZMSG_MOVE) {
+                const ZMsgMove *mv = cmd;
+                ZMsgMoveDone done = { .npages = mv->npages };
+                if (zsync_move_begin(raw_agent.sync)) {
+                        (void)raw_move(raw_agent.uffd, raw_agent.staging, mv, &done);
+                        zsync_move_end(raw_agent.sync);
+                }
+                zmsg_init(&done.hdr, ZMSG_MOVE_DONE, mv->hdr.id, sizeof(done));
+                (void)zmsg_send(s, &done, sizeof(done), NULL, 0);
+        } else if (h->type == ZMSG_RELEASE) {
+                /* the slots emptied, unregistered around the MADV_DONTNEED
+                 * as the library does (else it waits for a REMOVE event to
+                 * be read) */
+                ZMsgRelease done = *(const ZMsgRelease *)cmd;
+                ASSERT_TRUE((uint64_t)done.slot0 + done.nslots <= ZSWAP_BATCH_MAX);
+                struct uffdio_range r = { (uintptr_t)raw_agent.staging + (uint64_t)done.slot0 * ZSWAP_PAGE_SIZE,
+                                          (uint64_t)done.nslots * ZSWAP_PAGE_SIZE };
+                struct uffdio_register reg = { .range = r, .mode = UFFDIO_REGISTER_MODE_WP };
+                ASSERT_OK(ioctl(raw_agent.uffd, UFFDIO_UNREGISTER, &r));
+                ASSERT_OK(madvise((void *)(uintptr_t)r.start, r.len, MADV_DONTNEED));
+                ASSERT_OK(ioctl(raw_agent.uffd, UFFDIO_REGISTER, &reg));
+                zmsg_init(&done.hdr, ZMSG_RELEASE_DONE, done.hdr.id, sizeof(done));
+                (void)zmsg_send(s, &done, sizeof(done), NULL, 0);
+        }
+}
+
 /* Send a request on a raw connection and read up to its reply (any
- * command the daemon sends first is left in *cmd, if asked for);
- * the reply's status, or -EPIPE if none came. */
+ * command the daemon sends first is served by raw_agent if set, else left
+ * in *cmd, if asked for); the reply's status, or -EPIPE if none came. */
 static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZMsgHeader *cmd) {
         _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
         ZMsgHeader *h = m;
@@ -601,9 +659,13 @@ static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZM
                         else
                                 close(got[i]);
                 const ZMsgHeader *r = (const ZMsgHeader *)in;
-                if (r->type == ZMSG_REPLY && r->id == h->id)
+                if (r->type == ZMSG_REPLY && r->id == h->id) {
+                        raw_value = ((const ZMsgReply *)in)->value;
                         return ((const ZMsgReply *)in)->status;
-                if (cmd)
+                }
+                if (raw_agent.uffd >= 0 && (r->type == ZMSG_MOVE || r->type == ZMSG_RELEASE))
+                        raw_agent_serve(s, in);
+                else if (cmd)
                         memcpy(cmd, in, sizeof(*cmd));
         }
 }
@@ -1314,6 +1376,32 @@ static void case_ops(void) {
 
 /* ---- fuse-lock ---- */
 
+/* What the attacker has the daemon do while its mmap lock is held, a case
+ * each: the manager's ioctls that take that lock for writing, and a read
+ * of its pagemap while a writer waits for the lock. */
+enum {
+        LOCK_REGISTER, /* UFFDIO_REGISTER of the region */
+        LOCK_ATTACH,   /* the proof's UFFDIO_REGISTER, on a second connection */
+        LOCK_ARM,      /* the region armed for missing faults at its first PAGEOUT */
+        LOCK_DETACH,   /* UFFDIO_UNREGISTER once the closed connection's pages are back */
+        LOCK_QUEUED,   /* a PAGEOUT's /proc/PID/pagemap, behind a writer of ours */
+        LOCK_CASES,
+};
+static const char *const lock_case[LOCK_CASES] = { "fuse-lock", "fuse-lock-attach", "fuse-lock-arm", "fuse-lock-detach",
+                                                   "fuse-lock-queued" };
+static const char *const lock_what[LOCK_CASES] = { "REGISTER", "ATTACH", "first PAGEOUT", "close",
+                                                   "PAGEOUT behind a queued mmap()" };
+
+/* The attacker's page shared with the test. */
+typedef struct LockShared {
+        _Atomic int stage;     /* how far the attacker got: lock_stage[] */
+        _Atomic bool released; /* the test: the FUSE read has ended */
+        int status;            /* the request's reply (stage 2 on) */
+        int64_t value;
+        int bad;               /* pages of the region that differ (stage 3) */
+} LockShared;
+static const char *const lock_stage[] = { "setting up", "waiting for it to be done", "checking its pages", "done" };
+
 static void *mem_reader(void *arg) {
         uint8_t b;
         int fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
@@ -1322,19 +1410,88 @@ static void *mem_reader(void *arg) {
         return NULL;
 }
 
-/* As U_STALLER: attach, map a page of FUSE file "f" and have a thread of
- * ours read it through /proc/self/mem (the kernel holds our mmap lock for
- * reading while it waits for the server); once the server has the READ,
- * ask the daemon to REGISTER a region. *state: 1 while the REGISTER is
- * sent, 2 once it was answered. */
-static int fuse_lock_attack(volatile int *state) {
-        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
-        uint8_t *staging = test_map(lane), *mem = test_map(STALL_PAGES * ZSWAP_PAGE_SIZE);
+/* fuse-lock-queued: once told, a thread of the attacker maps a page; its
+ * mmap() waits for the mmap lock for writing, and every reader after it
+ * waits behind it. */
+static _Atomic bool mapper_go, mapper_done;
+static _Atomic pid_t mapper_tid;
+
+static void *mapper(void *arg) {
+        (void)arg;
+        atomic_store(&mapper_tid, (pid_t)syscall(SYS_gettid));
+        while (!atomic_load(&mapper_go))
+                usleep(1000);
+        ASSERT_TRUE(mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED);
+        atomic_store(&mapper_done, true);
+        return NULL;
+}
+
+/* Whether the mapper waits in the kernel (state D: for our mmap lock, all
+ * it does); /proc/PID/task/TID/stat is read without that lock. */
+static bool mapper_waits(void) {
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)atomic_load(&mapper_tid));
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        if (fd >= 0)
+                close(fd);
+        buf[n > 0 ? n : 0] = 0;
+        const char *p = strrchr(buf, ')');
+        return p && p[1] == ' ' && p[2] == 'D';
+}
+
+/* On raw connection s: a request of type for [mem, mem + len); its status. */
+static int raw_range(int s, uint16_t type, void *mem, size_t len) {
+        ZMsgRange rg;
+
+        memset(&rg, 0, sizeof(rg));
+        zmsg_init(&rg.hdr, type, 0, sizeof(rg));
+        rg.addr = (uintptr_t)mem;
+        rg.len = len;
+        return raw_request(s, &rg, NULL, 0, NULL, NULL);
+}
+
+/*
+ * As U_STALLER: a raw client (its agent raw_agent) with STALL_PAGES pages
+ * of known content, set up for case kind; then a page of FUSE file "f"
+ * mapped and read by a thread of ours through /proc/self/mem (the kernel
+ * holds our mmap lock for reading while it waits for the server), and,
+ * once the server has the READ, the request made. When the test says the
+ * read has ended: the pages checked. Progress in st.
+ */
+static int fuse_lock_attack(int kind, LockShared *st) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = STALL_PAGES * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *staging2 = test_map(lane), *mem = test_map(len);
+        uint64_t hashes[STALL_PAGES];
         char path[96];
-        int devfd, uffd;
+        int devfd, s2 = -1, uffd2 = -1;
         pthread_t th;
 
-        int s = raw_attach((uintptr_t)staging, &devfd, &uffd, -1);
+        atomic_store(&st->stage, 0); /* the shared page faulted in while nothing waits for our lock */
+        ASSERT_OK(madvise(mem, len, MADV_NOHUGEPAGE));
+        int s = raw_sync_client(staging, lane, &devfd, &raw_agent.uffd, &raw_agent.sync);
+        raw_agent.staging = staging;
+        fill_pages(mem, len, 17);
+        hash_pages(mem, len, hashes);
+        if (kind >= LOCK_ARM)
+                ASSERT_EQ(raw_range(s, ZMSG_REGISTER, mem, len), 0);
+        if (kind >= LOCK_DETACH) {
+                /* pages out (for the detach to bring back), the region armed */
+                ASSERT_EQ(raw_range(s, ZMSG_PAGEOUT, mem, len), 0);
+                ASSERT_TRUE(raw_value > 0);
+        }
+        if (kind == LOCK_QUEUED) {
+                /* and back in, for the next PAGEOUT to take; the mapper's
+                 * stack is mapped now (mapping it would wait too) */
+                ASSERT_EQ(verify_pages(mem, len, hashes), 0);
+                ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
+        }
+        if (kind == LOCK_ATTACH) {
+                s2 = raw_hello(&devfd);
+                uffd2 = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+                ASSERT_TRUE(uffd2 >= 0);
+        }
+
         snprintf(path, sizeof(path), "%s/f", fuse_dir);
         int f = open(path, O_RDONLY | O_CLOEXEC);
         ASSERT_TRUE(f >= 0);
@@ -1344,65 +1501,127 @@ static int fuse_lock_attack(volatile int *state) {
         while (*fuse_reads < 1)
                 usleep(10000);
         usleep(100 * 1000);
-        ZMsgRange rg;
-        memset(&rg, 0, sizeof(rg));
-        zmsg_init(&rg.hdr, ZMSG_REGISTER, 0, sizeof(rg));
-        rg.addr = (uintptr_t)mem;
-        rg.len = STALL_PAGES * ZSWAP_PAGE_SIZE;
-        *state = 1;
-        int r = raw_request(s, &rg, NULL, 0, NULL, NULL);
-        *state = r == 0 ? 2 : 3;
+        if (kind == LOCK_QUEUED) {
+                atomic_store(&mapper_go, true);
+                while (!mapper_waits()) {
+                        if (atomic_load(&mapper_done))
+                                test_fail("our mmap() did not wait for our mmap lock");
+                        usleep(1000);
+                }
+        }
+        /* the answer may wait as long as the test lets it */
+        struct timeval tv = { .tv_sec = 0 };
+        ASSERT_OK(setsockopt(kind == LOCK_ATTACH ? s2 : s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+        atomic_store(&st->stage, 1);
+        raw_value = 0;
+        if (kind == LOCK_ATTACH)
+                st->status = raw_attach_on(s2, (uintptr_t)staging2, uffd2, -1);
+        else if (kind == LOCK_DETACH) {
+                close(s);
+                /* no answer: done once the daemon has unregistered the
+                 * region (a look at our mappings takes our mmap lock:
+                 * not before the read has ended) */
+                while (!atomic_load(&st->released))
+                        usleep(10000);
+                while (vma_uffd_registered(mem))
+                        usleep(10000);
+                st->status = 0;
+        } else
+                st->status = raw_range(s, kind == LOCK_REGISTER ? ZMSG_REGISTER : ZMSG_PAGEOUT, mem, len);
+        st->value = raw_value;
+        atomic_store(&st->stage, 2);
+        while (!atomic_load(&st->released))
+                usleep(10000);
+        st->bad = (int)verify_pages(mem, len, hashes);
+        atomic_store(&st->stage, 3);
         pause();
         return 0;
 }
 
+/* Until the attacker is at stage (true) or seconds have passed (false);
+ * fails the test if the attacker ends. */
+static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
+        for (uint64_t t0 = now_ns(); atomic_load(&st->stage) < stage; usleep(10000)) {
+                int status;
+                if (waitpid(att, &status, WNOHANG) == att)
+                        test_fail("the attacker failed (status %d) when %s", status,
+                                  lock_stage[atomic_load(&st->stage)]);
+                if (now_ns() - t0 > seconds * 1000000000ull)
+                        return false;
+        }
+        return true;
+}
+
 /*
- * fuse-lock: a process that waits in the kernel for a FUSE server with its
- * mmap lock held (a read of its own /proc/self/mem at a page of a file
- * whose server never answers) sends REGISTER: the daemon's UFFDIO_REGISTER
- * needs that lock for writing. The manager must not wait for it: another
- * user's control connection must be answered meanwhile.
+ * fuse-lock*: a process that waits in the kernel for a FUSE server with
+ * its mmap lock held (a read of its own /proc/self/mem at a page of a file
+ * whose server never answers) has the daemon take that lock: for writing
+ * (REGISTER, ATTACH's proof, arming at the first PAGEOUT, UNREGISTER at
+ * detach) or, behind a writer of its own that waits for it, for reading
+ * (a PAGEOUT's pagemap). The manager must not wait for it: another user's
+ * control connection must be answered meanwhile. Once the server goes
+ * (the read fails), the request must be done and the pages intact.
  */
-static void case_fuse_lock(void) {
+static void case_fuse_lock(int kind) {
         if (!getenv("ZSWAP_TEST_UNFIXED"))
                 test_skip("not fixed yet: the manager makes UFFDIO_REGISTER (and the other ioctls that take a "
                           "client's mmap lock for writing) itself, and waits while the client holds that lock "
                           "(docs/security.md, \"Limits\"); ZSWAP_TEST_UNFIXED=1 runs it");
-        volatile int *state = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        ASSERT_TRUE(state != MAP_FAILED);
+        LockShared *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        char cmd[64];
+        ASSERT_TRUE(st != MAP_FAILED);
+        st->bad = -1;
         fuse_start();
         pid_t att = td_fork_as(U_STALLER, 0);
         if (att == 0)
-                _exit(fuse_lock_attack(state));
-        for (uint64_t t0 = now_ns(); *state == 0; usleep(10000)) {
-                int st;
-                if (waitpid(att, &st, WNOHANG) == att)
-                        test_fail("the attacker failed (status %d)", st);
-                if (now_ns() - t0 > 60 * 1000000000ull)
-                        test_fail("the attacker did not get its READ to the server in 60 s");
-        }
+                _exit(fuse_lock_attack(kind, st));
+        if (!lock_wait(att, st, 1, 60))
+                test_fail("the attacker did not get its READ to the server in 60 s");
         usleep(500 * 1000);
         bool served = user_served(0);
-        fprintf(stderr, "with the attacker's mmap lock held by FUSE and its REGISTER sent: root %s; REGISTER %s\n",
-                served ? "served" : "not served in 30 s",
-                *state == 1 ? "waiting" : *state == 2 ? "answered" : "refused");
+        fprintf(stderr, "with the attacker's mmap lock held by FUSE and its %s made: root %s\n", lock_what[kind],
+                served ? "served" : "not served in 30 s");
+        if (!served) {
+                fprintf(stderr, "the manager (pid %d) waits in:\n", (int)d.pid);
+                snprintf(cmd, sizeof(cmd), "cat /proc/%d/stack >&2", (int)d.pid);
+                (void)!system(cmd);
+        }
+        /* the server goes: the read fails, and our lock is let go */
         fuse_stop();
+        atomic_store(&st->released, true);
+        bool done = lock_wait(att, st, 3, TEST_WAIT_S);
+        if (done)
+                fprintf(stderr, "once the read ended: %s done (%d, value %lld); %d of %d pages differ\n",
+                        lock_what[kind], st->status, (long long)st->value, st->bad, STALL_PAGES);
+        else
+                fprintf(stderr, "%d s after the read ended, the attacker's %s: still %s\n", TEST_WAIT_S,
+                        lock_what[kind], lock_stage[atomic_load(&st->stage)]);
         kill(att, SIGKILL);
         waitpid(att, NULL, 0);
         if (!served)
                 test_fail("the manager waited for a client's mmap lock");
+        if (!done)
+                test_fail("the attacker's %s was not done once its lock was free", lock_what[kind]);
+        ASSERT_EQ(st->status, 0);
+        ASSERT_EQ(st->bad, 0);
+        if (kind == LOCK_ARM || kind == LOCK_QUEUED)
+                ASSERT_TRUE(st->value > 0);
 }
 
 int main(int argc, char **argv) {
         test_require_root();
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
-                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock");
+                test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
+                          "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued");
         char conf[64] = "", args[320];
+        int lock = -1;
+        for (int i = 0; i < LOCK_CASES; i++)
+                if (strcmp(argv[1], lock_case[i]) == 0)
+                        lock = i;
         bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
                        strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0 ||
-                       strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0 ||
-                       strcmp(argv[1], "fuse-lock") == 0;
+                       strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0 || lock >= 0;
         if (staller) {
                 /* the attacker is admitted and granted /dev/userfaultfd */
                 snprintf(conf, sizeof(conf), "/tmp/test-dos-%d.conf", (int)getpid());
@@ -1432,8 +1651,8 @@ int main(int argc, char **argv) {
                 case_late();
         else if (strcmp(argv[1], "ops") == 0)
                 case_ops();
-        else if (strcmp(argv[1], "fuse-lock") == 0)
-                case_fuse_lock();
+        else if (lock >= 0)
+                case_fuse_lock(lock);
         else
                 test_fail("no case %s", argv[1]);
         if (conf[0])
