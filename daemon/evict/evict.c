@@ -38,6 +38,7 @@
 #include "memread.h"
 #include "util.h"
 #include "trace.h"
+#include "mmjob.h"
 
 /* ---- manager side ---- */
 
@@ -60,11 +61,8 @@ static void op_finish(Core *core, MMClient *mm, PageoutOp *op) {
                 log_debug("pid %d: policy eviction done: %llu pages", (int)mmclient_pid(mm),
                           (unsigned long long)op->evicted);
         }
-        if (op->unregister) {
-                /* every page of the range is back: stop the kernel sending us its faults */
-                mmclient_uffd_unregister(mm, op->start, op->end);
+        if (op->unregister)
                 mm->unregisters--;
-        }
         evict_op_drop(core, op);
 }
 
@@ -233,6 +231,7 @@ typedef struct Plan {
         bool new_run; /* the next page starts a run: UFFDIO_MOVE fails (EINVAL)
                        * on a run that spans two vmas, and separately
                        * registered regions are often separate vmas */
+        bool arming;  /* planning stopped at a region being armed */
 } Plan;
 
 /* Mark one page MOVING and add it to the plan; false if the plan is full.
@@ -338,11 +337,24 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         op->cursor = op->end;
                         continue;
                 }
-                if (!armed && mmclient_region_arm(mm, s) < 0) {
-                        /* not registered for missing faults: none of its
-                         * pages may leave (this pass) */
+                if (!armed && mm->arm_failed == s + 1) {
+                        /* it could not be registered for missing faults:
+                         * none of its pages may leave (this pass) */
+                        mm->arm_failed = 0;
                         op->cursor = e;
                         continue;
+                }
+                if (!armed) {
+                        /* registered for missing faults first, by a job
+                         * (mmjob.h); the plan goes on once it is back
+                         * (evict_job_done()) */
+                        Work *w = work_new(MW_JOB_ARM, mm);
+                        if (w) {
+                                w->a = s;
+                                mmjob_submit(mm->core, w);
+                        }
+                        p->arming = true;
+                        break;
                 }
                 p->new_run = true; /* a region of its own */
                 size_t n = MIN((e - s) >> ZSWAP_PAGE_SHIFT, limit - p->lane->npages);
@@ -440,6 +452,19 @@ static int lane_send_move(Core *core, MMClient *mm, unsigned li, Plan *p) {
         return core->ops->send(mm->conn, &p->msg, zmsg_move_size(p->msg.nruns));
 }
 
+/* The job that unregisters an UNREGISTER's range; without memory for it,
+ * the next pump (each tick) tries again. */
+static void op_unregister(Core *core, MMClient *mm, PageoutOp *op) {
+        Work *w = work_new(MW_JOB_UNREGISTER, mm);
+        if (!w)
+                return;
+        w->a = op->start;
+        w->b = op->end;
+        w->v = (uintptr_t)op;
+        op->unregistering = true;
+        mmjob_submit(core, w);
+}
+
 /*
  * Start one step of the client's queued requests: the first request that
  * still has pages to plan gets a lane. A request whose last batches are in
@@ -467,6 +492,11 @@ static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
                         /* an unregister (or pagein) waits until nothing of the
                          * client is in flight, then the fault thread puts the
                          * pages back */
+                        if (op == mm->ops && op->restored && !op->unregistering)
+                                /* every page of the range is back: the
+                                 * kernel stops sending us its faults,
+                                 * and then the op ends (evict_job_done()) */
+                                op_unregister(core, mm, op);
                         if (op == mm->ops && !op->posted && evict_settled(mm)) {
                                 Work *w = work_new(FW_RESTORE, mm);
                                 if (!w)
@@ -494,6 +524,10 @@ static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
         if (mm->fork_paused || atomic_load_explicit(&mm->fork_hold, memory_order_acquire) || !mm->conn ||
             mm->nlanes == 0 || atomic_load_explicit(&mm->sync_swap, memory_order_acquire))
                 return false;
+        /* a call of ours waits for the client's mmap lock (mmjob.h): the
+         * plan's pagemap read would wait behind it */
+        if (mmjob_busy(mm))
+                return false;
         for (li = 0; li < mm->nlanes && mm->lanes[li].state != LANE_FREE; li++)
                 ;
         if (li == mm->nlanes)
@@ -503,6 +537,8 @@ static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
         p.lane->npages = 0;
         plan_batch(mm, op, &p, budget);
         plan_verify(mm, &p);
+        if (p.lane->npages == 0 && p.arming)
+                return false; /* the arming's return pumps again */
         if (p.lane->npages == 0) {
                 if (*budget == 0) {
                         /* come back after the other clients had their turn */
@@ -682,10 +718,27 @@ void evict_restore_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
         for (PageoutOp *op = mm->ops; op; op = op->next)
                 if (op->restore && op->posted && op->id == w->id && op->start == w->a) {
-                        op_finish(core, mm, op);
+                        if (op->unregister)
+                                op->restored = true; /* unregistered next (pump_one()) */
+                        else
+                                op_finish(core, mm, op);
                         break;
                 }
         evict_pump(core, mm);
+        work_free(w);
+}
+
+void evict_job_done(Core *core, Work *w) {
+        MMClient *mm = w->mm;
+
+        if (w->type == MW_JOB_ARM && w->status < 0)
+                mm->arm_failed = w->a + 1; /* its region is passed over once (plan_batch()) */
+        if (w->type == MW_JOB_UNREGISTER && w->v)
+                for (PageoutOp *op = mm->ops; op; op = op->next)
+                        if ((uintptr_t)op == w->v && op->unregistering) {
+                                op_finish(core, mm, op);
+                                break;
+                        }
         work_free(w);
 }
 

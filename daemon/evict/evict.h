@@ -28,6 +28,9 @@ struct PageoutOp {
          * an UNREGISTER, or a PAGEIN (the range stays registered) */
         bool restore;
         bool posted;      /* its restore was handed to the fault thread */
+        /* an UNREGISTER's pages are back; its range is being unregistered
+         * (a job, mmjob.h): it ends when that is back */
+        bool restored, unregistering;
         uint64_t start, end, cursor;
         uint64_t evicted;
         unsigned inflight; /* lanes working for this op */
@@ -77,6 +80,9 @@ int evict_release_done(Core *core, MMClient *mm, uint32_t lane);
 /* Completions from workers and fault threads (manager inbox). */
 void evict_batch_done(Core *core, Work *w);
 void evict_restore_done(Core *core, Work *w);
+/* A job of eviction's back (mmjob.h, MW_JOB_ARM or MW_JOB_UNREGISTER):
+ * what it was for goes on; w is freed. */
+void evict_job_done(Core *core, Work *w);
 /* Periodic: lanes waiting for fault-path readers, fork pause timeouts. */
 void evict_tick(Core *core, MMClient *mm);
 /* No batch is moving or compressing. */

@@ -6,7 +6,8 @@
  * a dead daemon served with its store (adopt.c), CHILD_ATTACH claims a
  * fork child's address space the fault threads made from its fork event.
  * Each binds the address space to the process that connected and proves
- * its uffd acts on it (mm_bind_proven()) before anything of it is served.
+ * its uffd acts on it (bind_then_prove(), a job: mmjob.h) before anything
+ * of it is served; prove_done() goes on with the request.
  * Manager thread only; dispatch() (requests.c) calls in.
  */
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "log.h"
 #include "manager-internal.h"
 #include "memread.h"
+#include "mmjob.h"
 #include "sandbox.h"
 #include "uffd-compat.h"
 #include "users.h"
@@ -120,24 +122,64 @@ static void mm_set_staging(MMClient *mm, const ZMsgAttach *a, unsigned nlanes) {
         atomic_store_explicit(&mm->nlanes, nlanes, memory_order_release);
 }
 
+/* What a request that waits for its proof (prove_done()) goes on with:
+ * its message and the descriptors it still holds. */
+typedef struct ProveWait {
+        int type; /* ZMSG_ATTACH, ZMSG_ADOPT, ZMSG_CHILD_ATTACH */
+        pid_t pid;
+        union {
+                ZMsgAttach a;
+                ZMsgChild ch;
+        } msg;
+        int fds[4];
+        size_t nfds;
+} ProveWait;
+
 /*
  * Bind mm to the process of connection c and prove its uffd is of that
  * process's address space (mmclient_prove()): what the daemon reads of the
  * client (staging, the fork token, pagemap) and what it serves through the
  * uffd are then one address space, whatever the pid number names later. A
  * uffd made in another process, or a process that exec'd since it sent
- * the request (a setuid program now, say), is refused and logged.
+ * the request (a setuid program now, say), is refused and logged. The
+ * proof registers a page of the client's on its uffd, which waits for the
+ * client's mmap lock: a job (mmjob.h), and prove_done() goes on with the
+ * request, msg of len bytes, with the descriptors fds[] still holds (taken
+ * from it). mm's reference (or, for a fork child, the orphan list's) goes
+ * with the job. 1: answered later, or < 0 (mm is the caller's again).
  */
-static int mm_bind_proven(Conn *c, MMClient *mm, uint64_t staging, uint64_t len) {
+static int bind_then_prove(Manager *m, Conn *c, MMClient *mm, const void *msg, size_t len, int *fds, size_t nfds,
+                           uint64_t staging, uint64_t staging_len) {
         int r = mmclient_mem_fd(mm) >= 0 ? 0 : mmclient_bind(mm, c->pidfd, c->pid);
-        if (r == 0)
-                r = mmclient_prove(mm, staging, len);
-        if (r == -EPERM || r == -ESRCH)
-                log_warn("pid %d: refused: not its own address space (its userfaultfd is another process's, "
-                         "or the process that connected exited or exec'd)", (int)c->pid);
+        if (r == -ESRCH)
+                log_warn("pid %d: refused: the process that connected exited or exec'd", (int)c->pid);
         if (r < 0)
+                return r == -ESRCH ? -EPERM : r;
+        Work *w = work_new(MW_JOB_PROVE, mm);
+        ProveWait *pw = calloc(1, sizeof(*pw));
+        if (!w || !pw || nfds > ELEMENTSOF(pw->fds)) {
+                free(pw);
+                work_free(w);
                 mmclient_unbind(mm);
-        return r == -ESRCH ? -EPERM : r;
+                return -ENOMEM;
+        }
+        const ZMsgHeader *h = msg;
+        pw->type = h->type;
+        pw->pid = c->pid;
+        memcpy(&pw->msg, msg, MIN(len, sizeof(pw->msg)));
+        for (size_t i = 0; i < nfds; i++) {
+                pw->fds[i] = fds[i];
+                fds[i] = -1;
+        }
+        pw->nfds = nfds;
+        w->data = pw;
+        w->a = staging;
+        w->b = staging + staging_len;
+        w->id = h->id;
+        w->v = c->serial;
+        c->proving = true;
+        mmjob_submit(&m->core, w);
+        return 1;
 }
 
 int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
@@ -177,11 +219,19 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         if (r < 0)
                 return r;
         fds[0] = -1; /* owned by mm now */
-        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
-        if (r < 0) {
+        mm->uid = c->uid;
+        r = bind_then_prove(m, c, mm, a, sizeof(*a), fds, nfds, a->staging_addr, a->staging_len);
+        if (r < 0)
                 mmclient_unref(mm);
-                return r;
-        }
+        return r;
+}
+
+/* ATTACH, once mm is proven (prove_done()). */
+static int attach_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a, int *fds, size_t nfds) {
+        unsigned nlanes;
+        int r;
+
+        (void)staging_check(a, &nlanes);
         if (nfds == 2) {
                 r = mmclient_set_sync(mm, fds[1]);
                 fds[1] = -1; /* taken either way */
@@ -192,7 +242,6 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         }
         mm->wp_async = m->core.wp_async;
         mm_set_staging(mm, a, nlanes);
-        mm->uid = c->uid;
         /* relaxed: before mm_serve() hands mm to a fault thread */
         atomic_store_explicit(&mm->orphans_max, users_orphans_max(m, c->uid), memory_order_relaxed);
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
@@ -211,18 +260,26 @@ int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
  * faults the old daemon read and never served: once we watch the uffd, a
  * wake of every range makes them fault again, to us.
  */
-int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
-        _cleanup_free_ StoreRange *ranges = NULL;
-        char why[160] = "";
-        uint8_t *old = NULL, *old_shared = NULL;
-        unsigned nlanes;
-        uint64_t held = 0;
-        StoreEvent ev;
-        bool has_ev = false;
-        MMClient *mm;
-        int r, n;
+/* Which of an ADOPT's descriptors after the uffd and the store are the
+ * sync page's memfd (zsync.h) and the shared store: *sync_i, *shared_i,
+ * -1 if none. False if they are not as the protocol says. */
+static bool adopt_fds(const int *fds, size_t nfds, int *sync_i, int *shared_i) {
+        *sync_i = *shared_i = -1;
+        for (size_t i = 2; i < nfds && i < 4; i++) {
+                if (*sync_i < 0 && *shared_i < 0 && mmclient_sync_fd_ok(fds[i]))
+                        *sync_i = (int)i;
+                else if (*shared_i < 0)
+                        *shared_i = (int)i;
+        }
+        return nfds >= 2 && nfds <= 4 && !(nfds == 4 && (*sync_i < 0 || *shared_i < 0));
+}
 
-        r = staging_check(a, &nlanes);
+int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
+        unsigned nlanes;
+        MMClient *mm;
+        int sync_i, shared_i;
+
+        int r = staging_check(a, &nlanes);
         if (r < 0)
                 return r;
         if (c->role != ZROLE_CLIENT || c->mm)
@@ -238,17 +295,41 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         }
         /* the uffd, the store, the sync page's memfd (zsync.h) if any, and
          * the store's shared store if it has one */
-        int sync_i = -1, shared_i = -1;
-        for (size_t i = 2; i < nfds && i < 4; i++) {
-                if (sync_i < 0 && shared_i < 0 && mmclient_sync_fd_ok(fds[i]))
-                        sync_i = (int)i;
-                else if (shared_i < 0)
-                        shared_i = (int)i;
-        }
-        if (nfds < 2 || nfds > 4 || fd_is_userfaultfd(fds[0]) != 1 || (nfds == 4 && (sync_i < 0 || shared_i < 0)))
+        if (!adopt_fds(fds, nfds, &sync_i, &shared_i) || fd_is_userfaultfd(fds[0]) != 1)
                 return -EBADF;
+        fd_set_nonblock(fds[0], true);
+        r = mmclient_new(&m->core, fds[0], &mm);
+        if (r < 0)
+                return r;
+        fds[0] = -1;
+        mm->uid = c->uid;
+        /* before anything of the store is taken: the adopted pages are
+         * served through this uffd and read (staging, the fork token)
+         * through the mem fd, which must be the one address space. The
+         * proof writes nothing, so the slots the store names are as the
+         * dead daemon left them. */
+        r = bind_then_prove(m, c, mm, a, sizeof(*a), fds, nfds, a->staging_addr, a->staging_len);
+        if (r < 0)
+                mmclient_unref(mm); /* the client keeps its own uffd and store */
+        return r;
+}
+
+/* ADOPT, once mm is proven (prove_done()). */
+static int adopt_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a, int *fds, size_t nfds) {
+        _cleanup_free_ StoreRange *ranges = NULL;
+        char why[160] = "";
+        uint8_t *old = NULL, *old_shared = NULL;
+        unsigned nlanes;
+        uint64_t held = 0;
+        StoreEvent ev;
+        bool has_ev = false;
+        int r, n, sync_i, shared_i;
+
+        (void)staging_check(a, &nlanes);
+        (void)adopt_fds(fds, nfds, &sync_i, &shared_i);
         if (store_map(fds[1], false, &old) < 0) {
                 log_warn("pid %d: adopt: not a store: refused", (int)c->pid);
+                mmclient_unref(mm);
                 return -EBADMSG;
         }
         r = adopt_check(m, old, why, sizeof(why));
@@ -282,27 +363,8 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
                 store_unmap(old_shared);
                 if (n == -EBADMSG)
                         log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
-                return n;
-        }
-        fd_set_nonblock(fds[0], true);
-        r = mmclient_new(&m->core, fds[0], &mm);
-        if (r < 0) {
-                store_unmap(old);
-                store_unmap(old_shared);
-                return r;
-        }
-        fds[0] = -1;
-        /* before anything of the store is taken: the adopted pages are
-         * served through this uffd and read (staging, the fork token)
-         * through the mem fd, which must be the one address space. The
-         * proof writes nothing, so the slots the store names are as the
-         * dead daemon left them. */
-        r = mm_bind_proven(c, mm, a->staging_addr, a->staging_len);
-        if (r < 0) {
-                store_unmap(old);
-                store_unmap(old_shared);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
-                return r;
+                return n;
         }
         if (sync_i >= 0) {
                 /* with a shared store too, the fourth: the sync page is
@@ -320,7 +382,6 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         }
         mm->wp_async = (store_super(old)->features & STORE_F_WP_ASYNC) != 0;
         mm_set_staging(mm, a, nlanes);
-        mm->uid = c->uid;
         /* relaxed: before mm_serve() hands mm to a fault thread */
         atomic_store_explicit(&mm->orphans_max, users_orphans_max(m, c->uid), memory_order_relaxed);
         mm->strong_ok = (c->features & ZHELLO_F_STRONG) != 0;
@@ -465,13 +526,18 @@ int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t n
         /* the child's uffd came from its fork event: proven against the
          * process that connected with one lane of the staging area it
          * inherited (registered on that uffd already) */
-        int r = mm_bind_proven(c, found, ch->staging_addr, (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE);
-        if (r < 0) {
-                /* unbind again: the orphan keeps waiting for its real owner */
-                mmclient_unbind(found);
+        int r = bind_then_prove(m, c, found, ch, sizeof(*ch), fds, nfds, ch->staging_addr,
+                                (uint64_t)LANE_SLOTS * ZSWAP_PAGE_SIZE);
+        if (r < 0)
+                /* the orphan keeps waiting for its real owner */
                 core_adopt_orphan(&m->core, found);
-                return r;
-        }
+        return r;
+}
+
+/* CHILD_ATTACH, once the orphan found is proven (prove_done()). */
+static int child_proven(Manager *m, Conn *c, MMClient *found, const ZMsgChild *ch, int *fds, size_t nfds) {
+        int r;
+
         if (nfds == 1) {
                 r = mm_replace_sync(found, fds[0]);
                 fds[0] = -1;
@@ -492,4 +558,37 @@ int do_child_attach(Manager *m, Conn *c, const ZMsgChild *ch, int *fds, size_t n
          * parent is served again (daemon/fault/fork.c, fork_held()) */
         mmclient_fork_release(found);
         return 1; /* replied */
+}
+
+void prove_done(Manager *m, Work *w) {
+        ProveWait *pw = w->data;
+        MMClient *mm = w->mm;
+        Conn *c = conn_find(m, w->v);
+        int r = w->status;
+
+        if (c)
+                c->proving = false;
+        if (r == -EPERM || r == -ESRCH)
+                log_warn("pid %d: refused: not its own address space (its userfaultfd is another process's, "
+                         "or the process that connected exited or exec'd)", (int)pw->pid);
+        if (r < 0)
+                mmclient_unbind(mm);
+        else if (!c)
+                r = -ECONNRESET; /* nobody to serve it for */
+        if (r < 0 && pw->type == ZMSG_CHILD_ATTACH)
+                /* the orphan keeps waiting for its real owner */
+                core_adopt_orphan(&m->core, mm);
+        else if (r < 0)
+                mmclient_unref(mm); /* the client keeps its own uffd (and store) */
+        else if (pw->type == ZMSG_ATTACH)
+                r = attach_proven(m, c, mm, &pw->msg.a, pw->fds, pw->nfds);
+        else if (pw->type == ZMSG_ADOPT)
+                r = adopt_proven(m, c, mm, &pw->msg.a, pw->fds, pw->nfds);
+        else
+                r = child_proven(m, c, mm, &pw->msg.ch, pw->fds, pw->nfds);
+        if (c && r <= 0)
+                conn_reply(c, w->id, r == -ESRCH ? -EPERM : r, 0);
+        for (size_t i = 0; i < pw->nfds; i++)
+                safe_close(pw->fds[i]);
+        work_free(w);
 }

@@ -15,6 +15,7 @@
 #include "fault.h"
 #include "log.h"
 #include "manager-internal.h"
+#include "mmjob.h"
 #include "report.h"
 #include "users.h"
 #include "util.h"
@@ -45,36 +46,6 @@ static void mm_unlink(Manager *m, MMClient *mm) {
                         *p = mm->next;
                         return;
                 }
-}
-
-/* The ioctls take the client's mmap lock for writing, which the client
- * may hold a long time: never under regions_lock, which fault threads
- * take to handle the client's events (a copy is made under it). Without
- * memory for a copy, one region at a time, looked up again each time. */
-static void mm_unregister_all(MMClient *mm) {
-        pthread_mutex_lock(&mm->regions_lock);
-        size_t n = mm->nregions;
-        Region *copy = n ? malloc(n * sizeof(*copy)) : NULL;
-        if (copy)
-                memcpy(copy, mm->regions, n * sizeof(*copy));
-        pthread_mutex_unlock(&mm->regions_lock);
-        if (copy || n == 0) {
-                for (size_t i = 0; i < n; i++)
-                        mmclient_uffd_unregister(mm, copy[i].start, copy[i].end);
-                free(copy);
-                return;
-        }
-        for (size_t i = 0;; i++) {
-                Region g;
-                pthread_mutex_lock(&mm->regions_lock);
-                bool any = i < mm->nregions;
-                if (any)
-                        g = mm->regions[i];
-                pthread_mutex_unlock(&mm->regions_lock);
-                if (!any)
-                        return;
-                mmclient_uffd_unregister(mm, g.start, g.end);
-        }
 }
 
 /* Forget an address space: stop its fault thread reading it and drop the
@@ -126,22 +97,28 @@ void mm_detach(Manager *m, MMClient *mm, Conn *c) {
 }
 
 void restore_done(Manager *m, Work *w) {
-        MMClient *mm = w->mm;
         if (w->status == RESTORE_DETACH) {
-                /* the end of mm_detach() */
-                mm_unregister_all(mm);
-                /* nothing left for another daemon to adopt: the client,
-                 * reconnecting, attaches anew (release: after the restore
-                 * and the unregister; a reader only learns from it that
-                 * there is nothing to take, true whenever it sees it) */
-                if (mm->store)
-                        atomic_store_explicit(&store_super(mm->store)->state, STORE_RELEASED, memory_order_release);
-                mm->restores--;
-                mm_retire(m, mm);
-                work_free(w);
+                /* the end of mm_detach(): every page is back, the
+                 * registrations go (a job: the ioctls wait for the
+                 * client's mmap lock), and unregister_all_done() */
+                w->type = MW_JOB_UNREGISTER_ALL;
+                mmjob_submit(&m->core, w);
                 return;
         }
         evict_restore_done(&m->core, w);
+}
+
+void unregister_all_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+        /* nothing left for another daemon to adopt: the client,
+         * reconnecting, attaches anew (release: after the restore and the
+         * unregister; a reader only learns from it that there is nothing
+         * to take, true whenever it sees it) */
+        if (mm->store)
+                atomic_store_explicit(&store_super(mm->store)->state, STORE_RELEASED, memory_order_release);
+        mm->restores--;
+        mm_retire(m, mm);
+        work_free(w);
 }
 
 /* A new client address space of connection c starts being served: an id,
@@ -162,21 +139,32 @@ int mm_serve(Manager *m, Conn *c, MMClient *mm) {
         return 0;
 }
 
+/* An orphan's address space is known by its uffd only, whose probe takes
+ * its mmap lock, which the child may hold: a job (mmjob.h) asks, and
+ * orphan_probe_done() hears. */
 void tick_orphans(Manager *m) {
-        manager_orphans(m);
-        for (MMClient **p = &m->orphans; *p;) {
-                MMClient *mm = *p;
-                if (uffd_mm_alive(mm->uffd)) {
-                        p = &mm->next;
+        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next) {
+                if (mmjob_busy(mm))
                         continue;
-                }
-                *p = mm->next;
-                /* the child exited without ever attaching */
-                users_orphan_gone(m, mm);
-                mm_link(m, mm);
-                mm_retire(m, mm);
-                p = &m->orphans;
+                Work *w = work_new(MW_JOB_ALIVE, mm);
+                if (w)
+                        mmjob_submit(&m->core, w);
         }
+}
+
+void orphan_probe_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+
+        for (MMClient **p = &m->orphans; w->status == 0 && *p; p = &(*p)->next)
+                if (*p == mm) {
+                        *p = mm->next;
+                        /* the child exited without ever attaching */
+                        users_orphan_gone(m, mm);
+                        mm_link(m, mm);
+                        mm_retire(m, mm);
+                        break;
+                }
+        work_free(w);
 }
 
 /* ---- pool compaction ---- */

@@ -48,6 +48,13 @@ void reply_send(Conn *c, const void *msg, size_t len, const int *fds, size_t nfd
                 conn_kill(c, r == -EAGAIN ? "client not reading its socket" : "cannot send");
 }
 
+Conn *conn_find(Manager *m, uint64_t serial) {
+        for (Conn *c = m->conns; c; c = c->next)
+                if (c->serial == serial && !c->dying)
+                        return c;
+        return NULL;
+}
+
 void conn_reply(Conn *c, uint32_t id, int status, int64_t value) {
         ZMsgReply r = { .status = status, .value = value };
         zmsg_init(&r.hdr, ZMSG_REPLY, id, sizeof(r));

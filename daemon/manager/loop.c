@@ -34,6 +34,7 @@
 #include "log.h"
 #include "manager-internal.h"
 #include "memread.h"
+#include "mmjob.h"
 #include "mpsc.h"
 #include "reclaim.h"
 #include "sandbox.h"
@@ -173,6 +174,28 @@ static const CoreOps core_ops = {
 
 /* ---- the loop ---- */
 
+/* A call that waited for a client's mmap lock is back (mmjob.h): the
+ * client's next one starts, what it was for goes on, and the client may
+ * be planned for eviction again. */
+static void job_done(Manager *m, Work *w) {
+        MMClient *mm = mmclient_ref(w->mm);
+
+        mmjob_done(&m->core, w);
+        if (w->type == MW_JOB_REGISTER)
+                register_done(m, w);
+        else if (w->type == MW_JOB_PROVE)
+                prove_done(m, w);
+        else if (w->type == MW_JOB_UNREGISTER_ALL)
+                unregister_all_done(m, w);
+        else if (w->type == MW_JOB_ALIVE)
+                orphan_probe_done(m, w);
+        else
+                evict_job_done(&m->core, w);
+        if (!mmjob_busy(mm))
+                mm->repump = true;
+        mmclient_unref(mm);
+}
+
 static void run_inbox(Manager *m) {
         inbox_clear(&m->core.inbox);
         for (Work *w = inbox_take(&m->core.inbox); w;) {
@@ -187,6 +210,8 @@ static void run_inbox(Manager *m) {
                         reclaim_refill_done(&m->reclaim, w);
                 else if (w->type == MW_RECOMP_DONE)
                         recompress_done(&m->recomp, w);
+                else if (mmjob_is(w->type))
+                        job_done(m, w);
                 else
                         work_free(w);
                 w = n;
@@ -218,6 +243,7 @@ static void tick(Manager *m) {
         groups_tick(m);
         reclaim_tick(&m->reclaim);
         memread_reap();
+        mmjob_tick();
         if (m->core.tier)
                 tier_tick(m->core.tier, m->mms);
         const Tunables *t = &m->reclaim.tun;
@@ -371,6 +397,9 @@ Manager *manager_free(Manager *m) {
                 usleep(1000);
                 run_inbox(m);
         }
+        /* a call still waiting for a client's mmap lock is left to the
+         * exit */
+        mmjob_stop();
         /* workers and the tier's writer first: their jobs hold client
          * references */
         m->core.evictor = evictor_free(m->core.evictor);

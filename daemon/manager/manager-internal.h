@@ -50,6 +50,7 @@ struct Conn {
         gid_t scm_gid;
         bool throttled;    /* over its user's request rate: out of epoll until the tick (users.c) */
         MMClient *mm;      /* role CLIENT/CHILD after ATTACH (attach.c, clients.c mm_serve()) */
+        bool proving;      /* its ATTACH, ADOPT or CHILD_ATTACH waits for its proof (attach.c) */
         bool dying;        /* set by conn_kill() or a read that ends it; freed by reap_conns() */
         unsigned errors;   /* protocol errors so far (conn_message()) */
         uint64_t serial;   /* unique for the daemon's life: conns are found by it */
@@ -62,6 +63,8 @@ struct Conn {
 void conn_reply(Conn *c, uint32_t id, int status, int64_t value);
 /* Drop a connection after a protocol violation (manager thread). */
 void conn_kill(Conn *c, const char *why);
+/* The live connection of that serial, or NULL. */
+Conn *conn_find(Manager *m, uint64_t serial);
 /* Root or a member of the admin group (zswapd.conf [users] admin_group). */
 bool conn_admin(Manager *m, Conn *c);
 
@@ -90,6 +93,11 @@ void reap_conns(Manager *m);
 int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds);
 /* MW_SYNC_DONE: answer the request that waited for the fault thread. */
 void sync_done(Manager *m, Work *w);
+/* MW_JOB_REGISTER: the range is registered (or not): answer. */
+void register_done(Manager *m, Work *w);
+/* MW_JOB_PROVE: go on with the ATTACH, ADOPT or CHILD_ATTACH that waited
+ * for it (attach.c). */
+void prove_done(Manager *m, Work *w);
 /* HELLO, ATTACH, ADOPT, CHILD_ATTACH (attach.c); as dispatch() returns. */
 int do_hello(Manager *m, Conn *c, const ZMsgHello *h);
 int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds);
@@ -107,8 +115,13 @@ void mm_retire(Manager *m, MMClient *mm);
 void mm_detach(Manager *m, MMClient *mm, Conn *c);
 /* MW_RESTORE_DONE: the end of a restore (mm_detach()'s, or a request's). */
 void restore_done(Manager *m, Work *w);
-/* Once a second: retire the orphans whose process exited. */
+/* MW_JOB_UNREGISTER_ALL: the end of a detach, once its ranges are
+ * unregistered. */
+void unregister_all_done(Manager *m, Work *w);
+/* Once a second: ask whether each orphan's process still exists. */
 void tick_orphans(Manager *m);
+/* MW_JOB_ALIVE: retire the orphan if its process exited. */
+void orphan_probe_done(Manager *m, Work *w);
 
 /* ---- reload.c, notify.c ---- */
 

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "trace.h"
 #include "manager-internal.h"
+#include "mmjob.h"
 #include "reclaim.h"
 #include "users.h"
 #include "util.h"
@@ -31,31 +32,64 @@ static int range_check(const ZMsgRange *rg) {
         return 0;
 }
 
-static int do_register(Manager *m, MMClient *mm, const ZMsgRange *rg) {
-        uint64_t s = rg->addr, e = rg->addr + rg->len;
-        int r = mmclient_check_anon(mm, s, e);
-        if (r < 0)
-                return r;
-        /* overlap check first, so that we never touch a range already ours */
+/*
+ * REGISTER: checked here against what the manager knows (its regions,
+ * the ones on their way, the unregisters under way, the user's quotas),
+ * then made by a job (mmjob.h: the ioctl takes the client's mmap lock
+ * for writing, and the maps read that checks the range is anonymous
+ * memory goes with it); register_done() answers. 1: answered later.
+ */
+static int do_register(Manager *m, Conn *c, MMClient *mm, uint32_t id, uint64_t s, uint64_t e) {
         uint64_t cs = s, ce = e;
-        if (mmclient_region_clip(mm, &cs, &ce))
+
+        /* overlap check first, so that we never touch a range already
+         * ours, or one on its way to be */
+        if (mmclient_region_clip(mm, &cs, &ce) || mmjob_registering(mm, s, e, NULL, NULL))
                 return -EEXIST;
         for (PageoutOp *op = mm->ops; op; op = op->next)
                 if (op->unregister && op->start < e && s < op->end)
                         return -EBUSY; /* still being unregistered: ask again when that returns */
         if (s < mm->staging_addr + (uint64_t)mm->nlanes * LANE_SLOTS * ZSWAP_PAGE_SIZE && e > mm->staging_addr)
                 return -EINVAL; /* the staging area is the agent's, never managed */
-        if ((r = users_check_register(m, mm, e - s)) < 0)
+        int r = users_check_register(m, mm, e - s);
+        if (r < 0)
                 return r;
-        r = mmclient_uffd_register(mm, s, e);
-        TRACE(TR_REG, s, e, (int64_t)r);
-        if (r < 0)
-                return r == -EBUSY ? -EEXIST : r;
-        r = mmclient_region_add(mm, s, e, r > 0);
-        if (r < 0)
-                mmclient_uffd_unregister(mm, s, e);
-        mm->rc.measured_ms = 0; /* the next statistics count afresh */
-        return r;
+        Work *w = work_new(MW_JOB_REGISTER, mm);
+        if (!w)
+                return -ENOMEM;
+        w->a = s;
+        w->b = e;
+        w->id = id;
+        w->v = c->serial;
+        mmjob_submit(&m->core, w);
+        return 1;
+}
+
+void register_done(Manager *m, Work *w) {
+        MMClient *mm = w->mm;
+        Conn *c = conn_find(m, w->v);
+        int r = w->status;
+
+        TRACE(TR_REG, w->a, w->b, (int64_t)r);
+        if (r >= 0 && (!c || c->mm != mm || atomic_load_explicit(&mm->dead, memory_order_relaxed))) {
+                /* nobody to serve it for: off again */
+                w->type = MW_JOB_UNREGISTER;
+                mmjob_submit(&m->core, w);
+                return;
+        }
+        if (r >= 0) {
+                r = mmclient_region_add(mm, w->a, w->b, r > 0);
+                mm->rc.measured_ms = 0; /* the next statistics count afresh */
+        } else if (r == -EBUSY)
+                r = -EEXIST;
+        if (c)
+                conn_reply(c, w->id, r < 0 ? r : 0, 0);
+        if (r < 0 && w->status >= 0) {
+                w->type = MW_JOB_UNREGISTER;
+                mmjob_submit(&m->core, w);
+                return;
+        }
+        work_free(w);
 }
 
 /* REGIONS: mm's regions from `from` on (protocol.h) */
@@ -107,10 +141,8 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
                                               memory_order_release);
                 return 0;
         }
-        if (type == ZMSG_REGISTER) {
-                ZMsgRange rg = { .addr = s, .len = e - s };
-                return do_register(m, mm, &rg);
-        }
+        if (type == ZMSG_REGISTER)
+                return do_register(m, c, mm, id, s, e);
         if (type == ZMSG_REGIONS)
                 return regions_reply(c, mm, id, s);
         /* an UNREGISTER takes the range off the list itself (evict.c) */
@@ -459,6 +491,8 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
         /* dead: the manager's own write (mm_retire()), relaxed */
         bool ready = mm && mm->nlanes > 0 && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
 
+        if (c->proving && (h->type == ZMSG_ATTACH || h->type == ZMSG_CHILD_ATTACH || h->type == ZMSG_ADOPT))
+                return -EBUSY; /* one at a time */
         switch (h->type) {
         case ZMSG_HELLO:
                 return do_hello(m, c, buf);

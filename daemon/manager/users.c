@@ -42,6 +42,7 @@
 #include "log.h"
 #include "manager-internal.h"
 #include "mmclient.h"
+#include "mmjob.h"
 #include "reclaim.h"
 #include "users.h"
 #include "util.h"
@@ -78,6 +79,9 @@ bool users_may_connect(Manager *m, uid_t uid) {
         config_user_limits(&m->conf.users, uid, &lim);
         for (Conn *c = m->conns; c; c = c->next)
                 n += c->uid == uid;
+        /* and its calls still waiting for a client's mmap lock (mmjob.h): a
+         * connection closed while its call waits keeps a thread */
+        n += mmjob_running(uid);
         return n < lim.v[UKEY_MAX_CONNECTIONS];
 }
 
@@ -115,6 +119,8 @@ static int users_check(Manager *m, MMClient *mm, uint64_t regions, uint64_t byte
                 regions += o->nregions;
                 bytes += o->registered_bytes;
                 pthread_mutex_unlock(&o->regions_lock);
+                /* and those on their way */
+                mmjob_registering(o, 0, 0, &regions, &bytes);
         }
         UserKey over;
         if (regions > u->lim.v[UKEY_MAX_REGIONS])

@@ -492,10 +492,24 @@ void mmclient_swap_sync(MMClient *mm, ZSync *p, int fd) {
         safe_close(old_fd);
 }
 
+/* Does the address space the pagemap fd is bound to still exist? Asked
+ * without its mmap lock: a read of a length that is not a whole entry
+ * fails with EINVAL once the kernel has taken a reference on the address
+ * space, and reads nothing if it could not (fs/proc/task_mmu.c,
+ * pagemap_read(): mmget_not_zero() comes first), whoever holds or waits
+ * for the lock. */
+static bool pagemap_alive(int fd) {
+        uint8_t b;
+        return pread(fd, &b, 1, 0) != 0;
+}
+
 bool mmclient_alive(MMClient *mm) {
         /* an exec gives the process another address space and ends the
-         * one the uffd and the mem fd are bound to: not alive for us */
-        return pidfd_exited(mmclient_pidfd(mm)) == 0 && uffd_mm_alive(mm->uffd);
+         * one the uffd and the mem fd are bound to: not alive for us.
+         * The uffd's probe takes the mmap lock, which the client may hold
+         * (mmjob.h): only for a client never bound, which has no pagemap fd */
+        int pm = mmclient_pagemap_fd(mm);
+        return pidfd_exited(mmclient_pidfd(mm)) == 0 && (pm >= 0 ? pagemap_alive(pm) : uffd_mm_alive(mm->uffd));
 }
 
 bool mmclient_orphans_stopped(MMClient *mm) {
@@ -1028,6 +1042,36 @@ int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end) {
         if (ioctl(mm->uffd, UFFDIO_UNREGISTER, &r) < 0)
                 return negative_errno();
         return 0;
+}
+
+/* The ioctls take the client's mmap lock for writing, which the client
+ * may hold a long time: never under regions_lock, which fault threads
+ * take to handle the client's events (a copy is made under it). Without
+ * memory for a copy, one region at a time, looked up again each time. */
+void mmclient_uffd_unregister_all(MMClient *mm) {
+        pthread_mutex_lock(&mm->regions_lock);
+        size_t n = mm->nregions;
+        Region *copy = n ? malloc(n * sizeof(*copy)) : NULL;
+        if (copy)
+                memcpy(copy, mm->regions, n * sizeof(*copy));
+        pthread_mutex_unlock(&mm->regions_lock);
+        if (copy || n == 0) {
+                for (size_t i = 0; i < n; i++)
+                        mmclient_uffd_unregister(mm, copy[i].start, copy[i].end);
+                free(copy);
+                return;
+        }
+        for (size_t i = 0;; i++) {
+                Region g;
+                pthread_mutex_lock(&mm->regions_lock);
+                bool any = i < mm->nregions;
+                if (any)
+                        g = mm->regions[i];
+                pthread_mutex_unlock(&mm->regions_lock);
+                if (!any)
+                        return;
+                mmclient_uffd_unregister(mm, g.start, g.end);
+        }
 }
 
 int mmclient_dict_set(MMClient *mm, CodecDict *d) {

@@ -501,6 +501,14 @@ typedef struct MMClient {
         uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
         uint64_t fork_reply_serial; /* the serial of the connection that asked it (the manager finds it by it) */
         unsigned unregisters;  /* pending unregister requests: pump pauses */
+        /* the calls that wait for the client's mmap lock (mmjob.h): the
+         * one running in the pool (its type and range are constant while
+         * it runs), the rest queued behind it, oldest first */
+        struct Work *job_cur;
+        struct Work *jobs;
+        /* 1 + the address whose region a job could not arm: passed over
+         * once by the plan (evict.c), 0: none. Manager thread only. */
+        uint64_t arm_failed;
         bool repump;           /* planning ran out of budget: pump again soon */
 
         MMClientStats st;       /* relaxed counters, any thread (MMClientStats) */
@@ -678,8 +686,8 @@ size_t mmclient_regions_list(MMClient *mm, uint64_t from, uint64_t *starts, uint
 bool mmclient_region_clip_stamp(MMClient *mm, uint64_t *start, uint64_t *end, uint32_t *stamp, bool *armed);
 /* Register the region holding addr for missing faults too, before any of
  * its pages may leave: a page moved out of a region that is not would be
- * refilled with zeros by the kernel at its next touch. Manager thread
- * only. 0 (armed); -EAGAIN: the region changed meanwhile (an munmap or
+ * refilled with zeros by the kernel at its next touch. Waits for the
+ * client's mmap lock: a job's (mmjob.h), one at a time per client. 0 (armed); -EAGAIN: the region changed meanwhile (an munmap or
  * mremap event), ask again; -ENOENT: no region there; -errno of the
  * ioctl. */
 int mmclient_region_arm(MMClient *mm, uint64_t addr);
@@ -824,6 +832,8 @@ bool uffd_event_under_way(int uffd);
  * Unregister it. */
 int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end);
 int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end);
+/* Unregister every region mm has (they stay on its list). */
+void mmclient_uffd_unregister_all(MMClient *mm);
 
 /* Take n pool bytes from mm's share of its user's max_pool (quota_left,
  * which the manager hands out every tick, users.c): true, or false with

@@ -74,14 +74,13 @@
  * them all), every page of the new mapping is intact, and the honest
  * client is served while the move is held.
  *
- * fuse-lock (skipped: not fixed yet, ZSWAP_TEST_UNFIXED=1 runs it, and
- * the four after it): the same user maps a page of a FUSE file whose
- * server never answers, reads it through its own /proc/self/mem in a
- * thread (the kernel then waits for the server with the process's mmap
- * lock held for reading) and sends REGISTER. The daemon's UFFDIO_REGISTER
- * needs that lock for writing; made on the manager thread, it waits as
- * long as the server does, and with it every connection: root's control
- * connection must be answered within 30 s. Then the server goes (the
+ * fuse-lock: the same user maps a page of a FUSE file whose server never
+ * answers, reads it through its own /proc/self/mem in a thread (the
+ * kernel then waits for the server with the process's mmap lock held for
+ * reading) and sends REGISTER. The daemon's UFFDIO_REGISTER needs that
+ * lock for writing; made on the manager thread, it waited as long as the
+ * server does, and with it every connection: root's control connection
+ * must be answered within 30 s (the ioctl is a job, daemon/mm/mmjob.h). Then the server goes (the
  * read fails, the lock is free) and the REGISTER must be answered. The
  * same, the lock held, with:
  *  - fuse-lock-attach: ATTACH on a second connection of the process, with
@@ -92,14 +91,20 @@
  *  - fuse-lock-detach: the connection closed, with pages of a region out
  *    (the daemon brings them back and unregisters the region); once it
  *    has, the process finds every page there, intact;
- *  - fuse-lock-queued: another thread of the process calls mmap(), which
+ *  - fuse-lock-queued (skipped: not fixed yet, ZSWAP_TEST_UNFIXED=1 runs
+ *    it): another thread of the process calls mmap(), which
  *    waits for the lock for writing (and every reader after it waits
  *    too), and the process asks for a PAGEOUT of a region one PAGEOUT
  *    armed before: the manager's read of /proc/PID/pagemap waits behind
- *    that mmap(), as any use of the lock for reading does (the
- *    UFFDIO_WRITEPROTECT of the manager's tick that asks whether the
- *    process lives waits there too, PAGEOUT or not). Once answered, every
- *    page reads back intact.
+ *    that mmap(), as any use of the lock for reading does (its tick asks
+ *    whether the process lives through the pagemap fd without the lock).
+ *    Once answered, every page reads back intact.
+ *
+ *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
+ *    (whose proof waits for the lock) and closed at once: each waiting
+ *    proof holds a daemon thread, and the user's waiting calls count
+ *    against its max_connections (8 here), so the daemon refuses its
+ *    connections past 8 and grows by no more than 8 threads.
  *
  * ops: the same user (no max_requests) attaches a raw client, lets its
  * first PAGEOUT's MOVE wait unanswered, and sends 100,000 more PAGEOUTs
@@ -1385,17 +1390,63 @@ enum {
         LOCK_ARM,      /* the region armed for missing faults at its first PAGEOUT */
         LOCK_DETACH,   /* UFFDIO_UNREGISTER once the closed connection's pages are back */
         LOCK_QUEUED,   /* a PAGEOUT's /proc/PID/pagemap, behind a writer of ours */
+        LOCK_CHURN,    /* ATTACHes whose proofs wait, each connection closed at once */
         LOCK_CASES,
 };
-static const char *const lock_case[LOCK_CASES] = { "fuse-lock", "fuse-lock-attach", "fuse-lock-arm", "fuse-lock-detach",
-                                                   "fuse-lock-queued" };
+static const char *const lock_case[LOCK_CASES] = { "fuse-lock",        "fuse-lock-attach", "fuse-lock-arm",
+                                                   "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn" };
 static const char *const lock_what[LOCK_CASES] = { "REGISTER", "ATTACH", "first PAGEOUT", "close",
-                                                   "PAGEOUT behind a queued mmap()" };
+                                                   "PAGEOUT behind a queued mmap()", "ATTACHes, closed at once" };
+#define CHURN_MAX_CONNECTIONS 8 /* the attacker's max_connections in fuse-lock-churn */
+#define CHURN_TRIES 40
+
+/* fuse-lock-churn: up to CHURN_TRIES connections that each send HELLO and
+ * ATTACH and close at once; how many the daemon took before it refused
+ * our user. Each ATTACH hands over one of uffds[], made by the process
+ * whose mmap lock is held (we fork from it before): the proof's
+ * registration waits for that lock, while we, another address space, do
+ * not wait for it. */
+static int churn(uint8_t *staging, const int *uffds) {
+        int made = 0;
+
+        for (int i = 0; i < CHURN_TRIES; i++) {
+                _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+                int s = raw_connect(), devfd = -1;
+                size_t nfd = 1;
+                ZMsgHello h;
+                ZMsgAttach a;
+
+                ASSERT_TRUE(s >= 0);
+                struct timeval tv = { .tv_sec = 30 };
+                ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+                memset(&h, 0, sizeof(h));
+                zmsg_init(&h.hdr, ZMSG_HELLO, 1, sizeof(h));
+                h.role = ZROLE_CLIENT;
+                /* refused: the daemon closes the connection unanswered */
+                if (zmsg_send(s, &h, sizeof(h), NULL, 0) < 0 || zmsg_recv(s, in, sizeof(in), &devfd, &nfd, NULL) <= 0) {
+                        close(s);
+                        continue;
+                }
+                if (devfd >= 0)
+                        close(devfd);
+                memset(&a, 0, sizeof(a));
+                zmsg_init(&a.hdr, ZMSG_ATTACH, 2, sizeof(a));
+                a.staging_addr = (uintptr_t)staging + (uint64_t)i * ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+                a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+                ASSERT_OK(zmsg_send(s, &a, sizeof(a), &uffds[i], 1));
+                /* the daemon reads it before the close, which it reads
+                 * after it (it sends nothing back before the proof) */
+                close(s);
+                made++;
+        }
+        return made;
+}
 
 /* The attacker's page shared with the test. */
 typedef struct LockShared {
         _Atomic int stage;     /* how far the attacker got: lock_stage[] */
         _Atomic bool released; /* the test: the FUSE read has ended */
+        _Atomic bool churned;  /* fuse-lock-churn: the connections are made */
         int status;            /* the request's reply (stage 2 on) */
         int64_t value;
         int bad;               /* pages of the region that differ (stage 3) */
@@ -1473,9 +1524,9 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         raw_agent.staging = staging;
         fill_pages(mem, len, 17);
         hash_pages(mem, len, hashes);
-        if (kind >= LOCK_ARM)
+        if (kind == LOCK_ARM || kind == LOCK_DETACH || kind == LOCK_QUEUED)
                 ASSERT_EQ(raw_range(s, ZMSG_REGISTER, mem, len), 0);
-        if (kind >= LOCK_DETACH) {
+        if (kind == LOCK_DETACH || kind == LOCK_QUEUED) {
                 /* pages out (for the detach to bring back), the region armed */
                 ASSERT_EQ(raw_range(s, ZMSG_PAGEOUT, mem, len), 0);
                 ASSERT_TRUE(raw_value > 0);
@@ -1485,6 +1536,30 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                  * stack is mapped now (mapping it would wait too) */
                 ASSERT_EQ(verify_pages(mem, len, hashes), 0);
                 ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
+        }
+        pid_t churner = -1;
+        if (kind == LOCK_CHURN) {
+                /* the uffds of our address space, to a process of its own
+                 * that churns once our lock is held (stage 1) */
+                int uffds[CHURN_TRIES];
+                for (int i = 0; i < CHURN_TRIES; i++)
+                        ASSERT_TRUE((uffds[i] = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK)) >= 0);
+                churner = fork();
+                ASSERT_TRUE(churner >= 0);
+                if (churner == 0) {
+                        prctl(PR_SET_PDEATHSIG, SIGKILL);
+                        uint8_t *staging3 = test_map(CHURN_TRIES * lane);
+                        while (atomic_load(&st->stage) < 1)
+                                usleep(10000);
+                        st->value = churn(staging3, uffds);
+                        /* said before we exit: closing the uffds of an
+                         * address space takes its mmap lock */
+                        atomic_store(&st->churned, true);
+                        pause();
+                        _exit(0);
+                }
+                for (int i = 0; i < CHURN_TRIES; i++)
+                        close(uffds[i]);
         }
         if (kind == LOCK_ATTACH) {
                 s2 = raw_hello(&devfd);
@@ -1526,9 +1601,14 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 while (vma_uffd_registered(mem))
                         usleep(10000);
                 st->status = 0;
+        } else if (kind == LOCK_CHURN) {
+                while (!atomic_load(&st->churned))
+                        usleep(10000);
+                st->status = 0;
         } else
                 st->status = raw_range(s, kind == LOCK_REGISTER ? ZMSG_REGISTER : ZMSG_PAGEOUT, mem, len);
-        st->value = raw_value;
+        if (kind != LOCK_CHURN)
+                st->value = raw_value;
         atomic_store(&st->stage, 2);
         while (!atomic_load(&st->released))
                 usleep(10000);
@@ -1536,6 +1616,14 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         atomic_store(&st->stage, 3);
         pause();
         return 0;
+}
+
+/* The daemon's threads now. */
+static unsigned daemon_threads(void) {
+        char path[64], v[64];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
+        ASSERT_TRUE(td_status_field(path, "Threads", v, sizeof(v)));
+        return (unsigned)strtoul(v, NULL, 10);
 }
 
 /* Until the attacker is at stage (true) or seconds have passed (false);
@@ -1563,20 +1651,33 @@ static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
  * (the read fails), the request must be done and the pages intact.
  */
 static void case_fuse_lock(int kind) {
-        if (!getenv("ZSWAP_TEST_UNFIXED"))
-                test_skip("not fixed yet: the manager makes UFFDIO_REGISTER (and the other ioctls that take a "
-                          "client's mmap lock for writing) itself, and waits while the client holds that lock "
-                          "(docs/security.md, \"Limits\"); ZSWAP_TEST_UNFIXED=1 runs it");
+        if (kind == LOCK_QUEUED && !getenv("ZSWAP_TEST_UNFIXED"))
+                test_skip("not fixed yet: the manager reads the client's pagemap to plan a pageout, and scans it "
+                          "for written pages, itself, and waits while a writer of the client's waits for its "
+                          "mmap lock (docs/security.md, \"Limits\"); ZSWAP_TEST_UNFIXED=1 runs it");
         LockShared *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         char cmd[64];
         ASSERT_TRUE(st != MAP_FAILED);
         st->bad = -1;
+        unsigned threads0 = daemon_threads();
         fuse_start();
         pid_t att = td_fork_as(U_STALLER, 0);
         if (att == 0)
                 _exit(fuse_lock_attack(kind, st));
         if (!lock_wait(att, st, 1, 60))
                 test_fail("the attacker did not get its READ to the server in 60 s");
+        if (kind == LOCK_CHURN) {
+                /* each ATTACH whose proof waits is a daemon thread that
+                 * waits: no more of them than the user's connections */
+                if (!lock_wait(att, st, 2, TEST_WAIT_S))
+                        test_fail("the attacker's %d connections were not made in %d s", CHURN_TRIES, TEST_WAIT_S);
+                unsigned threads = daemon_threads();
+                fprintf(stderr, "%lld of %d connections taken; the daemon's threads: %u before, %u now\n",
+                        (long long)st->value, CHURN_TRIES, threads0, threads);
+                ASSERT_TRUE(st->value <= CHURN_MAX_CONNECTIONS);
+                ASSERT_TRUE(threads <= threads0 + CHURN_MAX_CONNECTIONS);
+                ASSERT_TRUE(td_log_has(&d, "its user's max_connections"));
+        }
         usleep(500 * 1000);
         bool served = user_served(0);
         fprintf(stderr, "with the attacker's mmap lock held by FUSE and its %s made: root %s\n", lock_what[kind],
@@ -1613,7 +1714,7 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
-                          "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued");
+                          "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
@@ -1629,6 +1730,8 @@ int main(int argc, char **argv) {
                 ASSERT_TRUE(f != NULL);
                 fprintf(f, "[users]\nallow = %d\n[user:%d]\nuserfaultfd_device = yes\n%s", U_STALLER, U_STALLER,
                         strcmp(argv[1], "ops") == 0 ? "max_requests = 0\n" : "");
+                if (lock == LOCK_CHURN)
+                        fprintf(f, "max_connections = %d\n", CHURN_MAX_CONNECTIONS);
                 ASSERT_OK(fclose(f));
         }
         const char *extra = getenv("TEST_DAEMON_ARGS");
