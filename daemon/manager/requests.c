@@ -170,11 +170,9 @@ static bool mm_sync_now(MMClient *mm) {
 }
 
 void sync_done(Manager *m, Work *w) {
-        for (Conn *c = m->conns; c; c = c->next) {
-                if (c->serial != w->v || c->dying || c->mm != w->mm)
-                        continue;
-                if (atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) /* our own write (mm_retire()) */
-                        break;
+        Conn *c = conn_find(m, w->v);
+        /* dead: our own write (mm_retire()) */
+        if (c && c->mm == w->mm && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) {
                 int r = range_request(m, c, w->mm, w->status, w->id, w->a, w->b);
                 /* a FORK_PREPARE's answer: 1 + the pages held (0 is what a
                  * daemon that does not say gives: unknown; relaxed: stored
@@ -184,7 +182,6 @@ void sync_done(Manager *m, Work *w) {
                                     : 0;
                 if (r <= 0)
                         conn_reply(c, w->id, r, v);
-                break;
         }
         work_free(w);
 }
