@@ -524,9 +524,10 @@ static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
         if (mm->fork_paused || atomic_load_explicit(&mm->fork_hold, memory_order_acquire) || !mm->conn ||
             mm->nlanes == 0 || atomic_load_explicit(&mm->sync_swap, memory_order_acquire))
                 return false;
-        /* a call of ours waits for the client's mmap lock (mmjob.h): the
-         * plan's pagemap read would wait behind it */
-        if (mmjob_busy(mm))
+        /* a call of ours waits for the mmap lock of the client or of
+         * another of its user's (mmjob.h): the plan's pagemap read would
+         * wait behind it */
+        if (mmjob_user_busy(mm))
                 return false;
         for (li = 0; li < mm->nlanes && mm->lanes[li].state != LANE_FREE; li++)
                 ;

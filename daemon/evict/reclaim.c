@@ -522,9 +522,10 @@ static bool reclaim_count(Reclaim *rc, MMClient *mm, uint64_t now) {
         const Tunables *t = &rc->tun;
         if (!reclaim_watches(rc, mm, reclaim_client_limit(rc, mm), client_idle_age(rc, mm)))
                 return false;
-        /* a call of ours waits for the client's mmap lock (mmjob.h): the
-         * scans would wait behind it; the last count stands */
-        if (mmjob_busy(mm))
+        /* a call of ours waits for the mmap lock of the client or of
+         * another of its user's (mmjob.h): the scans would wait behind
+         * it; the last count stands */
+        if (mmjob_user_busy(mm))
                 return mm->rc.measured_ms != 0;
         bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
         uint64_t back = mmclient_pages_back(mm); /* before the count: what comes after it is counted next time */

@@ -175,10 +175,11 @@ static const CoreOps core_ops = {
 /* ---- the loop ---- */
 
 /* A call that waited for a client's mmap lock is back (mmjob.h): the
- * client's next one starts, what it was for goes on, and the client may
- * be planned for eviction again. */
+ * client's next one starts, what it was for goes on, and once none of
+ * its user's runs, that user's clients are planned for eviction again. */
 static void job_done(Manager *m, Work *w) {
         MMClient *mm = mmclient_ref(w->mm);
+        uid_t uid = mm->uid;
 
         mmjob_done(&m->core, w);
         if (w->type == MW_JOB_REGISTER)
@@ -191,9 +192,11 @@ static void job_done(Manager *m, Work *w) {
                 orphan_probe_done(m, w);
         else
                 evict_job_done(&m->core, w);
-        if (!mmjob_busy(mm))
-                mm->repump = true;
         mmclient_unref(mm);
+        /* the user's clients left alone meanwhile are planned again */
+        if (mmjob_running(uid) == 0)
+                for (MMClient *o = m->mms; o; o = o->next)
+                        o->repump |= o->uid == uid && !mmjob_busy(o);
 }
 
 static void run_inbox(Manager *m) {

@@ -244,6 +244,10 @@ bool mmjob_busy(const MMClient *mm) {
         return mm->job_cur != NULL;
 }
 
+bool mmjob_user_busy(const MMClient *mm) {
+        return mm->job_cur || mmjob_running(mm->uid) > 0;
+}
+
 bool mmjob_registering(const MMClient *mm, uint64_t start, uint64_t end, uint64_t *n, uint64_t *bytes) {
         bool overlap = false;
 

@@ -16,9 +16,13 @@
  * The jobs of one client run one at a time, in the order they were
  * given (mmjob_submit() queues behind the running one): a REGISTER, the
  * arming of its region and its UNREGISTER reach the kernel in order.
- * While a client has a job, nothing of it is planned for eviction
- * (mmjob_busy()): the plan reads /proc/PID/pagemap, which takes the same
- * lock for reading and would wait behind our own job's wait for it.
+ * While a job of a user's runs, nothing of that user's clients is planned
+ * for eviction or scanned (mmjob_user_busy()): the plan and the scans
+ * read /proc/PID/pagemap, which takes the same lock for reading and would
+ * wait behind our own job's wait for it; and the address space a job
+ * waits for may be another client's of the same user (a second
+ * connection of one process, a uffd one process made and another
+ * handed over, which the proof then refuses).
  *
  * A job that waits is a thread that waits: each job gets a thread of its
  * own when no idle one is there, up to MMJOB_THREADS_MAX. A non-root
@@ -66,6 +70,10 @@ void mmjob_done(Core *core, Work *w);
 
 /* Manager thread: has mm a job queued or running? */
 bool mmjob_busy(const MMClient *mm);
+
+/* Manager thread: is a job of mm's user running (mm's or another
+ * client's)? Nothing of mm is planned or scanned meanwhile. */
+bool mmjob_user_busy(const MMClient *mm);
 
 /* Manager thread: does a registration of mm on its way (MW_JOB_REGISTER,
  * queued or running) overlap [start, end)? Adds how many there are, and

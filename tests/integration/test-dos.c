@@ -84,7 +84,11 @@
  * read fails, the lock is free) and the REGISTER must be answered. The
  * same, the lock held, with:
  *  - fuse-lock-attach: ATTACH on a second connection of the process, with
- *    a fresh uffd and staging area (the proof registers a page of it);
+ *    a fresh uffd and staging area (the proof registers a page of it),
+ *    and while its proof waits, a PAGEOUT on the first connection of a
+ *    region armed and paged in before: nothing of the user's may be
+ *    planned or scanned while the proof waits (a read of the pagemap
+ *    queues behind it); once answered, every page reads back intact;
  *  - fuse-lock-arm: a PAGEOUT of a region registered and written before
  *    (with WP_ASYNC the region is registered for missing faults as its
  *    first page leaves); once answered, every page reads back intact;
@@ -1501,6 +1505,25 @@ static int raw_range(int s, uint16_t type, void *mem, size_t len) {
         return raw_request(s, &rg, NULL, 0, NULL, NULL);
 }
 
+/* fuse-lock-attach: ATTACH on a connection of its own, in a thread. */
+static struct {
+        int s;
+        uint64_t staging;
+        int uffd;
+        _Atomic bool go, sent;
+        int status;
+} attach_arg;
+static pthread_t attach_th;
+
+static void *attach_thread(void *arg) {
+        (void)arg;
+        while (!atomic_load(&attach_arg.go))
+                usleep(1000);
+        atomic_store(&attach_arg.sent, true); /* a moment early: the caller waits on */
+        attach_arg.status = raw_attach_on(attach_arg.s, attach_arg.staging, attach_arg.uffd, -1);
+        return NULL;
+}
+
 /*
  * As U_STALLER: a raw client (its agent raw_agent) with STALL_PAGES pages
  * of known content, set up for case kind; then a page of FUSE file "f"
@@ -1523,19 +1546,19 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         raw_agent.staging = staging;
         fill_pages(mem, len, 17);
         hash_pages(mem, len, hashes);
-        if (kind == LOCK_ARM || kind == LOCK_DETACH || kind == LOCK_QUEUED)
+        if (kind == LOCK_ATTACH || kind == LOCK_ARM || kind == LOCK_DETACH || kind == LOCK_QUEUED)
                 ASSERT_EQ(raw_range(s, ZMSG_REGISTER, mem, len), 0);
-        if (kind == LOCK_DETACH || kind == LOCK_QUEUED) {
+        if (kind == LOCK_ATTACH || kind == LOCK_DETACH || kind == LOCK_QUEUED) {
                 /* pages out (for the detach to bring back), the region armed */
                 ASSERT_EQ(raw_range(s, ZMSG_PAGEOUT, mem, len), 0);
                 ASSERT_TRUE(raw_value > 0);
         }
-        if (kind == LOCK_QUEUED) {
-                /* and back in, for the next PAGEOUT to take; the mapper's
-                 * stack is mapped now (mapping it would wait too) */
+        if (kind == LOCK_ATTACH || kind == LOCK_QUEUED)
+                /* and back in, for the next PAGEOUT to take */
                 ASSERT_EQ(verify_pages(mem, len, hashes), 0);
+        if (kind == LOCK_QUEUED)
+                /* the mapper's stack is mapped now (mapping it would wait too) */
                 ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
-        }
         pid_t churner = -1;
         if (kind == LOCK_CHURN) {
                 /* the uffds of our address space, to a process of its own
@@ -1564,6 +1587,11 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 s2 = raw_hello(&devfd);
                 uffd2 = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
                 ASSERT_TRUE(uffd2 >= 0);
+                attach_arg.s = s2;
+                attach_arg.staging = (uintptr_t)staging2;
+                attach_arg.uffd = uffd2;
+                /* made now: its stack cannot be mapped once our lock is held */
+                ASSERT_OK(-pthread_create(&attach_th, NULL, attach_thread, NULL));
         }
 
         snprintf(path, sizeof(path), "%s/f", fuse_dir);
@@ -1585,12 +1613,23 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         }
         /* the answer may wait as long as the test lets it */
         struct timeval tv = { .tv_sec = 0 };
-        ASSERT_OK(setsockopt(kind == LOCK_ATTACH ? s2 : s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+        ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+        if (s2 >= 0)
+                ASSERT_OK(setsockopt(s2, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
         atomic_store(&st->stage, 1);
         raw_value = 0;
-        if (kind == LOCK_ATTACH)
-                st->status = raw_attach_on(s2, (uintptr_t)staging2, uffd2, -1);
-        else if (kind == LOCK_DETACH) {
+        if (kind == LOCK_ATTACH) {
+                /* the ATTACH's proof waits for our lock; meanwhile the
+                 * first connection's PAGEOUT must not be planned (its
+                 * pagemap read would queue behind the proof) */
+                atomic_store(&attach_arg.go, true);
+                while (!atomic_load(&attach_arg.sent))
+                        usleep(1000);
+                usleep(200 * 1000);
+                int r = raw_range(s, ZMSG_PAGEOUT, mem, len);
+                ASSERT_OK(-pthread_join(attach_th, NULL));
+                st->status = r ? r : attach_arg.status;
+        } else if (kind == LOCK_DETACH) {
                 close(s);
                 /* no answer: done once the daemon has unregistered the
                  * region (a look at our mappings takes our mmap lock:
