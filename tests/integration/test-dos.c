@@ -1515,12 +1515,35 @@ static struct {
 } attach_arg;
 static pthread_t attach_th;
 
+/* (its own send and receive: raw_request() is the main thread's) */
 static void *attach_thread(void *arg) {
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+        ZMsgAttach a;
+
         (void)arg;
         while (!atomic_load(&attach_arg.go))
                 usleep(1000);
-        atomic_store(&attach_arg.sent, true); /* a moment early: the caller waits on */
-        attach_arg.status = raw_attach_on(attach_arg.s, attach_arg.staging, attach_arg.uffd, -1);
+        memset(&a, 0, sizeof(a));
+        zmsg_init(&a.hdr, ZMSG_ATTACH, 7, sizeof(a));
+        a.staging_addr = attach_arg.staging;
+        a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+        attach_arg.status = zmsg_send(attach_arg.s, &a, sizeof(a), &attach_arg.uffd, 1);
+        atomic_store(&attach_arg.sent, true);
+        while (attach_arg.status == 0) {
+                int got[4];
+                size_t ngot = ELEMENTSOF(got);
+                if (zmsg_recv(attach_arg.s, in, sizeof(in), got, &ngot, NULL) <= 0) {
+                        attach_arg.status = -EPIPE;
+                        break;
+                }
+                for (size_t i = 0; i < ngot; i++)
+                        close(got[i]);
+                const ZMsgReply *r = (const ZMsgReply *)in;
+                if (r->hdr.type == ZMSG_REPLY && r->hdr.id == 7) {
+                        attach_arg.status = r->status;
+                        break;
+                }
+        }
         return NULL;
 }
 
