@@ -254,12 +254,6 @@ static int attach_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a,
         return 1;
 }
 
-/*
- * ZMSG_ADOPT: a client whose daemon died hands its uffd and store to us
- * (adopt.c checks and copies the store). Its threads may be waiting on
- * faults the old daemon read and never served: once we watch the uffd, a
- * wake of every range makes them fault again, to us.
- */
 /* Which of an ADOPT's descriptors after the uffd and the store are the
  * sync page's memfd (zsync.h) and the shared store: *sync_i, *shared_i,
  * -1 if none. False if they are not as the protocol says. */
@@ -274,6 +268,12 @@ static bool adopt_fds(const int *fds, size_t nfds, int *sync_i, int *shared_i) {
         return nfds >= 2 && nfds <= 4 && !(nfds == 4 && (*sync_i < 0 || *shared_i < 0));
 }
 
+/*
+ * ZMSG_ADOPT: a client whose daemon died hands its uffd and store to us
+ * (adopt.c checks and copies the store, adopt_proven()). Its threads may
+ * be waiting on faults the old daemon read and never served: once we
+ * watch the uffd, a wake of every range makes them fault again, to us.
+ */
 int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         unsigned nlanes;
         MMClient *mm;
