@@ -5,6 +5,7 @@
  */
 #include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fault-internal.h"
 #include "log.h"
@@ -311,6 +312,13 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                 mmclient_fork_evented(mm, atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed));
         fd_set_nonblock(child_fd, true);
         r = mmclient_new(mm->core, child_fd, &child);
+        /* a child nobody tracks has its faults wait forever (its uffd has
+         * no other reader): wait for memory a while, as
+         * fault_thread_own() does */
+        for (int i = 0; r == -ENOMEM && i < 1000; i++) {
+                usleep(1000);
+                r = mmclient_new(mm->core, child_fd, &child);
+        }
         if (r < 0) {
                 log_error("pid %d: cannot track forked child: %s", (int)mmclient_pid(mm), strerror(-r));
                 /* closing the only reference would unregister the child's

@@ -272,8 +272,8 @@ void mmjob_tick(void) {
                 if (!s->used || !s->cur || s->logged || now - s->since_ns < MMJOB_LATE_MS * 1000000ull)
                         continue;
                 s->logged = true;
-                log_warn("pid %d (uid %u): its %s has waited %llu ms for its mmap lock (a FUSE server of its own "
-                         "that does not answer?): its requests wait, the daemon does not",
+                log_warn("pid %d (uid %u): its %s waits for its mmap lock, for %llu ms so far (a FUSE server of "
+                         "its own that does not answer?): its requests wait, the daemon does not",
                          (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
                          (unsigned long long)((now - s->since_ns) / 1000000));
         }
