@@ -316,6 +316,9 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * no other reader): wait for memory a while, as
          * fault_thread_own() does */
         for (int i = 0; r == -ENOMEM && i < 1000; i++) {
+                if (i == 0)
+                        log_warn("pid %d: no memory to track its forked child: trying again for up to 1 s",
+                                 (int)mmclient_pid(mm));
                 usleep(1000);
                 r = mmclient_new(mm->core, child_fd, &child);
         }

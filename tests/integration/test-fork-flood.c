@@ -321,7 +321,12 @@ int main(void) {
                 test_fail("root's fork, whose event met a daemon out of descriptors, still waits after %s",
                           fl.made < NKIDS ? "one of its children exited" : "(it never ran out: nothing tested)");
         }
-        ASSERT_TRUE(td_log_has(&d, "a fork event cannot be read"));
+        /* what ran out: descriptors (the plain build), or, in the
+         * sanitizers' builds, memory for a child, which the fault thread
+         * waits for a while; either way root's fork went on once a
+         * child was gone */
+        ASSERT_TRUE(td_log_has(&d, "a fork event cannot be read") ||
+                    td_log_has(&d, "no memory to track its forked child"));
         td_stop(&d);
         unlink(conf_path);
         unlink(d.log);
