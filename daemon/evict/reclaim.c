@@ -469,6 +469,12 @@ void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
         atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
         if (!fresh && mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(rc->tun.interval_ms, (uint64_t)100))
                 return;
+        /* a call of ours waits for the mmap lock of this client or of
+         * another of its user's (mmjob.h): a scan would wait behind it, and
+         * every request (statistics, the list of clients) with it; the last
+         * count stands */
+        if (mmjob_user_busy(mm))
+                return;
         mm->rc.measured_ms = now;
         mm->rc.resident = scan_client(rc, mm, now, false);
         atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);

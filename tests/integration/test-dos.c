@@ -414,7 +414,22 @@ static bool user_served(uid_t uid) {
                         _exit(1);
                 _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
                 ssize_t n = zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL);
-                _exit(n > 0 && ((ZMsgReply *)in)->status == 0 ? 0 : 1);
+                if (n <= 0 || ((ZMsgReply *)in)->status != 0)
+                        _exit(1);
+                /* and what zswapctl status and clients ask, which count
+                 * every client's resident pages */
+                ZMsgHeader q;
+                zmsg_init(&q, ZMSG_STATUS, 8, sizeof(q));
+                if (zmsg_send(s, &q, sizeof(q), NULL, 0) < 0 || zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL) <= 0 ||
+                    ((ZMsgHeader *)in)->type != ZMSG_STATUS_REPLY)
+                        _exit(1);
+                ZMsgClientsReq cq;
+                memset(&cq, 0, sizeof(cq));
+                zmsg_init(&cq.hdr, ZMSG_CLIENTS, 9, sizeof(cq));
+                if (zmsg_send(s, &cq, sizeof(cq), NULL, 0) < 0 || zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL) <= 0 ||
+                    ((ZMsgHeader *)in)->type != ZMSG_CLIENTS_REPLY)
+                        _exit(1);
+                _exit(0);
         }
         ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
         ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 90);
@@ -1505,46 +1520,38 @@ static int raw_range(int s, uint16_t type, void *mem, size_t len) {
         return raw_request(s, &rg, NULL, 0, NULL, NULL);
 }
 
-/* fuse-lock-attach: ATTACH on a connection of its own, in a thread. */
-static struct {
-        int s;
-        uint64_t staging;
-        int uffd;
-        _Atomic bool go, sent;
-        int status;
-} attach_arg;
-static pthread_t attach_th;
-
-/* (its own send and receive: raw_request() is the main thread's) */
-static void *attach_thread(void *arg) {
-        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+/*
+ * fuse-lock-attach: ATTACH on a connection of its own, sent and answered
+ * by the main thread. (A thread made for it would be one more thread that
+ * could take our mmap lock for writing once it is held: the sanitizers'
+ * runtimes map memory lazily, and that mmap() would queue behind the
+ * FUSE read, a writer of our own, fuse-lock-queued's case.)
+ */
+static int attach_send(int s, void *staging, int uffd) {
         ZMsgAttach a;
 
-        (void)arg;
-        while (!atomic_load(&attach_arg.go))
-                usleep(1000);
         memset(&a, 0, sizeof(a));
         zmsg_init(&a.hdr, ZMSG_ATTACH, 7, sizeof(a));
-        a.staging_addr = attach_arg.staging;
+        a.staging_addr = (uintptr_t)staging;
         a.staging_len = (uint64_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
-        attach_arg.status = zmsg_send(attach_arg.s, &a, sizeof(a), &attach_arg.uffd, 1);
-        atomic_store(&attach_arg.sent, true);
-        while (attach_arg.status == 0) {
+        return zmsg_send(s, &a, sizeof(a), &uffd, 1);
+}
+
+/* The ATTACH's answer on s: its status. */
+static int attach_answer(int s) {
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+
+        for (;;) {
                 int got[4];
                 size_t ngot = ELEMENTSOF(got);
-                if (zmsg_recv(attach_arg.s, in, sizeof(in), got, &ngot, NULL) <= 0) {
-                        attach_arg.status = -EPIPE;
-                        break;
-                }
+                if (zmsg_recv(s, in, sizeof(in), got, &ngot, NULL) <= 0)
+                        return -EPIPE;
                 for (size_t i = 0; i < ngot; i++)
                         close(got[i]);
                 const ZMsgReply *r = (const ZMsgReply *)in;
-                if (r->hdr.type == ZMSG_REPLY && r->hdr.id == 7) {
-                        attach_arg.status = r->status;
-                        break;
-                }
+                if (r->hdr.type == ZMSG_REPLY && r->hdr.id == 7)
+                        return r->status;
         }
-        return NULL;
 }
 
 /*
@@ -1610,11 +1617,6 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 s2 = raw_hello(&devfd);
                 uffd2 = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
                 ASSERT_TRUE(uffd2 >= 0);
-                attach_arg.s = s2;
-                attach_arg.staging = (uintptr_t)staging2;
-                attach_arg.uffd = uffd2;
-                /* made now: its stack cannot be mapped once our lock is held */
-                ASSERT_OK(-pthread_create(&attach_th, NULL, attach_thread, NULL));
         }
 
         snprintf(path, sizeof(path), "%s/f", fuse_dir);
@@ -1645,13 +1647,11 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 /* the ATTACH's proof waits for our lock; meanwhile the
                  * first connection's PAGEOUT must not be planned (its
                  * pagemap read would queue behind the proof) */
-                atomic_store(&attach_arg.go, true);
-                while (!atomic_load(&attach_arg.sent))
-                        usleep(1000);
+                ASSERT_OK(attach_send(s2, staging2, uffd2));
                 usleep(200 * 1000);
                 int r = raw_range(s, ZMSG_PAGEOUT, mem, len);
-                ASSERT_OK(-pthread_join(attach_th, NULL));
-                st->status = r ? r : attach_arg.status;
+                int ra = attach_answer(s2);
+                st->status = r ? r : ra;
         } else if (kind == LOCK_DETACH) {
                 close(s);
                 /* no answer: done once the daemon has unregistered the
@@ -1746,6 +1746,9 @@ static void case_fuse_lock(int kind) {
         if (!served) {
                 fprintf(stderr, "the manager (pid %d) waits in:\n", (int)d.pid);
                 snprintf(cmd, sizeof(cmd), "cat /proc/%d/stack >&2", (int)d.pid);
+                (void)!system(cmd);
+                fprintf(stderr, "the attacker's threads wait in:\n");
+                snprintf(cmd, sizeof(cmd), "head -n 4 /proc/%d/task/*/stack >&2", (int)att);
                 (void)!system(cmd);
         }
         /* the server goes: the read fails, and our lock is let go */
