@@ -80,6 +80,7 @@ void evict_op_drop(Core *core, PageoutOp *op) {
                 evict_group_done(core, op->group, op->evicted);
         else if (op->conn && op->id)
                 core->ops->reply(op->conn, op->id, 0, (int64_t)op->evicted);
+        free(op->pm);
         free(op);
 }
 
@@ -231,7 +232,8 @@ typedef struct Plan {
         bool new_run; /* the next page starts a run: UFFDIO_MOVE fails (EINVAL)
                        * on a run that spans two vmas, and separately
                        * registered regions are often separate vmas */
-        bool arming;  /* planning stopped at a region being armed */
+        bool arming;  /* planning stopped at a job: a region being armed, a
+                       * pagemap read */
 } Plan;
 
 /* Mark one page MOVING and add it to the plan; false if the plan is full.
@@ -323,9 +325,71 @@ static bool reclaim_takes(PageoutOp *op, PageMeta *meta, uint64_t addr, uint32_t
         return true;
 }
 
+/* Pagemap words one read of the plan's takes at most (op.pm): 256 KiB */
+#define PLAN_PM_PAGES PLAN_SCAN_BUDGET
+/* ... and for how long they stand: a page that came or went since is a
+ * race the plan has anyway (plan_verify(), lane_moved()) */
+#define PLAN_PM_FRESH_NS (200 * 1000000ull)
+
+/*
+ * The pagemap words of n pages at s for op's plan, or NULL: a read is on
+ * its way (its return pumps again), or op->pm_failed. The read is a job
+ * (mmjob.h), never the manager's own pread(): pagemap_read() takes the
+ * client's mmap lock for reading, and a client that holds it for reading
+ * (a FUSE read of its own) while another of its threads waits to take it
+ * for writing (an mmap()) holds every reader after that writer for as long
+ * as it likes. One read covers what the plan goes on to, up to
+ * PLAN_PM_PAGES.
+ */
+static const uint64_t *plan_pagemap(MMClient *mm, PageoutOp *op, uint64_t s, size_t n) {
+        uint64_t e = s + n * ZSWAP_PAGE_SIZE;
+
+        if (op->pm && s >= op->pm_start && e <= op->pm_end && now_ns() - op->pm_ns < PLAN_PM_FRESH_NS)
+                return op->pm + ((s - op->pm_start) >> ZSWAP_PAGE_SHIFT);
+        if (op->pm_reading || op->pm_failed)
+                return NULL;
+        uint64_t end = s + MAX((uint64_t)n, MIN((op->end - s) >> ZSWAP_PAGE_SHIFT, (uint64_t)PLAN_PM_PAGES)) *
+                                   ZSWAP_PAGE_SIZE;
+        Work *w = work_new(MW_JOB_PAGEMAP, mm);
+        void *words = w ? malloc((size_t)((end - s) >> ZSWAP_PAGE_SHIFT) * sizeof(uint64_t)) : NULL;
+        if (!words) {
+                work_free(w);
+                mm->repump = true; /* without memory now: again soon */
+                return NULL;
+        }
+        w->a = s;
+        w->b = end;
+        w->v = (uintptr_t)op;
+        w->data = words;
+        op->pm_reading = true;
+        mmjob_submit(mm->core, w);
+        return NULL;
+}
+
+/* A plan's read is back (MW_JOB_PAGEMAP). */
+static void plan_pagemap_done(MMClient *mm, Work *w) {
+        for (PageoutOp *op = mm->ops; op; op = op->next) {
+                if ((uintptr_t)op != w->v || !op->pm_reading)
+                        continue;
+                op->pm_reading = false;
+                if (w->status < 0) {
+                        op->pm_failed = true;
+                        break;
+                }
+                free(op->pm);
+                op->pm = w->data;
+                w->data = NULL;
+                op->pm_start = w->a;
+                op->pm_end = w->b;
+                op->pm_ns = now_ns();
+                break;
+        }
+        mm->repump = true;
+}
+
 /* Fill a batch from op; the op's cursor moves past what was looked at. */
 static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
-        uint64_t pm[LANE_SLOTS], now = op->reclaim ? now_ms() : 0;
+        uint64_t now = op->reclaim ? now_ms() : 0;
 
         size_t limit = MIN(mm->core->cfg.batch_pages, (unsigned)LANE_SLOTS);
 
@@ -370,11 +434,18 @@ static void plan_batch(MMClient *mm, PageoutOp *op, Plan *p, unsigned *budget) {
                         }
                 }
                 n = MIN(n, (size_t)*budget);
-                *budget -= (unsigned)n;
-                if (mmclient_pagemap(mm, s, n, pm) < 0) {
+                const uint64_t *pm = plan_pagemap(mm, op, s, n);
+                if (!pm && op->pm_failed) {
+                        /* as a pagemap the client took away (it exited) */
+                        op->pm_failed = false;
                         op->cursor = op->end;
                         break;
                 }
+                if (!pm) {
+                        p->arming = true; /* waits for the read */
+                        break;
+                }
+                *budget -= (unsigned)n;
                 size_t i;
                 for (i = 0; i < n; i++) {
                         uint64_t addr = s + i * ZSWAP_PAGE_SIZE;
@@ -732,6 +803,8 @@ void evict_restore_done(Core *core, Work *w) {
 void evict_job_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
 
+        if (w->type == MW_JOB_PAGEMAP)
+                plan_pagemap_done(mm, w);
         if (w->type == MW_JOB_ARM && w->status < 0)
                 mm->arm_failed = w->a + 1; /* its region is passed over once (plan_batch()) */
         if (w->type == MW_JOB_UNREGISTER && w->v)

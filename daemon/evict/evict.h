@@ -40,6 +40,12 @@ struct PageoutOp {
         uint64_t want;     /* pages to take by the clock (limit, pressure), 0: none */
         uint32_t idle_before; /* also every page last used before this stamp, 0: off */
         bool spare_thrash; /* skip zones in thrash back-off (not for limits) */
+        /* what the plan knows of the client's page tables: the pagemap
+         * words of [pm_start, pm_end), read at pm_ns by a job (mmjob.h:
+         * the read takes the client's mmap lock, which the client can
+         * hold); the plan waits while pm_reading */
+        uint64_t *pm, pm_start, pm_end, pm_ns;
+        bool pm_reading, pm_failed;
 };
 
 /* Queue a policy eviction of mm (reclaim.c fills in the policy fields

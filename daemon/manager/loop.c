@@ -194,7 +194,7 @@ static void job_done(Manager *m, Work *w) {
                 evict_job_done(&m->core, w);
         mmclient_unref(mm);
         /* the user's clients left alone meanwhile are planned again */
-        if (mmjob_running(uid) == 0)
+        if (mmjob_writing(uid) == 0)
                 for (MMClient *o = m->mms; o; o = o->next)
                         o->repump |= o->uid == uid && !mmjob_busy(o);
 }

@@ -34,36 +34,47 @@ static struct {
         Slot slots[MMJOB_THREADS_MAX];
 } P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
-/* the manager's: running jobs per user */
-static struct {
+/* the manager's: running jobs per user, and how many of them take the
+ * mmap lock for writing */
+typedef struct UserJobs {
         uid_t uid;
-        unsigned n;
-} *users;
+        unsigned n, writers;
+} UserJobs;
+static UserJobs *users;
 static size_t nusers;
 
-static unsigned *user_count(uid_t uid, bool add) {
+static UserJobs *user_jobs(uid_t uid, bool add) {
         for (size_t i = 0; i < nusers; i++)
                 if (users[i].uid == uid)
-                        return &users[i].n;
+                        return &users[i];
         if (!add)
                 return NULL;
         for (size_t i = 0; i < nusers; i++)
                 if (users[i].n == 0) {
-                        users[i].uid = uid;
-                        return &users[i].n;
+                        users[i] = (UserJobs){ .uid = uid };
+                        return &users[i];
                 }
         void *p = realloc(users, (nusers + 1) * sizeof(*users));
         if (!p)
                 return NULL; /* uncounted: the bound errs towards admitting */
         users = p;
-        users[nusers].uid = uid;
-        users[nusers].n = 0;
-        return &users[nusers++].n;
+        users[nusers] = (UserJobs){ .uid = uid };
+        return &users[nusers++];
+}
+
+/* Does a job of this type take the client's mmap lock for writing? */
+static bool job_writes(int type) {
+        return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP;
 }
 
 unsigned mmjob_running(uid_t uid) {
-        unsigned *n = user_count(uid, false);
-        return n ? *n : 0;
+        UserJobs *u = user_jobs(uid, false);
+        return u ? u->n : 0;
+}
+
+unsigned mmjob_writing(uid_t uid) {
+        UserJobs *u = user_jobs(uid, false);
+        return u ? u->writers : 0;
 }
 
 static const char *job_name(int type) {
@@ -77,6 +88,8 @@ static const char *job_name(int type) {
                 return "unregistration";
         case MW_JOB_ALIVE:
                 return "liveness probe";
+        case MW_JOB_PAGEMAP:
+                return "read of its page tables";
         default:
                 return "proof of its address space";
         }
@@ -106,6 +119,9 @@ static void job_run(Work *w) {
                 break;
         case MW_JOB_ALIVE:
                 r = uffd_mm_alive(mm->uffd);
+                break;
+        case MW_JOB_PAGEMAP:
+                r = mmclient_pagemap(mm, w->a, (size_t)((w->b - w->a) >> ZSWAP_PAGE_SHIFT), w->data);
                 break;
         }
         w->status = r;
@@ -188,10 +204,12 @@ static void pool_grow(void) {
 
 static void pool_start(Core *core, Work *w) {
         MMClient *mm = w->mm;
-        unsigned *n = user_count(mm->uid, true);
+        UserJobs *u = user_jobs(mm->uid, true);
 
-        if (n)
-                (*n)++;
+        if (u) {
+                u->n++;
+                u->writers += job_writes(w->type);
+        }
         /* for the log: a proof's client is bound, not published yet (the
          * job writes that) */
         w->lane = (uint32_t)(mmclient_pid(mm) ? mmclient_pid(mm) : mm->bound.pid);
@@ -228,10 +246,12 @@ void mmjob_submit(Core *core, Work *w) {
 
 void mmjob_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
-        unsigned *n = user_count(mm->uid, false);
+        UserJobs *u = user_jobs(mm->uid, false);
 
-        if (n && *n > 0)
-                (*n)--;
+        if (u && u->n > 0)
+                u->n--;
+        if (u && u->writers > 0 && job_writes(w->type))
+                u->writers--;
         mm->job_cur = NULL;
         Work *next = mm->jobs;
         if (next) {
@@ -245,7 +265,7 @@ bool mmjob_busy(const MMClient *mm) {
 }
 
 bool mmjob_user_busy(const MMClient *mm) {
-        return mm->job_cur || mmjob_running(mm->uid) > 0;
+        return mmjob_writing(mm->uid) > 0;
 }
 
 bool mmjob_registering(const MMClient *mm, uint64_t start, uint64_t end, uint64_t *n, uint64_t *bytes) {

@@ -16,10 +16,12 @@
  * The jobs of one client run one at a time, in the order they were
  * given (mmjob_submit() queues behind the running one): a REGISTER, the
  * arming of its region and its UNREGISTER reach the kernel in order.
- * While a job of a user's runs, nothing of that user's clients is planned
- * for eviction or scanned (mmjob_user_busy()): the plan and the scans
- * read /proc/PID/pagemap, which takes the same lock for reading and would
- * wait behind our own job's wait for it; and the address space a job
+ * While a job of a user's that takes the lock for writing runs, nothing of
+ * that user's clients is planned for eviction, scanned or counted
+ * (mmjob_user_busy()): the scans and the check of what a MOVE moved read
+ * /proc/PID/pagemap on the manager thread, which takes the same lock for
+ * reading and would wait behind our own job's wait for it (the plan's
+ * read is a job of its own, MW_JOB_PAGEMAP); and the address space a job
  * waits for may be another client's of the same user (a second
  * connection of one process, a uffd one process made and another
  * handed over, which the proof then refuses).
@@ -47,7 +49,8 @@ enum {
         MW_JOB_UNREGISTER_ALL,  /* unregister every region mm has */
         MW_JOB_PROVE,           /* mmclient_prove(mm, a, b - a), after mmclient_bind() */
         MW_JOB_ALIVE,           /* does mm's address space exist (its uffd's probe)? status 1 or 0 */
-        MW_JOB_LAST = MW_JOB_ALIVE,
+        MW_JOB_PAGEMAP,         /* the pagemap words of [a, b) into data (a pageout's plan; v: its op) */
+        MW_JOB_LAST = MW_JOB_PAGEMAP,
 };
 
 #define MMJOB_THREADS_MAX 256
@@ -72,7 +75,9 @@ void mmjob_done(Core *core, Work *w);
 bool mmjob_busy(const MMClient *mm);
 
 /* Manager thread: is a job of mm's user running (mm's or another
- * client's)? Nothing of mm is planned or scanned meanwhile. */
+ * client's) that takes the mmap lock for writing? Nothing of mm is
+ * planned, scanned or counted meanwhile. (A job that only reads, the
+ * plan's pagemap read, queues no writer: it holds up nothing.) */
 bool mmjob_user_busy(const MMClient *mm);
 
 /* Manager thread: does a registration of mm on its way (MW_JOB_REGISTER,
@@ -80,8 +85,10 @@ bool mmjob_user_busy(const MMClient *mm);
  * their bytes, to *n and *bytes (each may be NULL). */
 bool mmjob_registering(const MMClient *mm, uint64_t start, uint64_t end, uint64_t *n, uint64_t *bytes);
 
-/* Manager thread: jobs of uid's clients running now. */
+/* Manager thread: jobs of uid's clients running now; those of them that
+ * take the mmap lock for writing. */
 unsigned mmjob_running(uid_t uid);
+unsigned mmjob_writing(uid_t uid);
 
 /* Manager thread, each tick: log each job running MMJOB_LATE_MS or longer
  * (once). */
