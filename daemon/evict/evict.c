@@ -202,27 +202,35 @@ static void lane_set_state(MMClient *mm, Lane *lane, LaneState state) {
  * that loses data. If pagemap cannot be read, every page counts as moved
  * for the same reason: a page wrongly taken as moved keeps a stale entry
  * while the program still has it; one wrongly left is lost.
+ *
+ * The reads take the client's mmap lock for reading, which the client can
+ * make wait as long as it likes (a writer of its own queued behind a FUSE
+ * read of its own): an mm job does them (MW_JOB_MOVED), on copies of the
+ * lane's addresses, and the lane stays MOVING (checking) until it is back
+ * (moved_done()).
  */
 static bool pm_holds_page(uint64_t pm) {
         return !(pm & PM_FILE) && (pm & (PM_PRESENT | PM_SWAP));
 }
 
-static void lane_moved(MMClient *mm, unsigned li, uint64_t *bits) {
-        Lane *lane = &mm->lanes[li];
+/* An mm-job thread's (MW_JOB_MOVED): fill c->truth from mm's page tables. */
+static void moved_check(MMClient *mm, MMJobCall *call) {
+        MovedCheck *c = (MovedCheck *)call;
         uint64_t slot_pm[LANE_SLOTS], src_pm[LANE_SLOTS];
+        uint32_t n = MIN(c->npages, (uint32_t)LANE_SLOTS);
 
-        memset(bits, 0xff, LANE_SLOTS / 8);
-        if (mmclient_pagemap(mm, mmclient_slot_addr(mm, li * LANE_SLOTS), lane->npages, slot_pm) < 0)
+        memset(c->truth, 0xff, sizeof(c->truth));
+        if (mmclient_pagemap(mm, c->slot_addr, n, slot_pm) < 0)
                 return;
-        for (uint32_t i = 0, j; i < lane->npages; i = j) {
-                for (j = i + 1; j < lane->npages && lane->addrs[j] == lane->addrs[j - 1] + ZSWAP_PAGE_SIZE; j++)
+        for (uint32_t i = 0, j; i < n; i = j) {
+                for (j = i + 1; j < n && c->addrs[j] == c->addrs[j - 1] + ZSWAP_PAGE_SIZE; j++)
                         ;
-                if (mmclient_pagemap(mm, lane->addrs[i], j - i, src_pm + i) < 0)
+                if (mmclient_pagemap(mm, c->addrs[i], j - i, src_pm + i) < 0)
                         return;
         }
-        for (uint32_t i = 0; i < lane->npages; i++)
+        for (uint32_t i = 0; i < n; i++)
                 if (!pm_holds_page(slot_pm[i]) || pm_holds_page(src_pm[i]))
-                        bits[i / 64] &= ~((uint64_t)1 << (i % 64));
+                        c->truth[i / 64] &= ~((uint64_t)1 << (i % 64));
 }
 
 typedef struct Plan {
@@ -621,6 +629,8 @@ static bool pump_one(Core *core, MMClient *mm, unsigned *budget) {
         }
         p.lane->op = op;
         p.lane->stored = 0;
+        p.lane->gen++;
+        p.lane->checking = p.lane->check_due = false;
         lane_set_state(mm, p.lane, LANE_MOVING);
         op->inflight++;
         if (lane_send_move(core, mm, li, &p) < 0) {
@@ -700,22 +710,53 @@ static void lane_submit(Core *core, MMClient *mm, unsigned li) {
         evictor_submit(core->evictor, w);
 }
 
+/* The check of what lane li's MOVE moved goes to a job (lane_moved's
+ * comment); without memory for it, evict_tick() tries again. */
+static void lane_check(Core *core, MMClient *mm, unsigned li) {
+        Lane *lane = &mm->lanes[li];
+        Work *w = work_new(MW_JOB_MOVED, mm);
+        MovedCheck *c = w ? malloc(sizeof(*c)) : NULL;
+
+        lane->check_due = !c;
+        if (!c) {
+                work_free(w);
+                return;
+        }
+        c->slot_addr = mmclient_slot_addr(mm, li * LANE_SLOTS);
+        c->npages = lane->npages;
+        memcpy(c->addrs, lane->addrs, lane->npages * sizeof(c->addrs[0]));
+        c->call.fn = moved_check;
+        c->lane = li;
+        c->gen = lane->gen;
+        w->data = c;
+        mmjob_submit(core, w);
+}
+
 int evict_move_done(Core *core, MMClient *mm, uint32_t li, const ZMsgMoveDone *msg) {
-        Lane *lane;
+        if (li >= mm->nlanes || mm->lanes[li].state != LANE_MOVING || mm->lanes[li].checking ||
+            msg->npages != mm->lanes[li].npages)
+                return -EPROTO;
+        Lane *lane = &mm->lanes[li];
+        memcpy(lane->reported, msg->moved, sizeof(lane->reported));
+        lane->checking = true;
+        lane_check(core, mm, li);
+        return 0;
+}
+
+/* What lane li's MOVE moved is known (truth, bit i: page i): each entry
+ * goes on from MOVING, and the lane to its workers. */
+static void lane_moved(Core *core, MMClient *mm, unsigned li, const uint64_t *truth) {
+        Lane *lane = &mm->lanes[li];
         unsigned staged = 0;
 
-        if (li >= mm->nlanes || mm->lanes[li].state != LANE_MOVING || msg->npages != mm->lanes[li].npages)
-                return -EPROTO;
-        lane = &mm->lanes[li];
-        /* what the page tables show decides, not what the agent was told */
-        uint64_t truth[LANE_SLOTS / 64];
-        lane_moved(mm, li, truth);
+        lane->checking = false;
+        const uint64_t *reported_bits = lane->reported;
         unsigned unreported = 0, phantom = 0; /* moved but reported left; reported moved but not */
         for (uint32_t i = 0; i < lane->npages; i++) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
                 uint32_t slot = li * LANE_SLOTS + i;
                 uint64_t v = pe_make_slot(PE_MOVING, slot), bit = (uint64_t)1 << (i % 64);
-                bool reported = msg->moved[i / 64] & bit, moved = truth[i / 64] & bit;
+                bool reported = reported_bits[i / 64] & bit, moved = truth[i / 64] & bit;
                 unreported += moved && !reported;
                 phantom += reported && !moved;
                 uint64_t keep = lane->keep[i];
@@ -760,10 +801,20 @@ int evict_move_done(Core *core, MMClient *mm, uint32_t li, const ZMsgMoveDone *m
         }
         if (staged == 0) {
                 lane_compressed(core, mm, li, 0);
-                return 0;
+                return;
         }
         lane_submit(core, mm, li);
-        return 0;
+}
+
+/* A MOVE's check is back (MW_JOB_MOVED): unless the lane moved on
+ * meanwhile (its agent went, evict_agent_gone()). */
+static void moved_done(Core *core, MMClient *mm, Work *w) {
+        const MovedCheck *c = w->data;
+        Lane *lane = c->lane < mm->nlanes ? &mm->lanes[c->lane] : NULL;
+
+        if (!lane || lane->state != LANE_MOVING || !lane->checking || lane->gen != c->gen)
+                return;
+        lane_moved(core, mm, c->lane, c->truth);
 }
 
 int evict_release_done(Core *core, MMClient *mm, uint32_t li) {
@@ -805,6 +856,8 @@ void evict_job_done(Core *core, Work *w) {
 
         if (w->type == MW_JOB_PAGEMAP)
                 plan_pagemap_done(mm, w);
+        if (w->type == MW_JOB_MOVED)
+                moved_done(core, mm, w);
         if (w->type == MW_JOB_ARM && w->status < 0)
                 mm->arm_failed = w->a + 1; /* its region is passed over once (plan_batch()) */
         if (w->type == MW_JOB_UNREGISTER && w->v)
@@ -822,6 +875,8 @@ void evict_tick(Core *core, MMClient *mm) {
                         lane_try_release(core, mm, i);
                 else if (mm->lanes[i].state == LANE_COMPRESSING && mm->lanes[i].compress_due)
                         lane_submit(core, mm, i);
+                else if (mm->lanes[i].state == LANE_MOVING && mm->lanes[i].check_due)
+                        lane_check(core, mm, i);
         if (mm->fork_paused && now_ns() - mm->fork_paused_at > 10ull * 1000000000) {
                 /* a client that never said FORK_DONE does not stop eviction forever */
                 mm->fork_paused = false;
@@ -847,6 +902,8 @@ void evict_agent_gone(Core *core, MMClient *mm) {
                 if (lane->state == LANE_RELEASING)
                         lane_set_state(mm, lane, LANE_FREE);
                 if (lane->state == LANE_MOVING) {
+                        /* a check on its way finds it moved on */
+                        lane->checking = lane->check_due = false;
                         evict_lane_drop_keeps(mm, lane);
                         lane_set_state(mm, lane, LANE_DRAINING);
                 }

@@ -216,47 +216,164 @@ static void wp_judge(MMClient *mm, uint64_t start, uint64_t end, uint32_t seq) {
         }
 }
 
-/* The write scan of [start, end): zones due are scanned (and protected
- * again) in runs, one PAGEMAP_SCAN each; the others sit out. */
-static int write_scan(MMClient *mm, uint64_t start, uint64_t end, uint32_t seq, uint32_t stamp) {
+/*
+ * The count, and the write scan, are a job (mmjob.h, MW_JOB_SCAN): both
+ * are PAGEMAP_SCAN (or pagemap reads), which take the client's mmap lock
+ * for reading, and a client that holds it for reading (a FUSE read of its
+ * own) while another of its threads waits to take it for writing (an
+ * mmap()) would hold the manager in them for as long as it liked. The
+ * manager decides which zones the write scan covers (their back-off, in
+ * the zones' PageMeta) and gives the job copies of the regions and of
+ * those runs; the job only asks the kernel and collects the runs it found
+ * written; the manager applies them when the job is back
+ * (reclaim_scan_done()). What the policies decide from is the last count
+ * back: a count on its way is not waited for.
+ */
+typedef struct ScanRun {
+        uint64_t start, end;
+} ScanRun;
+
+typedef struct ScanJob {
+        MMJobCall call; /* first: scan_job() */
+        /* given */
+        bool pagemap_scan;      /* PAGEMAP_SCAN works (else pagemap reads count) */
+        bool do_write_scan, wp; /* a write scan is due; it protects (runs) */
+        uint32_t seq, stamp;
+        uint64_t now, back;     /* the tick's time; mmclient_pages_back() before the count */
+        Region *rg;
+        size_t nrg;
+        ScanRun *runs;          /* the write scan's runs, zones due only */
+        size_t nruns;
+        /* found */
+        uint64_t resident;
+        bool wp_failed;
+        ScanRun *written;       /* runs found written (and protected again) */
+        size_t nwritten, cap;
+} ScanJob;
+
+static void scan_job_free(ScanJob *j) {
+        free(j->rg);
+        free(j->runs);
+        free(j->written);
+}
+
+static bool run_add(ScanJob *j, size_t *cap, uint64_t start, uint64_t end) {
+        if (j->nruns == *cap) {
+                size_t c = *cap ? 2 * *cap : 16;
+                ScanRun *p = realloc(j->runs, c * sizeof(*p));
+                if (!p)
+                        return false;
+                j->runs = p;
+                *cap = c;
+        }
+        j->runs[j->nruns++] = (ScanRun){ start, end };
+        return true;
+}
+
+/* The write scan's runs of [start, end): zones due, joined; the others
+ * sit out (wp_zone_due()). False without memory. */
+static bool write_runs(ScanJob *j, MMClient *mm, uint64_t start, uint64_t end, size_t *cap) {
         const uint64_t zone = (uint64_t)PMETA_PAGES * ZSWAP_PAGE_SIZE;
         uint64_t run = start;
 
         for (uint64_t z = start & ~(zone - 1); z < end; z += zone) {
                 uint64_t zs = MAX(z, start), ze = MIN(z + zone, end);
-                if (wp_zone_due(mm, z, seq, stamp))
+                if (wp_zone_due(mm, z, j->seq, j->stamp))
                         continue;
-                if (run < zs) {
-                        int r = pm_scan(mm, run, zs, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true, written_cb, &stamp);
-                        if (r < 0)
-                                return r;
-                }
+                if (run < zs && !run_add(j, cap, run, zs))
+                        return false;
                 run = ze;
         }
-        if (run < end)
-                return pm_scan(mm, run, end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true, written_cb, &stamp);
-        return 0;
+        return run >= end || run_add(j, cap, run, end);
 }
 
-/* Resident pages of mm, and the write scan if it is due. */
-static uint64_t scan_client(Reclaim *rc, MMClient *mm, uint64_t now, bool do_write_scan) {
-        _cleanup_free_ Region *rg = NULL;
-        size_t n = regions_snapshot(mm, &rg);
-        uint64_t resident = 0;
-        uint32_t stamp = age_stamp();
+static void written_collect(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
+        ScanJob *j = ud;
+        (void)mm;
 
-        uint32_t seq = do_write_scan ? ++mm->rc.write_scans : 0;
-
-        for (size_t i = 0; i < n; i++) {
-                if (do_write_scan && mm->wp_async && write_scan(mm, rg[i].start, rg[i].end, seq, stamp) < 0)
-                        do_write_scan = false;
-                if (!rc->core->pagemap_scan || pm_scan(mm, rg[i].start, rg[i].end, PAGE_IS_PRESENT, false, count_cb,
-                                                &resident) < 0)
-                        resident += count_present_pread(mm, rg[i].start, rg[i].end);
+        if (j->nwritten && j->written[j->nwritten - 1].end == start) {
+                j->written[j->nwritten - 1].end = end;
+                return;
         }
-        if (do_write_scan && mm->wp_async) {
-                for (size_t i = 0; i < n; i++)
-                        wp_judge(mm, rg[i].start, rg[i].end, seq);
+        if (j->nwritten == j->cap) {
+                size_t c = j->cap ? 2 * j->cap : 64;
+                ScanRun *p = realloc(j->written, c * sizeof(*p));
+                if (!p)
+                        return; /* its pages age as if unwritten; a kept copy is compared before reuse */
+                j->written = p;
+                j->cap = c;
+        }
+        j->written[j->nwritten++] = (ScanRun){ start, end };
+}
+
+/* An mm-job thread's: the kernel's part of the count and the write scan. */
+static void scan_job(MMClient *mm, MMJobCall *call) {
+        ScanJob *j = (ScanJob *)call;
+
+        for (size_t i = 0; j->wp && i < j->nruns; i++)
+                if (pm_scan(mm, j->runs[i].start, j->runs[i].end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true,
+                            written_collect, j) < 0) {
+                        j->wp_failed = true;
+                        break;
+                }
+        for (size_t i = 0; i < j->nrg; i++)
+                if (!j->pagemap_scan ||
+                    pm_scan(mm, j->rg[i].start, j->rg[i].end, PAGE_IS_PRESENT, false, count_cb, &j->resident) < 0)
+                        j->resident += count_present_pread(mm, j->rg[i].start, j->rg[i].end);
+}
+
+/* Start a count of mm (with its write scan if do_write_scan) as of now;
+ * with serial, a STATS request (id) of that connection waits for it
+ * (report.c). False if none was started (no memory). */
+static bool scan_start(Reclaim *rc, MMClient *mm, uint64_t now, bool do_write_scan, uint64_t serial, uint32_t id) {
+        Work *w = work_new(MW_JOB_SCAN, mm);
+        ScanJob *j = w ? calloc(1, sizeof(*j)) : NULL;
+        size_t cap = 0;
+
+        if (!j) {
+                work_free(w);
+                return false;
+        }
+        j->call.fn = scan_job;
+        j->pagemap_scan = rc->core->pagemap_scan;
+        j->nrg = regions_snapshot(mm, &j->rg);
+        j->stamp = age_stamp();
+        j->now = now;
+        j->back = mmclient_pages_back(mm);
+        j->do_write_scan = do_write_scan;
+        j->wp = do_write_scan && mm->wp_async;
+        if (j->wp) {
+                j->seq = ++mm->rc.write_scans;
+                for (size_t i = 0; i < j->nrg; i++)
+                        if (!write_runs(j, mm, j->rg[i].start, j->rg[i].end, &cap)) {
+                                j->wp = j->do_write_scan = false; /* the next tick's, then */
+                                break;
+                        }
+        }
+        w->data = j;
+        w->v = serial;
+        w->id = id;
+        mm->rc.scanning++;
+        mmjob_submit(rc->core, w);
+        return true;
+}
+
+/* A count is back: what it found becomes the client's. */
+void reclaim_scan_done(Reclaim *rc, Work *w) {
+        MMClient *mm = w->mm;
+        ScanJob *j = w->data;
+
+        mm->rc.scanning--;
+        if (atomic_load_explicit(&mm->dead, memory_order_relaxed)) {
+                scan_job_free(j);
+                return;
+        }
+        for (size_t i = 0; i < j->nwritten; i++)
+                written_cb(mm, j->written[i].start, j->written[i].end, &j->stamp);
+        bool do_write_scan = j->do_write_scan && !j->wp_failed;
+        if (do_write_scan && j->wp) {
+                for (size_t i = 0; i < j->nrg; i++)
+                        wp_judge(mm, j->rg[i].start, j->rg[i].end, j->seq);
                 atomic_fetch_add_explicit(&rc->core->write_scans, 1, memory_order_relaxed);
         }
         if (do_write_scan) {
@@ -264,13 +381,17 @@ static uint64_t scan_client(Reclaim *rc, MMClient *mm, uint64_t now, bool do_wri
                  * it counts as written once: only more than the pages
                  * that came back since the last scan tells of the
                  * program's own writes */
-                uint64_t back = mmclient_pages_back(mm);
-                mm->rc.wrote |= mm->rc.written > back - mm->rc.back_at_write_scan;
-                mm->rc.back_at_write_scan = back;
+                mm->rc.wrote |= mm->rc.written > j->back - mm->rc.back_at_write_scan;
+                mm->rc.back_at_write_scan = j->back;
                 mm->rc.written = 0;
-                mm->rc.written_ms = now;
+                mm->rc.written_ms = j->now;
         }
-        return resident;
+        mm->rc.resident = j->resident;
+        mm->rc.measured_ms = now_ms();
+        mm->rc.back_at_scan = j->back;
+        atomic_store_explicit(&mm->st.resident_pages, j->resident, memory_order_relaxed);
+        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
+        scan_job_free(j);
 }
 
 /* ---- thrash protection ---- */
@@ -460,25 +581,28 @@ static void group_add(GroupSum *g, const MMClient *x) {
         g->limit = MAX(g->limit, x->rc.group_op_limit ? x->rc.group_op_limit : x->rc.group_limit);
 }
 
-void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh) {
+void reclaim_measure(Reclaim *rc, MMClient *mm) {
         uint64_t now = now_ms();
         if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed))
                 return;
         /* statistics: a count younger than a tick will do (a loop of stats
          * requests must not turn into a loop of page-table walks) */
         atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
-        if (!fresh && mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(rc->tun.interval_ms, (uint64_t)100))
+        if (mm->rc.scanning || (mm->rc.measured_ms && now - mm->rc.measured_ms < MIN(rc->tun.interval_ms, (uint64_t)100)))
                 return;
         /* a call of ours waits for the mmap lock of this client or of
-         * another of its user's (mmjob.h): a scan would wait behind it, and
-         * every request (statistics, the list of clients) with it; the last
-         * count stands */
+         * another of its user's (mmjob.h): the count's job would wait
+         * behind it; the last count stands */
         if (mmjob_user_busy(mm))
                 return;
-        mm->rc.measured_ms = now;
-        mm->rc.resident = scan_client(rc, mm, now, false);
-        atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
-        atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
+        (void)scan_start(rc, mm, now, false, 0, 0); /* for the next look: this one has the last count */
+}
+
+bool reclaim_measure_for(Reclaim *rc, MMClient *mm, uint64_t serial, uint32_t id) {
+        if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
+            mmjob_user_busy(mm) || mm->rc.scanning >= RECLAIM_SCANS_MAX)
+                return false;
+        return scan_start(rc, mm, now_ms(), false, serial, id);
 }
 
 bool reclaim_group_of(Reclaim *rc, MMClient *mm, unsigned *members, uint64_t *resident, uint64_t *unmanaged,
@@ -488,7 +612,7 @@ bool reclaim_group_of(Reclaim *rc, MMClient *mm, unsigned *members, uint64_t *re
                 for (MMClient *x = *rc->mms; x; x = x->next)
                         if (x->rc.group[0] && mmclient_same_group(x, mm) &&
                             !atomic_load_explicit(&x->dead, memory_order_relaxed)) {
-                                reclaim_measure(rc, x, false); /* a count younger than 100 ms will do */
+                                reclaim_measure(rc, x); /* a count younger than 100 ms will do */
                                 group_add(&g, x);
                         }
         *members = g.members;
@@ -528,23 +652,21 @@ static bool reclaim_count(Reclaim *rc, MMClient *mm, uint64_t now) {
         const Tunables *t = &rc->tun;
         if (!reclaim_watches(rc, mm, reclaim_client_limit(rc, mm), client_idle_age(rc, mm)))
                 return false;
-        /* a call of ours waits for the mmap lock of the client or of
-         * another of its user's (mmjob.h): the scans would wait behind
-         * it; the last count stands */
-        if (mmjob_user_busy(mm))
-                return mm->rc.measured_ms != 0;
-        bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
-        uint64_t back = mmclient_pages_back(mm); /* before the count: what comes after it is counted next time */
-        mm->rc.resident = scan_client(rc, mm, now, write_scan);
-        mm->rc.measured_ms = now;
-        mm->rc.back_at_scan = back;
-        atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
+        /* a count of it on its way, or a call of ours that waits for the
+         * mmap lock of the client or of another of its user's (mmjob.h),
+         * which the count's job would wait behind: the last count stands.
+         * Else a count starts, for the next tick: this one decides from
+         * the last (0 if none came back yet) */
+        if (!mm->rc.scanning && !mmjob_user_busy(mm)) {
+                bool write_scan = t->write_scan_ms && now - mm->rc.written_ms >= t->write_scan_ms;
+                (void)scan_start(rc, mm, now, write_scan, 0, 0);
+        }
         if (now - mm->rc.thrash_ms >= 500) {
                 ThrashCtx c = { .rc = rc, .mm = mm, .now = now };
                 pindex_walk_meta(mm->index, thrash_cb, &c);
                 mm->rc.thrash_ms = now;
         }
-        return true;
+        return mm->rc.measured_ms != 0;
 }
 
 /*

@@ -49,11 +49,26 @@ void reclaim_apply(Reclaim *rc);
 void reclaim_soon(Reclaim *rc);
 /* Manager timer: runs the policies every `interval`. */
 void reclaim_tick(Reclaim *rc);
-/* Manager: count mm's resident managed pages for statistics; unless
- * fresh, a count younger than 100 ms is reused (global statistics must
- * not let anyone make the manager walk every client's page tables in a
- * loop). */
-void reclaim_measure(Reclaim *rc, MMClient *mm, bool fresh);
+/* Manager: mm's resident managed pages for statistics are the last count
+ * back; one older than 100 ms starts another, for the next look (global
+ * statistics must not let anyone make the daemon walk every client's page
+ * tables in a loop). The counts are jobs (mmjob.h, MW_JOB_SCAN), never the
+ * manager's own page-table walks. */
+void reclaim_measure(Reclaim *rc, MMClient *mm);
+/* Counts of one client on their way at most: a client asking for its own
+ * statistics in a loop gets the last count past them. */
+#define RECLAIM_SCANS_MAX 4
+/* Manager: a count of mm as of now, for the STATS request id of the
+ * connection with this serial, which waits for it: true if one started;
+ * once back (reclaim_scan_done(), w->v and w->id) the request is answered.
+ * False: answer with the last count (a call of ours waits for the mmap
+ * lock of one of its user's clients, RECLAIM_SCANS_MAX are on their way,
+ * no memory). */
+bool reclaim_measure_for(Reclaim *rc, MMClient *mm, uint64_t serial, uint32_t id);
+/* Manager: a count is back (MW_JOB_SCAN, from the inbox): what it found
+ * becomes mm's. The caller answers the request it was for, if any (w->v:
+ * the connection's serial; w->id: the request's). */
+void reclaim_scan_done(Reclaim *rc, Work *w);
 /* Manager: a fault thread ended mm's refill (MW_REFILL_DONE); takes w. */
 void reclaim_refill_done(Reclaim *rc, Work *w);
 /* Manager: the members of mm's group (same user, same name) and their

@@ -180,6 +180,7 @@ static const CoreOps core_ops = {
 static void job_done(Manager *m, Work *w) {
         MMClient *mm = mmclient_ref(w->mm);
         uid_t uid = mm->uid;
+        bool writes = mmjob_writes(w->type);
 
         mmjob_done(&m->core, w);
         if (w->type == MW_JOB_REGISTER)
@@ -190,11 +191,17 @@ static void job_done(Manager *m, Work *w) {
                 unregister_all_done(m, w);
         else if (w->type == MW_JOB_ALIVE)
                 orphan_probe_done(m, w);
+        else if (w->type == MW_JOB_SCAN) {
+                reclaim_scan_done(&m->reclaim, w);
+                if (w->v)
+                        report_stats_counted(m, w->v, w->id);
+                work_free(w);
+        }
         else
                 evict_job_done(&m->core, w);
         mmclient_unref(mm);
         /* the user's clients left alone meanwhile are planned again */
-        if (mmjob_writing(uid) == 0)
+        if (writes && mmjob_writing(uid) == 0)
                 for (MMClient *o = m->mms; o; o = o->next)
                         o->repump |= o->uid == uid && !mmjob_busy(o);
 }

@@ -75,9 +75,9 @@ void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s) {
         memset(s, 0, sizeof(*s));
         /* a client's own statistics are counted now (its own cost); the
          * global ones may be up to 100 ms old */
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
-                if (!only || mm == only)
-                        reclaim_measure(&m->reclaim, mm, only != NULL);
+        if (!only)
+                for (MMClient *mm = m->mms; mm; mm = mm->next)
+                        reclaim_measure(&m->reclaim, mm);
         if (only) {
                 stats_add_mm(s, only);
                 s->clients = 1;
@@ -113,17 +113,31 @@ void report_retire(Manager *m, MMClient *mm) {
         m->report.retired.thrash_backoffs += atomic_load_explicit(&mm->st.thrash_backoffs, memory_order_relaxed);
 }
 
-int report_stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
+static void stats_send(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
         ZMsgStatsReply rep = { .status = 0 };
 
+        report_stats_collect(m, scope == ZSWAP_STATS_CLIENT ? c->mm : NULL, &rep.stats);
+        zmsg_init(&rep.hdr, ZMSG_STATS_REPLY, id, sizeof(rep));
+        report_send(c, &rep, sizeof(rep));
+}
+
+int report_stats_reply(Manager *m, Conn *c, uint32_t id, uint32_t scope) {
         if (scope == ZSWAP_STATS_CLIENT && !c->mm)
                 return -ENOTCONN;
         if (scope != ZSWAP_STATS_CLIENT && scope != ZSWAP_STATS_GLOBAL)
                 return -EINVAL;
-        report_stats_collect(m, scope == ZSWAP_STATS_CLIENT ? c->mm : NULL, &rep.stats);
-        zmsg_init(&rep.hdr, ZMSG_STATS_REPLY, id, sizeof(rep));
-        report_send(c, &rep, sizeof(rep));
+        /* a client's own statistics: counted as of its request (a count
+         * of ours, answered when it is back: report_stats_counted()) */
+        if (scope == ZSWAP_STATS_CLIENT && reclaim_measure_for(&m->reclaim, c->mm, c->serial, id))
+                return 1;
+        stats_send(m, c, id, scope);
         return 1;
+}
+
+void report_stats_counted(Manager *m, uint64_t serial, uint32_t id) {
+        Conn *c = conn_find(m, serial);
+        if (c && c->mm)
+                stats_send(m, c, id, ZSWAP_STATS_CLIENT);
 }
 
 /* ---- rates ---- */
@@ -296,7 +310,7 @@ static bool client_visible(Manager *m, Conn *c, bool admin, MMClient *mm) {
 static void client_record(Manager *m, MMClient *mm, ZClientRecord *rec) {
         struct zswap_stats s = { 0 };
 
-        reclaim_measure(&m->reclaim, mm, false);
+        reclaim_measure(&m->reclaim, mm);
         stats_add_mm(&s, mm);
         *rec = (ZClientRecord){
                 .id = mm->id,

@@ -38,6 +38,9 @@ void report_retire(Manager *m, MMClient *mm);
 void report_tick(Manager *m);
 
 /* Counters of one client (only) or of the whole daemon (only NULL). */
+/* A count a client's STATS request (id, of the connection with this
+ * serial) waited for is back: answered, if the connection still is. */
+void report_stats_counted(Manager *m, uint64_t serial, uint32_t id);
 void report_stats_collect(Manager *m, MMClient *only, struct zswap_stats *s);
 
 /* Requests. Each replies itself and returns 1, or returns -errno for the

@@ -67,6 +67,13 @@ typedef struct Lane {
         PageoutOp *op;
         uint32_t stored;            /* pages of the batch now held (STORED/SAME) */
         bool compress_due;          /* COMPRESSING, but no memory for its job yet: evict_tick() submits it */
+        /* MOVING, MOVE_DONE in: what moved is being read (MW_JOB_MOVED), or
+         * waits for memory to be (check_due: evict_tick() tries again);
+         * reported: the agent's bits. gen: bumped by each plan, so that a
+         * check back after the lane moved on is known */
+        bool checking, check_due;
+        uint32_t gen;
+        uint64_t reported[LANE_SLOTS / 64];
         /* page i was CLEAN when planned: the copy it kept (a CLEAN value),
          * owned by the batch until the worker reuses or releases it; 0 if none */
         uint64_t keep[LANE_SLOTS];
@@ -143,7 +150,8 @@ typedef struct MMReclaim {
         uint64_t pressure_want; /* pages the pressure controller asks of this client (new this period) */
         uint64_t pressure_left; /* of what it asked, pages not yet planned */
         uint64_t pressure_cap;  /* the most pressure_left may be: this period's share */
-        uint64_t measured_ms;   /* when resident was counted last */
+        uint64_t measured_ms;   /* when the last count back was taken */
+        unsigned scanning;      /* counts on their way (reclaim.c, MW_JOB_SCAN) */
         uint64_t back_at_scan;  /* pages the fault threads had put back (mmclient_pages_back()) at that count */
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;

@@ -62,9 +62,8 @@ static UserJobs *user_jobs(uid_t uid, bool add) {
         return &users[nusers++];
 }
 
-/* Does a job of this type take the client's mmap lock for writing? */
-static bool job_writes(int type) {
-        return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP;
+bool mmjob_writes(int type) {
+        return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP && type != MW_JOB_MOVED && type != MW_JOB_SCAN;
 }
 
 unsigned mmjob_running(uid_t uid) {
@@ -89,6 +88,8 @@ static const char *job_name(int type) {
         case MW_JOB_ALIVE:
                 return "liveness probe";
         case MW_JOB_PAGEMAP:
+        case MW_JOB_MOVED:
+        case MW_JOB_SCAN:
                 return "read of its page tables";
         default:
                 return "proof of its address space";
@@ -123,6 +124,12 @@ static void job_run(Work *w) {
         case MW_JOB_PAGEMAP:
                 r = mmclient_pagemap(mm, w->a, (size_t)((w->b - w->a) >> ZSWAP_PAGE_SHIFT), w->data);
                 break;
+        case MW_JOB_MOVED:
+        case MW_JOB_SCAN: {
+                MMJobCall *c = w->data;
+                c->fn(mm, c);
+                break;
+        }
         }
         w->status = r;
 }
@@ -208,7 +215,7 @@ static void pool_start(Core *core, Work *w) {
 
         if (u) {
                 u->n++;
-                u->writers += job_writes(w->type);
+                u->writers += mmjob_writes(w->type);
         }
         /* for the log: a proof's client is bound, not published yet (the
          * job writes that) */
@@ -250,7 +257,7 @@ void mmjob_done(Core *core, Work *w) {
 
         if (u && u->n > 0)
                 u->n--;
-        if (u && u->writers > 0 && job_writes(w->type))
+        if (u && u->writers > 0 && mmjob_writes(w->type))
                 u->writers--;
         mm->job_cur = NULL;
         Work *next = mm->jobs;

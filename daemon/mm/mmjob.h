@@ -50,7 +50,16 @@ enum {
         MW_JOB_PROVE,           /* mmclient_prove(mm, a, b - a), after mmclient_bind() */
         MW_JOB_ALIVE,           /* does mm's address space exist (its uffd's probe)? status 1 or 0 */
         MW_JOB_PAGEMAP,         /* the pagemap words of [a, b) into data (a pageout's plan; v: its op) */
-        MW_JOB_LAST = MW_JOB_PAGEMAP,
+        MW_JOB_MOVED,           /* which pages a MOVE moved: data is an MMJobCall (evict.c, MovedCheck) */
+        MW_JOB_SCAN,            /* a count, and the write scan: data is an MMJobCall (reclaim.c, ScanJob) */
+        MW_JOB_LAST = MW_JOB_SCAN,
+};
+
+/* What data starts with for the jobs whose work is a layer above this
+ * one's: the pool's thread calls fn(mm, data). */
+typedef struct MMJobCall MMJobCall;
+struct MMJobCall {
+        void (*fn)(MMClient *mm, MMJobCall *self);
 };
 
 #define MMJOB_THREADS_MAX 256
@@ -63,7 +72,8 @@ static inline bool mmjob_is(int type) {
 
 /* Manager thread: run w (type MW_JOB_*, w->mm its client) once mm's
  * earlier jobs are done; w comes back through core's inbox with its
- * result in w->status (and w->lane holding the client's pid, for logs).
+ * result in w->status (and w->lane holding the client's pid, for logs:
+ * what the job was given in w->lane is lost).
  * Never waits. */
 void mmjob_submit(Core *core, Work *w);
 
@@ -84,6 +94,10 @@ bool mmjob_user_busy(const MMClient *mm);
  * queued or running) overlap [start, end)? Adds how many there are, and
  * their bytes, to *n and *bytes (each may be NULL). */
 bool mmjob_registering(const MMClient *mm, uint64_t start, uint64_t end, uint64_t *n, uint64_t *bytes);
+
+/* Does a job of this type take the client's mmap lock for writing (not
+ * only read its page tables)? */
+bool mmjob_writes(int type);
 
 /* Manager thread: jobs of uid's clients running now; those of them that
  * take the mmap lock for writing. */

@@ -95,14 +95,17 @@
  *  - fuse-lock-detach: the connection closed, with pages of a region out
  *    (the daemon brings them back and unregisters the region); once it
  *    has, the process finds every page there, intact;
- *  - fuse-lock-queued (skipped: not fixed yet, ZSWAP_TEST_UNFIXED=1 runs
- *    it): another thread of the process calls mmap(), which
+ *  - fuse-lock-queued: another thread of the process calls mmap(), which
  *    waits for the lock for writing (and every reader after it waits
  *    too), and the process asks for a PAGEOUT of a region one PAGEOUT
- *    armed before: the manager's read of /proc/PID/pagemap waits behind
- *    that mmap(), as any use of the lock for reading does (its tick asks
- *    whether the process lives through the pagemap fd without the lock).
- *    Once answered, every page reads back intact.
+ *    armed before: a read of /proc/PID/pagemap (the plan's, the tick's
+ *    count and write scan, root's STATUS) waits behind that mmap(), as
+ *    any use of the lock for reading does; each is a job of the daemon's
+ *    mm-job pool, none the manager's own. Once answered, every page
+ *    reads back intact;
+ *  - fuse-lock-moved: the same writer queued, but the PAGEOUT sent
+ *    before the lock was held, its MOVE made and its MOVE_DONE sent once
+ *    the writer waits: the reads of what the MOVE moved wait too.
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -663,14 +666,22 @@ static void raw_agent_serve(int s, const void *cmd) {
 /* Send a request on a raw connection and read up to its reply (any
  * command the daemon sends first is served by raw_agent if set, else left
  * in *cmd, if asked for); the reply's status, or -EPIPE if none came. */
+static int raw_reply(int s, uint32_t id, int *rfd, ZMsgHeader *cmd);
+
 static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZMsgHeader *cmd) {
-        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
         ZMsgHeader *h = m;
         static uint32_t ids = 100;
 
         h->id = ++ids;
         if (zmsg_send(s, m, h->size, fds, nfds) < 0)
                 return -EPIPE;
+        return raw_reply(s, h->id, rfd, cmd);
+}
+
+/* raw_request()'s wait for the reply to request id. */
+static int raw_reply(int s, uint32_t id, int *rfd, ZMsgHeader *cmd) {
+        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+
         for (;;) {
                 int got[4];
                 size_t ngot = ELEMENTSOF(got);
@@ -683,7 +694,7 @@ static int raw_request(int s, void *m, const int *fds, size_t nfds, int *rfd, ZM
                         else
                                 close(got[i]);
                 const ZMsgHeader *r = (const ZMsgHeader *)in;
-                if (r->type == ZMSG_REPLY && r->id == h->id) {
+                if (r->type == ZMSG_REPLY && r->id == id) {
                         raw_value = ((const ZMsgReply *)in)->value;
                         return ((const ZMsgReply *)in)->status;
                 }
@@ -1422,12 +1433,19 @@ enum {
         LOCK_DETACH,   /* UFFDIO_UNREGISTER once the closed connection's pages are back */
         LOCK_QUEUED,   /* a PAGEOUT's /proc/PID/pagemap, behind a writer of ours */
         LOCK_CHURN,    /* ATTACHes whose proofs wait, each connection closed at once */
+        LOCK_MOVED,    /* the pagemap reads that tell what a MOVE moved, behind a writer of ours */
         LOCK_CASES,
 };
 static const char *const lock_case[LOCK_CASES] = { "fuse-lock",        "fuse-lock-attach", "fuse-lock-arm",
-                                                   "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn" };
-static const char *const lock_what[LOCK_CASES] = { "REGISTER", "ATTACH", "first PAGEOUT", "close",
-                                                   "PAGEOUT behind a queued mmap()", "ATTACHes, closed at once" };
+                                                   "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn",
+                                                   "fuse-lock-moved" };
+static const char *const lock_what[LOCK_CASES] = { "REGISTER",
+                                                   "ATTACH",
+                                                   "first PAGEOUT",
+                                                   "close",
+                                                   "PAGEOUT behind a queued mmap()",
+                                                   "ATTACHes, closed at once",
+                                                   "MOVE_DONE behind a queued mmap()" };
 #define CHURN_MAX_CONNECTIONS 8 /* the attacker's max_connections in fuse-lock-churn */
 #define CHURN_TRIES 40
 
@@ -1576,17 +1594,18 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         raw_agent.staging = staging;
         fill_pages(mem, len, 17);
         hash_pages(mem, len, hashes);
-        if (kind == LOCK_ATTACH || kind == LOCK_ARM || kind == LOCK_DETACH || kind == LOCK_QUEUED)
+        bool queued = kind == LOCK_QUEUED || kind == LOCK_MOVED;
+        if (kind == LOCK_ATTACH || kind == LOCK_ARM || kind == LOCK_DETACH || queued)
                 ASSERT_EQ(raw_range(s, ZMSG_REGISTER, mem, len), 0);
-        if (kind == LOCK_ATTACH || kind == LOCK_DETACH || kind == LOCK_QUEUED) {
+        if (kind == LOCK_ATTACH || kind == LOCK_DETACH || queued) {
                 /* pages out (for the detach to bring back), the region armed */
                 ASSERT_EQ(raw_range(s, ZMSG_PAGEOUT, mem, len), 0);
                 ASSERT_TRUE(raw_value > 0);
         }
-        if (kind == LOCK_ATTACH || kind == LOCK_QUEUED)
+        if (kind == LOCK_ATTACH || queued)
                 /* and back in, for the next PAGEOUT to take */
                 ASSERT_EQ(verify_pages(mem, len, hashes), 0);
-        if (kind == LOCK_QUEUED)
+        if (queued)
                 /* the mapper's stack is mapped now (mapping it would wait too) */
                 ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
         pid_t churner = -1;
@@ -1619,6 +1638,29 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 ASSERT_TRUE(uffd2 >= 0);
         }
 
+        ZMsgRange moved_rq;
+        ZMsgMoveDone moved_done;
+        if (kind == LOCK_MOVED) {
+                /* a PAGEOUT whose MOVE we make now and answer (MOVE_DONE)
+                 * only once our lock is held and our writer waits: the
+                 * daemon then reads what moved */
+                _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+                memset(&moved_rq, 0, sizeof(moved_rq));
+                zmsg_init(&moved_rq.hdr, ZMSG_PAGEOUT, 555, sizeof(moved_rq));
+                moved_rq.addr = (uintptr_t)mem;
+                moved_rq.len = len;
+                ASSERT_OK(zmsg_send(s, &moved_rq, sizeof(moved_rq), NULL, 0));
+                do
+                        ASSERT_TRUE(zmsg_recv(s, in, sizeof(in), NULL, NULL, NULL) > 0);
+                while (((ZMsgHeader *)in)->type != ZMSG_MOVE);
+                const ZMsgMove *mv = (const ZMsgMove *)in;
+                moved_done = (ZMsgMoveDone){ .npages = mv->npages };
+                ASSERT_TRUE(zsync_move_begin(raw_agent.sync));
+                ASSERT_TRUE(raw_move(raw_agent.uffd, raw_agent.staging, mv, &moved_done) > 0);
+                zsync_move_end(raw_agent.sync);
+                zmsg_init(&moved_done.hdr, ZMSG_MOVE_DONE, mv->hdr.id, sizeof(moved_done));
+        }
+
         snprintf(path, sizeof(path), "%s/f", fuse_dir);
         int f = open(path, O_RDONLY | O_CLOEXEC);
         ASSERT_TRUE(f >= 0);
@@ -1628,7 +1670,7 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         while (*fuse_reads < 1)
                 usleep(10000);
         usleep(100 * 1000);
-        if (kind == LOCK_QUEUED) {
+        if (queued) {
                 atomic_store(&mapper_go, true);
                 while (!mapper_waits()) {
                         if (atomic_load(&mapper_done))
@@ -1666,6 +1708,9 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 while (!atomic_load(&st->churned))
                         usleep(10000);
                 st->status = 0;
+        } else if (kind == LOCK_MOVED) {
+                ASSERT_OK(zmsg_send(s, &moved_done, sizeof(moved_done), NULL, 0));
+                st->status = raw_reply(s, moved_rq.hdr.id, NULL, NULL);
         } else
                 st->status = raw_range(s, kind == LOCK_REGISTER ? ZMSG_REGISTER : ZMSG_PAGEOUT, mem, len);
         if (kind != LOCK_CHURN)
@@ -1712,10 +1757,6 @@ static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
  * (the read fails), the request must be done and the pages intact.
  */
 static void case_fuse_lock(int kind) {
-        if (kind == LOCK_QUEUED && !getenv("ZSWAP_TEST_UNFIXED"))
-                test_skip("not fixed yet: the manager reads the client's pagemap to plan a pageout, and scans it "
-                          "for written pages, itself, and waits while a writer of the client's waits for its "
-                          "mmap lock (docs/security.md, \"Limits\"); ZSWAP_TEST_UNFIXED=1 runs it");
         LockShared *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         char cmd[64];
         ASSERT_TRUE(st != MAP_FAILED);
@@ -1769,7 +1810,7 @@ static void case_fuse_lock(int kind) {
                 test_fail("the attacker's %s was not done once its lock was free", lock_what[kind]);
         ASSERT_EQ(st->status, 0);
         ASSERT_EQ(st->bad, 0);
-        if (kind == LOCK_ARM || kind == LOCK_QUEUED)
+        if (kind == LOCK_ARM || kind == LOCK_QUEUED || kind == LOCK_MOVED)
                 ASSERT_TRUE(st->value > 0);
 }
 
@@ -1778,7 +1819,8 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
         if (argc != 2)
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
-                          "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn");
+                          "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
+                          "|fuse-lock-moved");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
