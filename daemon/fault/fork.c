@@ -388,6 +388,7 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * (mmclient.h). mm's pid and pidfd are 0 and -1 if mm is a fork
          * child that has not attached yet: then so are the child's */
         child->parent_pid = mmclient_pid(mm);
+        child->forked = true;
         /* its parent may exit before it attaches (daemon(3) does at once):
          * then it is matched by its token and its user alone */
         int pidfd = mmclient_pidfd(mm);

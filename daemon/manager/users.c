@@ -77,14 +77,12 @@ bool users_may_connect(Manager *m, uid_t uid) {
         if (uid == 0)
                 return true;
         config_user_limits(&m->conf.users, uid, &lim);
-        /* and its calls still waiting for a client's mmap lock (mmjob.h): a
-         * connection closed while its call waits keeps a thread. One job of
-         * a client runs at a time: a connection whose client has one
-         * running counts once */
-        n = mmjob_running(uid);
         for (Conn *c = m->conns; c; c = c->next)
-                if (c->uid == uid && !(c->mm && mmjob_busy(c->mm)))
-                        n++;
+                n += c->uid == uid;
+        /* and its calls still waiting for a client's mmap lock (mmjob.h)
+         * that no connection counts: a connection closed while its call
+         * waits keeps a thread */
+        n += mmjob_unconnected(uid);
         return n < lim.v[UKEY_MAX_CONNECTIONS];
 }
 

@@ -317,6 +317,10 @@ typedef struct MMClient {
          * Before publish (event_fork()), read by the manager. 0 if the
          * parent is a fork child whose own pid was not published yet */
         pid_t parent_pid;
+        /* a fork child (event_fork()): until it attaches, its user's bound
+         * on children that have not attached counts it (orphans_max), not
+         * its connections. Before publish, never again */
+        bool forked;
         /* children of an announced fork: the parent, whose store is held
          * for us until we attach (a reference; fault.c, fork_hold). Set
          * before publish (event_fork()); taken back by

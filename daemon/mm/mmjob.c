@@ -43,6 +43,37 @@ typedef struct UserJobs {
 static UserJobs *users;
 static size_t nusers;
 
+/* the manager's: the clients with a job running (mm->job_cur) */
+static MMClient **running;
+static size_t nrunning, running_cap;
+
+static void running_add(MMClient *mm) {
+        if (nrunning == running_cap) {
+                size_t cap = running_cap ? 2 * running_cap : 16;
+                MMClient **p = realloc(running, cap * sizeof(*p));
+                if (!p)
+                        return; /* uncounted: the bound errs towards admitting */
+                running = p;
+                running_cap = cap;
+        }
+        running[nrunning++] = mm;
+}
+
+static void running_remove(MMClient *mm) {
+        for (size_t i = 0; i < nrunning; i++)
+                if (running[i] == mm) {
+                        running[i] = running[--nrunning];
+                        return;
+                }
+}
+
+unsigned mmjob_unconnected(uid_t uid) {
+        unsigned n = 0;
+        for (size_t i = 0; i < nrunning; i++)
+                n += running[i]->uid == uid && !running[i]->conn && !running[i]->forked;
+        return n;
+}
+
 static UserJobs *user_jobs(uid_t uid, bool add) {
         for (size_t i = 0; i < nusers; i++)
                 if (users[i].uid == uid)
@@ -64,11 +95,6 @@ static UserJobs *user_jobs(uid_t uid, bool add) {
 
 bool mmjob_writes(int type) {
         return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP && type != MW_JOB_MOVED && type != MW_JOB_SCAN;
-}
-
-unsigned mmjob_running(uid_t uid) {
-        UserJobs *u = user_jobs(uid, false);
-        return u ? u->n : 0;
 }
 
 unsigned mmjob_writing(uid_t uid) {
@@ -221,6 +247,7 @@ static void pool_start(Core *core, Work *w) {
          * job writes that) */
         w->lane = (uint32_t)(mmclient_pid(mm) ? mmclient_pid(mm) : mm->bound.pid);
         mm->job_cur = w;
+        running_add(mm);
         pthread_mutex_lock(&P.lock);
         P.core = core;
         w->next = NULL;
@@ -259,6 +286,7 @@ void mmjob_done(Core *core, Work *w) {
                 u->n--;
         if (u && u->writers > 0 && mmjob_writes(w->type))
                 u->writers--;
+        running_remove(mm);
         mm->job_cur = NULL;
         Work *next = mm->jobs;
         if (next) {

@@ -27,11 +27,13 @@
  * handed over, which the proof then refuses).
  *
  * A job that waits is a thread that waits: each job gets a thread of its
- * own when no idle one is there, up to MMJOB_THREADS_MAX. A non-root
- * user's running jobs count against its max_connections
- * (mmjob_running(): the manager refuses its new connections at the bound),
- * so that a user who closes each connection as its job waits does not
- * make a thread per connection. A job that ran MMJOB_LATE_MS or longer
+ * own when no idle one is there, up to MMJOB_THREADS_MAX. A client's
+ * jobs run one at a time, so a client holds one thread at most; a
+ * non-root user's clients with a job running that no connection counts
+ * for count against its max_connections (mmjob_unconnected(): the manager
+ * refuses its new connections at the bound), so that a user who closes
+ * each connection as its job waits does not make a thread per
+ * connection. A job that ran MMJOB_LATE_MS or longer
  * is logged (mmjob_tick()). Idle threads beyond one end after
  * MMJOB_IDLE_MS.
  */
@@ -99,10 +101,16 @@ bool mmjob_registering(const MMClient *mm, uint64_t start, uint64_t end, uint64_
  * only read its page tables)? */
 bool mmjob_writes(int type);
 
-/* Manager thread: jobs of uid's clients running now; those of them that
- * take the mmap lock for writing. */
-unsigned mmjob_running(uid_t uid);
+/* Manager thread: jobs of uid's clients running now that take the mmap
+ * lock for writing. */
 unsigned mmjob_writing(uid_t uid);
+
+/* Manager thread: uid's clients with a job running that no connection
+ * counts for: no connection (a proof's, before it is served; one whose
+ * connection closed while its job waits), and not a fork child that has
+ * not attached (its user's bound on such children counts it). Each holds
+ * a thread while its job waits (one job of a client runs at a time). */
+unsigned mmjob_unconnected(uid_t uid);
 
 /* Manager thread, each tick: log each job running MMJOB_LATE_MS or longer
  * (once). */
