@@ -213,6 +213,17 @@ static bool pm_holds_page(uint64_t pm) {
         return !(pm & PM_FILE) && (pm & (PM_PRESENT | PM_SWAP));
 }
 
+/* What a MOVE's check reads (MW_JOB_MOVED): the lane's pages and slots,
+ * copied by the manager; truth: bit i, page i moved. */
+typedef struct MovedCheck {
+        MMJobCall call;     /* first: moved_check() */
+        uint32_t lane, gen; /* which lane, as of which plan (Lane.gen) */
+        uint64_t slot_addr; /* the lane's first slot */
+        uint32_t npages;
+        uint64_t addrs[LANE_SLOTS];
+        uint64_t truth[LANE_SLOTS / 64];
+} MovedCheck;
+
 /* An mm-job thread's (MW_JOB_MOVED): fill c->truth from mm's page tables. */
 static void moved_check(MMClient *mm, MMJobCall *call) {
         MovedCheck *c = (MovedCheck *)call;
@@ -336,7 +347,7 @@ static bool reclaim_takes(PageoutOp *op, PageMeta *meta, uint64_t addr, uint32_t
 /* Pagemap words one read of the plan's takes at most (op.pm): 256 KiB */
 #define PLAN_PM_PAGES PLAN_SCAN_BUDGET
 /* ... and for how long they stand: a page that came or went since is a
- * race the plan has anyway (plan_verify(), lane_moved()) */
+ * race the plan has anyway (plan_verify(), moved_check()) */
 #define PLAN_PM_FRESH_NS (200 * 1000000ull)
 
 /*
@@ -710,8 +721,8 @@ static void lane_submit(Core *core, MMClient *mm, unsigned li) {
         evictor_submit(core->evictor, w);
 }
 
-/* The check of what lane li's MOVE moved goes to a job (lane_moved's
- * comment); without memory for it, evict_tick() tries again. */
+/* The check of what lane li's MOVE moved goes to a job (the comment above
+ * pm_holds_page()); without memory for it, evict_tick() tries again. */
 static void lane_check(Core *core, MMClient *mm, unsigned li) {
         Lane *lane = &mm->lanes[li];
         Work *w = work_new(MW_JOB_MOVED, mm);

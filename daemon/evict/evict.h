@@ -7,7 +7,6 @@
 
 #include "core.h"
 #include "mmclient.h"
-#include "mmjob.h"
 #include "protocol.h"
 
 /* One request that became ops on several address spaces (PAGEOUT_PID):
@@ -83,19 +82,6 @@ void evict_group_done(Core *core, PageoutGroup *g, uint64_t evicted);
 void evict_pump(Core *core, MMClient *mm);
 /* The agent's answers. -EPROTO if they do not fit what we asked. */
 int evict_move_done(Core *core, MMClient *mm, uint32_t lane, const ZMsgMoveDone *msg);
-
-/* What a MOVE's check reads (MW_JOB_MOVED): the lane's pages and slots,
- * copied by the manager; truth: bit i, page i moved. */
-typedef struct MovedCheck {
-        MMJobCall call; /* first: evict_moved_check() */
-        uint32_t lane, gen; /* which lane, as of which plan (Lane.gen) */
-        uint64_t slot_addr; /* the lane's first slot */
-        uint32_t npages;
-        uint64_t addrs[LANE_SLOTS];
-        uint64_t truth[LANE_SLOTS / 64];
-} MovedCheck;
-
-
 int evict_release_done(Core *core, MMClient *mm, uint32_t lane);
 /* Completions from workers and fault threads (manager inbox). */
 void evict_batch_done(Core *core, Work *w);

@@ -233,6 +233,30 @@ typedef struct ScanRun {
         uint64_t start, end;
 } ScanRun;
 
+typedef struct ScanRuns {
+        ScanRun *v;
+        size_t n, cap;
+} ScanRuns;
+
+/* Add [start, end) to r, joined to the last run if it follows it. False
+ * without memory. */
+static bool runs_add(ScanRuns *r, uint64_t start, uint64_t end) {
+        if (r->n && r->v[r->n - 1].end == start) {
+                r->v[r->n - 1].end = end;
+                return true;
+        }
+        if (r->n == r->cap) {
+                size_t c = r->cap ? 2 * r->cap : 64;
+                ScanRun *p = realloc(r->v, c * sizeof(*p));
+                if (!p)
+                        return false;
+                r->v = p;
+                r->cap = c;
+        }
+        r->v[r->n++] = (ScanRun){ start, end };
+        return true;
+}
+
 typedef struct ScanJob {
         MMJobCall call; /* first: scan_job() */
         /* given */
@@ -242,37 +266,22 @@ typedef struct ScanJob {
         uint64_t now, back;     /* the tick's time; mmclient_pages_back() before the count */
         Region *rg;
         size_t nrg;
-        ScanRun *runs;          /* the write scan's runs, zones due only */
-        size_t nruns;
+        ScanRuns runs;          /* the write scan's runs, zones due only */
         /* found */
         uint64_t resident;
         bool wp_failed;
-        ScanRun *written;       /* runs found written (and protected again) */
-        size_t nwritten, cap;
+        ScanRuns written;       /* runs found written (and protected again) */
 } ScanJob;
 
 static void scan_job_free(ScanJob *j) {
         free(j->rg);
-        free(j->runs);
-        free(j->written);
-}
-
-static bool run_add(ScanJob *j, size_t *cap, uint64_t start, uint64_t end) {
-        if (j->nruns == *cap) {
-                size_t c = *cap ? 2 * *cap : 16;
-                ScanRun *p = realloc(j->runs, c * sizeof(*p));
-                if (!p)
-                        return false;
-                j->runs = p;
-                *cap = c;
-        }
-        j->runs[j->nruns++] = (ScanRun){ start, end };
-        return true;
+        free(j->runs.v);
+        free(j->written.v);
 }
 
 /* The write scan's runs of [start, end): zones due, joined; the others
  * sit out (wp_zone_due()). False without memory. */
-static bool write_runs(ScanJob *j, MMClient *mm, uint64_t start, uint64_t end, size_t *cap) {
+static bool write_runs(ScanJob *j, MMClient *mm, uint64_t start, uint64_t end) {
         const uint64_t zone = (uint64_t)PMETA_PAGES * ZSWAP_PAGE_SIZE;
         uint64_t run = start;
 
@@ -280,38 +289,26 @@ static bool write_runs(ScanJob *j, MMClient *mm, uint64_t start, uint64_t end, s
                 uint64_t zs = MAX(z, start), ze = MIN(z + zone, end);
                 if (wp_zone_due(mm, z, j->seq, j->stamp))
                         continue;
-                if (run < zs && !run_add(j, cap, run, zs))
+                if (run < zs && !runs_add(&j->runs, run, zs))
                         return false;
                 run = ze;
         }
-        return run >= end || run_add(j, cap, run, end);
+        return run >= end || runs_add(&j->runs, run, end);
 }
 
 static void written_collect(MMClient *mm, uint64_t start, uint64_t end, void *ud) {
-        ScanJob *j = ud;
         (void)mm;
-
-        if (j->nwritten && j->written[j->nwritten - 1].end == start) {
-                j->written[j->nwritten - 1].end = end;
-                return;
-        }
-        if (j->nwritten == j->cap) {
-                size_t c = j->cap ? 2 * j->cap : 64;
-                ScanRun *p = realloc(j->written, c * sizeof(*p));
-                if (!p)
-                        return; /* its pages age as if unwritten; a kept copy is compared before reuse */
-                j->written = p;
-                j->cap = c;
-        }
-        j->written[j->nwritten++] = (ScanRun){ start, end };
+        /* without memory, its pages age as if unwritten; a kept copy is
+         * compared before reuse */
+        (void)runs_add(&((ScanJob *)ud)->written, start, end);
 }
 
 /* An mm-job thread's: the kernel's part of the count and the write scan. */
 static void scan_job(MMClient *mm, MMJobCall *call) {
         ScanJob *j = (ScanJob *)call;
 
-        for (size_t i = 0; j->wp && i < j->nruns; i++)
-                if (pm_scan(mm, j->runs[i].start, j->runs[i].end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true,
+        for (size_t i = 0; j->wp && i < j->runs.n; i++)
+                if (pm_scan(mm, j->runs.v[i].start, j->runs.v[i].end, PAGE_IS_WRITTEN | PAGE_IS_PRESENT, true,
                             written_collect, j) < 0) {
                         j->wp_failed = true;
                         break;
@@ -328,7 +325,6 @@ static void scan_job(MMClient *mm, MMJobCall *call) {
 static bool scan_start(Reclaim *rc, MMClient *mm, uint64_t now, bool do_write_scan, uint64_t serial, uint32_t id) {
         Work *w = work_new(MW_JOB_SCAN, mm);
         ScanJob *j = w ? calloc(1, sizeof(*j)) : NULL;
-        size_t cap = 0;
 
         if (!j) {
                 work_free(w);
@@ -345,7 +341,7 @@ static bool scan_start(Reclaim *rc, MMClient *mm, uint64_t now, bool do_write_sc
         if (j->wp) {
                 j->seq = ++mm->rc.write_scans;
                 for (size_t i = 0; i < j->nrg; i++)
-                        if (!write_runs(j, mm, j->rg[i].start, j->rg[i].end, &cap)) {
+                        if (!write_runs(j, mm, j->rg[i].start, j->rg[i].end)) {
                                 j->wp = j->do_write_scan = false; /* the next tick's, then */
                                 break;
                         }
@@ -368,8 +364,8 @@ void reclaim_scan_done(Reclaim *rc, Work *w) {
                 scan_job_free(j);
                 return;
         }
-        for (size_t i = 0; i < j->nwritten; i++)
-                written_cb(mm, j->written[i].start, j->written[i].end, &j->stamp);
+        for (size_t i = 0; i < j->written.n; i++)
+                written_cb(mm, j->written.v[i].start, j->written.v[i].end, &j->stamp);
         bool do_write_scan = j->do_write_scan && !j->wp_failed;
         if (do_write_scan && j->wp) {
                 for (size_t i = 0; i < j->nrg; i++)
@@ -581,9 +577,14 @@ static void group_add(GroupSum *g, const MMClient *x) {
         g->limit = MAX(g->limit, x->rc.group_op_limit ? x->rc.group_op_limit : x->rc.group_limit);
 }
 
+/* Is mm counted for statistics (attached, with lanes, alive)? */
+static bool measurable(const MMClient *mm) {
+        return mm->conn && mm->nlanes != 0 && !atomic_load_explicit(&mm->dead, memory_order_relaxed);
+}
+
 void reclaim_measure(Reclaim *rc, MMClient *mm) {
         uint64_t now = now_ms();
-        if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed))
+        if (!measurable(mm))
                 return;
         /* statistics: a count younger than a tick will do (a loop of stats
          * requests must not turn into a loop of page-table walks) */
@@ -599,8 +600,7 @@ void reclaim_measure(Reclaim *rc, MMClient *mm) {
 }
 
 bool reclaim_measure_for(Reclaim *rc, MMClient *mm, uint64_t serial, uint32_t id) {
-        if (!mm->conn || mm->nlanes == 0 || atomic_load_explicit(&mm->dead, memory_order_relaxed) ||
-            mmjob_user_busy(mm) || mm->rc.scanning >= RECLAIM_SCANS_MAX)
+        if (!measurable(mm) || mmjob_user_busy(mm) || mm->rc.scanning >= RECLAIM_SCANS_MAX)
                 return false;
         return scan_start(rc, mm, now_ms(), false, serial, id);
 }

@@ -470,7 +470,7 @@ static void handle_msg(FaultThread *ft, MMClient *mm, const struct uffd_msg *msg
  * slot of every lane the agent may be moving into is read through
  * /proc/PID/mem. A read of an empty slot maps the zero page there, so the
  * move fails (EEXIST) when it runs and the page stays where it is
- * (evict.c, lane_moved(): slot filled, source still there); a slot the
+ * (evict.c, moved_check(): slot filled, source still there); a slot the
  * move filled already is read and left as it is. The read is of the
  * client's memory, so it goes through the thread's queue (memread.h) and
  * only this client waits for it. Its lanes' slots are released with the

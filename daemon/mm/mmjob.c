@@ -34,11 +34,11 @@ static struct {
         Slot slots[MMJOB_THREADS_MAX];
 } P = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
-/* the manager's: running jobs per user, and how many of them take the
- * mmap lock for writing */
+/* the manager's: per user, its running jobs that take the mmap lock for
+ * writing (mmjob_writing(); an entry at 0 is free for another user) */
 typedef struct UserJobs {
         uid_t uid;
-        unsigned n, writers;
+        unsigned writers;
 } UserJobs;
 static UserJobs *users;
 static size_t nusers;
@@ -81,13 +81,13 @@ static UserJobs *user_jobs(uid_t uid, bool add) {
         if (!add)
                 return NULL;
         for (size_t i = 0; i < nusers; i++)
-                if (users[i].n == 0) {
+                if (users[i].writers == 0) {
                         users[i] = (UserJobs){ .uid = uid };
                         return &users[i];
                 }
         void *p = realloc(users, (nusers + 1) * sizeof(*users));
         if (!p)
-                return NULL; /* uncounted: the bound errs towards admitting */
+                return NULL; /* uncounted: its user's plans and counts are not held back for it */
         users = p;
         users[nusers] = (UserJobs){ .uid = uid };
         return &users[nusers++];
@@ -237,12 +237,10 @@ static void pool_grow(void) {
 
 static void pool_start(Core *core, Work *w) {
         MMClient *mm = w->mm;
-        UserJobs *u = user_jobs(mm->uid, true);
+        UserJobs *u = mmjob_writes(w->type) ? user_jobs(mm->uid, true) : NULL;
 
-        if (u) {
-                u->n++;
-                u->writers += mmjob_writes(w->type);
-        }
+        if (u)
+                u->writers++;
         /* for the log: a proof's client is bound, not published yet (the
          * job writes that) */
         w->lane = (uint32_t)(mmclient_pid(mm) ? mmclient_pid(mm) : mm->bound.pid);
@@ -280,11 +278,9 @@ void mmjob_submit(Core *core, Work *w) {
 
 void mmjob_done(Core *core, Work *w) {
         MMClient *mm = w->mm;
-        UserJobs *u = user_jobs(mm->uid, false);
+        UserJobs *u = mmjob_writes(w->type) ? user_jobs(mm->uid, false) : NULL;
 
-        if (u && u->n > 0)
-                u->n--;
-        if (u && u->writers > 0 && mmjob_writes(w->type))
+        if (u && u->writers > 0)
                 u->writers--;
         running_remove(mm);
         mm->job_cur = NULL;
