@@ -12,12 +12,17 @@
  * over in place, keeps the rule that only the daemon writes a live store
  * and costs one memcpy per compressed byte, once per restart.
  *
+ * What reads the client (its smaps and maps, its pagemap, the staging
+ * slots) and the copies run on an mm-job thread (adopt.h, AdoptWalk): the
+ * client's mmap lock, which each read waits for, is the client's to hold.
+ * The manager checks the store before and admits the ranges after.
+ *
  * Every quota holds as if the pages had come by REGISTER and eviction
  * (docs/security.md): the ranges are admitted as REGISTER admits them
  * (nothing but private anonymous writable memory maps them, though a
- * part may be unmapped while an munmap's event is pending; outside the
- * staging area; within the user's max_regions and max_registered:
- * adopt_admit()), and each
+ * part may be unmapped while an munmap's event is pending: the walk;
+ * outside the staging area; within the user's max_regions and
+ * max_registered: adopt_admit(), once the walk is back), and each
  * object copied is paid from the user's max_pool and must fit under the
  * pool bound (pool_max and the allocator's cap). Each entry gets a copy
  * of its own, counted on its own, so entries that name one object cost
@@ -562,17 +567,11 @@ int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char 
                 }
                 bytes += ranges[i].end - ranges[i].start;
         }
-        if ((r = mmclient_check_anon_ranges(mm, ranges, (size_t)n)) < 0) {
-                snprintf(why, len, "a range that is not private anonymous writable memory");
-                return r == -EINVAL ? r : -ESRCH;
-        }
         if ((r = users_check_adopt(m, mm, (uint64_t)n, bytes)) < 0) {
                 snprintf(why, len, "%d ranges of %llu bytes: over its user's max_regions or max_registered", n,
                          (unsigned long long)bytes);
                 return r;
         }
-        /* relaxed: mm is not served yet; users_link() sets it anew */
-        atomic_store_explicit(&mm->quota_left, users_pool_left(m, mm->uid), memory_order_relaxed);
         return 0;
 }
 
@@ -603,27 +602,30 @@ static int adopt_dict(MMClient *mm, uint8_t *old, char *why, size_t len) {
         return r;
 }
 
-int adopt_entries(MMClient *mm, uint8_t *old, int old_fd, uint8_t *shared, int shared_fd, const StoreRange *ranges,
-                  size_t nranges, const StoreEvent *ev, uint64_t *held, char *why, size_t len) {
+/* What w's store holds for w's ranges, copied into mm (AdoptWalk). */
+static int adopt_entries(MMClient *mm, AdoptWalk *w) {
         AdoptCtx *a = calloc(1, sizeof(*a));
+        char *why = w->why;
+        size_t len = sizeof(w->why);
         int r;
 
         if (!a)
                 return -ENOMEM;
-        *a = (AdoptCtx){ .mm = mm, .old = old, .shared = shared, .ev = ev, .ranges = ranges, .nranges = nranges,
-                         .nslots = mm->nlanes * LANE_SLOTS, .why = why, .why_len = len,
-                         .old_data = { .fd = old_fd }, .shared_data = { .fd = shared ? shared_fd : -1 } };
-        r = codec_cctx_new(manager_of(mm->core)->cfg.codec, manager_of(mm->core)->cfg.level, &a->cctx);
+        *a = (AdoptCtx){ .mm = mm, .old = w->old, .shared = w->shared, .ev = w->has_ev ? &w->ev : NULL,
+                         .ranges = w->ranges, .nranges = (size_t)w->n, .nslots = mm->nlanes * LANE_SLOTS,
+                         .why = why, .why_len = len, .old_data = { .fd = w->old_fd },
+                         .shared_data = { .fd = w->shared ? w->shared_fd : -1 } };
+        r = codec_cctx_new(w->codec, w->level, &a->cctx);
         if (r == 0)
-                r = codec_dctx_new(manager_of(mm->core)->cfg.codec, &a->dctx);
+                r = codec_dctx_new(w->codec, &a->dctx);
         if (r == 0)
-                r = adopt_dict(mm, old, why, len);
+                r = adopt_dict(mm, w->old, why, len);
         if (r == 0)
-                r = store_walk_data(old, &a->old_data, adopt_cb, a);
+                r = store_walk_data(w->old, &a->old_data, adopt_cb, a);
         if (r == -EBADMSG && !why[0])
                 snprintf(why, len, "bad leaf directory");
         if (r == 0) {
-                *held = a->held;
+                w->held = a->held;
                 if (a->tier_lost)
                         log_error("pid %d: %llu adopted pages are on a second tier this daemon cannot read (%s): "
                                   "they are lost, and poisoned (SIGBUS) when touched",
@@ -728,4 +730,22 @@ out:
         free(v);
         fclose(f);
         return n;
+}
+
+/* An mm-job thread's (MW_JOB_ADOPT): the walk AdoptWalk describes. */
+static void adopt_walk(MMClient *mm, MMJobCall *self) {
+        AdoptWalk *w = (AdoptWalk *)self;
+
+        w->n = adopt_live_ranges(mm, w->ranges, w->n);
+        w->r = mmclient_check_anon_ranges(mm, w->ranges, (size_t)w->n);
+        if (w->r < 0) {
+                snprintf(w->why, sizeof(w->why), "a range that is not private anonymous writable memory");
+                w->r = w->r == -EINVAL ? -EINVAL : -ESRCH;
+                return;
+        }
+        w->r = adopt_entries(mm, w);
+}
+
+void adopt_walk_init(AdoptWalk *w) {
+        w->call.fn = adopt_walk;
 }

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
+#include "mmjob.h"
 #include "store.h"
 
 typedef struct Manager Manager;
@@ -24,30 +26,62 @@ int adopt_check(Manager *m, uint8_t *old, char *why, size_t len);
 int adopt_ranges(uint8_t *old, StoreRange **ret, StoreEvent *ev, bool *has_ev, char *why, size_t len);
 
 /* May mm (staging area, pid and uid set) take over these ranges (the
- * table adopt_live_ranges() left)? As REGISTER would admit them: mapped
- * by nothing but private anonymous writable memory (a part not mapped at
- * all passes: an munmap whose event is pending), outside the staging
- * area, within its user's max_regions and max_registered. Then mm's share of its user's max_pool
- * is set, which adopt_entries() pays from. 0; -EINVAL, -EDQUOT (why[]
- * says what), -ESRCH. Manager thread. */
+ * table adopt_walk() left, which checked they are mapped by nothing but
+ * private anonymous writable memory)? As REGISTER would admit them:
+ * outside the staging area, within its user's max_regions and
+ * max_registered. 0; -EINVAL, -EDQUOT (why[] says what). Manager thread. */
 int adopt_admit(Manager *m, MMClient *mm, const StoreRange *ranges, int n, char *why, size_t len);
 
-/* Copy what old holds for the addresses in ranges into mm (its new store,
- * index and counters; mm's pid and staging area set), each entry first
- * moved or dropped by ev (the journal's event, NULL if none). The objects
- * of its PE_SHARED entries are read from shared (old's shared store,
- * checked by store_check_shared(); NULL: none, and such an entry is
- * bad) and go to mm's shared store if it is in one. *held gets
- * the pages kept. A page that its user's max_pool or the pool bound has
- * no room for is installed in the client instead (resident). 0, -EBADMSG
- * (why[] says what),
- * -ENOSPC/-ENOMEM. old_fd and shared_fd are the stores' files: what they
- * never wrote (holes, store.h StoreData) is not read, and an entry whose
- * object lies in one is bad. */
-int adopt_entries(MMClient *mm, uint8_t *old, int old_fd, uint8_t *shared, int shared_fd, const StoreRange *ranges,
-                  size_t nranges, const StoreEvent *ev, uint64_t *held, char *why, size_t len);
+/*
+ * What an adoption reads of its client, and what it copies, made on an
+ * mm-job thread (MW_JOB_ADOPT, mmjob.h): the client's smaps and maps, its
+ * pagemap at each page the dead daemon left in flight, those pages'
+ * staging slots, and the installs (UFFDIO_COPY) of pages with no room;
+ * each of them waits for the client's mmap lock, which the client may
+ * hold for as long as it likes. The manager fills the first part, sets
+ * mm's share of its user's max_pool (which the copies are paid from),
+ * and submits it with mm, its staging area, pid and uid set, not served
+ * yet; when the job is back, r says how it went.
+ *
+ * In the job: ranges[] is cut to what is still mapped and registered in
+ * the client unless an address-space event is pending on its uffd
+ * (adopt_live_ranges()); -EINVAL if a range is mapped by anything but
+ * private anonymous writable memory (a part not mapped at all passes: an
+ * munmap whose event is pending), -ESRCH if the client's maps cannot be
+ * read; then what old holds for those ranges is copied into mm (its new
+ * store, index and counters), each entry first moved or dropped by the
+ * journal's event. The objects of PE_SHARED entries are read from shared
+ * (old's shared store, checked by store_check_shared(); NULL: none, and
+ * such an entry is bad) and go to mm's shared store if it is in one. A
+ * page that its user's max_pool or the pool bound has no room for is
+ * installed in the client instead (resident). old_fd and shared_fd are
+ * the stores' files: what they never wrote (holes, store.h StoreData) is
+ * not read, and an entry whose object lies in one is bad. r: 0 and held
+ * (the pages kept), or -EBADMSG (why[] says what), -EINVAL, -ESRCH,
+ * -ENOSPC, -ENOMEM.
+ */
+typedef struct AdoptWalk {
+        MMJobCall call; /* adopt_walk_init() */
+        /* the manager's, before */
+        uint8_t *old, *shared;
+        int old_fd, shared_fd;
+        StoreRange *ranges; /* n of them, sorted; room for STORE_RANGES_MAX */
+        int n;
+        StoreEvent ev; /* the journal's event, if has_ev */
+        bool has_ev;
+        CodecKind codec;
+        int level;
+        /* the job's */
+        int r;
+        uint64_t held;
+        char why[160];
+} AdoptWalk;
+
+/* w's call is the walk. */
+void adopt_walk_init(AdoptWalk *w);
 
 /* Cut ranges[] (n, sorted) to what is still mapped and registered in the
  * client, unless an address-space event is pending on its uffd. Returns
- * the new count (the array is rewritten in place). */
+ * the new count (the array is rewritten in place). Reads the client's
+ * smaps: an mm-job thread's. */
 int adopt_live_ranges(MMClient *mm, StoreRange *ranges, int n);

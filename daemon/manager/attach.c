@@ -314,13 +314,45 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
         return r;
 }
 
-/* ADOPT, once mm is proven (prove_done()). */
+/* An ADOPT's walk on its way (MW_JOB_ADOPT; AdoptWalk first: the job's
+ * data): what the answer needs when it is back. */
+typedef struct AdoptWait {
+        AdoptWalk walk;
+        ZMsgAttach a;
+        pid_t pid;
+        bool forking;
+} AdoptWait;
+
+static void adopt_wait_free(AdoptWait *aw) {
+        store_unmap(aw->walk.old);
+        store_unmap(aw->walk.shared);
+        safe_close(aw->walk.old_fd);
+        safe_close(aw->walk.shared_fd);
+        free(aw->walk.ranges);
+}
+
+static void adopting_remove(Manager *m, MMClient *mm) {
+        for (MMClient **p = &m->adopting; *p; p = &(*p)->next)
+                if (*p == mm) {
+                        *p = mm->next;
+                        mm->next = NULL;
+                        return;
+                }
+}
+
+/*
+ * ADOPT, once mm is proven (prove_done()): the store is mapped and
+ * checked here, and what reads the client (its maps, the pages the dead
+ * daemon left in flight) and copies the entries is a job (AdoptWalk);
+ * adopt_walked() answers. Meanwhile mm is on m->adopting, where its pool
+ * counts for its user (users.c), and the connection takes no other
+ * ATTACH or ADOPT (c->proving).
+ */
 static int adopt_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a, int *fds, size_t nfds) {
         _cleanup_free_ StoreRange *ranges = NULL;
         char why[160] = "";
         uint8_t *old = NULL, *old_shared = NULL;
         unsigned nlanes;
-        uint64_t held = 0;
         StoreEvent ev;
         bool has_ev = false;
         int r, n, sync_i, shared_i;
@@ -358,6 +390,12 @@ static int adopt_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a, 
                        atomic_load_explicit(&store_super(old)->fork_announced, memory_order_acquire) == a->fork_token &&
                        atomic_load_explicit(&store_super(old)->fork_evented, memory_order_acquire) != a->fork_token;
         n = r < 0 ? r : adopt_ranges(old, &ranges, &ev, &has_ev, why, sizeof(why));
+        AdoptWait *aw = n < 0 ? NULL : calloc(1, sizeof(*aw));
+        Work *w = aw ? work_new(MW_JOB_ADOPT, mm) : NULL;
+        if (n >= 0 && !w) {
+                free(aw);
+                n = -ENOMEM;
+        }
         if (n < 0) {
                 store_unmap(old);
                 store_unmap(old_shared);
@@ -401,29 +439,61 @@ static int adopt_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a, 
                 log_info("pid %d: adopt: the dead daemon left an event unfinished: [%#llx, %#llx) moved to %#llx",
                          (int)c->pid, (unsigned long long)ev.start, (unsigned long long)ev.end,
                          (unsigned long long)ev.to);
-        n = adopt_live_ranges(mm, ranges, n);
-        /* as REGISTER admits ranges, and its quotas (adopt.c) */
-        int admit = adopt_admit(m, mm, ranges, n, why, sizeof(why));
-        r = admit;
+        /* the copies are paid from this share (relaxed: mm is not served
+         * yet; users_pool() sets it anew while it is on m->adopting) */
+        atomic_store_explicit(&mm->quota_left, users_pool_left(m, mm->uid), memory_order_relaxed);
+        *aw = (AdoptWait){ .walk = { .old = old, .shared = old_shared, .old_fd = fds[1],
+                                     .shared_fd = old_shared ? fds[shared_i] : -1, .ranges = TAKE_PTR(ranges),
+                                     .n = n, .ev = ev, .has_ev = has_ev, .codec = m->cfg.codec,
+                                     .level = m->cfg.level },
+                           .a = *a, .pid = c->pid, .forking = forking };
+        adopt_walk_init(&aw->walk);
+        fds[1] = -1;
+        if (old_shared)
+                fds[shared_i] = -1;
+        w->data = aw;
+        w->id = a->hdr.id;
+        w->v = c->serial;
+        mm->next = m->adopting;
+        m->adopting = mm;
+        c->proving = true;
+        mmjob_submit(&m->core, w);
+        return 1; /* mm's reference goes with the job */
+}
+
+/* An ADOPT's walk is back (MW_JOB_ADOPT): admitted as REGISTER admits
+ * ranges, then served, and answered. */
+void adopt_walked(Manager *m, Work *w) {
+        AdoptWait *aw = w->data;
+        AdoptWalk *wk = &aw->walk;
+        MMClient *mm = w->mm;
+        Conn *c = conn_find(m, w->v);
+        int r = wk->r, n = wk->n;
+
+        adopting_remove(m, mm);
+        if (c)
+                c->proving = false;
+        if (r == 0)
+                /* as REGISTER admits ranges, and its quotas (adopt.c) */
+                r = adopt_admit(m, mm, wk->ranges, n, wk->why, sizeof(wk->why));
         for (int i = 0; r == 0 && i < n; i++)
                 /* armed or not as the dead daemon left it: armed again
                  * before a page leaves (a no-op for the kernel if it is) */
-                r = mmclient_region_add(mm, ranges[i].start, ranges[i].end, false);
-        if (r < 0 && admit == 0)
-                snprintf(why, sizeof(why), "cannot take its ranges: %s", strerror(-r));
-        if (r == 0)
-                r = adopt_entries(mm, old, fds[1], old_shared, shared_i >= 0 ? fds[shared_i] : -1, ranges, (size_t)n,
-                                  has_ev ? &ev : NULL, &held, why, sizeof(why));
-        store_unmap(old);
-        store_unmap(old_shared);
+                if ((r = mmclient_region_add(mm, wk->ranges[i].start, wk->ranges[i].end, false)) < 0)
+                        snprintf(wk->why, sizeof(wk->why), "cannot take its ranges: %s", strerror(-r));
+        if (r == 0 && !c)
+                r = -ECONNRESET; /* nobody to serve it for */
         if (r < 0) {
-                log_warn("pid %d: adopt: store refused: %s", (int)c->pid, why);
+                if (r != -ECONNRESET)
+                        log_warn("pid %d: adopt: store refused: %s", (int)aw->pid, wk->why);
                 mmclient_unref(mm); /* the client keeps its own uffd and store */
-                return r == -ENOMEM || r == -EDQUOT || r == -EINVAL ? r : -EBADMSG;
+                if (c)
+                        conn_reply(c, w->id, r == -ENOMEM || r == -EDQUOT || r == -EINVAL ? r : -EBADMSG, 0);
+                goto out;
         }
-        if (forking) {
+        if (aw->forking) {
                 /* before the uffd is watched: its fork event may be there */
-                mm->fork_token_announced = a->fork_token;
+                mm->fork_token_announced = aw->a.fork_token;
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
                 /* what the dead daemon told the library is not known: the
@@ -433,21 +503,25 @@ static int adopt_proven(Manager *m, Conn *c, MMClient *mm, const ZMsgAttach *a, 
                 atomic_store_explicit(&mm->fork_announced, true, memory_order_relaxed);
                 if (mm->store)
                         /* release: after every entry adopted into it */
-                        atomic_store_explicit(&store_super(mm->store)->fork_announced, a->fork_token,
+                        atomic_store_explicit(&store_super(mm->store)->fork_announced, aw->a.fork_token,
                                               memory_order_release);
                 log_info("pid %d: adopted while it forks (its FORK_PREPARE went to the dead daemon): eviction paused "
                          "until the fork is done",
-                         (int)c->pid);
+                         (int)aw->pid);
         }
-        if (mm_serve(m, c, mm) < 0)
-                return -ENOMEM;
+        if (mm_serve(m, c, mm) < 0) {
+                conn_reply(c, w->id, -ENOMEM, 0);
+                goto out;
+        }
         for (int i = 0; i < n; i++) {
-                struct uffdio_range wake = { .start = ranges[i].start, .len = ranges[i].end - ranges[i].start };
+                struct uffdio_range wake = { .start = wk->ranges[i].start, .len = wk->ranges[i].end - wk->ranges[i].start };
                 (void)ioctl(mm->uffd, UFFDIO_WAKE, &wake);
         }
-        log_info("client pid %d adopted: %llu pages held, %d ranges", (int)c->pid, (unsigned long long)held, n);
-        reply_store(c, a->hdr.id, mm, (int64_t)held, NULL, 0);
-        return 1;
+        log_info("client pid %d adopted: %llu pages held, %d ranges", (int)aw->pid, (unsigned long long)wk->held, n);
+        reply_store(c, w->id, mm, (int64_t)wk->held, NULL, 0);
+out:
+        adopt_wait_free(aw);
+        work_free(w);
 }
 
 /*

@@ -187,6 +187,8 @@ static void job_done(Manager *m, Work *w) {
                 register_done(m, w);
         else if (w->type == MW_JOB_PROVE)
                 prove_done(m, w);
+        else if (w->type == MW_JOB_ADOPT)
+                adopt_walked(m, w);
         else if (w->type == MW_JOB_UNREGISTER_ALL)
                 unregister_all_done(m, w);
         else if (w->type == MW_JOB_ALIVE)

@@ -98,6 +98,7 @@ void register_done(Manager *m, Work *w);
 /* MW_JOB_PROVE: go on with the ATTACH, ADOPT or CHILD_ATTACH that waited
  * for it (attach.c). */
 void prove_done(Manager *m, Work *w);
+void adopt_walked(Manager *m, Work *w);
 /* HELLO, ATTACH, ADOPT, CHILD_ATTACH (attach.c); as dispatch() returns. */
 int do_hello(Manager *m, Conn *c, const ZMsgHello *h);
 int do_attach(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds);

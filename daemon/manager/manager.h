@@ -99,6 +99,9 @@ struct Manager {
          * clients.c); one leaves when a CHILD_ATTACH claims it (attach.c)
          * or its process exits (tick_orphans()) */
         MMClient *orphans;
+        /* the clients whose ADOPT's walk runs (attach.c, AdoptWalk), not
+         * served yet: their pools count for their users (users.c) */
+        MMClient *adopting;
         /* the users' shared stores (dedups.c), a reference each */
         Dedup **dedups;
         size_t ndedups;

@@ -180,6 +180,9 @@ static void users_pool(Manager *m) {
          * get its user's pool past max_pool */
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 users_pool_add(m, mm);
+        /* and a store being adopted, its copies as they are made */
+        for (MMClient *mm = m->adopting; mm; mm = mm->next)
+                users_pool_add(m, mm);
         /* the user's shared store: what its processes share, once */
         for (UserState *u = m->users; u; u = u->next)
                 u->pool_bytes += dedups_user_bytes(m, u->uid);
@@ -199,6 +202,8 @@ static void users_pool(Manager *m) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 users_share(m, mm);
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
+                users_share(m, mm);
+        for (MMClient *mm = m->adopting; mm; mm = mm->next)
                 users_share(m, mm);
 }
 

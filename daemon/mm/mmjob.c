@@ -94,7 +94,8 @@ static UserJobs *user_jobs(uid_t uid, bool add) {
 }
 
 bool mmjob_writes(int type) {
-        return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP && type != MW_JOB_MOVED && type != MW_JOB_SCAN;
+        return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP && type != MW_JOB_MOVED && type != MW_JOB_SCAN &&
+               type != MW_JOB_ADOPT;
 }
 
 unsigned mmjob_writing(uid_t uid) {
@@ -117,6 +118,8 @@ static const char *job_name(int type) {
         case MW_JOB_MOVED:
         case MW_JOB_SCAN:
                 return "read of its page tables";
+        case MW_JOB_ADOPT:
+                return "adoption of its store";
         default:
                 return "proof of its address space";
         }
@@ -151,7 +154,8 @@ static void job_run(Work *w) {
                 r = mmclient_pagemap(mm, w->a, (size_t)((w->b - w->a) >> ZSWAP_PAGE_SHIFT), w->data);
                 break;
         case MW_JOB_MOVED:
-        case MW_JOB_SCAN: {
+        case MW_JOB_SCAN:
+        case MW_JOB_ADOPT: {
                 MMJobCall *c = w->data;
                 c->fn(mm, c);
                 break;

@@ -54,7 +54,8 @@ enum {
         MW_JOB_PAGEMAP,         /* the pagemap words of [a, b) into data (a pageout's plan; v: its op) */
         MW_JOB_MOVED,           /* which pages a MOVE moved: data is an MMJobCall (evict.c, MovedCheck) */
         MW_JOB_SCAN,            /* a count, and the write scan: data is an MMJobCall (reclaim.c, ScanJob) */
-        MW_JOB_LAST = MW_JOB_SCAN,
+        MW_JOB_ADOPT,           /* an ADOPT's reads and copies: data is an MMJobCall (adopt.h, AdoptWalk) */
+        MW_JOB_LAST = MW_JOB_ADOPT,
 };
 
 /* What data starts with for the jobs whose work is a layer above this

@@ -105,7 +105,16 @@
  *    reads back intact;
  *  - fuse-lock-moved: the same writer queued, but the PAGEOUT sent
  *    before the lock was held, its MOVE made and its MOVE_DONE sent once
- *    the writer waits: the reads of what the MOVE moved wait too.
+ *    the writer waits: the reads of what the MOVE moved wait too;
+ *  - fuse-lock-adopt: ADOPT of a store the process made itself, whose
+ *    ADOPT_PAGES entries are installs a dead daemon left under way (a
+ *    read of the pagemap each, to tell whether the install happened).
+ *    Once its proof is done (the process sees the page the proof
+ *    registered), the lock is held and the same writer queued, while
+ *    the adoption walks the entries: the walk waits, and must not be the
+ *    manager's. (Should the walk end before the writer waits, the attack
+ *    missed, and the test says so.) Once answered, every page the store
+ *    names reads as the store says;
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -133,6 +142,7 @@
  * are intact at their new address.
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <linux/userfaultfd.h>
@@ -148,7 +158,9 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "pentry.h"
 #include "protocol.h"
+#include "store.h"
 #include "uffd-compat.h"
 #include "util.h"
 #include "zsync.h"
@@ -1434,18 +1446,20 @@ enum {
         LOCK_QUEUED,   /* a PAGEOUT's /proc/PID/pagemap, behind a writer of ours */
         LOCK_CHURN,    /* ATTACHes whose proofs wait, each connection closed at once */
         LOCK_MOVED,    /* the pagemap reads that tell what a MOVE moved, behind a writer of ours */
+        LOCK_ADOPT,    /* an ADOPT's reads of its address space, behind a writer of ours */
         LOCK_CASES,
 };
 static const char *const lock_case[LOCK_CASES] = { "fuse-lock",        "fuse-lock-attach", "fuse-lock-arm",
                                                    "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn",
-                                                   "fuse-lock-moved" };
+                                                   "fuse-lock-moved",  "fuse-lock-adopt" };
 static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "ATTACH",
                                                    "first PAGEOUT",
                                                    "close",
                                                    "PAGEOUT behind a queued mmap()",
                                                    "ATTACHes, closed at once",
-                                                   "MOVE_DONE behind a queued mmap()" };
+                                                   "MOVE_DONE behind a queued mmap()",
+                                                   "ADOPT behind a queued mmap()" };
 #define CHURN_MAX_CONNECTIONS 8 /* the attacker's max_connections in fuse-lock-churn */
 #define CHURN_TRIES 40
 
@@ -1486,8 +1500,14 @@ typedef struct LockShared {
         int status;            /* the request's reply (stage 2 on) */
         int64_t value;
         int bad;               /* pages of the region that differ (stage 3) */
+        _Atomic int step;      /* within stage 0: the last of lock_step[] begun */
+        bool missed;           /* fuse-lock-adopt: the walk ended before our writer waited */
 } LockShared;
 static const char *const lock_stage[] = { "setting up", "waiting for it to be done", "checking its pages", "done" };
+enum { STEP_CLIENT, STEP_PAGEOUT, STEP_MAPPER, STEP_PROOF, STEP_READ, STEP_QUEUE };
+static const char *const lock_step[] = { "connecting", "paging out and back", "starting its mapper",
+                                         "waiting for its ADOPT's proof", "getting its READ to the server",
+                                         "queueing its mmap()" };
 
 static void *mem_reader(void *arg) {
         uint8_t b;
@@ -1595,6 +1615,7 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         fill_pages(mem, len, 17);
         hash_pages(mem, len, hashes);
         bool queued = kind == LOCK_QUEUED || kind == LOCK_MOVED;
+        atomic_store(&st->step, STEP_PAGEOUT);
         if (kind == LOCK_ATTACH || kind == LOCK_ARM || kind == LOCK_DETACH || queued)
                 ASSERT_EQ(raw_range(s, ZMSG_REGISTER, mem, len), 0);
         if (kind == LOCK_ATTACH || kind == LOCK_DETACH || queued) {
@@ -1605,9 +1626,16 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         if (kind == LOCK_ATTACH || queued)
                 /* and back in, for the next PAGEOUT to take */
                 ASSERT_EQ(verify_pages(mem, len, hashes), 0);
-        if (queued)
-                /* the mapper's stack is mapped now (mapping it would wait too) */
+        atomic_store(&st->step, STEP_MAPPER);
+        if (queued) {
+                /* the mapper started now: its stack mapped and, in the
+                 * sanitizers' builds, its runtime's thread state, which
+                 * is mapped by the new thread itself (were that later,
+                 * its mmap() would be the queued writer, before ours) */
                 ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
+                while (!atomic_load(&mapper_tid))
+                        usleep(1000);
+        }
         pid_t churner = -1;
         if (kind == LOCK_CHURN) {
                 /* the uffds of our address space, to a process of its own
@@ -1661,6 +1689,7 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 zmsg_init(&moved_done.hdr, ZMSG_MOVE_DONE, mv->hdr.id, sizeof(moved_done));
         }
 
+        atomic_store(&st->step, STEP_READ);
         snprintf(path, sizeof(path), "%s/f", fuse_dir);
         int f = open(path, O_RDONLY | O_CLOEXEC);
         ASSERT_TRUE(f >= 0);
@@ -1670,6 +1699,7 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         while (*fuse_reads < 1)
                 usleep(10000);
         usleep(100 * 1000);
+        atomic_store(&st->step, STEP_QUEUE);
         if (queued) {
                 atomic_store(&mapper_go, true);
                 while (!mapper_waits()) {
@@ -1724,6 +1754,129 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         return 0;
 }
 
+/* fuse-lock-adopt: the entries of the store we hand over, each an install
+ * of a same-filled page a dead daemon left under way (PE_LOADING): the
+ * adoption reads the pagemap of each to tell whether it happened. */
+#define ADOPT_PAGES (512u * 1024)
+#define ADOPT_FILL 0x5a17c0deu
+
+/* Is the page the proof registered (write-protect only, in [lo, hi)) in
+ * our smaps: is the proof done? */
+static bool proof_done(uintptr_t lo, uintptr_t hi) {
+        FILE *f = fopen("/proc/self/smaps", "re");
+        char line[512];
+        bool in = false, done = false;
+
+        ASSERT_TRUE(f != NULL);
+        while (!done && fgets(line, sizeof(line), f)) {
+                unsigned long long s, e;
+                if (sscanf(line, "%llx-%llx ", &s, &e) == 2 && strchr(line, '-') < strchr(line, ' '))
+                        in = s >= lo && e <= hi;
+                else if (in && strncmp(line, "VmFlags:", 8) == 0)
+                        done = strstr(line, " uw") && !strstr(line, " um");
+        }
+        fclose(f);
+        return done;
+}
+
+/*
+ * As U_STALLER: a store of our own, of ADOPT_PAGES entries over a region
+ * registered on a uffd of ours, handed over by ADOPT. Once the proof is
+ * done, a page of FUSE file "f" read by a thread of ours through
+ * /proc/self/mem (our mmap lock held for reading) and the mapper's mmap()
+ * queued behind it, while the adoption walks the entries. When the test
+ * says the read has ended: the ADOPT's answer, and a page in every 256
+ * checked. Progress in st.
+ */
+static int fuse_lock_adopt(LockShared *st) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = (size_t)ADOPT_PAGES * ZSWAP_PAGE_SIZE;
+        const size_t zone = (size_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE;
+        uint8_t *staging = test_map(lane), *map = NULL;
+        char path[96];
+        int devfd;
+        pthread_t th;
+
+        /* the region at a leaf's boundary (a leaf covers a zone) */
+        uint8_t *raw = mmap(NULL, len + zone, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                            -1, 0);
+        ASSERT_TRUE(raw != MAP_FAILED);
+        uint8_t *mem = (uint8_t *)ALIGN_TO((uintptr_t)raw, zone);
+        int s = raw_hello(&devfd);
+        int uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        ASSERT_TRUE(uffd >= 0);
+        close(devfd);
+        ASSERT_OK(ioctl(uffd, UFFDIO_API, &(struct uffdio_api){ .api = UFFD_API }));
+        struct uffdio_register rg = { .range = { .start = (uintptr_t)mem, .len = len },
+                                      .mode = UFFDIO_REGISTER_MODE_MISSING };
+        ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &rg));
+        int sfd = store_create(CODEC_LZ4, 0, 0x5eed, &map);
+        ASSERT_TRUE(sfd >= 0);
+        StoreRange *t = store_ranges_begin(map);
+        t[0] = (StoreRange){ (uintptr_t)mem, (uintptr_t)mem + len };
+        store_ranges_commit(map, 1);
+        const uint32_t leaves = ADOPT_PAGES / STORE_LEAF_ENTRIES;
+        for (uint32_t l = 0; l < leaves; l++) {
+                atomic_store(&store_dir(map)[l], ((uintptr_t)mem + l * zone) | STORE_DIR_USED);
+                for (uint32_t j = 0; j < STORE_LEAF_ENTRIES; j++)
+                        atomic_store(&store_leaf(map, l)[j], pe_make_loading(pe_make_same(ADOPT_FILL)));
+        }
+        atomic_store(&store_super(map)->leaves, leaves);
+        atomic_store(&st->step, STEP_MAPPER);
+        ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
+        while (!atomic_load(&mapper_tid))
+                usleep(1000);
+        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        int f = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(f >= 0);
+        void *p = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE, f, 0);
+        ASSERT_TRUE(p != MAP_FAILED);
+
+        ZMsgAttach a;
+        memset(&a, 0, sizeof(a));
+        zmsg_init(&a.hdr, ZMSG_ADOPT, 9, sizeof(a));
+        a.staging_addr = (uintptr_t)staging;
+        a.staging_len = lane;
+        struct timeval tv = { .tv_sec = 0 };
+        ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+        ASSERT_OK(zmsg_send(s, &a, sizeof(a), (int[]){ uffd, sfd }, 2));
+        atomic_store(&st->step, STEP_PROOF);
+        while (!proof_done((uintptr_t)staging, (uintptr_t)staging + lane))
+                usleep(1000);
+        atomic_store(&st->step, STEP_READ);
+        ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
+        while (*fuse_reads < 1)
+                usleep(1000);
+        atomic_store(&st->step, STEP_QUEUE);
+        atomic_store(&mapper_go, true);
+        while (!mapper_waits()) {
+                if (atomic_load(&mapper_done))
+                        test_fail("our mmap() did not wait for our mmap lock");
+                usleep(1000);
+        }
+        /* answered already: the walk was done before our writer waited */
+        st->missed = poll(&(struct pollfd){ .fd = s, .events = POLLIN }, 1, 0) != 0;
+        atomic_store(&st->stage, 1);
+        raw_value = 0;
+        st->status = raw_reply(s, 9, NULL, NULL);
+        st->value = raw_value;
+        atomic_store(&st->stage, 2);
+        while (!atomic_load(&st->released))
+                usleep(10000);
+        int bad = 0;
+        for (size_t i = 0; st->status == 0 && i < ADOPT_PAGES; i += 256) {
+                const uint32_t *w = (const uint32_t *)(mem + i * ZSWAP_PAGE_SIZE);
+                for (size_t k = 0; k < ZSWAP_PAGE_SIZE / sizeof(*w); k++)
+                        if (w[k] != ADOPT_FILL) {
+                                bad++;
+                                break;
+                        }
+        }
+        st->bad = bad;
+        atomic_store(&st->stage, 3);
+        pause();
+        return 0;
+}
+
 /* The daemon's threads now. */
 static unsigned daemon_threads(void) {
         char path[64], v[64];
@@ -1765,9 +1918,13 @@ static void case_fuse_lock(int kind) {
         fuse_start();
         pid_t att = td_fork_as(U_STALLER, 0);
         if (att == 0)
-                _exit(fuse_lock_attack(kind, st));
-        if (!lock_wait(att, st, 1, 60))
-                test_fail("the attacker did not get its READ to the server in 60 s");
+                _exit(kind == LOCK_ADOPT ? fuse_lock_adopt(st) : fuse_lock_attack(kind, st));
+        if (!lock_wait(att, st, 1, 60)) {
+                fprintf(stderr, "the attacker's threads wait in:\n");
+                snprintf(cmd, sizeof(cmd), "head -n 8 /proc/%d/task/*/stack >&2", (int)att);
+                (void)!system(cmd);
+                test_fail("the attacker was still %s in 60 s", lock_step[atomic_load(&st->step)]);
+        }
         if (kind == LOCK_CHURN) {
                 /* each ATTACH whose proof waits is a daemon thread that
                  * waits: no more of them than the user's connections */
@@ -1798,12 +1955,16 @@ static void case_fuse_lock(int kind) {
         bool done = lock_wait(att, st, 3, TEST_WAIT_S);
         if (done)
                 fprintf(stderr, "once the read ended: %s done (%d, value %lld); %d of %d pages differ\n",
-                        lock_what[kind], st->status, (long long)st->value, st->bad, STALL_PAGES);
+                        lock_what[kind], st->status, (long long)st->value, st->bad,
+                        kind == LOCK_ADOPT ? (int)(ADOPT_PAGES / 256) : STALL_PAGES);
         else
                 fprintf(stderr, "%d s after the read ended, the attacker's %s: still %s\n", TEST_WAIT_S,
                         lock_what[kind], lock_stage[atomic_load(&st->stage)]);
         kill(att, SIGKILL);
         waitpid(att, NULL, 0);
+        if (st->missed)
+                test_fail("the adoption's walk ended before the attacker's writer waited: the attack missed "
+                          "(ADOPT_PAGES too few for this machine)");
         if (!served)
                 test_fail("the manager waited for a client's mmap lock");
         if (!done)
@@ -1812,6 +1973,8 @@ static void case_fuse_lock(int kind) {
         ASSERT_EQ(st->bad, 0);
         if (kind == LOCK_ARM || kind == LOCK_QUEUED || kind == LOCK_MOVED)
                 ASSERT_TRUE(st->value > 0);
+        if (kind == LOCK_ADOPT)
+                ASSERT_EQ(st->value, (int64_t)ADOPT_PAGES);
 }
 
 int main(int argc, char **argv) {
@@ -1820,7 +1983,7 @@ int main(int argc, char **argv) {
         if (argc != 2)
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
                           "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
-                          "|fuse-lock-moved");
+                          "|fuse-lock-moved|fuse-lock-adopt");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
