@@ -284,10 +284,11 @@ int do_adopt(Manager *m, Conn *c, const ZMsgAttach *a, int *fds, size_t nfds) {
                 return r;
         if (c->role != ZROLE_CLIENT || c->mm)
                 return -EPERM;
-        /* adoption reads the slots of pages the dead daemon left in flight,
-         * waiting up to the bound (memread.h): not while a read of this
-         * user's memory waits already, or a user could hold the manager
-         * once per connection it holds. The library asks again */
+        /* adoption's walk reads the slots of pages the dead daemon left in
+         * flight, waiting up to the bound (memread.h): not while a read of
+         * this user's memory waits already, or a user could hold an mm-job
+         * thread for the bound once per connection it holds, again and
+         * again. The library asks again */
         if (memread_stuck(c->uid) > 0) {
                 log_warn("pid %d (uid %u): adopt: a read of its user's memory waits past its bound: later",
                          (int)c->pid, c->uid);
