@@ -327,10 +327,17 @@ void mmjob_tick(void) {
                 if (!s->used || !s->cur || s->logged || now - s->since_ns < MMJOB_LATE_MS * 1000000ull)
                         continue;
                 s->logged = true;
-                log_warn("pid %d (uid %u): its %s waits for its mmap lock, for %llu ms so far (a FUSE server of "
-                         "its own that does not answer?): its requests wait, the daemon does not",
-                         (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
-                         (unsigned long long)((now - s->since_ns) / 1000000));
+                if (s->cur->type == MW_JOB_ADOPT)
+                        /* copies too: a large store takes a while */
+                        log_info("pid %d (uid %u): its %s has run for %llu ms so far (a large store, or its mmap "
+                                 "lock held): its requests wait, the daemon does not",
+                                 (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
+                                 (unsigned long long)((now - s->since_ns) / 1000000));
+                else
+                        log_warn("pid %d (uid %u): its %s waits for its mmap lock, for %llu ms so far (a FUSE server "
+                                 "of its own that does not answer?): its requests wait, the daemon does not",
+                                 (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
+                                 (unsigned long long)((now - s->since_ns) / 1000000));
         }
         pthread_mutex_unlock(&P.lock);
 }
