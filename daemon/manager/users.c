@@ -165,7 +165,7 @@ static void users_pool_add(Manager *m, MMClient *mm) {
 static void users_share(Manager *m, MMClient *mm) {
         UserState *u = mm->uid ? users_find(m, mm->uid) : NULL;
         uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
-        int64_t left = !max ? INT64_MAX : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
+        int64_t left = !max ? QUOTA_NONE : u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
         /* relaxed: a budget the workers and fault threads take from */
         atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
 }
@@ -212,7 +212,7 @@ int64_t users_pool_left(Manager *m, uid_t uid) {
         uint64_t max = u ? u->lim.v[UKEY_MAX_POOL] : 0;
 
         if (!max)
-                return INT64_MAX;
+                return QUOTA_NONE;
         users_pool(m);
         return u->pool_full || u->pool_bytes >= max ? 0 : (int64_t)(max - u->pool_bytes);
 }

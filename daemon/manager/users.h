@@ -50,7 +50,7 @@ int users_check_register(Manager *m, MMClient *mm, uint64_t len);
 int users_check_adopt(Manager *m, MMClient *mm, uint64_t regions, uint64_t bytes);
 
 /* Pool bytes uid's clients may still take under its max_pool, counted
- * now (INT64_MAX: no max_pool, or root). Manager thread. */
+ * now (QUOTA_NONE: no max_pool, or root). Manager thread. */
 int64_t users_pool_left(Manager *m, uid_t uid);
 
 

@@ -58,7 +58,7 @@ int mmclient_new(Core *core, int uffd, MMClient **ret) {
         if (!mm)
                 return -ENOMEM;
         atomic_init(&mm->refs, 1);
-        atomic_init(&mm->quota_left, INT64_MAX);
+        atomic_init(&mm->quota_left, QUOTA_NONE);
         atomic_init(&mm->fork_bytes, 0);
         mm->core = core;
         mm->uffd = uffd;

@@ -466,10 +466,11 @@ typedef struct MMClient {
         _Atomic bool strong_rescue;
 
         /* pool bytes this client may still take under its user's
-         * max_pool; INT64_MAX: no quota. The manager sets it each tick
-         * (users.c); workers, per page, and the reader copying pages to a
-         * fork child take from it and give back (mmclient_quota_take()): a
-         * budget, relaxed. A fork child's is set before publish */
+         * max_pool; QUOTA_NONE: no quota. The manager sets it each tick
+         * (users.c); workers, per page, the reader copying pages to a fork
+         * child and an adoption's walk take from it and give back
+         * (mmclient_quota_take()): a budget, relaxed. A fork child's is set
+         * before publish */
         _Atomic int64_t quota_left;
         /* pool bytes copied for a child this client's fork event is
          * building, which is in no list yet (daemon/fault/fork.c event_fork(), the
@@ -846,6 +847,12 @@ int mmclient_uffd_register(MMClient *mm, uint64_t start, uint64_t end);
 int mmclient_uffd_unregister(MMClient *mm, uint64_t start, uint64_t end);
 /* Unregister every region mm has (they stay on its list). */
 void mmclient_uffd_unregister_all(MMClient *mm);
+
+/* quota_left with no quota: half the range, so that what takers give
+ * back after the manager set it anew (a take, the tick's store of
+ * QUOTA_NONE, the give) cannot overflow it into a negative budget, which
+ * would refuse every page until the next tick. */
+#define QUOTA_NONE (INT64_MAX / 2)
 
 /* Take n pool bytes from mm's share of its user's max_pool (quota_left,
  * which the manager hands out every tick, users.c): true, or false with
