@@ -199,6 +199,12 @@ static void flood_start(Flood *fl, uid_t uid, const char *held) {
                 } else if (now_ns() - last > 1000000000ull && td_log_has(&d, held))
                         break;
         }
+        if (fl->made < NKIDS && now_ns() - t0 >= (uint64_t)TEST_WAIT_S * 1000000000)
+                /* said, so that a run that meson ends at its timeout
+                 * shows which wait took the time */
+                fprintf(stderr, "uid %u: %u children in %d s, and the daemon's log %s \"%s\"; its descriptors: %u\n",
+                        (unsigned)uid, fl->made, TEST_WAIT_S, td_log_has(&d, held) ? "has" : "lacks", held,
+                        td_fd_count(&d));
         if (waitpid(fl->att, &st, WNOHANG) == fl->att)
                 test_fail("uid %u: the flood exited (%#x) after %u children", (unsigned)uid, st, fl->made);
         usleep(1500 * 1000); /* a tick or two */
@@ -299,6 +305,9 @@ int main(void) {
          * epoll edge is spent: the daemon must look again by itself) */
         for (int i = 0; i < TEST_WAIT_S * 10 && td_fd_count(&d) > fds0 + 16; i++)
                 usleep(100 * 1000);
+        if (td_fd_count(&d) > fds0 + 16)
+                fprintf(stderr, "the daemon's descriptors after %d s: %u, %u at the start\n", TEST_WAIT_S,
+                        td_fd_count(&d), fds0);
         flood_start(&fl, 0, "a fork event cannot be read");
         fprintf(stderr, "root: %u children that never attach; daemon: %u -> %u descriptors\n", fl.made, fds0,
                 fl.fds1);
