@@ -188,12 +188,44 @@ bool td_log_has(const TestDaemon *d, const char *needle) {
         return td_log_count(d, needle) > 0;
 }
 
+void td_dump_stacks(pid_t pid, const char *who) {
+        char cmd[256];
+
+        fprintf(stderr, "---- %s (pid %d): its threads' states and kernel stacks ----\n", who, (int)pid);
+        snprintf(cmd, sizeof(cmd),
+                 "for t in /proc/%d/task/*; do echo \"$t: $(grep State: $t/status)\"; head -n 16 $t/stack; done >&2",
+                 (int)pid);
+        if (system(cmd) != 0)
+                fprintf(stderr, "(could not read all of /proc/%d/task)\n", (int)pid);
+}
+
+bool td_waitpid_for(pid_t pid, int *st, unsigned secs, const char *who) {
+        for (uint64_t end = now_ns() + secs * 1000000000ull;; usleep(10000)) {
+                pid_t r = waitpid(pid, st, WNOHANG);
+                if (r == pid)
+                        return true;
+                if (r < 0)
+                        test_fail("waitpid(%s, pid %d): %s", who, (int)pid, strerror(errno));
+                if (now_ns() >= end)
+                        break;
+        }
+        fprintf(stderr, "%s (pid %d) has not exited in %u s\n", who, (int)pid, secs);
+        td_dump_stacks(pid, who);
+        return false;
+}
+
 void td_stop(TestDaemon *d) {
         int st;
         if (d->pid <= 0)
                 return;
         kill(d->pid, SIGTERM);
-        ASSERT_EQ(waitpid(d->pid, &st, 0), d->pid);
+        if (!td_waitpid_for(d->pid, &st, TEST_WAIT_S, "zswapd after SIGTERM")) {
+                td_log_dump(d);
+                kill(d->pid, SIGKILL);
+                waitpid(d->pid, NULL, 0);
+                d->pid = 0;
+                test_fail("zswapd did not exit within %d s of SIGTERM", TEST_WAIT_S);
+        }
         d->pid = 0;
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
                 test_fail("zswapd did not exit cleanly: status %#x", st);

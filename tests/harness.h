@@ -76,8 +76,17 @@ uint64_t td_rss_kb(const TestDaemon *d);
  * capabilities as its main thread: none kept from before the sandbox.
  * Fails the test otherwise; the number of threads looked at. */
 unsigned td_assert_threads_unprivileged(const TestDaemon *d);
-/* SIGTERM and wait; fails the test if the daemon crashed. */
+/* SIGTERM and wait; fails the test if the daemon crashed, or if it has
+ * not exited after TEST_WAIT_S (its threads' kernel stacks and its log
+ * are printed, and it is killed). */
 void td_stop(TestDaemon *d);
+/* waitpid(pid) for secs at most: true with *st once it is reaped; false
+ * on the bound, after printing (as who) the state and kernel stack of
+ * each of its threads, which is where a process that does not exit
+ * waits. */
+bool td_waitpid_for(pid_t pid, int *st, unsigned secs, const char *who);
+/* The state and kernel stack of each of pid's threads, on stderr. */
+void td_dump_stacks(pid_t pid, const char *who);
 /* SIGKILL and wait. */
 void td_kill(TestDaemon *d);
 /* Restart with the same socket and arguments. */
