@@ -170,19 +170,28 @@ static void users_share(Manager *m, MMClient *mm) {
         atomic_store_explicit(&mm->quota_left, left, memory_order_relaxed);
 }
 
+/*
+ * fn for each client whose pool its user pays for: those attached; forked
+ * children not attached yet, which hold their copies too (a process that
+ * forks and whose children never attach must not get its user's pool
+ * past max_pool; and an orphan may fork before it attaches, its
+ * children's copies paid from its share); and stores being adopted,
+ * their copies as they are made.
+ */
+#define POOL_LISTS(m) { (m)->mms, manager_orphans(m), (m)->adopting }
+
+static void users_each_pool(Manager *m, void (*fn)(Manager *m, MMClient *mm)) {
+        MMClient *lists[] = POOL_LISTS(m);
+
+        for (size_t i = 0; i < ELEMENTSOF(lists); i++)
+                for (MMClient *mm = lists[i]; mm; mm = mm->next)
+                        fn(m, mm);
+}
+
 static void users_pool(Manager *m) {
         for (UserState *u = m->users; u; u = u->next)
                 u->pool_bytes = 0;
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
-                users_pool_add(m, mm);
-        /* forked children not attached yet hold their copies too: a
-         * process that forks and whose children never attach must not
-         * get its user's pool past max_pool */
-        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
-                users_pool_add(m, mm);
-        /* and a store being adopted, its copies as they are made */
-        for (MMClient *mm = m->adopting; mm; mm = mm->next)
-                users_pool_add(m, mm);
+        users_each_pool(m, users_pool_add);
         /* the user's shared store: what its processes share, once */
         for (UserState *u = m->users; u; u = u->next)
                 u->pool_bytes += dedups_user_bytes(m, u->uid);
@@ -199,12 +208,7 @@ static void users_pool(Manager *m) {
          * that is exact; with k, the overshoot is at most k - 1 times what
          * was left at this tick. An orphan too: it may fork before it
          * attaches, and its children's copies are paid from its share */
-        for (MMClient *mm = m->mms; mm; mm = mm->next)
-                users_share(m, mm);
-        for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
-                users_share(m, mm);
-        for (MMClient *mm = m->adopting; mm; mm = mm->next)
-                users_share(m, mm);
+        users_each_pool(m, users_share);
 }
 
 int64_t users_pool_left(Manager *m, uid_t uid) {
@@ -301,14 +305,15 @@ void users_tick(Manager *m) {
         /* forget users with neither connections nor clients */
         for (UserState **p = &m->users; *p;) {
                 UserState *u = *p;
+                MMClient *lists[] = POOL_LISTS(m);
                 bool used = false;
                 for (Conn *c = m->conns; c && !used; c = c->next)
                         used = c->uid == u->uid;
-                for (MMClient *mm = m->mms; mm && !used; mm = mm->next)
-                        used = mm->uid == u->uid;
-                /* a forked child not attached yet holds pool bytes too */
-                for (MMClient *mm = manager_orphans(m); mm && !used; mm = mm->next)
-                        used = mm->uid == u->uid;
+                /* a forked child not attached yet, or a store being
+                 * adopted, holds pool bytes too */
+                for (size_t i = 0; i < ELEMENTSOF(lists) && !used; i++)
+                        for (MMClient *mm = lists[i]; mm && !used; mm = mm->next)
+                                used = mm->uid == u->uid;
                 if (used) {
                         p = &u->next;
                         continue;

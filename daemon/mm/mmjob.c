@@ -327,17 +327,15 @@ void mmjob_tick(void) {
                 if (!s->used || !s->cur || s->logged || now - s->since_ns < MMJOB_LATE_MS * 1000000ull)
                         continue;
                 s->logged = true;
-                if (s->cur->type == MW_JOB_ADOPT)
-                        /* copies too: a large store takes a while */
-                        log_info("pid %d (uid %u): its %s has run for %llu ms so far (a large store, or its mmap "
-                                 "lock held): its requests wait, the daemon does not",
-                                 (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
-                                 (unsigned long long)((now - s->since_ns) / 1000000));
-                else
-                        log_warn("pid %d (uid %u): its %s waits for its mmap lock, for %llu ms so far (a FUSE server "
-                                 "of its own that does not answer?): its requests wait, the daemon does not",
-                                 (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
-                                 (unsigned long long)((now - s->since_ns) / 1000000));
+                /* ADOPT copies too: a large store takes a while */
+                bool adopt = s->cur->type == MW_JOB_ADOPT;
+                log_msg(adopt ? LOG_LEVEL_INFO : LOG_LEVEL_WARN,
+                         "pid %d (uid %u): its %s %s for %llu ms so far (%s): its requests wait, the daemon does not",
+                         (int)s->cur->lane, s->cur->mm->uid, job_name(s->cur->type),
+                         adopt ? "has run" : "waits for its mmap lock",
+                         (unsigned long long)((now - s->since_ns) / 1000000),
+                         adopt ? "a large store, or its mmap lock held"
+                               : "a FUSE server of its own that does not answer?");
         }
         pthread_mutex_unlock(&P.lock);
 }

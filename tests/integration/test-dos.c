@@ -483,10 +483,7 @@ static void case_linger(void) {
                         accepted[naccepted++] = a;
                 }
                 if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
-                        char cmd[64];
-                        snprintf(cmd, sizeof(cmd), "cat /proc/%d/stack >&2", (int)att);
-                        fprintf(stderr, "the attacker (pid %d) waits in:\n", (int)att);
-                        (void)!system(cmd);
+                        td_dump_stacks(att, "the attacker");
                         test_fail("%d of the attacker's %d sockets connected in %d s (%s)", naccepted,
                                   atomic_load(&attack_shared->sockets), TEST_WAIT_S,
                                   atomic_load(&attack_shared->sent) ? "all sent" : "not all sent");
@@ -1547,6 +1544,49 @@ static bool mapper_waits(void) {
         return p && p[1] == ' ' && p[2] == 'D';
 }
 
+/* The mapper started: its stack mapped and, in the sanitizers' builds,
+ * its runtime's thread state, which is mapped by the new thread itself
+ * (were that later, its mmap() would be the queued writer, before ours). */
+static void mapper_start(void) {
+        pthread_t th;
+
+        ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
+        while (!atomic_load(&mapper_tid))
+                usleep(1000);
+}
+
+/* A page of FUSE file "f" mapped, not read yet. */
+static void *fuse_page(void) {
+        char path[96];
+
+        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        int f = open(path, O_RDONLY | O_CLOEXEC);
+        ASSERT_TRUE(f >= 0);
+        void *p = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE, f, 0);
+        ASSERT_TRUE(p != MAP_FAILED);
+        return p;
+}
+
+/* Our mmap lock held for reading: a thread of ours reads page p of the
+ * FUSE file through /proc/self/mem, and the server has the READ. */
+static void lock_hold(void *p) {
+        pthread_t th;
+
+        ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
+        while (*fuse_reads < 1)
+                usleep(1000);
+}
+
+/* The mapper's mmap() queued behind the read: a writer of ours waits. */
+static void lock_queue(void) {
+        atomic_store(&mapper_go, true);
+        while (!mapper_waits()) {
+                if (atomic_load(&mapper_done))
+                        test_fail("our mmap() did not wait for our mmap lock");
+                usleep(1000);
+        }
+}
+
 /* On raw connection s: a request of type for [mem, mem + len); its status. */
 static int raw_range(int s, uint16_t type, void *mem, size_t len) {
         ZMsgRange rg;
@@ -1604,9 +1644,7 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = STALL_PAGES * ZSWAP_PAGE_SIZE;
         uint8_t *staging = test_map(lane), *staging2 = test_map(lane), *mem = test_map(len);
         uint64_t hashes[STALL_PAGES];
-        char path[96];
         int devfd, s2 = -1, uffd2 = -1;
-        pthread_t th;
 
         atomic_store(&st->stage, 0); /* the shared page faulted in while nothing waits for our lock */
         ASSERT_OK(madvise(mem, len, MADV_NOHUGEPAGE));
@@ -1627,15 +1665,8 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 /* and back in, for the next PAGEOUT to take */
                 ASSERT_EQ(verify_pages(mem, len, hashes), 0);
         atomic_store(&st->step, STEP_MAPPER);
-        if (queued) {
-                /* the mapper started now: its stack mapped and, in the
-                 * sanitizers' builds, its runtime's thread state, which
-                 * is mapped by the new thread itself (were that later,
-                 * its mmap() would be the queued writer, before ours) */
-                ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
-                while (!atomic_load(&mapper_tid))
-                        usleep(1000);
-        }
+        if (queued)
+                mapper_start();
         pid_t churner = -1;
         if (kind == LOCK_CHURN) {
                 /* the uffds of our address space, to a process of its own
@@ -1690,24 +1721,11 @@ static int fuse_lock_attack(int kind, LockShared *st) {
         }
 
         atomic_store(&st->step, STEP_READ);
-        snprintf(path, sizeof(path), "%s/f", fuse_dir);
-        int f = open(path, O_RDONLY | O_CLOEXEC);
-        ASSERT_TRUE(f >= 0);
-        void *p = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE, f, 0);
-        ASSERT_TRUE(p != MAP_FAILED);
-        ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
-        while (*fuse_reads < 1)
-                usleep(10000);
+        lock_hold(fuse_page());
         usleep(100 * 1000);
         atomic_store(&st->step, STEP_QUEUE);
-        if (queued) {
-                atomic_store(&mapper_go, true);
-                while (!mapper_waits()) {
-                        if (atomic_load(&mapper_done))
-                                test_fail("our mmap() did not wait for our mmap lock");
-                        usleep(1000);
-                }
-        }
+        if (queued)
+                lock_queue();
         /* the answer may wait as long as the test lets it */
         struct timeval tv = { .tv_sec = 0 };
         ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
@@ -1792,9 +1810,7 @@ static int fuse_lock_adopt(LockShared *st) {
         const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = (size_t)ADOPT_PAGES * ZSWAP_PAGE_SIZE;
         const size_t zone = (size_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE;
         uint8_t *staging = test_map(lane), *map = NULL;
-        char path[96];
         int devfd;
-        pthread_t th;
 
         /* the region at a leaf's boundary (a leaf covers a zone) */
         uint8_t *raw = mmap(NULL, len + zone, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
@@ -1822,14 +1838,8 @@ static int fuse_lock_adopt(LockShared *st) {
         }
         atomic_store(&store_super(map)->leaves, leaves);
         atomic_store(&st->step, STEP_MAPPER);
-        ASSERT_OK(-pthread_create(&th, NULL, mapper, NULL));
-        while (!atomic_load(&mapper_tid))
-                usleep(1000);
-        snprintf(path, sizeof(path), "%s/f", fuse_dir);
-        int f = open(path, O_RDONLY | O_CLOEXEC);
-        ASSERT_TRUE(f >= 0);
-        void *p = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE, f, 0);
-        ASSERT_TRUE(p != MAP_FAILED);
+        mapper_start();
+        void *p = fuse_page();
 
         ZMsgAttach a;
         memset(&a, 0, sizeof(a));
@@ -1843,16 +1853,9 @@ static int fuse_lock_adopt(LockShared *st) {
         while (!proof_done((uintptr_t)staging, (uintptr_t)staging + lane))
                 usleep(1000);
         atomic_store(&st->step, STEP_READ);
-        ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
-        while (*fuse_reads < 1)
-                usleep(1000);
+        lock_hold(p);
         atomic_store(&st->step, STEP_QUEUE);
-        atomic_store(&mapper_go, true);
-        while (!mapper_waits()) {
-                if (atomic_load(&mapper_done))
-                        test_fail("our mmap() did not wait for our mmap lock");
-                usleep(1000);
-        }
+        lock_queue();
         /* answered already: the walk was done before our writer waited */
         st->missed = poll(&(struct pollfd){ .fd = s, .events = POLLIN }, 1, 0) != 0;
         atomic_store(&st->stage, 1);
@@ -1911,7 +1914,6 @@ static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
  */
 static void case_fuse_lock(int kind) {
         LockShared *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        char cmd[64];
         ASSERT_TRUE(st != MAP_FAILED);
         st->bad = -1;
         unsigned threads0 = daemon_threads();
@@ -1920,9 +1922,7 @@ static void case_fuse_lock(int kind) {
         if (att == 0)
                 _exit(kind == LOCK_ADOPT ? fuse_lock_adopt(st) : fuse_lock_attack(kind, st));
         if (!lock_wait(att, st, 1, 60)) {
-                fprintf(stderr, "the attacker's threads wait in:\n");
-                snprintf(cmd, sizeof(cmd), "head -n 8 /proc/%d/task/*/stack >&2", (int)att);
-                (void)!system(cmd);
+                td_dump_stacks(att, "the attacker");
                 test_fail("the attacker was still %s in 60 s", lock_step[atomic_load(&st->step)]);
         }
         if (kind == LOCK_CHURN) {
@@ -1942,12 +1942,8 @@ static void case_fuse_lock(int kind) {
         fprintf(stderr, "with the attacker's mmap lock held by FUSE and its %s made: root %s\n", lock_what[kind],
                 served ? "served" : "not served in 30 s");
         if (!served) {
-                fprintf(stderr, "the manager (pid %d) waits in:\n", (int)d.pid);
-                snprintf(cmd, sizeof(cmd), "cat /proc/%d/stack >&2", (int)d.pid);
-                (void)!system(cmd);
-                fprintf(stderr, "the attacker's threads wait in:\n");
-                snprintf(cmd, sizeof(cmd), "head -n 4 /proc/%d/task/*/stack >&2", (int)att);
-                (void)!system(cmd);
+                td_dump_stacks(d.pid, "zswapd");
+                td_dump_stacks(att, "the attacker");
         }
         /* the server goes: the read fails, and our lock is let go */
         fuse_stop();
