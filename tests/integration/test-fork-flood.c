@@ -103,7 +103,8 @@ static int flood(int ready) {
                         /* async-signal-safe only: another thread may have
                          * held a lock at the clone. A parent killed before
                          * the prctl sends no signal: then the child goes
-                         * at once, or it would outlive the test. */
+                         * at once (flood_end() kills the process group
+                         * too). */
                         syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
                         if (syscall(SYS_getppid) != self)
                                 syscall(SYS_exit_group, 0);
@@ -185,10 +186,15 @@ static void flood_start(Flood *fl, uid_t uid, const char *held) {
         *fl = (Flood){ 0 };
         ASSERT_OK(pipe2(ready, O_CLOEXEC));
         fl->att = td_fork_as(uid, 0);
+        /* the flood and its children in a process group of their own,
+         * which flood_end() kills whole (set on both sides: whichever
+         * runs first) */
         if (fl->att == 0) {
+                setpgid(0, 0);
                 close(ready[0]);
                 _exit(flood(ready[1]));
         }
+        setpgid(fl->att, fl->att);
         close(ready[1]);
         fl->ready = ready[0];
         uint64_t t0 = now_ns(), last = t0;
@@ -233,9 +239,12 @@ static bool flood_one_gone(Flood *fl) {
         return more;
 }
 
+/* The flood and every child of it killed. A child left alive would hold
+ * our stdout and stderr open, and meson waits for those to close: the
+ * test would end at meson's timeout after it passed. */
 static void flood_end(Flood *fl) {
         int st;
-        kill(fl->att, SIGKILL);
+        kill(-fl->att, SIGKILL);
         if (!td_waitpid_for(fl->att, &st, TEST_WAIT_S, "the flood after SIGKILL")) {
                 td_dump_stacks(d.pid, "zswapd");
                 td_log_dump(&d);
