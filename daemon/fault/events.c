@@ -366,12 +366,18 @@ static void remap_src_add(MMClient *mm, uint64_t start, uint64_t end) {
         }
         mm->remap_src[mm->nremap_src].start = start;
         mm->remap_src[mm->nremap_src].end = end;
+        mm->remap_src[mm->nremap_src].seq = ++mm->remap_seq;
         mm->nremap_src++;
 }
 
 /* Is [start, end) the old range of an mremap handled already? Then it is
  * taken off the list: true. */
+static void remap_src_forget(MMClient *mm);
+
 static bool remap_src_take(MMClient *mm, uint64_t start, uint64_t end) {
+        /* not a range whose UNMAP was read before the kernel last said
+         * none was under way: this UNMAP is another's */
+        remap_src_forget(mm);
         for (unsigned i = 0; i < mm->nremap_src; i++)
                 if (mm->remap_src[i].start == start && mm->remap_src[i].end == end) {
                         memmove(&mm->remap_src[i], &mm->remap_src[i + 1],
@@ -382,14 +388,46 @@ static bool remap_src_take(MMClient *mm, uint64_t start, uint64_t end) {
         return false;
 }
 
-/* No event under way in the kernel: UFFDIO_WRITEPROTECT refuses with
- * EAGAIN while one is (mmap_changing, mm/userfaultfd.c
- * mwriteprotect_range()), asked of a page nothing maps, which it leaves
- * alone (as uffd_mm_alive()). Every UNMAP an mremap handled was to send
- * has then been read, and handled by us: the ranges left belong to none. */
+/*
+ * The ranges whose UNMAP cannot come any more are forgotten. Once the
+ * kernel had no event under way at some moment (uffd_event_under_way():
+ * UFFDIO_WRITEPROTECT refuses with EAGAIN while one is, mmap_changing),
+ * every UNMAP an mremap handled before then was to send had been read,
+ * and so handled by us (a message is handled under serve_lock before the
+ * next is read): those of its ranges left belong to none.
+ *
+ * That ioctl takes the client's mmap lock for reading
+ * (mwriteprotect_range()), which a client can keep from us for as long as
+ * it likes (a FUSE read of its own with a writer of its own queued behind
+ * it, docs/security.md). A fault thread that waited there would leave
+ * every client it serves waiting with it, so the question is a job of
+ * the manager's (MW_EVENTS_ASK, then MW_JOB_EVENTS), one at a time, and
+ * the answer covers the ranges added before it was asked
+ * (remap_probed); a later drain forgets them. Meanwhile the list only
+ * waits: at its bound the oldest range goes first (remap_src_add()).
+ */
+static void remap_src_forget(MMClient *mm) {
+        uint64_t probed = atomic_load_explicit(&mm->remap_probed, memory_order_relaxed);
+        unsigned k = 0;
+
+        for (unsigned i = 0; i < mm->nremap_src; i++)
+                if (mm->remap_src[i].seq > probed)
+                        mm->remap_src[k++] = mm->remap_src[i];
+        mm->nremap_src = k;
+}
+
 static void remap_src_expire(MMClient *mm) {
-        if (!uffd_event_under_way(mm->uffd))
-                mm->nremap_src = 0;
+        remap_src_forget(mm);
+        if (!mm->nremap_src || atomic_exchange_explicit(&mm->remap_probing, true, memory_order_relaxed))
+                return;
+        Work *w = work_new(MW_EVENTS_ASK, mm);
+        if (!w) {
+                /* out of memory: the next drain asks again */
+                atomic_store_explicit(&mm->remap_probing, false, memory_order_relaxed);
+                return;
+        }
+        w->a = mm->remap_seq;
+        core_post(mm->core, w);
 }
 
 static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t to, uint64_t len) {

@@ -177,6 +177,32 @@ static const CoreOps core_ops = {
 /* A call that waited for a client's mmap lock is back (mmjob.h): the
  * client's next one starts, what it was for goes on, and once none of
  * its user's runs, that user's clients are planned for eviction again. */
+/*
+ * A fault thread asks whether a client's uffd has an event under way
+ * (events.c remap_src_expire()): the ioctl that tells waits for the
+ * client's mmap lock, so it is a job. The answer "none" covers the
+ * ranges the thread had when it asked (w->a).
+ */
+static void events_ask(Manager *m, Work *w) {
+        if (m->exiting) {
+                atomic_store_explicit(&w->mm->remap_probing, false, memory_order_relaxed);
+                work_free(w);
+                return;
+        }
+        w->type = MW_JOB_EVENTS;
+        mmjob_submit(&m->core, w);
+}
+
+static void events_answered(Work *w) {
+        MMClient *mm = w->mm;
+
+        /* the manager is the one writer: no answer goes back */
+        if (w->status == 0 && w->a > atomic_load_explicit(&mm->remap_probed, memory_order_relaxed))
+                atomic_store_explicit(&mm->remap_probed, w->a, memory_order_relaxed);
+        atomic_store_explicit(&mm->remap_probing, false, memory_order_relaxed);
+        work_free(w);
+}
+
 static void job_done(Manager *m, Work *w) {
         MMClient *mm = mmclient_ref(w->mm);
         uid_t uid = mm->uid;
@@ -193,6 +219,8 @@ static void job_done(Manager *m, Work *w) {
                 unregister_all_done(m, w);
         else if (w->type == MW_JOB_ALIVE)
                 orphan_probe_done(m, w);
+        else if (w->type == MW_JOB_EVENTS)
+                events_answered(w);
         else if (w->type == MW_JOB_SCAN) {
                 reclaim_scan_done(&m->reclaim, w);
                 if (w->v)
@@ -222,6 +250,8 @@ static void run_inbox(Manager *m) {
                         reclaim_refill_done(&m->reclaim, w);
                 else if (w->type == MW_RECOMP_DONE)
                         recompress_done(&m->recomp, w);
+                else if (w->type == MW_EVENTS_ASK)
+                        events_ask(m, w);
                 else if (mmjob_is(w->type))
                         job_done(m, w);
                 else
@@ -394,6 +424,7 @@ fail:
 Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
+        m->exiting = true; /* no job starts any more (events_ask()) */
         /* nothing is held at a bound of forked children any more: each
          * client's events are read to the end */
         users_orphans_release(m);

@@ -80,6 +80,7 @@ enum {
         MW_SYNC_DONE,        /* a fault thread caught up with mm's events: run the request */
         MW_REFILL_DONE,      /* a fault thread ended a refill of mm (FW_REFILL); a = pages it brought back */
         MW_RECOMP_DONE,      /* a worker ended a recompression job (data: its RecompJob, recompress.h) */
+        MW_EVENTS_ASK,       /* a fault thread asks whether mm's uffd has an event under way; a = mm->remap_seq then */
 };
 
 #define CORE_ORPHAN_USERS 1024 /* users with forked children not attached at once */

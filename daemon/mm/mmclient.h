@@ -416,11 +416,23 @@ typedef struct MMClient {
          * not come yet: the kernel unmapped them before it sent the
          * REMAP, but sends that UNMAP only once the mremap's thread runs
          * again, maybe after another thread's REMAP into the range
-         * (events.c, remap_src_take()). Under serve_lock */
+         * (events.c, remap_src_take()). Under serve_lock, as is
+         * remap_seq, the number the last one added got */
         struct {
-                uint64_t start, end;
+                uint64_t start, end, seq;
         } remap_src[8];
         unsigned nremap_src;
+        uint64_t remap_seq;
+        /* whether mm's uffd has an event under way is asked off the
+         * fault threads (the ioctl that tells takes the client's mmap
+         * lock: events.c remap_src_expire()): remap_probing is raised by
+         * the fault thread that asks (an exchange: one question at a
+         * time) and lowered by the manager once the answer is in;
+         * remap_probed is the remap_seq the last answer "none under way"
+         * covers, written by the manager, read under serve_lock. Relaxed
+         * both: the value is all that is passed */
+        _Atomic bool remap_probing;
+        _Atomic uint64_t remap_probed;
         /* a thread found serve_lock taken: the holder reads the uffd
          * again. Set by any fault thread (service()), cleared by the one
          * that takes the lock, read after every unlock (serve_unlock(),

@@ -94,8 +94,8 @@ static UserJobs *user_jobs(uid_t uid, bool add) {
 }
 
 bool mmjob_writes(int type) {
-        return type != MW_JOB_ALIVE && type != MW_JOB_PAGEMAP && type != MW_JOB_MOVED && type != MW_JOB_SCAN &&
-               type != MW_JOB_ADOPT;
+        return type != MW_JOB_ALIVE && type != MW_JOB_EVENTS && type != MW_JOB_PAGEMAP && type != MW_JOB_MOVED &&
+               type != MW_JOB_SCAN && type != MW_JOB_ADOPT;
 }
 
 unsigned mmjob_writing(uid_t uid) {
@@ -114,6 +114,8 @@ static const char *job_name(int type) {
                 return "unregistration";
         case MW_JOB_ALIVE:
                 return "liveness probe";
+        case MW_JOB_EVENTS:
+                return "probe for events under way";
         case MW_JOB_PAGEMAP:
         case MW_JOB_MOVED:
         case MW_JOB_SCAN:
@@ -149,6 +151,9 @@ static void job_run(Work *w) {
                 break;
         case MW_JOB_ALIVE:
                 r = uffd_mm_alive(mm->uffd);
+                break;
+        case MW_JOB_EVENTS:
+                r = uffd_event_under_way(mm->uffd);
                 break;
         case MW_JOB_PAGEMAP:
                 r = mmclient_pagemap(mm, w->a, (size_t)((w->b - w->a) >> ZSWAP_PAGE_SHIFT), w->data);

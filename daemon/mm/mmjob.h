@@ -51,6 +51,7 @@ enum {
         MW_JOB_UNREGISTER_ALL,  /* unregister every region mm has */
         MW_JOB_PROVE,           /* mmclient_prove(mm, a, b - a), after mmclient_bind() */
         MW_JOB_ALIVE,           /* does mm's address space exist (its uffd's probe)? status 1 or 0 */
+        MW_JOB_EVENTS,          /* has mm's uffd an event under way (uffd_event_under_way())? status 1 or 0 */
         MW_JOB_PAGEMAP,         /* the pagemap words of [a, b) into data (a pageout's plan; v: its op) */
         MW_JOB_MOVED,           /* which pages a MOVE moved: data is an MMJobCall (evict.c, MovedCheck) */
         MW_JOB_SCAN,            /* a count, and the write scan: data is an MMJobCall (reclaim.c, ScanJob) */

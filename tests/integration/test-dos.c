@@ -115,6 +115,21 @@
  *    manager's. (Should the walk end before the writer waits, the attack
  *    missed, and the test says so.) Once answered, every page the store
  *    names reads as the store says;
+ *  - fuse-lock-remap: a daemon with one fault thread. The process
+ *    adopts a store of ADOPT_PAGES same-filled pages (as fuse-lock-adopt,
+ *    but none under way), moves the region with
+ *    mremap(MREMAP_DONTUNMAP), which sends no UNMAP for the old range,
+ *    and takes its lock, the writer queued, while the fault thread walks
+ *    the moved entries; then a thread of its faults on a moved page (the
+ *    kernel sends that fault under the mapping's own lock, and the fault
+ *    thread reads the uffd again). Whether the kernel has an UNMAP still
+ *    to send is asked with an ioctl that takes that lock for reading: a
+ *    fault thread that asked it waited, and every client's faults with
+ *    it. A root client must page out and read back meanwhile, and the
+ *    daemon's question must wait for the lock, in that ioctl or queued
+ *    behind another job of the attacker's that waits for it (else the
+ *    attack missed, and the test says so). Once the lock is free, every
+ *    page reads as the store says at its new address;
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -141,6 +156,7 @@
  * the new mapping's pages, which then read as zeros). The moved pages
  * are intact at their new address.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1444,11 +1460,12 @@ enum {
         LOCK_CHURN,    /* ATTACHes whose proofs wait, each connection closed at once */
         LOCK_MOVED,    /* the pagemap reads that tell what a MOVE moved, behind a writer of ours */
         LOCK_ADOPT,    /* an ADOPT's reads of its address space, behind a writer of ours */
+        LOCK_REMAP,    /* the fault thread's question whether an event is under way, after an mremap */
         LOCK_CASES,
 };
 static const char *const lock_case[LOCK_CASES] = { "fuse-lock",        "fuse-lock-attach", "fuse-lock-arm",
                                                    "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn",
-                                                   "fuse-lock-moved",  "fuse-lock-adopt" };
+                                                   "fuse-lock-moved",  "fuse-lock-adopt",  "fuse-lock-remap" };
 static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "ATTACH",
                                                    "first PAGEOUT",
@@ -1456,7 +1473,8 @@ static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "PAGEOUT behind a queued mmap()",
                                                    "ATTACHes, closed at once",
                                                    "MOVE_DONE behind a queued mmap()",
-                                                   "ADOPT behind a queued mmap()" };
+                                                   "ADOPT behind a queued mmap()",
+                                                   "mremap with a queued mmap() after it" };
 #define CHURN_MAX_CONNECTIONS 8 /* the attacker's max_connections in fuse-lock-churn */
 #define CHURN_TRIES 40
 
@@ -1806,7 +1824,17 @@ static bool proof_done(uintptr_t lo, uintptr_t hi) {
  * says the read has ended: the ADOPT's answer, and a page in every 256
  * checked. Progress in st.
  */
-static int fuse_lock_adopt(LockShared *st) {
+/*
+ * A store of our own for ADOPT on a new raw connection (returned), of
+ * ADOPT_PAGES entries each `entry`, over a region at *mem registered for
+ * missing faults on a uffd of ours with the given features; the ADOPT
+ * sent (id 9, staging area *staging), its answer not read. With touched,
+ * a page of the region was written and dropped before: its mapping has
+ * its anon_vma, so that a copy into it takes only the mapping's own lock,
+ * not the mmap lock (mm/userfaultfd.c uffd_lock_vma()).
+ */
+static int adopt_forged(uint64_t entry, uint64_t features, bool touched, uint8_t **mem_out,
+                        uint8_t **staging_out) {
         const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE, len = (size_t)ADOPT_PAGES * ZSWAP_PAGE_SIZE;
         const size_t zone = (size_t)STORE_LEAF_ENTRIES * ZSWAP_PAGE_SIZE;
         uint8_t *staging = test_map(lane), *map = NULL;
@@ -1817,11 +1845,15 @@ static int fuse_lock_adopt(LockShared *st) {
                             -1, 0);
         ASSERT_TRUE(raw != MAP_FAILED);
         uint8_t *mem = (uint8_t *)ALIGN_TO((uintptr_t)raw, zone);
+        if (touched) {
+                mem[0] = 1;
+                ASSERT_OK(madvise(mem, ZSWAP_PAGE_SIZE, MADV_DONTNEED));
+        }
         int s = raw_hello(&devfd);
         int uffd = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
         ASSERT_TRUE(uffd >= 0);
         close(devfd);
-        ASSERT_OK(ioctl(uffd, UFFDIO_API, &(struct uffdio_api){ .api = UFFD_API }));
+        ASSERT_OK(ioctl(uffd, UFFDIO_API, &(struct uffdio_api){ .api = UFFD_API, .features = features }));
         struct uffdio_register rg = { .range = { .start = (uintptr_t)mem, .len = len },
                                       .mode = UFFDIO_REGISTER_MODE_MISSING };
         ASSERT_OK(ioctl(uffd, UFFDIO_REGISTER, &rg));
@@ -1834,12 +1866,9 @@ static int fuse_lock_adopt(LockShared *st) {
         for (uint32_t l = 0; l < leaves; l++) {
                 atomic_store(&store_dir(map)[l], ((uintptr_t)mem + l * zone) | STORE_DIR_USED);
                 for (uint32_t j = 0; j < STORE_LEAF_ENTRIES; j++)
-                        atomic_store(&store_leaf(map, l)[j], pe_make_loading(pe_make_same(ADOPT_FILL)));
+                        atomic_store(&store_leaf(map, l)[j], entry);
         }
         atomic_store(&store_super(map)->leaves, leaves);
-        atomic_store(&st->step, STEP_MAPPER);
-        mapper_start();
-        void *p = fuse_page();
 
         ZMsgAttach a;
         memset(&a, 0, sizeof(a));
@@ -1849,6 +1878,37 @@ static int fuse_lock_adopt(LockShared *st) {
         struct timeval tv = { .tv_sec = 0 };
         ASSERT_OK(setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
         ASSERT_OK(zmsg_send(s, &a, sizeof(a), (int[]){ uffd, sfd }, 2));
+        close(uffd);
+        close(sfd);
+        *mem_out = mem;
+        *staging_out = staging;
+        return s;
+}
+
+/* Pages of [mem, mem + ADOPT_PAGES pages) that do not read as ADOPT_FILL,
+ * one in every 256 looked at. */
+static int adopt_fill_bad(const uint8_t *mem) {
+        int bad = 0;
+
+        for (size_t i = 0; i < ADOPT_PAGES; i += 256) {
+                const uint32_t *w = (const uint32_t *)(mem + i * ZSWAP_PAGE_SIZE);
+                for (size_t k = 0; k < ZSWAP_PAGE_SIZE / sizeof(*w); k++)
+                        if (w[k] != ADOPT_FILL) {
+                                bad++;
+                                break;
+                        }
+        }
+        return bad;
+}
+
+static int fuse_lock_adopt(LockShared *st) {
+        const size_t lane = (size_t)ZSWAP_BATCH_MAX * ZSWAP_PAGE_SIZE;
+        uint8_t *mem, *staging;
+
+        atomic_store(&st->step, STEP_MAPPER);
+        mapper_start();
+        void *p = fuse_page();
+        int s = adopt_forged(pe_make_loading(pe_make_same(ADOPT_FILL)), 0, false, &mem, &staging);
         atomic_store(&st->step, STEP_PROOF);
         while (!proof_done((uintptr_t)staging, (uintptr_t)staging + lane))
                 usleep(1000);
@@ -1865,16 +1925,79 @@ static int fuse_lock_adopt(LockShared *st) {
         atomic_store(&st->stage, 2);
         while (!atomic_load(&st->released))
                 usleep(10000);
-        int bad = 0;
-        for (size_t i = 0; st->status == 0 && i < ADOPT_PAGES; i += 256) {
-                const uint32_t *w = (const uint32_t *)(mem + i * ZSWAP_PAGE_SIZE);
-                for (size_t k = 0; k < ZSWAP_PAGE_SIZE / sizeof(*w); k++)
-                        if (w[k] != ADOPT_FILL) {
-                                bad++;
-                                break;
-                        }
+        st->bad = st->status == 0 ? adopt_fill_bad(mem) : 0;
+        atomic_store(&st->stage, 3);
+        pause();
+        return 0;
+}
+
+/* fuse-lock-remap: once given a page, a thread of the attacker reads it
+ * (a fault, once the page is moved); what it read in toucher_read. */
+static _Atomic(volatile uint32_t *) toucher_page;
+static _Atomic uint32_t toucher_read;
+
+static void *toucher(void *arg) {
+        volatile uint32_t *w;
+
+        (void)arg;
+        while (!(w = atomic_load(&toucher_page)))
+                usleep(1000);
+        atomic_store(&toucher_read, *w);
+        return NULL;
+}
+
+/*
+ * As U_STALLER, on a daemon with one fault thread: a store of ours of
+ * ADOPT_PAGES same-filled pages adopted, the region moved with
+ * mremap(MREMAP_DONTUNMAP) (no UNMAP of the old range follows), and at
+ * once our lock held and the mapper's mmap() queued, while the fault
+ * thread walks the moved entries. When the test says the read has
+ * ended: a page in every 256 at the new address checked. Progress in st.
+ */
+static int fuse_lock_remap(LockShared *st) {
+        const size_t len = (size_t)ADOPT_PAGES * ZSWAP_PAGE_SIZE;
+        uint8_t *mem, *staging;
+
+        atomic_store(&st->step, STEP_MAPPER);
+        mapper_start();
+        pthread_t th;
+        ASSERT_OK(-pthread_create(&th, NULL, toucher, NULL));
+        void *p = fuse_page();
+        int s = adopt_forged(pe_make_same(ADOPT_FILL),
+                             UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
+                                     UFFD_FEATURE_MOVE | UFFD_FEATURE_THREAD_ID,
+                             true, &mem, &staging);
+        st->status = raw_reply(s, 9, NULL, NULL);
+        ASSERT_EQ(st->status, 0);
+        st->value = raw_value;
+        atomic_store(&st->step, STEP_READ);
+        /* the new address named (NULL: any), or glibc passes the kernel
+         * whatever its register held, a hint it may refuse */
+        uint8_t *moved = mremap(mem, len, len, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
+        if (moved == MAP_FAILED) {
+                char fl[256] = "";
+                int e = errno;
+                vma_flags(mem, fl, sizeof(fl));
+                test_fail("mremap(MREMAP_DONTUNMAP) of the adopted region at %p: %s; its mapping's flags: %s", mem,
+                          strerror(e), fl);
         }
-        st->bad = bad;
+        lock_hold(p);
+        atomic_store(&st->step, STEP_QUEUE);
+        lock_queue();
+        /* and a fault of ours, which the kernel sends under the
+         * mapping's own lock, not the mmap lock: the fault thread reads
+         * our uffd again and asks again whether the kernel has an UNMAP
+         * to send, should the walk have ended before our writer waited.
+         * (Once served, the fault is retried under the mmap lock: the
+         * toucher waits there until the lock is free.) */
+        atomic_store(&toucher_page, (volatile uint32_t *)(moved + 7 * ZSWAP_PAGE_SIZE));
+        atomic_store(&st->stage, 1);
+        atomic_store(&st->stage, 2);
+        while (!atomic_load(&st->released))
+                usleep(10000);
+        ASSERT_OK(-pthread_join(th, NULL));
+        ASSERT_EQ(atomic_load(&toucher_read), ADOPT_FILL);
+        st->bad = adopt_fill_bad(moved);
         atomic_store(&st->stage, 3);
         pause();
         return 0;
@@ -1886,6 +2009,53 @@ static unsigned daemon_threads(void) {
         snprintf(path, sizeof(path), "/proc/%d/status", (int)d.pid);
         ASSERT_TRUE(td_status_field(path, "Threads", v, sizeof(v)));
         return (unsigned)strtoul(v, NULL, 10);
+}
+
+/* Whether a thread of the daemon waits in the kernel function fn (its
+ * kernel stack, /proc/PID/task/TID/stack, names it). */
+static bool daemon_waits_in(const char *fn) {
+        char path[96], line[256];
+        bool found = false;
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)d.pid);
+        DIR *dir = opendir(path);
+
+        ASSERT_TRUE(dir != NULL);
+        for (struct dirent *e; !found && (e = readdir(dir));) {
+                if (e->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stack", (int)d.pid, e->d_name);
+                FILE *f = fopen(path, "re");
+                while (f && !found && fgets(line, sizeof(line), f))
+                        found = strstr(line, fn) != NULL;
+                if (f)
+                        fclose(f);
+        }
+        closedir(dir);
+        return found;
+}
+
+/* As root, with libzswap: 1 MiB paged out and read back intact within
+ * 30 s (faults served), or not. */
+static bool faults_served(void) {
+        pid_t pid = fork();
+        int st;
+
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+                size_t len = 1 << 20;
+                uint64_t hashes[256];
+                struct zswap_client *c;
+
+                alarm(30);
+                if (zswap_connect(d.sock, &c) < 0)
+                        _exit(1);
+                uint8_t *buf = td_region(c, len, 5, hashes);
+                if (td_pageout_want(c, buf, len, 1) <= 0)
+                        _exit(2);
+                _exit(verify_pages(buf, len, hashes) == 0 ? 0 : 3);
+        }
+        ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 /* Until the attacker is at stage (true) or seconds have passed (false);
@@ -1920,7 +2090,9 @@ static void case_fuse_lock(int kind) {
         fuse_start();
         pid_t att = td_fork_as(U_STALLER, 0);
         if (att == 0)
-                _exit(kind == LOCK_ADOPT ? fuse_lock_adopt(st) : fuse_lock_attack(kind, st));
+                _exit(kind == LOCK_ADOPT   ? fuse_lock_adopt(st)
+                      : kind == LOCK_REMAP ? fuse_lock_remap(st)
+                                           : fuse_lock_attack(kind, st));
         if (!lock_wait(att, st, 1, 60)) {
                 td_dump_stacks(att, "the attacker");
                 test_fail("the attacker was still %s in 60 s", lock_step[atomic_load(&st->step)]);
@@ -1937,8 +2109,31 @@ static void case_fuse_lock(int kind) {
                 ASSERT_TRUE(threads <= threads0 + CHURN_MAX_CONNECTIONS);
                 ASSERT_TRUE(td_log_has(&d, "its user's max_connections"));
         }
+        bool landed = true, faulted = true;
+        if (kind == LOCK_REMAP) {
+                /* the question waits for the lock (the attack landed):
+                 * in UFFDIO_WRITEPROTECT, or queued behind another job
+                 * of the attacker's that waits for it (the tick's count
+                 * of its pages, logged after a second), on a thread
+                 * that is no fault thread: root's faults are served
+                 * meanwhile */
+                char queued[64];
+                snprintf(queued, sizeof(queued), "pid %d (uid %d): its read of its page tables waits", (int)att,
+                         U_STALLER);
+                landed = false;
+                for (int i = 0; i < 1000 && !landed; i++) {
+                        landed = daemon_waits_in("mwriteprotect_range") || td_log_has(&d, queued);
+                        usleep(10000);
+                }
+                faulted = faults_served();
+                fprintf(stderr, "the daemon's question %s; root's faults %s\n",
+                        daemon_waits_in("mwriteprotect_range") ? "waits for the attacker's lock in UFFDIO_WRITEPROTECT"
+                        : landed ? "waits behind a read of the attacker's page tables, which waits for its lock"
+                                 : "never waited for the attacker's lock",
+                        faulted ? "served" : "not served in 30 s");
+        }
         usleep(500 * 1000);
-        bool served = user_served(0);
+        bool served = user_served(0) && faulted;
         fprintf(stderr, "with the attacker's mmap lock held by FUSE and its %s made: root %s\n", lock_what[kind],
                 served ? "served" : "not served in 30 s");
         if (!served) {
@@ -1952,7 +2147,7 @@ static void case_fuse_lock(int kind) {
         if (done)
                 fprintf(stderr, "once the read ended: %s done (%d, value %lld); %d of %d pages differ\n",
                         lock_what[kind], st->status, (long long)st->value, st->bad,
-                        kind == LOCK_ADOPT ? (int)(ADOPT_PAGES / 256) : STALL_PAGES);
+                        kind == LOCK_ADOPT || kind == LOCK_REMAP ? (int)(ADOPT_PAGES / 256) : STALL_PAGES);
         else
                 fprintf(stderr, "%d s after the read ended, the attacker's %s: still %s\n", TEST_WAIT_S,
                         lock_what[kind], lock_stage[atomic_load(&st->stage)]);
@@ -1961,15 +2156,18 @@ static void case_fuse_lock(int kind) {
         if (st->missed)
                 test_fail("the adoption's walk ended before the attacker's writer waited: the attack missed "
                           "(ADOPT_PAGES too few for this machine)");
+        if (!landed)
+                test_fail("no thread of the daemon waited for the attacker's lock: the attack missed (the walk of "
+                          "the moved entries ended before its writer waited: ADOPT_PAGES too few for this machine)");
         if (!served)
-                test_fail("the manager waited for a client's mmap lock");
+                test_fail("%s waited for a client's mmap lock", kind == LOCK_REMAP ? "a fault thread" : "the manager");
         if (!done)
                 test_fail("the attacker's %s was not done once its lock was free", lock_what[kind]);
         ASSERT_EQ(st->status, 0);
         ASSERT_EQ(st->bad, 0);
         if (kind == LOCK_ARM || kind == LOCK_QUEUED || kind == LOCK_MOVED)
                 ASSERT_TRUE(st->value > 0);
-        if (kind == LOCK_ADOPT)
+        if (kind == LOCK_ADOPT || kind == LOCK_REMAP)
                 ASSERT_EQ(st->value, (int64_t)ADOPT_PAGES);
 }
 
@@ -1979,7 +2177,7 @@ int main(int argc, char **argv) {
         if (argc != 2)
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
                           "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
-                          "|fuse-lock-moved|fuse-lock-adopt");
+                          "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
@@ -2001,7 +2199,9 @@ int main(int argc, char **argv) {
         }
         const char *extra = getenv("TEST_DAEMON_ARGS");
         snprintf(args, sizeof(args), "%s%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf,
-                 strcmp(argv[1], "fuse") == 0 ? " --read-bound-ms 600000" : "");
+                 strcmp(argv[1], "fuse") == 0    ? " --read-bound-ms 600000"
+                 : lock == LOCK_REMAP ? " --fault-threads 1" /* one stuck, all wait */
+                                      : "");
         td_start_logged(&d, args);
         if (strcmp(argv[1], "linger") == 0)
                 case_linger();
