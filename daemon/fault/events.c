@@ -370,10 +370,10 @@ static void remap_src_add(MMClient *mm, uint64_t start, uint64_t end) {
         mm->nremap_src++;
 }
 
-/* Is [start, end) the old range of an mremap handled already? Then it is
- * taken off the list: true. */
 static void remap_src_forget(MMClient *mm);
 
+/* Is [start, end) the old range of an mremap handled already? Then it is
+ * taken off the list: true. */
 static bool remap_src_take(MMClient *mm, uint64_t start, uint64_t end) {
         /* not a range whose UNMAP was read before the kernel last said
          * none was under way: this UNMAP is another's */

@@ -174,9 +174,6 @@ static const CoreOps core_ops = {
 
 /* ---- the loop ---- */
 
-/* A call that waited for a client's mmap lock is back (mmjob.h): the
- * client's next one starts, what it was for goes on, and once none of
- * its user's runs, that user's clients are planned for eviction again. */
 /*
  * A fault thread asks whether a client's uffd has an event under way
  * (events.c remap_src_expire()): the ioctl that tells waits for the
@@ -196,13 +193,16 @@ static void events_ask(Manager *m, Work *w) {
 static void events_answered(Work *w) {
         MMClient *mm = w->mm;
 
-        /* the manager is the one writer: no answer goes back */
+        /* the manager alone writes remap_probed, and only raises it */
         if (w->status == 0 && w->a > atomic_load_explicit(&mm->remap_probed, memory_order_relaxed))
                 atomic_store_explicit(&mm->remap_probed, w->a, memory_order_relaxed);
         atomic_store_explicit(&mm->remap_probing, false, memory_order_relaxed);
         work_free(w);
 }
 
+/* A call that waited for a client's mmap lock is back (mmjob.h): the
+ * client's next one starts, what it was for goes on, and once none of
+ * its user's runs, that user's clients are planned for eviction again. */
 static void job_done(Manager *m, Work *w) {
         MMClient *mm = mmclient_ref(w->mm);
         uid_t uid = mm->uid;
