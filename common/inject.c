@@ -42,6 +42,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_LOCK_BUSY] = { "lock_busy", EBUSY },
         [INJ_DECODE] = { "decode", EBADMSG },
         [INJ_RETRY_NOMEM] = { "retry_nomem", ENOMEM },
+        [INJ_SLOT_READ] = { "slot_read", EBUSY },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

@@ -39,6 +39,7 @@ typedef enum InjectSite {
         INJ_LOCK_BUSY,      /* a client's serve_lock found taken where the work is put off (mmclient_serve_trylock()) */
         INJ_DECODE,         /* a fault's decompression of a pool object: -EBADMSG, as if it were corrupt */
         INJ_RETRY_NOMEM,    /* a fault thread finds no retry at hand: neither memory nor its reserve (uffd-ops.c) */
+        INJ_SLOT_READ,      /* a staging slot's read is not queued (serve.c slot_read_submit()): read and wait */
         _INJ_MAX,
 } InjectSite;
 

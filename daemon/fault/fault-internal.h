@@ -215,6 +215,7 @@ typedef struct RangeCtx {
         uint64_t kill_at; /* remap: the fault injection's kill at the first entry from here (kill_event) */
         int errors;
         int inflight;    /* fork: pages caught in an eviction (MOVING, STAGED) */
+        int kept;        /* fork: of those, pages the child could not take now, kept in its pool (fork_keep()) */
         int install_err; /* fork: the first error installing a page in the child */
         int resident;    /* fork: pages installed in the child for want of quota or pool room */
         int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */

@@ -70,6 +70,42 @@ static bool fork_copy_async(RangeCtx *c, uint64_t addr, uint32_t slot, Lane *lan
         return true;
 }
 
+/*
+ * The child could not take page, read from a slot, now: its uffd has an
+ * event under way (EAGAIN) or the kernel had no page or no charge in its
+ * memory cgroup for it (ENOMEM). Dropped, the page would read as zeros in
+ * the child. So the child keeps it in its pool, raw, and it is installed
+ * at the child's fault like any page held. Paid from the parent's share
+ * of its user's max_pool where that has room, else kept past it under
+ * the allocator's cap, as fork_cb()'s copies are. 0, or -errno: the page
+ * is lost.
+ */
+static int fork_keep(RangeCtx *c, uint64_t addr, const void *page) {
+        _Atomic uint64_t *ne = pindex_entry(c->child->index, addr, true);
+        PoolHandle h;
+
+        if (!ne)
+                return -ENOMEM;
+        if (atomic_load_explicit(ne, memory_order_relaxed) != 0)
+                return -EEXIST; /* not ours to replace; nobody else knows the child yet */
+        bool paid = mmclient_quota_take(c->mm, ZSWAP_PAGE_SIZE);
+        int r = pool_alloc(c->child->pool, ZSWAP_PAGE_SIZE, &h);
+        if (r < 0) {
+                if (paid)
+                        mmclient_quota_give(c->mm, ZSWAP_PAGE_SIZE);
+                return r;
+        }
+        c->over += !paid;
+        memcpy(pool_map(c->child->pool, h), page, ZSWAP_PAGE_SIZE);
+        uint64_t nv = pe_make_stored(h, ZSWAP_PAGE_SIZE);
+        mmclient_count_stored(c->child, nv, 1);
+        /* relaxed: a counter the manager sums (users.c) */
+        atomic_fetch_add_explicit(&c->mm->fork_bytes, ZSWAP_PAGE_SIZE, memory_order_relaxed);
+        atomic_store_explicit(ne, nv, memory_order_release);
+        c->kept++;
+        return 0;
+}
+
 static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64_t v) {
         MMClient *mm = c->mm;
         uint32_t slot = pe_slot(v);
@@ -93,8 +129,11 @@ static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64
                 return 0; /* the retry holds the pin */
         r = mmclient_read(mm, mmclient_slot_addr(mm, slot), c->ft->page, ZSWAP_PAGE_SIZE);
         atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
-        if (r == 0)
+        if (r == 0) {
                 r = uffd_copy(c->child->uffd, addr, c->ft->page, UFFDIO_COPY_MODE_DONTWAKE);
+                if (r == -EAGAIN || r == -ENOMEM)
+                        r = fork_keep(c, addr, c->ft->page);
+        }
         if (r == -EEXIST)
                 r = 0; /* the child has its own */
         c->inflight++;
@@ -360,6 +399,9 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
         if (c.inflight)
                 log_info("pid %d: %d pages in flight at a fork the library did not announce: "
                          "installed in the child from their staging slots", (int)mmclient_pid(mm), c.inflight);
+        if (c.kept)
+                log_info("pid %d: %d pages in flight at a fork could not be installed in the child now: kept in "
+                         "its pool", (int)mmclient_pid(mm), c.kept);
         if (c.errors)
                 log_error("pid %d: %d pages could not be copied to a forked child (%d were in flight; "
                           "installing: %s)", (int)mmclient_pid(mm), c.errors, c.inflight,

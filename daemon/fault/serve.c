@@ -324,7 +324,7 @@ static Retry *retry_reading_new(FaultThread *ft, MMClient *mm, uint64_t addr, ui
  * reference to it for the pin), READING; NULL: not now. */
 Retry *slot_read_submit(FaultThread *ft, MMClient *mm, MMClient *src, uint64_t addr, uint64_t loading,
                         uint32_t slot, Lane *lane, bool refault) {
-        if (!ft->reads || !memread_queue_has_room(ft->reads) || mmclient_mem_fd(src) < 0)
+        if (!ft->reads || !memread_queue_has_room(ft->reads) || mmclient_mem_fd(src) < 0 || INJECT(INJ_SLOT_READ))
                 return NULL;
         Retry *r = retry_reading_new(ft, mm, addr, loading, refault);
         if (!r)
