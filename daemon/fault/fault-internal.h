@@ -197,6 +197,19 @@ struct FaultThread {
         bool refill_more;  /* a refill slice got through and more is to come: look for faults, then go on */
         /* this thread's buffers, this thread only (zero: zeroed by
          * fault_thread_new()'s calloc, never written) */
+        /* the call into a client this thread is in (call_begin(): a
+         * UFFDIO_COPY, ZEROPAGE or POISON, or the check for an event under
+         * way), by the client's uffd, -1: none; and how many such calls
+         * it has ended. Written by this thread, read by the manager's tick
+         * (fault_thread_held()): relaxed, values looked at a tick apart */
+        _Atomic int call_uffd;
+        _Atomic uint64_t calls;
+        uint64_t ncalls;       /* this thread only: what calls says */
+        /* the manager's only (fault_thread_held()): what its last tick
+         * saw, for how many ticks, and whether it said so */
+        int seen_uffd;
+        uint64_t seen_calls;
+        unsigned seen_ticks;
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];
@@ -283,3 +296,22 @@ void run_restores(FaultThread *ft);
 /* ---- thread.c: the thread ---- */
 void fault_thread_own(FaultThread *ft, MMClient *mm);
 void fault_thread_disown(FaultThread *ft, MMClient *mm);
+
+/* The fault thread this thread is (fault_thread_main() sets it), NULL on
+ * any other thread: the calls below say where it is in a call into a
+ * client, which the client's mmap lock can hold (docs/security.md). */
+extern __thread FaultThread *fault_self;
+
+static inline void call_begin(int uffd) {
+        FaultThread *ft = fault_self;
+        if (ft)
+                atomic_store_explicit(&ft->call_uffd, uffd, memory_order_relaxed);
+}
+
+static inline void call_end(void) {
+        FaultThread *ft = fault_self;
+        if (ft) {
+                atomic_store_explicit(&ft->call_uffd, -1, memory_order_relaxed);
+                atomic_store_explicit(&ft->calls, ++ft->ncalls, memory_order_relaxed);
+        }
+}

@@ -36,6 +36,12 @@ int fault_post_mm(FaultThread *ft, int type, MMClient *mm);
 /* Free the retries still held on mm (its last reference is going). */
 void fault_mm_free_retries(MMClient *mm);
 
+/* Manager thread, each tick: the uffd of the client whose call (a copy
+ * into it, or another call that can wait for its mmap lock) has held
+ * fault thread ft since two ticks ago, once per such call; else -1.
+ * *idx: the thread's number. */
+int fault_thread_held(FaultThread *ft, unsigned *idx);
+
 /* Add the thread's fault latency histogram into s (any thread). */
 void fault_thread_latency(const FaultThread *ft, LatencySnapshot *s);
 

@@ -26,6 +26,15 @@ typedef struct RaPage {
  * And only while the client's copies take less than clean_max % of its
  * registered memory: a copy saves a compression when the page goes out
  * again, but until then it costs memory, which is what the daemon is for. */
+
+/* uffd_event_under_way(), a call that takes the client's mmap lock for
+ * reading (call_begin()) */
+static bool event_under_way(MMClient *mm) {
+        call_begin(mm->uffd);
+        bool r = uffd_event_under_way(mm->uffd);
+        call_end();
+        return r;
+}
 static bool keeps_clean(MMClient *mm) {
         /* relaxed: tunables (core.h) and counters: a policy, read as it
          * is at this moment, orders nothing */
@@ -91,7 +100,7 @@ void install(FaultThread *ft, MMClient *mm, uint64_t addr, _Atomic uint64_t *e, 
          * program's next touch; kept, it is tried again every millisecond
          * (run_due_retries()), as the kernel retries its own fault.
          */
-        if (r == -EAGAIN || r == -ENOMEM || (r == -ENOENT && uffd_event_under_way(mm->uffd))) {
+        if (r == -EAGAIN || r == -ENOMEM || (r == -ENOENT && event_under_way(mm))) {
                 retry_add(ft, mm, addr, loading, page, keep, refault);
                 return;
         }

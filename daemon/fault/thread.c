@@ -202,6 +202,7 @@ static void *fault_thread_main(void *arg) {
         struct epoll_event evs[16];
         uint64_t spin_until = 0, spin_ns = ft->core->cfg.fault_spin_us * 1000ull;
 
+        fault_self = ft;
         pin_to_cpu(ft);
         memread_thread_init();
         if (ft->core->cfg.fault_rt_prio > 0) {
@@ -283,6 +284,8 @@ int fault_thread_new(Core *core, unsigned idx, FaultThread **ret) {
                 return -ENOMEM;
         ft->core = core;
         ft->idx = idx;
+        atomic_store_explicit(&ft->call_uffd, -1, memory_order_relaxed);
+        ft->seen_uffd = -1;
         ft->pump_fd = -1;
         ft->epfd = epoll_create1(EPOLL_CLOEXEC);
         if (ft->epfd < 0 || inbox_init(&ft->inbox) < 0) {
@@ -413,4 +416,19 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         safe_close(ft->inbox.efd);
         free(ft);
         return NULL;
+}
+
+int fault_thread_held(FaultThread *ft, unsigned *idx) {
+        int uffd = atomic_load_explicit(&ft->call_uffd, memory_order_relaxed);
+        uint64_t calls = atomic_load_explicit(&ft->calls, memory_order_relaxed);
+
+        *idx = ft->idx;
+        if (uffd < 0 || uffd != ft->seen_uffd || calls != ft->seen_calls) {
+                ft->seen_uffd = uffd;
+                ft->seen_calls = calls;
+                ft->seen_ticks = 0;
+                return -1;
+        }
+        /* the same call as at the last tick: said once, at the second */
+        return ++ft->seen_ticks == 2 ? uffd : -1;
 }

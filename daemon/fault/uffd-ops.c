@@ -17,14 +17,21 @@
 
 /* ---- uffd ioctls ---- */
 
+__thread FaultThread *fault_self;
+
+/* Each fill below can wait for the client's mmap lock: the kernel locks
+ * only the mapping when it can, but takes the mmap lock where the address
+ * has no mapping or the mapping no anon_vma yet (mm/userfaultfd.c
+ * uffd_lock_vma()). Hence call_begin() and call_end(). */
 int uffd_copy(int uffd, uint64_t addr, const void *page, uint64_t mode) {
         struct uffdio_copy c = { .dst = addr, .src = (uintptr_t)page, .len = ZSWAP_PAGE_SIZE, .mode = mode };
         int inj = INJECT(INJ_UFFD_COPY);
         if (inj)
                 return -inj; /* instead of the call: the kernel's state stays as that error leaves it */
-        if (ioctl(uffd, UFFDIO_COPY, &c) == 0)
-                return 0;
-        return c.copy < 0 ? (int)c.copy : negative_errno();
+        call_begin(uffd);
+        int r = ioctl(uffd, UFFDIO_COPY, &c) == 0 ? 0 : c.copy < 0 ? (int)c.copy : negative_errno();
+        call_end();
+        return r;
 }
 
 int uffd_zeropage(int uffd, uint64_t addr) {
@@ -32,9 +39,10 @@ int uffd_zeropage(int uffd, uint64_t addr) {
         int inj = INJECT(INJ_UFFD_ZEROPAGE);
         if (inj)
                 return -inj;
-        if (ioctl(uffd, UFFDIO_ZEROPAGE, &z) == 0)
-                return 0;
-        return z.zeropage < 0 ? (int)z.zeropage : negative_errno();
+        call_begin(uffd);
+        int r = ioctl(uffd, UFFDIO_ZEROPAGE, &z) == 0 ? 0 : z.zeropage < 0 ? (int)z.zeropage : negative_errno();
+        call_end();
+        return r;
 }
 
 void uffd_wake(int uffd, uint64_t addr) {
@@ -50,7 +58,10 @@ void uffd_wake(int uffd, uint64_t addr) {
 void uffd_poison(MMClient *mm, uint64_t addr) {
         struct uffdio_poison p = { .range = { .start = addr, .len = ZSWAP_PAGE_SIZE } };
 
-        if (ioctl(mm->uffd, UFFDIO_POISON, &p) == 0)
+        call_begin(mm->uffd);
+        int r = ioctl(mm->uffd, UFFDIO_POISON, &p);
+        call_end();
+        if (r == 0)
                 return;
         if (errno == EEXIST) {
                 /* present after all (installed by fault-around): the

@@ -260,6 +260,30 @@ static void run_inbox(Manager *m) {
         }
 }
 
+/*
+ * Each second: a fault thread that has been in one call into a client
+ * since the last look (a copy into it whose mmap lock the client holds,
+ * docs/security.md) is said, once per call, with the client. Its faults
+ * go on on the other threads; what was handed to it waits.
+ */
+static void fault_threads_held(Manager *m) {
+        for (unsigned i = 0; i < m->core.nfts; i++) {
+                unsigned idx;
+                int uffd = fault_thread_held(m->core.fts[i], &idx);
+                if (uffd < 0)
+                        continue;
+                MMClient *mm = m->mms;
+                while (mm && mm->uffd != uffd)
+                        mm = mm->next;
+                for (mm = mm ? mm : manager_orphans(m); mm && mm->uffd != uffd;)
+                        mm = mm->next;
+                log_warn("fault thread %u has waited more than a second in a call into pid %d (uid %d) (its mmap "
+                         "lock held: a FUSE server of its own that does not answer?): the other threads serve "
+                         "faults, but what was handed to this one waits",
+                         idx, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1);
+        }
+}
+
 static void tick(Manager *m) {
         uint64_t expirations;
         static unsigned n;
@@ -299,6 +323,7 @@ static void tick(Manager *m) {
                 m->listen_paused = false;
         report_tick(m);
         if (++n % (1000 / TICK_MS) == 0) {
+                fault_threads_held(m);
                 tick_orphans(m);
                 manager_pool_reclaim(m);
                 manager_pool_compact(m);
