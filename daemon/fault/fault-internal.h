@@ -205,8 +205,8 @@ struct FaultThread {
         _Atomic int call_uffd;
         _Atomic uint64_t calls;
         uint64_t ncalls;       /* this thread only: what calls says */
-        /* the manager's only (fault_thread_held()): what its last tick
-         * saw, for how many ticks, and whether it said so */
+        /* the manager's only (fault_thread_held()): what its last look
+         * saw, and for how many looks in a row */
         int seen_uffd;
         uint64_t seen_calls;
         unsigned seen_ticks;
