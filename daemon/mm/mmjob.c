@@ -324,9 +324,10 @@ bool mmjob_registering(const MMClient *mm, uint64_t start, uint64_t end, uint64_
 }
 
 void mmjob_tick(void) {
-        uint64_t now = now_ns();
-
         pthread_mutex_lock(&P.lock);
+        /* read under the lock: a job that started after a read made
+         * before it would seem to have run for 2^64 ns */
+        uint64_t now = now_ns();
         for (unsigned i = 0; i < MMJOB_THREADS_MAX; i++) {
                 Slot *s = &P.slots[i];
                 if (!s->used || !s->cur || s->logged || now - s->since_ns < MMJOB_LATE_MS * 1000000ull)
