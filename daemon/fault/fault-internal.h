@@ -195,8 +195,6 @@ struct FaultThread {
         uint64_t fault_t0;
         uint64_t stash_t0; /* when fault-around read the page fault it left in mm->stash; this thread only */
         bool refill_more;  /* a refill slice got through and more is to come: look for faults, then go on */
-        /* this thread's buffers, this thread only (zero: zeroed by
-         * fault_thread_new()'s calloc, never written) */
         /* the call into a client this thread is in (call_begin(): a
          * UFFDIO_COPY, ZEROPAGE or POISON, or the check for an event under
          * way), by the client's uffd, -1: none; and how many such calls
@@ -210,6 +208,8 @@ struct FaultThread {
         int seen_uffd;
         uint64_t seen_calls;
         unsigned seen_ticks;
+        /* this thread's buffers, this thread only (zero: zeroed by
+         * fault_thread_new()'s calloc, never written) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t zero[ZSWAP_PAGE_SIZE];
         _Alignas(64) uint8_t ra_buf[RA_CHUNK][ZSWAP_PAGE_SIZE];

@@ -38,9 +38,8 @@ void fault_mm_free_retries(MMClient *mm);
 
 /* Manager thread, each tick: the uffd of the client whose call (a copy
  * into it, or another call that can wait for its mmap lock) has held
- * fault thread ft since two ticks ago, once per such call; else -1.
- * *idx: the thread's number. */
-int fault_thread_held(FaultThread *ft, unsigned *idx);
+ * fault thread ft since two ticks ago, once per such call; else -1. */
+int fault_thread_held(FaultThread *ft);
 
 /* Add the thread's fault latency histogram into s (any thread). */
 void fault_thread_latency(const FaultThread *ft, LatencySnapshot *s);

@@ -21,12 +21,6 @@ typedef struct RaPage {
         uint64_t v, loading;
 } RaPage;
 
-/* Does a page restored for a read keep its compressed copy? Only where
- * writes are tracked (WP_ASYNC): the copy is dropped once one is seen.
- * And only while the client's copies take less than clean_max % of its
- * registered memory: a copy saves a compression when the page goes out
- * again, but until then it costs memory, which is what the daemon is for. */
-
 /* uffd_event_under_way(), a call that takes the client's mmap lock for
  * reading (call_begin()) */
 static bool event_under_way(MMClient *mm) {
@@ -35,6 +29,12 @@ static bool event_under_way(MMClient *mm) {
         call_end();
         return r;
 }
+
+/* Does a page restored for a read keep its compressed copy? Only where
+ * writes are tracked (WP_ASYNC): the copy is dropped once one is seen.
+ * And only while the client's copies take less than clean_max % of its
+ * registered memory: a copy saves a compression when the page goes out
+ * again, but until then it costs memory, which is what the daemon is for. */
 static bool keeps_clean(MMClient *mm) {
         /* relaxed: tunables (core.h) and counters: a policy, read as it
          * is at this moment, orders nothing */

@@ -418,11 +418,10 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         return NULL;
 }
 
-int fault_thread_held(FaultThread *ft, unsigned *idx) {
+int fault_thread_held(FaultThread *ft) {
         int uffd = atomic_load_explicit(&ft->call_uffd, memory_order_relaxed);
         uint64_t calls = atomic_load_explicit(&ft->calls, memory_order_relaxed);
 
-        *idx = ft->idx;
         if (uffd < 0 || uffd != ft->seen_uffd || calls != ft->seen_calls) {
                 ft->seen_uffd = uffd;
                 ft->seen_calls = calls;

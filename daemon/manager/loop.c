@@ -266,21 +266,28 @@ static void run_inbox(Manager *m) {
  * docs/security.md) is said, once per call, with the client. Its faults
  * go on on the other threads; what was handed to it waits.
  */
+/* The attached client or fork child not attached yet whose uffd is
+ * uffd, or NULL. */
+static MMClient *client_of_uffd(Manager *m, int uffd) {
+        MMClient *lists[] = { m->mms, manager_orphans(m) };
+
+        for (size_t i = 0; i < ELEMENTSOF(lists); i++)
+                for (MMClient *mm = lists[i]; mm; mm = mm->next)
+                        if (mm->uffd == uffd)
+                                return mm;
+        return NULL;
+}
+
 static void fault_threads_held(Manager *m) {
         for (unsigned i = 0; i < m->core.nfts; i++) {
-                unsigned idx;
-                int uffd = fault_thread_held(m->core.fts[i], &idx);
+                int uffd = fault_thread_held(m->core.fts[i]);
                 if (uffd < 0)
                         continue;
-                MMClient *mm = m->mms;
-                while (mm && mm->uffd != uffd)
-                        mm = mm->next;
-                for (mm = mm ? mm : manager_orphans(m); mm && mm->uffd != uffd;)
-                        mm = mm->next;
+                MMClient *mm = client_of_uffd(m, uffd);
                 log_warn("fault thread %u has waited more than a second in a call into pid %d (uid %d) (its mmap "
                          "lock held: a FUSE server of its own that does not answer?): the other threads serve "
                          "faults, but what was handed to this one waits",
-                         idx, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1);
+                         i, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1);
         }
 }
 
