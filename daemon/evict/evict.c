@@ -159,6 +159,14 @@ PageoutOp *evict_queue_reclaim(Core *core, MMClient *mm) {
         return op;
 }
 
+uint64_t evict_moving_pages(const MMClient *mm) {
+        uint64_t n = 0;
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                if (mm->lanes[i].state == LANE_MOVING)
+                        n += mm->lanes[i].npages;
+        return n;
+}
+
 bool evict_settled(MMClient *mm) {
         for (unsigned i = 0; i < mm->nlanes; i++)
                 if (mm->lanes[i].state == LANE_MOVING || mm->lanes[i].state == LANE_COMPRESSING)
@@ -763,6 +771,7 @@ static void lane_moved(Core *core, MMClient *mm, unsigned li, const uint64_t *tr
         lane->checking = false;
         const uint64_t *reported_bits = lane->reported;
         unsigned unreported = 0, phantom = 0; /* moved but reported left; reported moved but not */
+        unsigned nmoved = 0;
         for (uint32_t i = 0; i < lane->npages; i++) {
                 _Atomic uint64_t *e = pindex_entry(mm->index, lane->addrs[i], false);
                 uint32_t slot = li * LANE_SLOTS + i;
@@ -770,6 +779,7 @@ static void lane_moved(Core *core, MMClient *mm, unsigned li, const uint64_t *tr
                 bool reported = reported_bits[i / 64] & bit, moved = truth[i / 64] & bit;
                 unreported += moved && !reported;
                 phantom += reported && !moved;
+                nmoved += moved;
                 uint64_t keep = lane->keep[i];
                 lane->keep[i] = 0;
                 if (!e) {
@@ -805,6 +815,7 @@ static void lane_moved(Core *core, MMClient *mm, unsigned li, const uint64_t *tr
                 if (keep)
                         mmclient_release_payload(mm, keep);
         }
+        atomic_fetch_add_explicit(&mm->st.moved_out, nmoved, memory_order_relaxed); /* a counter: relaxed */
         if (unreported + phantom) { /* a counter: relaxed */
                 atomic_fetch_add_explicit(&core->move_misreports, unreported + phantom, memory_order_relaxed);
                 log_debug("pid %d, lane %u: %u pages moved but reported left, %u reported moved but not",

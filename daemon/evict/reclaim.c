@@ -267,8 +267,11 @@ typedef struct ScanJob {
         Region *rg;
         size_t nrg;
         ScanRuns runs;          /* the write scan's runs, zones due only */
-        /* found */
-        uint64_t resident;
+        /* found: the resident pages; as the count began (after its write
+         * scan), mmclient_pages_back(), st.moved_out and whether no lane
+         * was moving */
+        uint64_t resident, back_run, moved_run;
+        bool settled_run;
         bool wp_failed;
         ScanRuns written;       /* runs found written (and protected again) */
 } ScanJob;
@@ -313,6 +316,11 @@ static void scan_job(MMClient *mm, MMJobCall *call) {
                         j->wp_failed = true;
                         break;
                 }
+        /* relaxed: counters; a page that moves while the walk runs is off
+         * by one, corrected by the next count */
+        j->settled_run = atomic_load_explicit(&mm->lanes_moving, memory_order_relaxed) == 0;
+        j->back_run = mmclient_pages_back(mm);
+        j->moved_run = atomic_load_explicit(&mm->st.moved_out, memory_order_relaxed);
         for (size_t i = 0; i < j->nrg; i++)
                 if (!j->pagemap_scan ||
                     pm_scan(mm, j->rg[i].start, j->rg[i].end, PAGE_IS_PRESENT, false, count_cb, &j->resident) < 0)
@@ -354,6 +362,21 @@ static bool scan_start(Reclaim *rc, MMClient *mm, uint64_t now, bool do_write_sc
         return true;
 }
 
+/*
+ * The client's resident pages now: its last count, plus the pages the
+ * fault threads put back since the count ran (faults, refills), less the
+ * pages moved out since. A count may wait long in its queue (mmjob.h) and
+ * its result comes back while refills and evictions go on, so taken as
+ * it stands it counts a refill twice (its pages, then the refill's done)
+ * or pages already evicted as still resident.
+ */
+static uint64_t resident_now(MMClient *mm) {
+        const MMReclaim *r = &mm->rc;
+        uint64_t back = mmclient_pages_back(mm) - r->back_at_scan;
+        uint64_t out = atomic_load_explicit(&mm->st.moved_out, memory_order_relaxed) - r->moved_at_scan;
+        return r->counted + back > out ? r->counted + back - out : 0;
+}
+
 /* A count is back: what it found becomes the client's. */
 void reclaim_scan_done(Reclaim *rc, Work *w) {
         MMClient *mm = w->mm;
@@ -382,10 +405,13 @@ void reclaim_scan_done(Reclaim *rc, Work *w) {
                 mm->rc.written = 0;
                 mm->rc.written_ms = j->now;
         }
-        mm->rc.resident = j->resident;
+        mm->rc.counted = j->resident;
+        mm->rc.back_at_scan = j->back_run;
+        mm->rc.moved_at_scan = j->moved_run;
+        mm->rc.count_settled = j->settled_run;
+        mm->rc.resident = resident_now(mm);
         mm->rc.measured_ms = now_ms();
-        mm->rc.back_at_scan = j->back;
-        atomic_store_explicit(&mm->st.resident_pages, j->resident, memory_order_relaxed);
+        atomic_store_explicit(&mm->st.resident_pages, mm->rc.resident, memory_order_relaxed);
         atomic_store_explicit(&mm->st.limit_bytes, reclaim_client_limit(rc, mm), memory_order_relaxed);
         scan_job_free(j);
 }
@@ -734,10 +760,14 @@ static void reclaim_decide(Reclaim *rc, MMClient *mm, uint64_t now) {
         int64_t idle = client_idle_age(rc, mm);
 
         atomic_store_explicit(&mm->st.limit_bytes, limit, memory_order_relaxed);
+        mm->rc.resident = resident_now(mm);
+        /* pages of lanes still moving are on their way out: not wanted
+         * again (those the agent leaves in place are, at the next count) */
+        uint64_t moving = evict_moving_pages(mm), staying = mm->rc.resident - MIN(moving, mm->rc.resident);
         uint64_t limit_pages = limit >> ZSWAP_PAGE_SHIFT, want_limit = 0;
-        if (limit && mm->rc.resident > limit_pages)
+        if (limit && staying > limit_pages)
                 /* down to a little under the limit, so that batches stay whole */
-                want_limit = mm->rc.resident - (limit_pages - limit_pages / 64);
+                want_limit = staying - (limit_pages - limit_pages / 64);
         uint32_t idle_before = 0;
         if (idle > 0 && now - mm->rc.idle_swept_ms >= MAX((uint64_t)idle / 4, (uint64_t)1000) &&
             now > (uint64_t)idle) {
@@ -913,6 +943,12 @@ static void refill_plan(Reclaim *rc, MMClient *mm, uint64_t now, uint64_t limit,
         r->refill_want = MIN(r->refill_want, held);
         r->refill_wake = MIN(r->refill_wake, held);
         uint64_t n = MIN(r->refill_want + r->refill_wake, held);
+        r->resident = resident_now(mm);
+        if (!r->count_settled)
+                /* the count ran while lanes were moving: pages already out
+                 * but not yet checked (not in moved_out) would count twice
+                 * as room; the next count tells (each tick starts one) */
+                n = 0;
         if (limit) {
                 uint64_t lp = limit >> ZSWAP_PAGE_SHIFT, room = lp - lp / 16;
                 n = MIN(n, room > r->resident ? room - r->resident : 0);
@@ -952,7 +988,7 @@ void reclaim_refill_done(Reclaim *rc, Work *w) {
         MMClient *mm = w->mm;
         (void)rc;
         mm->rc.refilling = false;
-        mm->rc.resident += w->a; /* counted again at the next tick; until then the room is this much less */
+        mm->rc.resident = resident_now(mm); /* the pages it brought back are in mmclient_pages_back() */
         /* the wake's part first; fewer than asked: the walk found no more
          * (tier, in flight, older) */
         MMReclaim *r = &mm->rc;

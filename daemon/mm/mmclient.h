@@ -104,6 +104,7 @@ typedef struct MMClientStats {
         _Atomic uint64_t refaults, clean_pages, clean_bytes, clean_reevictions, reclaim_evictions;
         _Atomic uint64_t thrash_backoffs;
         _Atomic uint64_t refilled; /* pages brought back ahead of use (FW_REFILL): not in faults */
+        _Atomic uint64_t moved_out; /* pages the agent's MOVEs took out of its memory, as checked (evict.c) */
         /* of stored_pages, those whose object is on the second tier, and
          * those objects' compressed bytes there (compressed_bytes counts
          * their stubs in the pool) */
@@ -139,7 +140,7 @@ typedef struct MMReclaim {
         uint64_t recompress_pass_taken; /* objects the walk under way took so far */
         uint64_t dict_tried;    /* its objects when a dictionary was last trained for it, 0: never */
         bool off;               /* the client is exempt from the daemon's policies */
-        uint64_t resident;      /* resident managed pages at the last tick */
+        uint64_t resident;      /* resident managed pages: the last count, brought up to date (reclaim.c) */
         uint64_t held;          /* pages held out (stored + same + staged) at the last tick */
         uint64_t hand;          /* where the clock hand is */
         PageoutOp *op;          /* the policy eviction in progress, or NULL */
@@ -152,7 +153,12 @@ typedef struct MMReclaim {
         uint64_t pressure_cap;  /* the most pressure_left may be: this period's share */
         uint64_t measured_ms;   /* when the last count back was taken */
         unsigned scanning;      /* counts on their way (reclaim.c, MW_JOB_SCAN) */
-        uint64_t back_at_scan;  /* pages the fault threads had put back (mmclient_pages_back()) at that count */
+        /* the last count's resident pages, and as it ran: the pages the
+         * fault threads had put back (mmclient_pages_back()), the pages
+         * moved out (st.moved_out), and whether no lane was moving (its
+         * pages are then neither in the count nor in moved_out later) */
+        uint64_t counted, back_at_scan, moved_at_scan;
+        bool count_settled;
         PageoutOp *last_op;     /* the op given last_want at the last tick */
         uint64_t last_want;
         /* refill (reclaim.c): pages to bring back ahead of use because
