@@ -43,6 +43,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_DECODE] = { "decode", EBADMSG },
         [INJ_RETRY_NOMEM] = { "retry_nomem", ENOMEM },
         [INJ_SLOT_READ] = { "slot_read", EBUSY },
+        [INJ_CALL_SLOW] = { "call_slow", EINTR },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

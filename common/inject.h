@@ -40,6 +40,7 @@ typedef enum InjectSite {
         INJ_DECODE,         /* a fault's decompression of a pool object: -EBADMSG, as if it were corrupt */
         INJ_RETRY_NOMEM,    /* a fault thread finds no retry at hand: neither memory nor its reserve (uffd-ops.c) */
         INJ_SLOT_READ,      /* a staging slot's read is not queued (serve.c slot_read_submit()): read and wait */
+        INJ_CALL_SLOW,      /* a fault thread's call into a client lasts CALL_SLOW_MS more, as if its mmap lock held it */
         _INJ_MAX,
 } InjectSite;
 

@@ -17,7 +17,12 @@
  * half done (docs/page-lifecycle.md). A thread that finds the lock taken
  * leaves a kick for the holder (serve_unlock), so no message is left
  * unread. Each client also has a home thread, which receives its installs,
- * restores and syncs through its inbox.
+ * restores and syncs through its inbox. A call into a client can wait for
+ * that client's mmap lock, which the client can hold as long as it likes
+ * (docs/security.md): once a thread has been in one call for a while
+ * (STEAL_AFTER_MS, manager/loop.c), the manager has another thread take
+ * the work handed to it and run it (work_steal()), every tick while the
+ * call lasts.
  *
  * The fault path (serve()) takes no lock a worker or the manager waits on:
  * entries are claimed with a compare-and-swap (STORED/SAME/MOVING/STAGED ->
@@ -46,10 +51,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "core.h"
 #include "fault.h"
+#include "inject.h"
 #include "latency.h"
 #include "memread.h"
 #include "tier.h"
@@ -176,8 +183,19 @@ struct FaultThread {
         uint64_t nomem_warned_ns; /* last "out of memory for a retry" line; this thread only */
         MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
         void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
-        Work *restores;     /* unfinished FW_RESTORE, this thread only */
-        Work *deferred;     /* FW_INSTALL and FW_SYNC that found serve_lock taken, this thread only */
+        /*
+         * The work this thread took and has not run: items taken from the
+         * inbox and not yet run (pending), FW_RESTORE and FW_REFILL under
+         * way (restores), installs and syncs that found serve_lock taken
+         * (deferred), each oldest first; and items another thread took
+         * from our inbox that only this one can run (mine: FW_ADOPT,
+         * FW_REMOVE, the stop's wake-up). Under work_lock, which is held
+         * only to move items, never across a call: while a call into a
+         * client holds this thread, another takes the lot
+         * (fault_thread_steal(), work_steal() in work.c).
+         */
+        pthread_mutex_t work_lock;
+        Work *pending, *restores, *deferred, *mine;
         MMClient **owned;   /* watched in epfd, one reference each; this thread only */
         size_t nowned;      /* entries of owned; this thread only */
         bool retry_due;     /* this thread left retries on some mm; this thread only */
@@ -204,10 +222,10 @@ struct FaultThread {
         _Atomic uint64_t calls;
         uint64_t ncalls;       /* this thread only: what calls says */
         /* the manager's only (fault_thread_held()): what its last look
-         * saw, and for how many looks in a row */
+         * saw, since when, and whether the call was said */
         int seen_uffd;
-        uint64_t seen_calls;
-        unsigned seen_ticks;
+        uint64_t seen_calls, seen_since;
+        bool seen_said;
         /* this thread's buffers, this thread only (zero: zeroed by
          * fault_thread_new()'s calloc, never written) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];
@@ -289,9 +307,11 @@ bool fork_held(FaultThread *ft, MMClient *mm);
 
 /* ---- work.c: work from other threads ---- */
 void work_discard(Work *w);
+bool work_waits(FaultThread *ft);
 void run_deferred(FaultThread *ft);
 void run_inbox(FaultThread *ft);
 void run_restores(FaultThread *ft);
+void work_list_discard(Work **list);
 
 /* ---- thread.c: the thread ---- */
 void fault_thread_own(FaultThread *ft, MMClient *mm);
@@ -302,10 +322,15 @@ void fault_thread_disown(FaultThread *ft, MMClient *mm);
  * client, which the client's mmap lock can hold (docs/security.md). */
 extern __thread FaultThread *fault_self;
 
+#define CALL_SLOW_MS 150 /* the injection's wait: past the manager's STEAL_AFTER_MS (manager/loop.c) */
+
 static inline void call_begin(int uffd) {
         FaultThread *ft = fault_self;
-        if (ft)
-                atomic_store_explicit(&ft->call_uffd, uffd, memory_order_relaxed);
+        if (!ft)
+                return;
+        atomic_store_explicit(&ft->call_uffd, uffd, memory_order_relaxed);
+        if (INJECT(INJ_CALL_SLOW))
+                usleep(CALL_SLOW_MS * 1000); /* the manager sees the call last, and has another thread take our work */
 }
 
 static inline void call_end(void) {

@@ -18,6 +18,7 @@ enum {
         FW_KICK,       /* read mm's uffd: a kick was left while a non-fault thread held serve_lock */
         FW_SYNC_SWAP,  /* a forked child's own sync page (mapped at v, memfd a) replaces its parent's */
         FW_REFILL,     /* bring back up to lane held pages of mm used at stamp id or later, then tell the manager */
+        FW_STEAL,      /* take and run the work of fault thread v, held in a call into a client (fault_thread_steal()) */
 };
 
 int fault_thread_new(Core *core, unsigned idx, FaultThread **ret);
@@ -36,10 +37,19 @@ int fault_post_mm(FaultThread *ft, int type, MMClient *mm);
 /* Free the retries still held on mm (its last reference is going). */
 void fault_mm_free_retries(MMClient *mm);
 
-/* Manager thread, each tick: the uffd of the client whose call (a copy
- * into it, or another call that can wait for its mmap lock) has held
- * fault thread ft since two ticks ago, once per such call; else -1. */
-int fault_thread_held(FaultThread *ft);
+/* Manager thread, each tick: how long fault thread ft has been in the
+ * same call into a client (a copy into it, or another call that can wait
+ * for its mmap lock) as its looks saw it (ns; 0: in none, or in another
+ * than at the last look), and that client's uffd. */
+uint64_t fault_thread_held(FaultThread *ft, uint64_t now, int *uffd);
+/* True the first time it is asked about the call fault_thread_held() saw
+ * (manager thread): each call is logged once. */
+bool fault_thread_say(FaultThread *ft);
+
+/* Manager thread: have thread to take the work handed to thread from,
+ * which a call into a client holds (FW_STEAL). False: no memory, the next
+ * tick asks again. */
+bool fault_thread_steal(FaultThread *to, FaultThread *from);
 
 /* Add the thread's fault latency histogram into s (any thread). */
 void fault_thread_latency(const FaultThread *ft, LatencySnapshot *s);

@@ -221,7 +221,10 @@ static void *fault_thread_main(void *arg) {
                         spin_wasted(ft);
                         spin_until = 0;
                 }
-                int timeout = spinning || ft->refill_more ? 0 : (ft->retry_due || ft->restores || ft->deferred) ? 1 : -1;
+                bool waits = work_waits(ft);
+                if (!waits)
+                        ft->refill_more = false; /* its refill was taken by another thread (work_steal()) */
+                int timeout = spinning || ft->refill_more ? 0 : (ft->retry_due || waits) ? 1 : -1;
                 int reads_due = ft->reads ? memread_queue_timeout_ms(ft->reads, now_ns()) : -1;
                 if (reads_due >= 0 && (timeout < 0 || reads_due < timeout))
                         timeout = reads_due;
@@ -260,10 +263,10 @@ static void *fault_thread_main(void *arg) {
                         run_inbox(ft);
                 if (ft->retry_due || ft->read_soon)
                         run_due_retries(ft);
-                if (ft->restores)
+                if (work_waits(ft)) {
                         run_restores(ft);
-                if (ft->deferred)
                         run_deferred(ft);
+                }
                 if (spin_ns && atomic_load_explicit(&ft->lat.count, memory_order_relaxed) != served) {
                         if (spinning)
                                 ft->spin_backoff = 0; /* the spin caught this fault */
@@ -284,6 +287,7 @@ int fault_thread_new(Core *core, unsigned idx, FaultThread **ret) {
                 return -ENOMEM;
         ft->core = core;
         ft->idx = idx;
+        pthread_mutex_init(&ft->work_lock, NULL);
         atomic_store_explicit(&ft->call_uffd, -1, memory_order_relaxed);
         ft->seen_uffd = -1;
         ft->pump_fd = -1;
@@ -379,16 +383,11 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 work_discard(w);
                 w = n;
         }
-        while (ft->restores) {
-                Work *n = ft->restores->next;
-                work_free(ft->restores);
-                ft->restores = n;
-        }
-        while (ft->deferred) {
-                Work *n = ft->deferred->next;
-                work_discard(ft->deferred);
-                ft->deferred = n;
-        }
+        /* no thread runs now: nobody takes these meanwhile */
+        work_list_discard(&ft->pending);
+        work_list_discard(&ft->mine);
+        work_list_discard(&ft->restores);
+        work_list_discard(&ft->deferred);
         /* the slot reads still in flight come back (or are left to the
          * kernel, with what they hold, if a client's file system keeps
          * them): their retries become READY or are freed, as any read's */
@@ -414,20 +413,28 @@ FaultThread *fault_thread_free(FaultThread *ft) {
         safe_close(ft->pump_fd);
         safe_close(ft->epfd);
         safe_close(ft->inbox.efd);
+        pthread_mutex_destroy(&ft->work_lock);
         free(ft);
         return NULL;
 }
 
-int fault_thread_held(FaultThread *ft) {
-        int uffd = atomic_load_explicit(&ft->call_uffd, memory_order_relaxed);
+uint64_t fault_thread_held(FaultThread *ft, uint64_t now, int *uffd) {
+        int u = atomic_load_explicit(&ft->call_uffd, memory_order_relaxed);
         uint64_t calls = atomic_load_explicit(&ft->calls, memory_order_relaxed);
 
-        if (uffd < 0 || uffd != ft->seen_uffd || calls != ft->seen_calls) {
-                ft->seen_uffd = uffd;
+        *uffd = u;
+        if (u < 0 || u != ft->seen_uffd || calls != ft->seen_calls) {
+                ft->seen_uffd = u;
                 ft->seen_calls = calls;
-                ft->seen_ticks = 0;
-                return -1;
+                ft->seen_since = now;
+                ft->seen_said = false;
+                return 0;
         }
-        /* the same call as at the last tick: said once, at the second */
-        return ++ft->seen_ticks == 2 ? uffd : -1;
+        return now - ft->seen_since; /* the same call as at the last look */
+}
+
+bool fault_thread_say(FaultThread *ft) {
+        bool first = !ft->seen_said;
+        ft->seen_said = true;
+        return first;
 }

@@ -120,6 +120,62 @@ void work_discard(Work *w) {
         work_free(w);
 }
 
+/* ---- the thread's lists (FaultThread.work_lock) ---- */
+
+static void list_append(Work **list, Work *w) {
+        while (*list)
+                list = &(*list)->next;
+        *list = w;
+}
+
+static size_t list_len(const Work *w) {
+        size_t n = 0;
+        for (; w; w = w->next)
+                n++;
+        return n;
+}
+
+/* At the tail of ft's list: each keeps the order its items came in. */
+static void push_locked(FaultThread *ft, Work **list, Work *w) {
+        w->next = NULL;
+        pthread_mutex_lock(&ft->work_lock);
+        list_append(list, w);
+        pthread_mutex_unlock(&ft->work_lock);
+}
+
+static Work *pop_locked(FaultThread *ft, Work **list) {
+        pthread_mutex_lock(&ft->work_lock);
+        Work *w = *list;
+        if (w)
+                *list = w->next;
+        pthread_mutex_unlock(&ft->work_lock);
+        if (w)
+                w->next = NULL;
+        return w;
+}
+
+static size_t len_locked(FaultThread *ft, Work **list) {
+        pthread_mutex_lock(&ft->work_lock);
+        size_t n = list_len(*list);
+        pthread_mutex_unlock(&ft->work_lock);
+        return n;
+}
+
+bool work_waits(FaultThread *ft) {
+        pthread_mutex_lock(&ft->work_lock);
+        bool waits = ft->restores || ft->deferred;
+        pthread_mutex_unlock(&ft->work_lock);
+        return waits;
+}
+
+void work_list_discard(Work **list) {
+        while (*list) {
+                Work *n = (*list)->next;
+                work_discard(*list);
+                *list = n;
+        }
+}
+
 /* Run an install or a sync, or keep it for later: no fault thread waits
  * for a serve_lock another thread holds, so one client's slow page (a
  * second tier's read) never stops the clients this thread serves. */
@@ -130,20 +186,16 @@ static void work_locked(FaultThread *ft, Work *w) {
                         work_free(w);
                 return;
         }
-        /* at the tail: installs and syncs keep the order they came in */
-        Work **p = &ft->deferred;
-        while (*p)
-                p = &(*p)->next;
-        w->next = NULL;
-        *p = w;
+        push_locked(ft, &ft->deferred, w);
 }
 
+/* One item at a time off the list, so that what is not run yet stays
+ * where another thread can take it should a call hold this one. */
 void run_deferred(FaultThread *ft) {
-        Work *list = ft->deferred;
-        ft->deferred = NULL;
-        while (list) {
-                Work *w = list;
-                list = w->next;
+        for (size_t n = len_locked(ft, &ft->deferred); n > 0; n--) {
+                Work *w = pop_locked(ft, &ft->deferred);
+                if (!w)
+                        break; /* taken by another thread */
                 work_locked(ft, w);
         }
 }
@@ -284,60 +336,143 @@ static bool work_restore(FaultThread *ft, Work *w) {
         return true;
 }
 
-void run_inbox(FaultThread *ft) {
-        inbox_clear(&ft->inbox);
-        Work *w = inbox_take(&ft->inbox);
+/* The items only the thread they were sent to can run: its watch list
+ * (FW_ADOPT, FW_REMOVE) and its stop's wake-up. */
+static bool work_own(const Work *w) {
+        return w->type == FW_ADOPT || w->type == FW_REMOVE || w->type == 0;
+}
 
-        while (w) {
-                Work *next = w->next;
-                switch (w->type) {
-                case FW_REMOVE:
-                        fault_thread_disown(ft, w->mm);
-                        work_free(w);
-                        break;
-                case FW_ADOPT:
-                        fault_thread_own(ft, w->mm);
-                        /* edges that came before we watched are not ours:
-                         * look once */
-                        service(ft, w->mm);
-                        work_free(w);
-                        break;
-                case FW_INSTALL:
-                case FW_SYNC:
-                case FW_SYNC_SWAP:
-                        work_locked(ft, w);
-                        break;
-                case FW_KICK:
-                        service(ft, w->mm);
-                        work_free(w);
-                        break;
-                case FW_RESTORE:
-                case FW_REFILL:
-                        w->next = ft->restores;
-                        ft->restores = w;
-                        break;
-                default:
-                        work_free(w);
-                        break;
-                }
-                w = next;
+static void work_steal(FaultThread *ft, FaultThread *x);
+
+static void run_item(FaultThread *ft, Work *w) {
+        switch (w->type) {
+        case FW_REMOVE:
+                fault_thread_disown(ft, w->mm);
+                work_free(w);
+                break;
+        case FW_ADOPT:
+                fault_thread_own(ft, w->mm);
+                /* edges that came before we watched are not ours:
+                 * look once */
+                service(ft, w->mm);
+                work_free(w);
+                break;
+        case FW_INSTALL:
+        case FW_SYNC:
+        case FW_SYNC_SWAP:
+                work_locked(ft, w);
+                break;
+        case FW_KICK:
+                service(ft, w->mm);
+                work_free(w);
+                break;
+        case FW_RESTORE:
+        case FW_REFILL:
+                push_locked(ft, &ft->restores, w);
+                break;
+        case FW_STEAL:
+                work_steal(ft, (FaultThread *)(uintptr_t)w->v);
+                work_free(w);
+                break;
+        default:
+                work_free(w);
+                break;
         }
 }
 
-void run_restores(FaultThread *ft) {
-        Work *list = ft->restores;
-        ft->restores = NULL;
-        ft->refill_more = false;
+void run_inbox(FaultThread *ft) {
+        inbox_clear(&ft->inbox);
+        Work *batch = inbox_take(&ft->inbox);
 
+        /* what another thread took from our inbox and gave back first
+         * (it came before what the inbox holds now), then the batch, one
+         * item at a time off pending */
+        pthread_mutex_lock(&ft->work_lock);
+        Work *mine = ft->mine;
+        ft->mine = NULL;
+        list_append(&ft->pending, batch);
+        pthread_mutex_unlock(&ft->work_lock);
+        while (mine) {
+                Work *w = mine;
+                mine = w->next;
+                w->next = NULL;
+                run_item(ft, w);
+        }
+        for (Work *w; (w = pop_locked(ft, &ft->pending));)
+                run_item(ft, w);
+}
+
+/*
+ * FW_STEAL: thread x has been in one call into a client for a while (the
+ * client's mmap lock, which it can hold as long as it likes, holds the
+ * call: docs/security.md). The work handed to x is ours now: its inbox,
+ * the items it took and has not run, its restores and deferred installs
+ * and syncs; every item of it runs on any thread as well (each takes its
+ * client's serve_lock with a trylock). The items only x can run go back
+ * to it, to be run when its call ends. Retries and reads x put off are on
+ * their clients, which we watch too: we look. What x holds itself (the
+ * item its call is for, its slot and tier reads in flight) waits for it.
+ */
+static void work_steal(FaultThread *ft, FaultThread *x) {
+        if (x == ft)
+                return;
+        Work *taken = inbox_take(&x->inbox); /* x's eventfd stays set: x looks once when it is back */
+        pthread_mutex_lock(&x->work_lock);
+        Work *list = x->pending, *restores = x->restores, *deferred = x->deferred;
+        x->pending = x->restores = x->deferred = NULL;
+        list_append(&list, taken); /* pending came first */
+        Work *ours = NULL, **tail = &ours;
+        bool back = false;
         while (list) {
                 Work *w = list;
                 list = w->next;
+                w->next = NULL;
+                if (work_own(w)) {
+                        list_append(&x->mine, w);
+                        back = true;
+                } else {
+                        *tail = w;
+                        tail = &w->next;
+                }
+        }
+        pthread_mutex_unlock(&x->work_lock);
+        if (back)
+                (void)!write(x->inbox.efd, &(uint64_t){ 1 }, sizeof(uint64_t));
+        if (ours || restores || deferred)
+                log_debug("fault thread %u takes %zu items, %zu restores and %zu put-off items of fault thread %u, "
+                          "held in a call into a client",
+                          ft->idx, list_len(ours), list_len(restores), list_len(deferred), x->idx);
+        pthread_mutex_lock(&ft->work_lock);
+        list_append(&ft->pending, ours); /* run_inbox()'s loop, which runs this item, runs them next */
+        list_append(&ft->restores, restores);
+        list_append(&ft->deferred, deferred);
+        pthread_mutex_unlock(&ft->work_lock);
+        ft->retry_due = true;
+}
+
+bool fault_thread_steal(FaultThread *to, FaultThread *from) {
+        Work *w = work_new(FW_STEAL, NULL);
+        if (!w)
+                return false;
+        w->v = (uintptr_t)from;
+        fault_thread_post(to, w);
+        return true;
+}
+
+/* Restores and refills a slice each, one item at a time off the list (as
+ * run_deferred()). */
+void run_restores(FaultThread *ft) {
+        ft->refill_more = false;
+
+        for (size_t n = len_locked(ft, &ft->restores); n > 0; n--) {
+                Work *w = pop_locked(ft, &ft->restores);
+                if (!w)
+                        break; /* taken by another thread */
                 /* acquire, as fork_held()'s own load (said there) */
                 if (atomic_load_explicit(&w->mm->fork_hold, memory_order_acquire)) {
                         /* its store is held for a forked child (fork_held()):
                          * the restore waits until the child attached */
-                        w->next = ft->restores;
-                        ft->restores = w;
+                        push_locked(ft, &ft->restores, w);
                         ft->retry_due = true;
                         continue;
                 }
@@ -347,9 +482,7 @@ void run_restores(FaultThread *ft) {
                         else
                                 w->type = MW_RESTORE_DONE;
                         core_post(ft->core, w);
-                } else {
-                        w->next = ft->restores;
-                        ft->restores = w;
-                }
+                } else
+                        push_locked(ft, &ft->restores, w);
         }
 }

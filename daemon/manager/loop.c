@@ -278,16 +278,43 @@ static MMClient *client_of_uffd(Manager *m, int uffd) {
         return NULL;
 }
 
+/*
+ * A fault thread's call into a client (a copy) can wait for the client's
+ * mmap lock, which the client can hold as long as it likes (FUSE:
+ * docs/security.md). The other threads watch every client and serve
+ * their faults; the work handed to the held thread (the installs,
+ * restores, refills and syncs of the clients it is home to) is taken by a
+ * thread that is not held, every tick once the call has lasted
+ * STEAL_AFTER_MS (FW_STEAL). Said once per call, after HELD_SAY_MS.
+ */
+#define STEAL_AFTER_MS 100
+#define HELD_SAY_MS 1000
+
 static void fault_threads_held(Manager *m) {
+        const uint64_t steal = STEAL_AFTER_MS * 1000000ull, say = HELD_SAY_MS * 1000000ull;
+        uint64_t now = now_ns();
+        unsigned free_ft = m->core.nfts;
+        int uffd;
+
+        /* a look at each, then the held ones again (the same answer: the
+         * same call, or 0 if it ended in between) */
+        for (unsigned i = 0; i < m->core.nfts; i++)
+                if (fault_thread_held(m->core.fts[i], now, &uffd) < steal && free_ft == m->core.nfts)
+                        free_ft = i;
         for (unsigned i = 0; i < m->core.nfts; i++) {
-                int uffd = fault_thread_held(m->core.fts[i]);
-                if (uffd < 0)
+                uint64_t held = fault_thread_held(m->core.fts[i], now, &uffd);
+                if (held < steal)
+                        continue;
+                if (free_ft < m->core.nfts)
+                        (void)fault_thread_steal(m->core.fts[free_ft], m->core.fts[i]);
+                if (held < say || !fault_thread_say(m->core.fts[i]))
                         continue;
                 MMClient *mm = client_of_uffd(m, uffd);
                 log_warn("fault thread %u has waited more than a second in a call into pid %d (uid %d) (its mmap "
-                         "lock held: a FUSE server of its own that does not answer?): the other threads serve "
-                         "faults, but what was handed to this one waits",
-                         i, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1);
+                         "lock held: a FUSE server of its own that does not answer?): %s",
+                         i, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1,
+                         free_ft < m->core.nfts ? "another thread takes what was handed to it"
+                                                : "no other thread is free: what was handed to it waits");
         }
 }
 
@@ -329,8 +356,8 @@ static void tick(Manager *m) {
         if (m->listen_paused && epoll_add(m->epfd, m->listen_fd, EP_LISTEN) == 0)
                 m->listen_paused = false;
         report_tick(m);
+        fault_threads_held(m);
         if (++n % (1000 / TICK_MS) == 0) {
-                fault_threads_held(m);
                 tick_orphans(m);
                 manager_pool_reclaim(m);
                 manager_pool_compact(m);

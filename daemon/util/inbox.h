@@ -2,7 +2,10 @@
  * inbox.h: a multi-producer, single-consumer work list with an eventfd.
  *
  * An MPSC_LIST (mpsc.h): producers push with one compare-and-swap, the
- * consumer takes the whole list at once. No producer ever waits for the consumer or for
+ * consumer takes the whole list at once. The take is one exchange, so
+ * another thread may take it all too (a fault thread takes the inbox of
+ * one a call into a client holds: fault/work.c, work_steal()): each take
+ * gets its own items. No producer ever waits for the consumer or for
  * another producer, so a compression worker can hand work to a fault
  * thread (and a fault thread to the manager) without a lock either side
  * could be preempted while holding.

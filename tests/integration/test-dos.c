@@ -130,13 +130,16 @@
  *    behind another job of the attacker's that waits for it (else the
  *    attack missed, and the test says so). Once the lock is free, every
  *    page reads as the store says at its new address;
- *  - fuse-lock-copy: the same, but the region's mapping never had a page,
- *    so it has no anon_vma, and the fault thread's copy of the page the
- *    attacker's thread faults on takes the mmap lock for reading
- *    (mm/userfaultfd.c uffd_lock_vma()), and waits. Not handled yet
- *    (docs/security.md, Limits): the daemon must say which fault thread
- *    waits in a call into which client, within TEST_WAIT_S; once the lock
- *    is free, every page reads as the store says;
+ *  - fuse-lock-copy: the same on two fault threads, but the region's
+ *    mapping never had a page, so it has no anon_vma, and the fault
+ *    thread's copy of the page the attacker's thread faults on takes the
+ *    mmap lock for reading (mm/userfaultfd.c uffd_lock_vma()), and waits.
+ *    The daemon must say which fault thread waits in a call into which
+ *    client, within TEST_WAIT_S; two root clients in a row (one of them
+ *    at home on the waiting thread) must page out, read back and
+ *    unregister meanwhile (the unregister's sync and restore are the
+ *    home thread's work, which the other thread must take); once the
+ *    lock is free, every page reads as the store says;
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -2068,6 +2071,45 @@ static bool faults_served(void) {
         return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+/* As root, with libzswap, in two processes one after the other (two
+ * clients in a row: with two fault threads, one of them is home to
+ * each): 1 MiB paged out, read back, unregistered (a sync and a restore,
+ * its home thread's work) and read again, intact within 30 s; or not. */
+static bool home_work_served(void) {
+        for (int k = 0; k < 2; k++) {
+                pid_t pid = fork();
+                int st;
+
+                ASSERT_TRUE(pid >= 0);
+                if (pid == 0) {
+                        size_t len = 1 << 20;
+                        uint64_t hashes[256];
+                        struct zswap_client *c;
+
+                        alarm(30);
+                        if (zswap_connect(d.sock, &c) < 0)
+                                _exit(1);
+                        uint8_t *buf = td_region(c, len, 11 + (uint64_t)k, hashes);
+                        if (td_pageout_want(c, buf, len, 1) <= 0)
+                                _exit(2);
+                        if (verify_pages(buf, len, hashes) != 0)
+                                _exit(3);
+                        if (td_pageout_want(c, buf, len, 1) <= 0)
+                                _exit(4);
+                        if (zswap_unregister(c, buf, len) < 0)
+                                _exit(5);
+                        _exit(verify_pages(buf, len, hashes) == 0 ? 0 : 6);
+                }
+                ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                        fprintf(stderr, "root's client %d: %s %d\n", k, WIFEXITED(st) ? "exit" : "signal",
+                                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                        return false;
+                }
+        }
+        return true;
+}
+
 /* Until the attacker is at stage (true) or seconds have passed (false);
  * fails the test if the attacker ends. */
 static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
@@ -2145,8 +2187,8 @@ static void case_fuse_lock(int kind) {
         }
         if (kind == LOCK_COPY) {
                 /* the fault thread whose copy waits for the lock is said,
-                 * with the client (the hole docs/security.md leaves
-                 * open: what was handed to that thread waits) */
+                 * with the client; the other thread takes the work handed
+                 * to it: root's faults, syncs and restores are served */
                 char said[128];
                 snprintf(said, sizeof(said), "has waited more than a second in a call into pid %d (uid %d)",
                          (int)att, U_STALLER);
@@ -2162,6 +2204,8 @@ static void case_fuse_lock(int kind) {
                         td_dump_stacks(d.pid, "zswapd");
                         td_log_dump(&d);
                 }
+                faulted = home_work_served();
+                fprintf(stderr, "root's faults, syncs and restores %s\n", faulted ? "served" : "not served in 30 s");
         }
         usleep(500 * 1000);
         bool served = user_served(0) && faulted;
@@ -2194,7 +2238,9 @@ static void case_fuse_lock(int kind) {
                 test_fail("no thread of the daemon waited for the attacker's lock: the attack missed (the walk of "
                           "the moved entries ended before its writer waited: ADOPT_PAGES too few for this machine)");
         if (!served)
-                test_fail("%s waited for a client's mmap lock", kind == LOCK_REMAP ? "a fault thread" : "the manager");
+                test_fail("%s waited for a client's mmap lock", kind == LOCK_REMAP  ? "a fault thread"
+                                                                : kind == LOCK_COPY ? "the work handed to a fault thread"
+                                                                                    : "the manager");
         if (!done)
                 test_fail("the attacker's %s was not done once its lock was free", lock_what[kind]);
         ASSERT_EQ(st->status, 0);
@@ -2235,6 +2281,7 @@ int main(int argc, char **argv) {
         snprintf(args, sizeof(args), "%s%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf,
                  strcmp(argv[1], "fuse") == 0    ? " --read-bound-ms 600000"
                  : lock == LOCK_REMAP ? " --fault-threads 1" /* one stuck, all wait */
+                 : lock == LOCK_COPY  ? " --fault-threads 2" /* one stuck, the other takes its work */
                                       : "");
         td_start_logged(&d, args);
         if (strcmp(argv[1], "linger") == 0)
