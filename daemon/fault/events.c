@@ -732,6 +732,14 @@ void drain_uffd(FaultThread *ft, MMClient *mm) {
  * this thread consumed is not needed after that.
  */
 void service(FaultThread *ft, MMClient *mm) {
+        if (core_user_held(mm->core, mm->uid)) {
+                /* another thread waits in a call into a client of this
+                 * user: not this thread too. The manager kicks us once it
+                 * is done */
+                atomic_store_explicit(&mm->parked, true, memory_order_relaxed);
+                atomic_store_explicit(&mm->core->parked_any, true, memory_order_release);
+                return;
+        }
         /* kick first, then try: if the lock is taken, its holder lets go
          * after our store and sees the kick (serve_unlock). seq_cst: a
          * store-buffering handshake (we store the kick, then look at the

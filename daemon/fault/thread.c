@@ -33,7 +33,7 @@ static void run_due_retries(FaultThread *ft) {
                     !atomic_load_explicit(&mm->read_deferred, memory_order_relaxed) &&
                     !atomic_load_explicit(&mm->fork_unread, memory_order_relaxed))
                         continue;
-                if (pthread_mutex_trylock(&mm->serve_lock) != 0) {
+                if (core_user_held(mm->core, mm->uid) || pthread_mutex_trylock(&mm->serve_lock) != 0) {
                         ft->retry_due = true; /* the holder may leave them; look again */
                         continue;
                 }
@@ -203,6 +203,7 @@ static void *fault_thread_main(void *arg) {
         uint64_t spin_until = 0, spin_ns = ft->core->cfg.fault_spin_us * 1000ull;
 
         fault_self = ft;
+        core_fault_idx = (int)ft->idx;
         pin_to_cpu(ft);
         memread_thread_init();
         if (ft->core->cfg.fault_rt_prio > 0) {

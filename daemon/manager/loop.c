@@ -278,14 +278,33 @@ static MMClient *client_of_uffd(Manager *m, int uffd) {
         return NULL;
 }
 
+/* Clients whose uffd a fault thread left unread while another client of
+ * their user held a thread (MMClient.parked): read now that none does. */
+static void fault_unpark(Manager *m) {
+        MMClient *lists[] = { m->mms, manager_orphans(m) };
+
+        for (size_t i = 0; i < ELEMENTSOF(lists); i++)
+                for (MMClient *mm = lists[i]; mm; mm = mm->next)
+                        if (atomic_load_explicit(&mm->parked, memory_order_relaxed) &&
+                            !core_user_held(&m->core, mm->uid) && mm->ft) {
+                                atomic_store_explicit(&mm->parked, false, memory_order_relaxed);
+                                if (fault_post_mm(mm->ft, FW_KICK, mm) < 0)
+                                        atomic_store_explicit(&mm->parked, true, memory_order_relaxed);
+                        }
+}
+
 /*
  * A fault thread's call into a client (a copy) can wait for the client's
  * mmap lock, which the client can hold as long as it likes (FUSE:
- * docs/security.md). The other threads watch every client and serve
- * their faults; the work handed to the held thread (the installs,
- * restores, refills and syncs of the clients it is home to) is taken by a
- * thread that is not held, every tick once the call has lasted
- * STEAL_AFTER_MS (FW_STEAL). Said once per call, after HELD_SAY_MS.
+ * docs/security.md). Once a call has lasted STEAL_AFTER_MS:
+ *  - the work handed to the held thread (the installs, restores, refills
+ *    and syncs of the clients it is home to) is taken by a thread that is
+ *    not held, every tick while the call lasts (FW_STEAL); the other
+ *    threads watch every client and serve their faults;
+ *  - no other thread calls into a client of the same user meanwhile
+ *    (Core.held_uid, core_user_held()): its work waits, so that one user
+ *    cannot hold the threads one after the other.
+ * Said once per call, after HELD_SAY_MS.
  */
 #define STEAL_AFTER_MS 100
 #define HELD_SAY_MS 1000
@@ -293,7 +312,8 @@ static MMClient *client_of_uffd(Manager *m, int uffd) {
 static void fault_threads_held(Manager *m) {
         const uint64_t steal = STEAL_AFTER_MS * 1000000ull, say = HELD_SAY_MS * 1000000ull;
         uint64_t now = now_ns();
-        unsigned free_ft = m->core.nfts;
+        unsigned free_ft = m->core.nfts, nheld = 0;
+        bool was = atomic_load_explicit(&m->core.held_threads, memory_order_relaxed) != 0;
         int uffd;
 
         /* a look at each, then the held ones again (the same answer: the
@@ -303,19 +323,26 @@ static void fault_threads_held(Manager *m) {
                         free_ft = i;
         for (unsigned i = 0; i < m->core.nfts; i++) {
                 uint64_t held = fault_thread_held(m->core.fts[i], now, &uffd);
+                MMClient *mm = held >= steal ? client_of_uffd(m, uffd) : NULL;
+                /* relaxed: hints (core.h) */
+                atomic_store_explicit(&m->core.held_uid[i], mm ? (uint64_t)mm->uid + 1 : 0, memory_order_relaxed);
+                nheld += mm != NULL;
                 if (held < steal)
                         continue;
                 if (free_ft < m->core.nfts)
                         (void)fault_thread_steal(m->core.fts[free_ft], m->core.fts[i]);
                 if (held < say || !fault_thread_say(m->core.fts[i]))
                         continue;
-                MMClient *mm = client_of_uffd(m, uffd);
                 log_warn("fault thread %u has waited more than a second in a call into pid %d (uid %d) (its mmap "
                          "lock held: a FUSE server of its own that does not answer?): %s",
                          i, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1,
                          free_ft < m->core.nfts ? "another thread takes what was handed to it"
                                                 : "no other thread is free: what was handed to it waits");
         }
+        atomic_store_explicit(&m->core.held_threads, nheld, memory_order_relaxed);
+        /* the exchange first: a client parked after it is seen next tick */
+        if (atomic_exchange_explicit(&m->core.parked_any, false, memory_order_acquire) || was || nheld)
+                fault_unpark(m);
 }
 
 static void tick(Manager *m) {

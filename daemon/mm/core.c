@@ -11,6 +11,8 @@
 #include "pool.h"
 #include "util.h"
 
+__thread int core_fault_idx = -1;
+
 /* ---- fork children on their way to the manager (core.h) ---- */
 
 MPSC_LIST(orphan_list, MMClient, next)

@@ -84,6 +84,7 @@ enum {
 };
 
 #define CORE_ORPHAN_USERS 1024 /* users with forked children not attached at once */
+#define CORE_FAULT_THREADS_MAX 64 /* --fault-threads at most */
 
 struct Core {
         /* Set by the manager before it starts any other thread (fts, nfts,
@@ -123,6 +124,22 @@ struct Core {
                 uint32_t n; /* 0: a free slot */
         } orphan_users[CORE_ORPHAN_USERS];
         _Atomic bool orphans_unbounded;
+
+        /* The user each fault thread has been in one call into a client
+         * of for a while (uid + 1; 0: none), and how many such threads
+         * there are: a call into a client can wait for the client's mmap
+         * lock, which the client can hold as long as it likes. While a
+         * client of a user holds one, no other thread calls into any of
+         * that user's clients (core_user_held()), so that one user cannot
+         * hold every fault thread one after the other. Written by the
+         * manager each tick (fault_threads_held()), read by any thread:
+         * relaxed, a hint at most a tick old */
+        _Atomic uint64_t held_uid[CORE_FAULT_THREADS_MAX];
+        _Atomic unsigned held_threads;
+        /* a fault thread left a client's uffd unread for that
+         * (MMClient.parked) since the manager last looked: release after
+         * the client's flag, which the manager's acquire exchange sees */
+        _Atomic bool parked_any;
 
         /* global counters, relaxed atomics: any thread adds, the manager
          * reads them for statistics and logs; nothing is ordered by them */
@@ -176,6 +193,23 @@ MMClient *core_take_orphans(Core *core);
 /* Any thread: one more, or one fewer, forked child of uid not attached
  * yet; how many it has now (0 from a full table: not counted). */
 uint32_t core_orphans_add(Core *core, uid_t uid, int delta);
+
+/* The index of the fault thread this thread is, -1 on any other (set by
+ * the fault thread as it starts). */
+extern __thread int core_fault_idx;
+
+/* Does a fault thread other than this one wait in a call into a client of
+ * uid (held_uid)? Then this thread puts off its work for uid's clients.
+ * Any thread; one load while no thread is held. */
+static inline bool core_user_held(Core *core, uid_t uid) {
+        if (!core || !atomic_load_explicit(&core->held_threads, memory_order_relaxed))
+                return false;
+        for (unsigned i = 0; i < core->nfts && i < CORE_FAULT_THREADS_MAX; i++)
+                if ((int)i != core_fault_idx &&
+                    atomic_load_explicit(&core->held_uid[i], memory_order_relaxed) == (uint64_t)uid + 1)
+                        return true;
+        return false;
+}
 
 /* Is eviction allowed to add to the pool now (pool bound hysteresis)?
  * Any thread. */

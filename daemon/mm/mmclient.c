@@ -1107,3 +1107,9 @@ int mmclient_dict_set(MMClient *mm, CodecDict *d) {
         atomic_store_explicit(&mm->dict, d, memory_order_release);
         return 0;
 }
+
+int mmclient_serve_trylock(MMClient *mm) {
+        if (INJECT(INJ_LOCK_BUSY) || core_user_held(mm->core, mm->uid))
+                return EBUSY;
+        return pthread_mutex_trylock(&mm->serve_lock);
+}

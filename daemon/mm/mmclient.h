@@ -445,6 +445,11 @@ typedef struct MMClient {
          * and the manager's mm_sync_now(), mm_replace_sync()): seq_cst,
          * each side stores before it looks at the other (said there) */
         _Atomic bool kick;
+        /* a fault thread did not read the uffd, as a client of the same
+         * user held another (core_user_held()); the manager has it read
+         * once that ends (fault_threads_held()). Relaxed: Core.parked_any
+         * publishes it, the manager's FW_KICK orders the read after */
+        _Atomic bool parked;
         uint64_t ra_next;     /* where a sequential reader faults next */
         unsigned ra_window;   /* pages installed ahead last time, 0: not sequential */
         uint64_t ra_waiter;   /* a fault fault-around read and will serve */
@@ -668,10 +673,10 @@ int mmclient_set_sync(MMClient *mm, int fd);
 bool mmclient_sync_fd_ok(int fd);
 /* Try serve_lock where finding it taken puts the work off (0: ours): the
  * manager, and a fault thread's installs, syncs and restores. Never in a
- * uffd reader's service(), whose kick needs a real holder. */
-static inline int mmclient_serve_trylock(MMClient *mm) {
-        return INJECT(INJ_LOCK_BUSY) ? EBUSY : pthread_mutex_trylock(&mm->serve_lock);
-}
+ * uffd reader's service(), whose kick needs a real holder. Busy too while
+ * another fault thread waits in a call into a client of the same user
+ * (core_user_held()): the work waits until it is done. */
+int mmclient_serve_trylock(MMClient *mm);
 
 /* Map a sync page's memfd (checked with mmclient_sync_fd_ok()); takes fd
  * (closed on failure). */

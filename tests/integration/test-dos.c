@@ -1472,12 +1472,13 @@ enum {
         LOCK_ADOPT,    /* an ADOPT's reads of its address space, behind a writer of ours */
         LOCK_REMAP,    /* the fault thread's question whether an event is under way, after an mremap */
         LOCK_COPY,     /* a fault thread's copy into a mapping with no anon_vma */
+        LOCK_COPIES,   /* the same by two processes of one user, one after the other */
         LOCK_CASES,
 };
 static const char *const lock_case[LOCK_CASES] = { "fuse-lock",        "fuse-lock-attach", "fuse-lock-arm",
                                                    "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn",
                                                    "fuse-lock-moved",  "fuse-lock-adopt",  "fuse-lock-remap",
-                                                   "fuse-lock-copy" };
+                                                   "fuse-lock-copy",   "fuse-lock-copies" };
 static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "ATTACH",
                                                    "first PAGEOUT",
@@ -1487,7 +1488,8 @@ static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "MOVE_DONE behind a queued mmap()",
                                                    "ADOPT behind a queued mmap()",
                                                    "mremap with a queued mmap() after it",
-                                                   "fault in a mapping with no anon_vma" };
+                                                   "fault in a mapping with no anon_vma",
+                                                   "faults in mappings with no anon_vma" };
 #define CHURN_MAX_CONNECTIONS 8 /* the attacker's max_connections in fuse-lock-churn */
 #define CHURN_TRIES 40
 
@@ -1586,11 +1588,15 @@ static void mapper_start(void) {
                 usleep(1000);
 }
 
-/* A page of FUSE file "f" mapped, not read yet. */
+/* The FUSE file an attacker's lock waits on: "f", or "g" for a second
+ * attacker (an open of a file waits for a read of it under way). */
+static const char *fuse_file = "f";
+
+/* A page of FUSE file fuse_file mapped, not read yet. */
 static void *fuse_page(void) {
         char path[96];
 
-        snprintf(path, sizeof(path), "%s/f", fuse_dir);
+        snprintf(path, sizeof(path), "%s/%s", fuse_dir, fuse_file);
         int f = open(path, O_RDONLY | O_CLOEXEC);
         ASSERT_TRUE(f >= 0);
         void *p = mmap(NULL, ZSWAP_PAGE_SIZE, PROT_READ, MAP_PRIVATE, f, 0);
@@ -1602,9 +1608,10 @@ static void *fuse_page(void) {
  * FUSE file through /proc/self/mem, and the server has the READ. */
 static void lock_hold(void *p) {
         pthread_t th;
+        int before = *fuse_reads;
 
         ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
-        while (*fuse_reads < 1)
+        while (*fuse_reads <= before)
                 usleep(1000);
 }
 
@@ -1994,9 +2001,13 @@ static int fuse_lock_remap(LockShared *st, bool touched) {
                 test_fail("mremap(MREMAP_DONTUNMAP) of the adopted region at %p: %s; its mapping's flags: %s", mem,
                           strerror(e), fl);
         }
-        lock_hold(p);
-        atomic_store(&st->step, STEP_QUEUE);
-        lock_queue();
+        /* (a second attacker of fuse-lock-copies whose mremap waited
+         * until the test let the first one's lock go: no lock to hold) */
+        if (!atomic_load(&st->released)) {
+                lock_hold(p);
+                atomic_store(&st->step, STEP_QUEUE);
+                lock_queue();
+        }
         /* and a fault of ours, which the kernel sends under the
          * mapping's own lock, not the mmap lock: the fault thread reads
          * our uffd again and asks again whether the kernel has an UNMAP
@@ -2024,19 +2035,19 @@ static unsigned daemon_threads(void) {
         return (unsigned)strtoul(v, NULL, 10);
 }
 
-/* Whether a thread of the daemon waits in the kernel function fn (its
+/* Whether a thread of process pid waits in the kernel function fn (its
  * kernel stack, /proc/PID/task/TID/stack, names it). */
-static bool daemon_waits_in(const char *fn) {
+static bool pid_waits_in(pid_t pid, const char *fn) {
         char path[96], line[256];
         bool found = false;
-        snprintf(path, sizeof(path), "/proc/%d/task", (int)d.pid);
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
         DIR *dir = opendir(path);
 
         ASSERT_TRUE(dir != NULL);
         for (struct dirent *e; !found && (e = readdir(dir));) {
                 if (e->d_name[0] == '.')
                         continue;
-                snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stack", (int)d.pid, e->d_name);
+                snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stack", (int)pid, e->d_name);
                 FILE *f = fopen(path, "re");
                 while (f && !found && fgets(line, sizeof(line), f))
                         found = strstr(line, fn) != NULL;
@@ -2110,6 +2121,104 @@ static bool home_work_served(void) {
         return true;
 }
 
+static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds);
+
+/* Has the daemon said that a fault thread waits in a call into pid (within
+ * TEST_WAIT_S)? */
+static bool held_said(pid_t pid) {
+        char said[128];
+        snprintf(said, sizeof(said), "has waited more than a second in a call into pid %d (uid %d)", (int)pid,
+                 U_STALLER);
+        for (int i = 0; i < TEST_WAIT_S * 10; i++) {
+                if (td_log_has(&d, said))
+                        return true;
+                usleep(100 * 1000);
+        }
+        return false;
+}
+
+/*
+ * fuse-lock-copies: fuse-lock-copy's attack by two processes of one user,
+ * on two fault threads, the second once the first holds its thread. The
+ * second must not get the other thread too, or no thread would be left
+ * for root's faults, syncs and restores: while the first's call lasts, no
+ * thread reads the second's uffd (Core.held_uid), and its mremap waits
+ * for its event to be read (as every event and fault of that user's
+ * processes). Once the locks are free, both attackers' pages read as
+ * their stores say.
+ */
+static void case_fuse_lock_copies(void) {
+        LockShared *st[2];
+        pid_t att[2];
+
+        fuse_start();
+        for (int k = 0; k < 2; k++) {
+                st[k] = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                ASSERT_TRUE(st[k] != MAP_FAILED);
+                st[k]->bad = -1;
+                att[k] = td_fork_as(U_STALLER, 0);
+                if (att[k] == 0) {
+                        fuse_file = k ? "g" : "f";
+                        _exit(fuse_lock_remap(st[k], false));
+                }
+                /* the second: its fault made, or its mremap waiting for
+                 * the daemon to read its event */
+                bool at = false;
+                for (int i = 0; i < 6000 && !at; i++) {
+                        at = lock_wait(att[k], st[k], 2, 0) ||
+                             (k == 1 && atomic_load(&st[k]->step) == STEP_READ &&
+                              pid_waits_in(att[k], "userfaultfd_event_wait_completion"));
+                        usleep(10000);
+                }
+                if (!at) {
+                        td_dump_stacks(att[k], "an attacker");
+                        test_fail("attacker %d was still %s in 60 s", k, lock_step[atomic_load(&st[k]->step)]);
+                }
+                if (k == 1)
+                        fprintf(stderr, "the second attacker %s\n",
+                                atomic_load(&st[k]->stage) >= 2 ? "made its fault"
+                                                                : "waits in mremap() for its event to be read");
+                if (k == 0 && !held_said(att[0])) {
+                        td_dump_stacks(d.pid, "zswapd");
+                        td_log_dump(&d);
+                        test_fail("the daemon did not say that a fault thread waits in a copy into the first attacker");
+                }
+        }
+        usleep(500 * 1000); /* the second attacker's fault is read */
+        bool served = home_work_served();
+        fprintf(stderr, "with two attackers' mmap locks held by FUSE, a fault in a mapping with no anon_vma made by "
+                        "each, one after the other: root's faults, syncs and restores %s\n",
+                served ? "served" : "not served in 30 s");
+        if (!served)
+                td_dump_stacks(d.pid, "zswapd");
+        /* released first: a second attacker whose mremap waited holds
+         * no lock once it returns */
+        for (int k = 0; k < 2; k++)
+                atomic_store(&st[k]->released, true);
+        fuse_stop();
+        bool done = true;
+        for (int k = 0; k < 2; k++) {
+                bool ok = lock_wait(att[k], st[k], 3, TEST_WAIT_S);
+                fprintf(stderr, "once the reads ended: attacker %d %s (%d, value %lld); %d of %d pages differ\n", k,
+                        ok ? "done" : "not done", st[k]->status, (long long)st[k]->value, st[k]->bad,
+                        (int)(ADOPT_PAGES / 256));
+                done &= ok;
+        }
+        for (int k = 0; k < 2; k++) {
+                kill(att[k], SIGKILL);
+                waitpid(att[k], NULL, 0);
+        }
+        if (!served)
+                test_fail("two processes of one user held both fault threads");
+        if (!done)
+                test_fail("an attacker's fault was not served once its lock was free");
+        for (int k = 0; k < 2; k++) {
+                ASSERT_EQ(st[k]->status, 0);
+                ASSERT_EQ(st[k]->bad, 0);
+                ASSERT_EQ(st[k]->value, (int64_t)ADOPT_PAGES);
+        }
+}
+
 /* Until the attacker is at stage (true) or seconds have passed (false);
  * fails the test if the attacker ends. */
 static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
@@ -2175,12 +2284,12 @@ static void case_fuse_lock(int kind) {
                          U_STALLER);
                 landed = false;
                 for (int i = 0; i < 1000 && !landed; i++) {
-                        landed = daemon_waits_in("mwriteprotect_range") || td_log_has(&d, queued);
+                        landed = pid_waits_in(d.pid, "mwriteprotect_range") || td_log_has(&d, queued);
                         usleep(10000);
                 }
                 faulted = faults_served();
                 fprintf(stderr, "the daemon's question %s; root's faults %s\n",
-                        daemon_waits_in("mwriteprotect_range") ? "waits for the attacker's lock in UFFDIO_WRITEPROTECT"
+                        pid_waits_in(d.pid, "mwriteprotect_range") ? "waits for the attacker's lock in UFFDIO_WRITEPROTECT"
                         : landed ? "waits behind a read of the attacker's page tables, which waits for its lock"
                                  : "never waited for the attacker's lock",
                         faulted ? "served" : "not served in 30 s");
@@ -2257,7 +2366,7 @@ int main(int argc, char **argv) {
         if (argc != 2)
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
                           "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
-                          "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap|fuse-lock-copy");
+                          "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap|fuse-lock-copy|fuse-lock-copies");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
@@ -2281,7 +2390,7 @@ int main(int argc, char **argv) {
         snprintf(args, sizeof(args), "%s%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf,
                  strcmp(argv[1], "fuse") == 0    ? " --read-bound-ms 600000"
                  : lock == LOCK_REMAP ? " --fault-threads 1" /* one stuck, all wait */
-                 : lock == LOCK_COPY  ? " --fault-threads 2" /* one stuck, the other takes its work */
+                 : lock == LOCK_COPY || lock == LOCK_COPIES ? " --fault-threads 2" /* one stuck, the other takes its work */
                                       : "");
         td_start_logged(&d, args);
         if (strcmp(argv[1], "linger") == 0)
@@ -2300,6 +2409,8 @@ int main(int argc, char **argv) {
                 case_late();
         else if (strcmp(argv[1], "ops") == 0)
                 case_ops();
+        else if (lock == LOCK_COPIES)
+                case_fuse_lock_copies();
         else if (lock >= 0)
                 case_fuse_lock(lock);
         else
