@@ -294,6 +294,40 @@ static void fault_unpark(Manager *m) {
 }
 
 /*
+ * Every fault thread is held in a call into a client: a spare starts and
+ * watches every client (with held users' clients parked: no call into
+ * them), up to CORE_FAULT_SPARES in the daemon's life. Its index: -1 if
+ * none could start.
+ */
+static int fault_spare(Manager *m) {
+        unsigned n = m->core.nfts;
+        FaultThread *ft;
+
+        if (n >= m->cfg.fault_threads + CORE_FAULT_SPARES) {
+                if (!m->spares_said)
+                        log_error("every fault thread waits in a call into a client, and the %d spares started "
+                                  "already: faults wait until a call ends", CORE_FAULT_SPARES);
+                m->spares_said = true;
+                return -1;
+        }
+        int r = fault_thread_new(&m->core, n, &ft);
+        if (r < 0) {
+                log_error("every fault thread waits in a call into a client: cannot start a spare: %s", strerror(-r));
+                return -1;
+        }
+        m->core.fts[n] = ft;
+        atomic_store_explicit(&m->core.nfts, n + 1, memory_order_release);
+        MMClient *lists[] = { m->mms, manager_orphans(m) };
+        for (size_t i = 0; i < ELEMENTSOF(lists); i++)
+                for (MMClient *mm = lists[i]; mm; mm = mm->next)
+                        if (mm->ft && fault_post_mm(ft, FW_ADOPT, mm) < 0)
+                                log_warn("pid %d: the spare fault thread cannot watch the client (out of memory)",
+                                         (int)mmclient_pid(mm));
+        log_warn("every fault thread waits in a call into a client: spare fault thread %u starts", n);
+        return (int)n;
+}
+
+/*
  * A fault thread's call into a client (a copy) can wait for the client's
  * mmap lock, which the client can hold as long as it likes (FUSE:
  * docs/security.md). Once a call has lasted STEAL_AFTER_MS:
@@ -303,7 +337,9 @@ static void fault_unpark(Manager *m) {
  *    threads watch every client and serve their faults;
  *  - no other thread calls into a client of the same user meanwhile
  *    (Core.held_uid, core_user_held()): its work waits, so that one user
- *    cannot hold the threads one after the other.
+ *    cannot hold the threads one after the other;
+ *  - if no thread is free (one thread; or calls that began together), a
+ *    spare starts (fault_spare()).
  * Said once per call, after HELD_SAY_MS.
  */
 #define STEAL_AFTER_MS 100
@@ -311,35 +347,45 @@ static void fault_unpark(Manager *m) {
 
 static void fault_threads_held(Manager *m) {
         const uint64_t steal = STEAL_AFTER_MS * 1000000ull, say = HELD_SAY_MS * 1000000ull;
+        const unsigned n = m->core.nfts, none = CORE_FAULT_THREADS_MAX;
         uint64_t now = now_ns();
-        unsigned free_ft = m->core.nfts, nheld = 0;
+        unsigned free_ft = none, nheld = 0;
         bool was = atomic_load_explicit(&m->core.held_threads, memory_order_relaxed) != 0;
         int uffd;
 
-        /* a look at each, then the held ones again (the same answer: the
-         * same call, or 0 if it ended in between) */
-        for (unsigned i = 0; i < m->core.nfts; i++)
-                if (fault_thread_held(m->core.fts[i], now, &uffd) < steal && free_ft == m->core.nfts)
-                        free_ft = i;
-        for (unsigned i = 0; i < m->core.nfts; i++) {
+        /* who holds each thread, published before anything else happens
+         * (a spare must find the held users' clients parked) */
+        for (unsigned i = 0; i < n; i++) {
                 uint64_t held = fault_thread_held(m->core.fts[i], now, &uffd);
                 MMClient *mm = held >= steal ? client_of_uffd(m, uffd) : NULL;
                 /* relaxed: hints (core.h) */
                 atomic_store_explicit(&m->core.held_uid[i], mm ? (uint64_t)mm->uid + 1 : 0, memory_order_relaxed);
-                nheld += mm != NULL;
+                nheld += held >= steal;
+                if (held < steal && free_ft == none)
+                        free_ft = i;
+        }
+        atomic_store_explicit(&m->core.held_threads, nheld, memory_order_relaxed);
+        if (nheld && free_ft == none) {
+                int s = fault_spare(m);
+                free_ft = s >= 0 ? (unsigned)s : none;
+        }
+        /* the held ones again (the same answer: the same call, or 0 if it
+         * ended in between) */
+        for (unsigned i = 0; i < n; i++) {
+                uint64_t held = fault_thread_held(m->core.fts[i], now, &uffd);
                 if (held < steal)
                         continue;
-                if (free_ft < m->core.nfts)
+                if (free_ft != none)
                         (void)fault_thread_steal(m->core.fts[free_ft], m->core.fts[i]);
                 if (held < say || !fault_thread_say(m->core.fts[i]))
                         continue;
+                MMClient *mm = client_of_uffd(m, uffd);
                 log_warn("fault thread %u has waited more than a second in a call into pid %d (uid %d) (its mmap "
                          "lock held: a FUSE server of its own that does not answer?): %s",
                          i, mm ? (int)mmclient_pid(mm) : -1, mm ? (int)mm->uid : -1,
-                         free_ft < m->core.nfts ? "another thread takes what was handed to it"
-                                                : "no other thread is free: what was handed to it waits");
+                         free_ft != none ? "another thread takes what was handed to it"
+                                         : "no other thread is free: what was handed to it waits");
         }
-        atomic_store_explicit(&m->core.held_threads, nheld, memory_order_relaxed);
         /* the exchange first: a client parked after it is seen next tick */
         if (atomic_exchange_explicit(&m->core.parked_any, false, memory_order_acquire) || was || nheld)
                 fault_unpark(m);
@@ -483,7 +529,7 @@ int manager_new(const ManagerConfig *cfg, Manager **ret) {
         r = closer_new(&m->core.closer);
         if (r < 0)
                 goto fail;
-        m->core.fts = calloc(cfg->fault_threads, sizeof(*m->core.fts));
+        m->core.fts = calloc(cfg->fault_threads + CORE_FAULT_SPARES, sizeof(*m->core.fts));
         if (!m->core.fts) {
                 r = -ENOMEM;
                 goto fail;

@@ -79,6 +79,7 @@ struct Manager {
         int signal_fd;
         bool exiting;      /* a signal to exit came: the loop ends */
         bool listen_paused; /* out of fds: listen socket out of epoll (conn.c, conn_accept()) until the next tick */
+        bool spares_said;   /* every spare fault thread started and held: said once (loop.c fault_spare()) */
         /* systemd (sd-daemon.c), manager thread only (notify.c; watchdog_ns
          * and the first watchdog_last_ns: manager_run()): WATCHDOG=1 every
          * watchdog_ns (half systemd's interval, 0: none); STATUS= when it

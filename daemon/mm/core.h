@@ -84,7 +84,8 @@ enum {
 };
 
 #define CORE_ORPHAN_USERS 1024 /* users with forked children not attached at once */
-#define CORE_FAULT_THREADS_MAX 64 /* --fault-threads at most */
+#define CORE_FAULT_SPARES 4 /* fault threads started when every one is held (manager/loop.c fault_spare()) */
+#define CORE_FAULT_THREADS_MAX (64 + CORE_FAULT_SPARES) /* --fault-threads at most, and the spares */
 
 struct Core {
         /* Set by the manager before it starts any other thread (fts, nfts,
@@ -96,8 +97,14 @@ struct Core {
         PoolShared *pools;    /* counters and bound of every client's pool (pool.c: its own atomics) */
         uint64_t daemon_id;   /* random, names this instance in the stores it owns */
         Closer *closer;       /* closes what clients sent off this thread (closer.c); any thread hands it fds */
+        /* the fault threads: fts has room for cfg.fault_threads and
+         * CORE_FAULT_SPARES more, which the manager starts when every
+         * thread is held in a call into a client (fault_spare()): it
+         * writes the new entry, then nfts (release; a reader's load is
+         * acquire, or the seq_cst of a plain one). nfts never shrinks
+         * before the threads stop */
         FaultThread **fts;
-        unsigned nfts;
+        _Atomic unsigned nfts;
         Evictor *evictor;     /* the compression workers (evict.c) */
         Tier *tier;           /* the second tier ([tier] backing), or NULL (tier.h) */
         /* what the kernel offers (probed at start): constant */

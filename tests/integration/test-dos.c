@@ -140,6 +140,10 @@
  *    unregister meanwhile (the unregister's sync and restore are the
  *    home thread's work, which the other thread must take); once the
  *    lock is free, every page reads as the store says;
+ *  - fuse-lock-copy-one: the same on one fault thread: a spare must
+ *    start, serve root's faults and take the held thread's work;
+ *  - fuse-lock-copies, fuse-lock-copies-together: two attackers of one
+ *    user (case_fuse_lock_copies());
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -906,7 +910,9 @@ static void case_stall(void) {
 
 static char fuse_dir[64];
 static pid_t fuse_pid;           /* the server */
-static _Atomic int *fuse_reads;  /* READs it received, none answered (shared) */
+/* READs it received, none answered (shared): in all, then of each file
+ * by its node (2: "f", 3: "g") */
+static _Atomic int *fuse_reads;
 
 static void fuse_reply(uint64_t unique, int error, const void *data, size_t len) {
         struct fuse_out_header oh = { .len = (uint32_t)(sizeof(oh) + len), .error = error, .unique = unique };
@@ -971,6 +977,8 @@ static void fuse_serve(void) {
                 }
                 case FUSE_READ:
                         (*fuse_reads)++; /* never answered */
+                        if (ih->nodeid == 2 || ih->nodeid == 3)
+                                fuse_reads[ih->nodeid]++;
                         break;
                 case FUSE_FORGET:
                 case FUSE_BATCH_FORGET:
@@ -1265,11 +1273,20 @@ static int late_client(volatile int *res) {
          * and then does nothing more until the move is made (the test
          * stops it): whatever it left to finish later, a read of a slot
          * on its way or still to come, comes too late */
-        while (atomic_load(&sync->reading))
-                sched_yield();
-        res[3] = 1;
-        while (res[3] != 2)
-                sched_yield();
+        for (;;) {
+                while (atomic_load(&sync->reading))
+                        sched_yield();
+                res[3] = 1;
+                while (res[3] != 2)
+                        sched_yield();
+                if (!atomic_load(&sync->reading))
+                        break;
+                /* a fault thread began a read before the daemon stopped
+                 * (a busy machine): let it end, and stop it again */
+                res[3] = 5;
+                while (res[3] != 6)
+                        sched_yield();
+        }
         ASSERT_TRUE(mmap(mem, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) ==
                     mem);
         for (size_t off = 0; off < len; off += ZSWAP_PAGE_SIZE)
@@ -1309,6 +1326,9 @@ static void case_late(void) {
                 } else if (res[3] == 3) {
                         ASSERT_OK(kill(d.pid, SIGCONT));
                         res[3] = 4;
+                } else if (res[3] == 5) {
+                        ASSERT_OK(kill(d.pid, SIGCONT));
+                        res[3] = 6;
                 }
                 int st;
                 if (waitpid(att, &st, WNOHANG) == att)
@@ -1532,6 +1552,10 @@ typedef struct LockShared {
         int bad;               /* pages of the region that differ (stage 3) */
         _Atomic int step;      /* within stage 0: the last of lock_step[] begun */
         bool missed;           /* fuse-lock-adopt: the walk ended before our writer waited */
+        /* fuse-lock-copies: the attacker, its region moved, says ready and
+         * takes its lock and faults once go is set */
+        bool wait_go;
+        _Atomic bool ready, go;
 } LockShared;
 static const char *const lock_stage[] = { "setting up", "waiting for it to be done", "checking its pages", "done" };
 enum { STEP_CLIENT, STEP_PAGEOUT, STEP_MAPPER, STEP_PROOF, STEP_READ, STEP_QUEUE };
@@ -1608,10 +1632,10 @@ static void *fuse_page(void) {
  * FUSE file through /proc/self/mem, and the server has the READ. */
 static void lock_hold(void *p) {
         pthread_t th;
-        int before = *fuse_reads;
+        int node = strcmp(fuse_file, "g") == 0 ? 3 : 2, before = fuse_reads[node];
 
         ASSERT_OK(-pthread_create(&th, NULL, mem_reader, p));
-        while (*fuse_reads <= before)
+        while (fuse_reads[node] <= before)
                 usleep(1000);
 }
 
@@ -2001,13 +2025,12 @@ static int fuse_lock_remap(LockShared *st, bool touched) {
                 test_fail("mremap(MREMAP_DONTUNMAP) of the adopted region at %p: %s; its mapping's flags: %s", mem,
                           strerror(e), fl);
         }
-        /* (a second attacker of fuse-lock-copies whose mremap waited
-         * until the test let the first one's lock go: no lock to hold) */
-        if (!atomic_load(&st->released)) {
-                lock_hold(p);
-                atomic_store(&st->step, STEP_QUEUE);
-                lock_queue();
-        }
+        atomic_store(&st->ready, true);
+        while (st->wait_go && !atomic_load(&st->go))
+                usleep(1000);
+        lock_hold(p);
+        atomic_store(&st->step, STEP_QUEUE);
+        lock_queue();
         /* and a fault of ours, which the kernel sends under the
          * mapping's own lock, not the mmap lock: the fault thread reads
          * our uffd again and asks again whether the kernel has an UNMAP
@@ -2142,60 +2165,76 @@ static bool held_said(pid_t pid) {
  * on two fault threads, the second once the first holds its thread. The
  * second must not get the other thread too, or no thread would be left
  * for root's faults, syncs and restores: while the first's call lasts, no
- * thread reads the second's uffd (Core.held_uid), and its mremap waits
- * for its event to be read (as every event and fault of that user's
- * processes). Once the locks are free, both attackers' pages read as
- * their stores say.
+ * thread reads the second's uffd (Core.held_uid), and its fault waits (as
+ * every event and fault of that user's processes). With together, both
+ * fault at once, each holds a thread before the manager sees either, and
+ * a spare thread must start. Once the locks are free, both attackers'
+ * pages read as their stores say.
  */
-static void case_fuse_lock_copies(void) {
+static void case_fuse_lock_copies(bool together) {
         LockShared *st[2];
         pid_t att[2];
 
+        /* both set up (a store adopted, the region moved) before either
+         * holds its lock: a job of the user's that waits for one's lock
+         * holds up the user's other jobs (mmjob.h) */
         fuse_start();
         for (int k = 0; k < 2; k++) {
                 st[k] = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
                 ASSERT_TRUE(st[k] != MAP_FAILED);
                 st[k]->bad = -1;
+                st[k]->wait_go = true;
                 att[k] = td_fork_as(U_STALLER, 0);
                 if (att[k] == 0) {
                         fuse_file = k ? "g" : "f";
                         _exit(fuse_lock_remap(st[k], false));
                 }
-                /* the second: its fault made, or its mremap waiting for
-                 * the daemon to read its event */
-                bool at = false;
-                for (int i = 0; i < 6000 && !at; i++) {
-                        at = lock_wait(att[k], st[k], 2, 0) ||
-                             (k == 1 && atomic_load(&st[k]->step) == STEP_READ &&
-                              pid_waits_in(att[k], "userfaultfd_event_wait_completion"));
+        }
+        for (int k = 0; k < 2; k++) {
+                uint64_t t0 = now_ns();
+                while (!atomic_load(&st[k]->ready)) {
+                        if (now_ns() - t0 > 60 * 1000000000ull) {
+                                td_dump_stacks(att[k], "an attacker");
+                                test_fail("attacker %d was still %s in 60 s", k, lock_step[atomic_load(&st[k]->step)]);
+                        }
+                        if (waitpid(att[k], NULL, WNOHANG) == att[k])
+                                test_fail("attacker %d failed when %s", k, lock_step[atomic_load(&st[k]->step)]);
                         usleep(10000);
                 }
-                if (!at) {
-                        td_dump_stacks(att[k], "an attacker");
-                        test_fail("attacker %d was still %s in 60 s", k, lock_step[atomic_load(&st[k]->step)]);
-                }
-                if (k == 1)
-                        fprintf(stderr, "the second attacker %s\n",
-                                atomic_load(&st[k]->stage) >= 2 ? "made its fault"
-                                                                : "waits in mremap() for its event to be read");
-                if (k == 0 && !held_said(att[0])) {
+        }
+        if (together) {
+                /* both fault at once: each holds a thread before the
+                 * manager sees either held, and a spare starts */
+                atomic_store(&st[0]->go, true);
+                atomic_store(&st[1]->go, true);
+                bool both = held_said(att[0]) && held_said(att[1]);
+                fprintf(stderr, "%s\n", both ? "both attackers hold a fault thread"
+                                            : "the attackers' faults did not come together: one holds a thread, the "
+                                              "other's waits");
+        } else {
+                atomic_store(&st[0]->go, true);
+                if (!held_said(att[0])) {
                         td_dump_stacks(d.pid, "zswapd");
                         td_log_dump(&d);
                         test_fail("the daemon did not say that a fault thread waits in a copy into the first attacker");
                 }
+                atomic_store(&st[1]->go, true);
+                if (!lock_wait(att[1], st[1], 2, 60)) {
+                        td_dump_stacks(att[1], "the second attacker");
+                        test_fail("the second attacker was still %s in 60 s", lock_step[atomic_load(&st[1]->step)]);
+                }
+                usleep(500 * 1000); /* its fault is sent */
         }
-        usleep(500 * 1000); /* the second attacker's fault is read */
         bool served = home_work_served();
         fprintf(stderr, "with two attackers' mmap locks held by FUSE, a fault in a mapping with no anon_vma made by "
-                        "each, one after the other: root's faults, syncs and restores %s\n",
-                served ? "served" : "not served in 30 s");
+                        "each, %s: root's faults, syncs and restores %s\n",
+                together ? "at once" : "one after the other", served ? "served" : "not served in 30 s");
         if (!served)
                 td_dump_stacks(d.pid, "zswapd");
-        /* released first: a second attacker whose mremap waited holds
-         * no lock once it returns */
+        /* the server goes: the reads fail, and the locks are let go */
+        fuse_stop();
         for (int k = 0; k < 2; k++)
                 atomic_store(&st[k]->released, true);
-        fuse_stop();
         bool done = true;
         for (int k = 0; k < 2; k++) {
                 bool ok = lock_wait(att[k], st[k], 3, TEST_WAIT_S);
@@ -2366,12 +2405,19 @@ int main(int argc, char **argv) {
         if (argc != 2)
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
                           "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
-                          "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap|fuse-lock-copy|fuse-lock-copies");
+                          "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap|fuse-lock-copy|fuse-lock-copy-one"
+                          "|fuse-lock-copies|fuse-lock-copies-together");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
                 if (strcmp(argv[1], lock_case[i]) == 0)
                         lock = i;
+        /* fuse-lock-copy on one fault thread: a spare takes its work */
+        bool one = strcmp(argv[1], "fuse-lock-copy-one") == 0;
+        if (one)
+                lock = LOCK_COPY;
+        if (strcmp(argv[1], "fuse-lock-copies-together") == 0)
+                lock = LOCK_COPIES;
         bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
                        strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0 ||
                        strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0 || lock >= 0;
@@ -2390,6 +2436,7 @@ int main(int argc, char **argv) {
         snprintf(args, sizeof(args), "%s%s%s%s", extra ? extra : "", conf[0] ? " --config " : "", conf,
                  strcmp(argv[1], "fuse") == 0    ? " --read-bound-ms 600000"
                  : lock == LOCK_REMAP ? " --fault-threads 1" /* one stuck, all wait */
+                 : one ? " --fault-threads 1" /* it is stuck: a spare starts */
                  : lock == LOCK_COPY || lock == LOCK_COPIES ? " --fault-threads 2" /* one stuck, the other takes its work */
                                       : "");
         td_start_logged(&d, args);
@@ -2410,7 +2457,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[1], "ops") == 0)
                 case_ops();
         else if (lock == LOCK_COPIES)
-                case_fuse_lock_copies();
+                case_fuse_lock_copies(strcmp(argv[1], "fuse-lock-copies-together") == 0);
         else if (lock >= 0)
                 case_fuse_lock(lock);
         else
