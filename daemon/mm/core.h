@@ -88,10 +88,11 @@ enum {
 #define CORE_FAULT_THREADS_MAX (64 + CORE_FAULT_SPARES) /* --fault-threads at most, and the spares */
 
 struct Core {
-        /* Set by the manager before it starts any other thread (fts, nfts,
+        /* Set by the manager before it starts any other thread (fts,
          * evictor, tier: as it starts them, before any client exists, so
          * before any thread can look at them), constant until it has
-         * stopped the threads: any thread reads them without a lock */
+         * stopped the threads: any thread reads them without a lock (but
+         * nfts, which spares grow: below) */
         CoreConfig cfg;
         const CoreOps *ops;
         PoolShared *pools;    /* counters and bound of every client's pool (pool.c: its own atomics) */
