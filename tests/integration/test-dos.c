@@ -2081,9 +2081,11 @@ static bool pid_waits_in(pid_t pid, const char *fn) {
         return found;
 }
 
-/* As root, with libzswap: 1 MiB paged out and read back intact within
- * 30 s (faults served), or not. */
-static bool faults_served(void) {
+/* As root, with libzswap, in a process of its own: 1 MiB paged out and
+ * read back, and with unregister, paged out again, unregistered (a sync
+ * and a restore: its home thread's work) and read again, intact within
+ * 30 s; or not (said). */
+static bool root_served(uint64_t seed, bool unregister) {
         pid_t pid = fork();
         int st;
 
@@ -2096,52 +2098,37 @@ static bool faults_served(void) {
                 alarm(30);
                 if (zswap_connect(d.sock, &c) < 0)
                         _exit(1);
-                uint8_t *buf = td_region(c, len, 5, hashes);
+                uint8_t *buf = td_region(c, len, seed, hashes);
                 if (td_pageout_want(c, buf, len, 1) <= 0)
                         _exit(2);
-                _exit(verify_pages(buf, len, hashes) == 0 ? 0 : 3);
+                if (verify_pages(buf, len, hashes) != 0)
+                        _exit(3);
+                if (!unregister)
+                        _exit(0);
+                if (td_pageout_want(c, buf, len, 1) <= 0)
+                        _exit(4);
+                if (zswap_unregister(c, buf, len) < 0)
+                        _exit(5);
+                _exit(verify_pages(buf, len, hashes) == 0 ? 0 : 6);
         }
         ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
-        return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                return true;
+        fprintf(stderr, "root's client (seed %llu): %s %d\n", (unsigned long long)seed,
+                WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        return false;
 }
 
-/* As root, with libzswap, in two processes one after the other (two
- * clients in a row: with two fault threads, one of them is home to
- * each): 1 MiB paged out, read back, unregistered (a sync and a restore,
- * its home thread's work) and read again, intact within 30 s; or not. */
+/* Root's faults served: a client pages out and reads back. */
+static bool faults_served(void) {
+        return root_served(5, false);
+}
+
+/* Root's faults and its home threads' work served: two clients in a row
+ * (with two fault threads, one of them is home to each) page out, read
+ * back and unregister. */
 static bool home_work_served(void) {
-        for (int k = 0; k < 2; k++) {
-                pid_t pid = fork();
-                int st;
-
-                ASSERT_TRUE(pid >= 0);
-                if (pid == 0) {
-                        size_t len = 1 << 20;
-                        uint64_t hashes[256];
-                        struct zswap_client *c;
-
-                        alarm(30);
-                        if (zswap_connect(d.sock, &c) < 0)
-                                _exit(1);
-                        uint8_t *buf = td_region(c, len, 11 + (uint64_t)k, hashes);
-                        if (td_pageout_want(c, buf, len, 1) <= 0)
-                                _exit(2);
-                        if (verify_pages(buf, len, hashes) != 0)
-                                _exit(3);
-                        if (td_pageout_want(c, buf, len, 1) <= 0)
-                                _exit(4);
-                        if (zswap_unregister(c, buf, len) < 0)
-                                _exit(5);
-                        _exit(verify_pages(buf, len, hashes) == 0 ? 0 : 6);
-                }
-                ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
-                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                        fprintf(stderr, "root's client %d: %s %d\n", k, WIFEXITED(st) ? "exit" : "signal",
-                                WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-                        return false;
-                }
-        }
-        return true;
+        return root_served(11, true) && root_served(12, true);
 }
 
 static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds);
