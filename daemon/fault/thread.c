@@ -264,7 +264,9 @@ static void *fault_thread_main(void *arg) {
                         run_inbox(ft);
                 if (ft->retry_due || ft->read_soon)
                         run_due_retries(ft);
-                if (work_waits(ft)) {
+                /* only this thread adds to its lists, in run_inbox(): what
+                 * waited before the wait, or what the inbox brought */
+                if (waits || inbox) {
                         run_restores(ft);
                         run_deferred(ft);
                 }
@@ -379,12 +381,9 @@ FaultThread *fault_thread_free(FaultThread *ft) {
                 run_pump(ft);
                 ft->pump = tier_pump_free(ft->pump);
         }
-        for (Work *w = inbox_take(&ft->inbox); w;) {
-                Work *n = w->next;
-                work_discard(w);
-                w = n;
-        }
         /* no thread runs now: nobody takes these meanwhile */
+        Work *unrun = inbox_take(&ft->inbox);
+        work_list_discard(&unrun);
         work_list_discard(&ft->pending);
         work_list_discard(&ft->mine);
         work_list_discard(&ft->restores);

@@ -260,12 +260,6 @@ static void run_inbox(Manager *m) {
         }
 }
 
-/*
- * Each second: a fault thread that has been in one call into a client
- * since the last look (a copy into it whose mmap lock the client holds,
- * docs/security.md) is said, once per call, with the client. Its faults
- * go on on the other threads; what was handed to it waits.
- */
 /* The attached client or fork child not attached yet whose uffd is
  * uffd, or NULL. */
 static MMClient *client_of_uffd(Manager *m, int uffd) {
