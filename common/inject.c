@@ -44,6 +44,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_RETRY_NOMEM] = { "retry_nomem", ENOMEM },
         [INJ_SLOT_READ] = { "slot_read", EBUSY },
         [INJ_CALL_SLOW] = { "call_slow", EINTR },
+        [INJ_KILL_REMAP] = { "kill_remap", EINTR },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

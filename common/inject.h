@@ -41,6 +41,7 @@ typedef enum InjectSite {
         INJ_RETRY_NOMEM,    /* a fault thread finds no retry at hand: neither memory nor its reserve (uffd-ops.c) */
         INJ_SLOT_READ,      /* a staging slot's read is not queued (serve.c slot_read_submit()): read and wait */
         INJ_CALL_SLOW,      /* a fault thread's call into a client lasts CALL_SLOW_MS more, as if its mmap lock held it */
+        INJ_KILL_REMAP,     /* SIGKILL in the middle of moving an mremap's entries (a kill_event point too; events.c) */
         _INJ_MAX,
 } InjectSite;
 

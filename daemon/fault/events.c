@@ -4,6 +4,7 @@
  * REMOVE, UNMAP, REMAP (FORK: fork.c). Overview: fault-internal.h.
  */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -42,13 +43,54 @@ static void journal_done(MMClient *mm) {
         *(volatile __u8 *)&mm->journal->event = 0;
 }
 
-/* Fault injection (kill_event): the daemon killed between reading an event
- * and finishing it, the window the journal closes. */
-void kill_point(const char *where) {
-        if (INJECT(INJ_KILL_EVENT)) {
-                log_warn("fault injection: killed %s", where);
-                raise(SIGKILL);
-        }
+/*
+ * Fault injection (kill_event, kill_remap): the daemon killed between
+ * reading an event and finishing it, the window the journal closes. A
+ * test picks the point by counting (kill_event=1/N); the kill's log line
+ * names the points passed before it, so that a count that came out
+ * otherwise than the test expected says why.
+ */
+#define KILL_SEEN 8
+static _Atomic(const char *) kill_seen[KILL_SEEN];
+static _Atomic unsigned kill_seen_n;
+
+static void kill_now(const char *where) {
+        char before[512];
+        size_t len = 0;
+        /* relaxed: this is the daemon's last word, and a point another
+         * thread passes meanwhile may or may not be named */
+        unsigned n = atomic_load_explicit(&kill_seen_n, memory_order_relaxed);
+
+        before[0] = 0;
+        for (unsigned i = n > KILL_SEEN ? n - KILL_SEEN : 0; i + 1 < n && len < sizeof(before); i++)
+                len += (size_t)snprintf(before + len, sizeof(before) - len, " [%u] %s", i + 1,
+                                        atomic_load_explicit(&kill_seen[i % KILL_SEEN], memory_order_relaxed));
+        log_warn("fault injection: killed %s (kill point %u%s%s)", where, n, n > 1 ? "; before it:" : "", before);
+        raise(SIGKILL);
+}
+
+static void kill_seen_add(const char *where) {
+        unsigned i = atomic_fetch_add_explicit(&kill_seen_n, 1, memory_order_relaxed);
+        atomic_store_explicit(&kill_seen[i % KILL_SEEN], where, memory_order_relaxed);
+}
+
+static void kill_point(const char *where) {
+        if (!inject_armed)
+                return;
+        kill_seen_add(where);
+        if (INJECT(INJ_KILL_EVENT))
+                kill_now(where);
+}
+
+/* The middle of an mremap's entries: a kill_event point, and the one
+ * kill_remap counts (a test that wants this very state, whatever other
+ * events came before it) */
+static void kill_point_remap(const char *where) {
+        if (!inject_armed)
+                return;
+        kill_seen_add(where);
+        if (INJECT(INJ_KILL_EVENT) || INJECT(INJ_KILL_REMAP))
+                kill_now(where);
 }
 
 ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
@@ -77,7 +119,11 @@ ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
                  msg->arg.remove.start >= mm->staging_addr + (uint64_t)atomic_load_explicit(&mm->nlanes,
                                                                                             memory_order_relaxed) *
                                                                      LANE_SLOTS * ZSWAP_PAGE_SIZE)
-                kill_point("with an event read"); /* the library's own staging releases do not count */
+                /* the library's own staging releases do not count */
+                kill_point(msg->event == UFFD_EVENT_REMAP   ? "with an event read (REMAP)"
+                           : msg->event == UFFD_EVENT_UNMAP ? "with an event read (UNMAP)"
+                           : msg->event == UFFD_EVENT_FORK  ? "with an event read (FORK)"
+                                                            : "with an event read (REMOVE)");
         return n;
 }
 
@@ -307,7 +353,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 atomic_store_explicit(ne, nv, memory_order_release);
                 if (c->kill_at && addr >= c->kill_at) {
                         c->kill_at = 0;
-                        kill_point("with an mremap's entry at its old place and its new one");
+                        kill_point_remap("with an mremap's entry at its old place and its new one");
                 }
                 if (atomic_compare_exchange_weak_explicit(e, &v, 0, memory_order_acq_rel, memory_order_acquire))
                         break;
@@ -446,7 +492,7 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
                 c.kill_at = from + len / 2;
         pindex_walk(mm->index, from, from + len, remap_cb, &c);
         if (c.kill_at) /* no entry held content from the middle on: the injection's count stays the same */
-                kill_point("with an mremap's entries moved, none past the middle of its range");
+                kill_point_remap("with an mremap's entries moved, none past the middle of its range");
         kill_point("with an mremap's entries moved, its ranges not yet");
         if (c.errors)
                 log_error("pid %d: out of memory moving %d entries on mremap", (int)mmclient_pid(mm), c.errors);

@@ -294,7 +294,6 @@ bool serve(FaultThread *ft, MMClient *mm, uint64_t addr, bool write, bool around
 unsigned refill_run(FaultThread *ft, MMClient *mm, uint64_t a, unsigned max, uint32_t since, unsigned *got);
 
 /* ---- events.c: reading the uffd, the events ---- */
-void kill_point(const char *where);
 ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg);
 void revoke_read_done(FaultThread *ft, MemReadOp *op);
 void drain_uffd(FaultThread *ft, MMClient *mm);

@@ -1139,7 +1139,7 @@ static void event_kill_one(EkOp op, unsigned point) {
         }
         atomic_store(&step, "event-kill: waiting for the next daemon");
         ek_assert_killed("the event");
-        if (op == EK_REMAP && point == 2 && !td_log_has(&d, "entry at its old place and its new one")) {
+        if (op == EK_REMAP && point == 2 && !td_log_has(&d, "killed with an mremap's entry at its old place and its new one")) {
                 td_log_dump(&d);
                 test_fail("the daemon was not killed in the middle of moving the mremap's entries");
         }
@@ -1203,7 +1203,9 @@ static void event_kill_one(EkOp op, unsigned point) {
  * gone from the old one, 3 every entry moved and the ranges not yet, 4
  * the UNMAP of its source read (which the REMAP did already: nothing
  * more is cut or dropped, events.c remap_src_take()), 5..8 the same for
- * the second mremap. The
+ * the second mremap. Points 2 and 6 are the first and second kill_remap
+ * point, which counts those alone: the state they are for is reached
+ * whatever other event the daemon reads first. The
  * pages in the states a busy client leaves: `mix` 0 every page evicted
  * and stored; 1 a part read back sequentially first (fault-around, kept
  * copies); 2 a pageout just before the moves (pages in staging or being
@@ -1218,7 +1220,10 @@ static void remap_kill_one(unsigned hit, unsigned mix) {
 
         fprintf(stderr, "-- two mremaps, the daemon killed at kill point %u, pages mix %u\n", hit, mix);
         atomic_store(&step, "remap-kill: starting a daemon that dies at an event");
-        snprintf(spec, sizeof(spec), "kill_event=1/%u", hit);
+        if (hit % 4 == 2)
+                snprintf(spec, sizeof(spec), "kill_remap=#%u", hit / 4 + 1);
+        else
+                snprintf(spec, sizeof(spec), "kill_event=1/%u", hit);
         td_start_injected(&d, spec);
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 120 + hit * 3 + mix, hashes);
@@ -1248,7 +1253,7 @@ static void remap_kill_one(unsigned hit, unsigned mix) {
         ek_assert_killed("the moves");
         /* (a pageout just before may have left the range's second half
          * resident: the kill then comes after the walk) */
-        if (hit % 4 == 2 && mix != 2 && !td_log_has(&d, "entry at its old place and its new one")) {
+        if (hit % 4 == 2 && mix != 2 && !td_log_has(&d, "killed with an mremap's entry at its old place and its new one")) {
                 td_log_dump(&d);
                 test_fail("the daemon was not killed in the middle of moving an mremap's entries");
         }
