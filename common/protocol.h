@@ -306,6 +306,11 @@ typedef struct ZMsgStatusReply {
          * foresaw, or another (chains are followed only while most are
          * right) */
         uint64_t history_right, history_wrong;
+        /* fault threads held in a call into a client (its mmap lock
+         * taken: docs/security.md): calls that lasted long enough for
+         * another thread to take the work handed to the held one, and the
+         * items taken (fault/work.c work_steal()) */
+        uint64_t calls_held, work_taken;
 } ZMsgStatusReply;
 
 /*

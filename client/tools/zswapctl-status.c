@@ -90,6 +90,8 @@ static size_t status_fields(const ZMsgStatusReply *st, Field *f) {
         ADD("history_prefetched", K_COUNT, st->history_prefetched);
         ADD("history_right", K_COUNT, st->history_right);
         ADD("history_wrong", K_COUNT, st->history_wrong);
+        ADD("calls_held", K_COUNT, st->calls_held);
+        ADD("work_taken", K_COUNT, st->work_taken);
         /* the pool's objects by codec: the compressor's, and the strong
          * tier's (zstd: recompressed, or stored by it when the compressor
          * found the page incompressible); stubs of the second tier are

@@ -222,10 +222,11 @@ struct FaultThread {
         _Atomic uint64_t calls;
         uint64_t ncalls;       /* this thread only: what calls says */
         /* the manager's only (fault_thread_held()): what its last look
-         * saw, since when, and whether the call was said */
+         * saw, since when, and what was done about the call once
+         * (FT_HELD_*) */
         int seen_uffd;
         uint64_t seen_calls, seen_since;
-        bool seen_said;
+        unsigned seen_done;
         /* this thread's buffers, this thread only (zero: zeroed by
          * fault_thread_new()'s calloc, never written) */
         _Alignas(64) uint8_t page[ZSWAP_PAGE_SIZE];

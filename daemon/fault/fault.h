@@ -42,9 +42,11 @@ void fault_mm_free_retries(MMClient *mm);
  * for its mmap lock) as its looks saw it (ns; 0: in none, or in another
  * than at the last look), and that client's uffd. */
 uint64_t fault_thread_held(FaultThread *ft, uint64_t now, int *uffd);
-/* True the first time it is asked about the call fault_thread_held() saw
- * (manager thread): each call is logged once. */
-bool fault_thread_say(FaultThread *ft);
+/* True the first time it is asked about `what` (FT_HELD_*) of the call
+ * fault_thread_held() saw (manager thread): each call is counted once and
+ * logged once. */
+enum { FT_HELD_COUNTED = 1, FT_HELD_SAID = 2 };
+bool fault_thread_first(FaultThread *ft, unsigned what);
 
 /* Manager thread: have thread to take the work handed to thread from,
  * which a call into a client holds (FW_STEAL). False: no memory, the next

@@ -427,14 +427,14 @@ uint64_t fault_thread_held(FaultThread *ft, uint64_t now, int *uffd) {
                 ft->seen_uffd = u;
                 ft->seen_calls = calls;
                 ft->seen_since = now;
-                ft->seen_said = false;
+                ft->seen_done = 0;
                 return 0;
         }
         return now - ft->seen_since; /* the same call as at the last look */
 }
 
-bool fault_thread_say(FaultThread *ft) {
-        bool first = !ft->seen_said;
-        ft->seen_said = true;
+bool fault_thread_first(FaultThread *ft, unsigned what) {
+        bool first = !(ft->seen_done & what);
+        ft->seen_done |= what;
         return first;
 }

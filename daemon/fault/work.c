@@ -438,10 +438,13 @@ static void work_steal(FaultThread *ft, FaultThread *x) {
         pthread_mutex_unlock(&x->work_lock);
         if (back)
                 (void)!write(x->inbox.efd, &(uint64_t){ 1 }, sizeof(uint64_t));
-        if (ours || restores || deferred)
+        if (ours || restores || deferred) {
+                size_t n = list_len(ours), nr = list_len(restores), nd = list_len(deferred);
+                atomic_fetch_add_explicit(&ft->core->work_taken, n + nr + nd, memory_order_relaxed);
                 log_debug("fault thread %u takes %zu items, %zu restores and %zu put-off items of fault thread %u, "
                           "held in a call into a client",
-                          ft->idx, list_len(ours), list_len(restores), list_len(deferred), x->idx);
+                          ft->idx, n, nr, nd, x->idx);
+        }
         pthread_mutex_lock(&ft->work_lock);
         list_append(&ft->pending, ours); /* run_inbox()'s loop, which runs this item, runs them next */
         list_append(&ft->restores, restores);

@@ -369,9 +369,11 @@ static void fault_threads_held(Manager *m) {
                 uint64_t held = fault_thread_held(m->core.fts[i], now, &uffd);
                 if (held < steal)
                         continue;
+                if (fault_thread_first(m->core.fts[i], FT_HELD_COUNTED))
+                        atomic_fetch_add_explicit(&m->core.calls_held, 1, memory_order_relaxed);
                 if (free_ft != none)
                         (void)fault_thread_steal(m->core.fts[free_ft], m->core.fts[i]);
-                if (held < say || !fault_thread_say(m->core.fts[i]))
+                if (held < say || !fault_thread_first(m->core.fts[i], FT_HELD_SAID))
                         continue;
                 MMClient *mm = client_of_uffd(m, uffd);
                 log_warn("fault thread %u has waited more than a second in a call into pid %d (uid %d) (its mmap "

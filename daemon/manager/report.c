@@ -273,6 +273,8 @@ int report_status(Manager *m, Conn *c, const ZMsgHeader *q) {
         rep.history_prefetched = atomic_load_explicit(&m->core.history_prefetched, memory_order_relaxed);
         rep.history_right = atomic_load_explicit(&m->core.history_right, memory_order_relaxed);
         rep.history_wrong = atomic_load_explicit(&m->core.history_wrong, memory_order_relaxed);
+        rep.calls_held = atomic_load_explicit(&m->core.calls_held, memory_order_relaxed);
+        rep.work_taken = atomic_load_explicit(&m->core.work_taken, memory_order_relaxed);
         status_strong(m, &rep);
         status_rates(m, &rep);
         status_latency(m, &rep);

@@ -155,6 +155,7 @@ struct Core {
         _Atomic uint64_t refilled; /* pages brought back ahead of use (reclaim.c, refill) */
         _Atomic uint64_t history_prefetched; /* pages a fault brought back by its history (serve.c) */
         _Atomic uint64_t history_right, history_wrong; /* faults its history foresaw, or not (serve.c) */
+        _Atomic uint64_t calls_held, work_taken; /* fault threads held in a call, and their work taken (work.c) */
         _Atomic uint64_t write_scans, write_zones_out; /* reclaim.c write_scan() */
         _Atomic uint64_t move_misreports; /* pages UFFDIO_MOVE moved otherwise than it said (evict.c) */
         /* the strong tier (recompress.c): pages recompressed, the pool

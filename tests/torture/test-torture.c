@@ -15,7 +15,11 @@
  * It runs TORTURE_SECONDS, and longer if the daemon has not yet evicted as
  * many of the region's pages as the region holds: its own count for this
  * client, the test's pageout calls and (variants with a limit, idle age
- * or second tier) the daemon's own policies together.
+ * or second tier) the daemon's own policies together. TORTURE_TAKEN=N
+ * (the variant whose fault threads are held in calls now and then): and
+ * until other fault threads have taken at least N items of work from held
+ * ones (zswapctl status work_taken), so that the run is known to have
+ * raced what it is for.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,6 +27,7 @@
 #include <sys/mman.h>
 
 #include "harness.h"
+#include "protocol.h"
 #include "util.h"
 
 static uint8_t *region;
@@ -97,6 +102,8 @@ int main(void) {
         unsigned seconds = test_env_uint("TORTURE_SECONDS", 60), mb = test_env_uint("TORTURE_MB", 256);
         pthread_t threads[16];
         uint64_t seed = 7, passes = 0, evicted = 0, daemon_evicted = 0;
+        const uint64_t want_taken = test_env_uint("TORTURE_TAKEN", 0);
+        ZMsgStatusReply st = { 0 };
 
         nthreads = test_env_uint("TORTURE_THREADS", 4);
         if (mb < 4)
@@ -123,13 +130,18 @@ int main(void) {
          * tier), they find few pages left for the test's pageouts, which
          * would then take minutes to add up to the region on their own */
         uint64_t end = now_ns() + (uint64_t)seconds * 1000000000ull;
-        uint64_t bound = end + 8ull * seconds * 1000000000ull;
-        while ((now_ns() < end || daemon_evicted <= npages) && atomic_load(&errors) == 0) {
+        uint64_t bound = end + (want_taken ? 300 : 8ull * seconds) * 1000000000ull;
+        while ((now_ns() < end || daemon_evicted <= npages || st.work_taken < want_taken) &&
+               atomic_load(&errors) == 0) {
                 struct zswap_stats cs;
                 if (now_ns() > bound)
-                        test_fail("after %u s: %llu of %zu pages evicted (%llu by %llu pageout passes)", 9 * seconds,
-                                  (unsigned long long)daemon_evicted, npages, (unsigned long long)evicted,
-                                  (unsigned long long)passes);
+                        test_fail("after %llu s: %llu of %zu pages evicted (%llu by %llu pageout passes); %llu calls "
+                                  "held a fault thread, %llu items of work taken from held threads (want %llu)",
+                                  (unsigned long long)(now_ns() - end) / 1000000000ull + seconds,
+                                  (unsigned long long)daemon_evicted, npages,
+                                  (unsigned long long)evicted, (unsigned long long)passes,
+                                  (unsigned long long)st.calls_held, (unsigned long long)st.work_taken,
+                                  (unsigned long long)want_taken);
                 /* random windows, sometimes the whole region */
                 size_t first = xorshift(&seed) % npages, n = 1 + xorshift(&seed) % 2048;
                 if (passes % 16 == 0) {
@@ -144,6 +156,8 @@ int main(void) {
                 passes++;
                 ASSERT_OK(zswap_get_stats(c, ZSWAP_STATS_CLIENT, &cs));
                 daemon_evicted = cs.evictions;
+                if (want_taken)
+                        td_status(&d, &st);
         }
         atomic_store(&stop, true);
         for (unsigned t = 0; t < nthreads; t++)
@@ -169,6 +183,13 @@ int main(void) {
                 (unsigned long long)s.faults, (unsigned long long)s.prefetches, (unsigned long long)reads,
                 (unsigned long long)writes,
                 (unsigned long long)drops, (unsigned long long)errors, bad);
+        if (want_taken) {
+                td_status(&d, &st);
+                fprintf(stderr, "%llu calls held a fault thread; %llu items of work taken from held threads\n",
+                        (unsigned long long)st.calls_held, (unsigned long long)st.work_taken);
+                ASSERT_TRUE(st.calls_held > 0);
+                ASSERT_TRUE(st.work_taken >= want_taken);
+        }
         ASSERT_EQ(atomic_load(&errors), 0);
         ASSERT_EQ(bad, 0);
         ASSERT_TRUE(s.evictions > npages);
