@@ -1103,7 +1103,12 @@ static void event_kill_one(EkOp op, unsigned point) {
                 point == 1 ? "once it has read the event" : point == 2 ? "while it handles the event" :
                 "once it has read the event, and none comes back");
         atomic_store(&step, "event-kill: starting a daemon that dies at an event");
-        snprintf(spec, sizeof(spec), "kill_event=1/%u", restore ? 1 : point);
+        /* the middle of the mremap's entries: by the count of those points
+         * alone (kill_remap), whatever other event came first */
+        if (op == EK_REMAP && point == 2)
+                snprintf(spec, sizeof(spec), "kill_remap=#1");
+        else
+                snprintf(spec, sizeof(spec), "kill_event=1/%u", restore ? 1 : point);
         td_start_injected(&d, spec);
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, len, 90 + op * 2 + point, hashes), *fresh = NULL;
