@@ -196,8 +196,10 @@ static void conn_message(Manager *m, Conn *c, const void *buf, ssize_t n, int *f
                 log_warn("client pid %d (uid %u): request refused: %s", (int)c->pid, c->uid, changed);
                 conn_kill(c, changed);
         }
+        /* what the handler did not keep: a userfaultfd's close may wait
+         * (closer.c) */
         for (size_t i = 0; i < nfds; i++)
-                safe_close(fds[i]);
+                fds[i] = closer_drop(m->core.closer, fds[i], c->uid);
 }
 
 void conn_readable(Manager *m, Conn *c) {
@@ -209,10 +211,12 @@ void conn_readable(Manager *m, Conn *c) {
                 struct ucred sender;
                 memset(buf, 0, sizeof(ZMsgHeader));
                 ssize_t n = zmsg_recv_all(c->fd, buf, sizeof(buf), fds, &nfds, &sender);
-                /* a file whose close may wait never reaches a handler:
-                 * the closer thread closes it (closer.c) */
+                /* a file whose close may wait never reaches a handler
+                 * (a userfaultfd does, for ATTACH: it is closed through
+                 * the closer whoever closes it): the closer threads close
+                 * it (closer.c) */
                 for (size_t i = 0; i < nfds; i++)
-                        if (!fd_close_is_safe(fds[i]))
+                        if (!fd_may_be_kept(fds[i]))
                                 fds[i] = closer_drop(m->core.closer, fds[i], c->uid);
                 if (n == -EAGAIN)
                         return;
@@ -220,7 +224,7 @@ void conn_readable(Manager *m, Conn *c) {
                         conn_kill(c, "too many descriptors sent whose close waits");
                 if (n == 0 || (n < 0 && n != -EMSGSIZE) || c->dying) {
                         for (size_t i = 0; i < nfds; i++)
-                                safe_close(fds[i]);
+                                fds[i] = closer_drop(m->core.closer, fds[i], c->uid);
                         c->dying = true;
                         return;
                 }
@@ -310,11 +314,14 @@ void conn_accept(Manager *m) {
                         safe_close(fd);
                         continue;
                 }
+                /* a connection refused is closed as any other
+                 * (closer_close_conn()): what its peer sent on it already
+                 * goes to the closer threads, not to this thread's close */
                 if (closer_pending(m->core.closer, cred.uid) >= CLOSER_USER_MAX) {
                         log_warn("pid %d (uid %u): refused: its user sent descriptors whose close still waits",
                                  (int)cred.pid, cred.uid);
                         free(c);
-                        safe_close(fd);
+                        closer_close_conn(m->core.closer, fd, cred.uid);
                         continue;
                 }
                 if (memread_stuck(cred.uid) > 0) {
@@ -322,14 +329,14 @@ void conn_accept(Manager *m) {
                                  "(memread.h)",
                                  (int)cred.pid, cred.uid);
                         free(c);
-                        safe_close(fd);
+                        closer_close_conn(m->core.closer, fd, cred.uid);
                         continue;
                 }
                 if (m->nconns >= m->cfg.max_clients || !users_may_connect(m, cred.uid)) {
                         log_warn("pid %d (uid %u): too many connections (%s), refused", (int)cred.pid, cred.uid,
                                  m->nconns >= m->cfg.max_clients ? "max_clients" : "its user's max_connections");
                         free(c);
-                        safe_close(fd);
+                        closer_close_conn(m->core.closer, fd, cred.uid);
                         continue;
                 }
                 c->pidfd = peer_pidfd(fd, cred.pid, boot_ticks_now());
@@ -337,7 +344,7 @@ void conn_accept(Manager *m) {
                         safe_close(c->pidfd);
                         free(c->groups);
                         free(c);
-                        safe_close(fd);
+                        closer_close_conn(m->core.closer, fd, cred.uid);
                         continue;
                 }
                 c->m = m;
@@ -348,7 +355,7 @@ void conn_accept(Manager *m) {
                 c->gid = cred.gid;
                 struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
                 if (epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-                        safe_close(fd);
+                        closer_close_conn(m->core.closer, fd, cred.uid);
                         safe_close(c->pidfd);
                         free(c->groups);
                         free(c);

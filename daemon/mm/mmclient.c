@@ -415,9 +415,13 @@ MMClient *mmclient_unref(MMClient *mm) {
                 munmap(mm->sync, ZSWAP_SYNC_SIZE);
         }
         safe_close(mm->sync_fd);
-        if (atomic_load_explicit(&mm->read_stuck, memory_order_relaxed) && mm->core && mm->core->closer)
-                /* a read of ours may still hold the process's mmap lock
-                 * (memread.h), which the uffd's release takes for writing */
+        if (mm->core && mm->core->closer)
+                /* the uffd's release takes the process's mmap lock for
+                 * writing when ours is its last reference (its process
+                 * closed its own copy, or a fork child's, which only we
+                 * have), and the process can hold that lock, as can a read
+                 * of ours (memread.h): closed where that waits for no one
+                 * else (closer.c) */
                 mm->uffd = closer_hand(mm->core->closer, mm->uffd, mm->uid);
         else
                 safe_close(mm->uffd);

@@ -11,27 +11,37 @@
  * client sent (dropped when that socket goes). If the manager closed such
  * a file itself, any local user could stop it for as long as it likes.
  *
- * So the manager closes inline only what cannot wait (fd_close_is_safe():
- * the anonymous inodes, pidfds, memfds and tmpfs files, pipes that the
- * protocol carries), and hands anything else to one closer thread. The
- * handlers never see such a descriptor at all (conn_readable()), so
- * nothing of another kind is ever kept. A connection is shut for reading
- * and drained before its socket is closed (closer_close_conn()): after
- * shutdown(SHUT_RD) the peer's sends fail with EPIPE, so once the queue
- * reads empty nothing can be left in it.
+ * A userfaultfd is such a file too: the release of its last reference
+ * takes the mmap lock of the address space it serves for writing, and a
+ * process can hold its own lock for as long as a FUSE server of its own
+ * lets it (docs/security.md). The library keeps a copy of its uffd, but
+ * a hostile process closes its copy first, and the daemon holds the only
+ * reference to a fork child's.
  *
- * A close in the closer thread may take as long as the client makes it;
- * only descriptors that a client sent wait behind it, and honest clients
- * send none. What waits is counted per user: a user with CLOSER_USER_MAX
- * waiting has its connections dropped and new ones refused (manager.c),
- * so what one user can make the daemon hold is bounded, and it costs no
- * other user anything.
+ * So the manager closes inline only what cannot wait (fd_close_is_safe():
+ * the anonymous inodes other than userfaultfds, pidfds, memfds and tmpfs
+ * files, pipes that the protocol carries), and hands anything else to the
+ * closer threads. The handlers see only what fd_may_be_kept() takes (a
+ * userfaultfd for ATTACH; its close is always handed over, mmclient.c),
+ * so nothing of another kind is ever kept. A connection is shut for
+ * reading and drained before its socket is closed (closer_close_conn()):
+ * after shutdown(SHUT_RD) the peer's sends fail with EPIPE, so once the
+ * queue reads empty nothing can be left in it.
+ *
+ * A close may take as long as the client makes it. A user's descriptors
+ * are closed one at a time, each by one of up to CLOSER_THREADS threads,
+ * started as they are needed (a user's descriptor waits and every thread
+ * is closing another user's): a user whose close waits holds one thread,
+ * and other users' closes go on on the others. What waits is counted per
+ * user: a user with CLOSER_USER_MAX waiting has its connections dropped
+ * and new ones refused (manager.c), so what one user can make the daemon
+ * hold is bounded, and it costs no other user anything until
+ * CLOSER_THREADS users hold one each.
  *
  * Threads: closer_drop(), closer_close_conn() on the manager thread,
- * closer_hand() on any;
- * closer_pending() anywhere; the closer thread pops and closes. `lock`
- * guards the queue and the per-user counts, and is held by nobody while
- * a close runs.
+ * closer_hand() on any; closer_pending() anywhere; the closer threads take
+ * and close. `lock` guards the queue, the per-user counts and who is
+ * closing for whom, and is held by nobody while a close runs.
  */
 #include <errno.h>
 #include <linux/magic.h>
@@ -46,6 +56,7 @@
 #include "log.h"
 #include "macro.h"
 #include "protocol.h"
+#include "util.h"
 
 #ifndef PID_FS_MAGIC
 #define PID_FS_MAGIC 0x50494446 /* pidfs, Linux 6.9 */
@@ -61,25 +72,31 @@ typedef struct CloseItem {
 } CloseItem;
 
 struct Closer {
-        pthread_t thread;
-        bool started;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         CloseItem *head, **tail; /* lock */
         bool stop;               /* lock */
+        unsigned nthreads, idle; /* lock: threads started, and of them waiting for an item */
+        pthread_t threads[CLOSER_THREADS];
+        /* lock: the user each thread is closing a descriptor of, while it
+         * is (a user's descriptors are closed one at a time) */
+        struct {
+                uid_t uid;
+                bool busy;
+        } closing[CLOSER_THREADS];
         struct {
                 uid_t uid;
                 unsigned n; /* 0: a free slot */
         } users[CLOSER_USERS];    /* lock */
 };
 
-bool fd_close_is_safe(int fd) {
+static bool fd_kind_safe(int fd) {
         struct statfs sf;
 
         if (fd < 0 || fstatfs(fd, &sf) < 0)
                 return false;
         switch ((unsigned long)sf.f_type) {
-        case ANON_INODE_FS_MAGIC: /* userfaultfd, eventfd, epoll, ... */
+        case ANON_INODE_FS_MAGIC: /* eventfd, epoll, userfaultfd (fd_close_is_safe()), ... */
         case PID_FS_MAGIC:
         case TMPFS_MAGIC:         /* memfd, /dev/shm */
         case HUGETLBFS_MAGIC:
@@ -88,6 +105,19 @@ bool fd_close_is_safe(int fd) {
         default:
                 return false;
         }
+}
+
+/* A userfaultfd: the release of its last reference takes the mmap lock of
+ * the address space it serves for writing (mm/userfaultfd.c
+ * userfaultfd_release_all()) while that address space lives, and its
+ * process can hold that lock as long as it likes (docs/security.md). One
+ * whose kind cannot be told is taken for one. */
+bool fd_close_is_safe(int fd) {
+        return fd_kind_safe(fd) && fd_is_userfaultfd(fd) == 0;
+}
+
+bool fd_may_be_kept(int fd) {
+        return fd_kind_safe(fd);
 }
 
 /* lock held; the slot of uid, or a free one if add */
@@ -103,73 +133,149 @@ static unsigned *user_count(Closer *cl, uid_t uid, bool add) {
         return NULL;
 }
 
-static void *closer_main(void *arg) {
-        Closer *cl = arg;
+/* lock held: is a thread closing a descriptor of uid? */
+static bool user_closing(const Closer *cl, uid_t uid) {
+        for (unsigned i = 0; i < cl->nthreads; i++)
+                if (cl->closing[i].busy && cl->closing[i].uid == uid)
+                        return true;
+        return false;
+}
 
+/* lock held: take the first item of a user no thread is closing for */
+static CloseItem *take(Closer *cl) {
+        for (CloseItem **p = &cl->head; *p; p = &(*p)->next) {
+                CloseItem *it = *p;
+                if (user_closing(cl, it->uid))
+                        continue;
+                *p = it->next;
+                if (!*p)
+                        cl->tail = p;
+                it->next = NULL;
+                return it;
+        }
+        return NULL;
+}
+
+typedef struct CloserThread {
+        Closer *cl;
+        unsigned idx;
+} CloserThread;
+
+static void *closer_main(void *arg) {
+        Closer *cl = ((CloserThread *)arg)->cl;
+        unsigned idx = ((CloserThread *)arg)->idx;
+
+        free(arg);
         pthread_setname_np(pthread_self(), "zswapd-closer");
         pthread_mutex_lock(&cl->lock);
-        for (;;) {
-                while (!cl->head && !cl->stop)
+        for (;;) { /* counted idle (closer_start()) while it looks */
+                CloseItem *it;
+                while (!(it = take(cl)) && !(cl->stop && !cl->head))
                         pthread_cond_wait(&cl->cond, &cl->lock);
-                CloseItem *it = cl->head;
+                cl->idle--;
                 if (!it)
                         break;
-                cl->head = it->next;
-                if (!cl->head)
-                        cl->tail = &cl->head;
+                cl->closing[idx].uid = it->uid;
+                cl->closing[idx].busy = true;
                 pthread_mutex_unlock(&cl->lock);
                 close(it->fd); /* may wait as long as the client makes it */
                 pthread_mutex_lock(&cl->lock);
+                cl->closing[idx].busy = false;
                 unsigned *n = it->counted ? user_count(cl, it->uid, false) : NULL;
                 if (n)
                         (*n)--;
                 free(it);
+                cl->idle++;
+                /* that user's next descriptor may be taken now */
+                pthread_cond_broadcast(&cl->cond);
         }
         pthread_mutex_unlock(&cl->lock);
         return NULL;
 }
 
+/* lock held: the users with a descriptor waiting that no thread is
+ * closing for, each counted once (its first item) */
+static unsigned users_waiting(const Closer *cl) {
+        unsigned n = 0;
+
+        for (const CloseItem *it = cl->head; it; it = it->next) {
+                bool first = !user_closing(cl, it->uid);
+                for (const CloseItem *o = cl->head; first && o != it; o = o->next)
+                        first = o->uid != it->uid;
+                n += first;
+        }
+        return n;
+}
+
+/* lock held: start a thread, counted as waiting for an item from now */
+static bool closer_start(Closer *cl) {
+        CloserThread *t = malloc(sizeof(*t));
+        if (!t)
+                return false;
+        *t = (CloserThread){ .cl = cl, .idx = cl->nthreads };
+        if (pthread_create(&cl->threads[cl->nthreads], NULL, closer_main, t) != 0) {
+                free(t);
+                if (!cl->nthreads)
+                        log_error("cannot start a thread to close descriptors clients sent: %m");
+                return false;
+        }
+        cl->nthreads++;
+        cl->idle++;
+        return true;
+}
+
+/* lock held: threads enough for the users waiting, up to CLOSER_THREADS;
+ * at least one. A thread woken but not yet running counts as waiting for
+ * an item (idle), so one item each is what they will take. A thread that
+ * cannot be started leaves the items to the threads there are. */
+static void closer_grow(Closer *cl) {
+        while (cl->nthreads < CLOSER_THREADS && (!cl->nthreads || users_waiting(cl) > cl->idle))
+                if (!closer_start(cl))
+                        return;
+}
+
 int closer_new(Closer **ret) {
         Closer *cl = calloc(1, sizeof(*cl));
-        int r;
 
         if (!cl)
                 return -ENOMEM;
         pthread_mutex_init(&cl->lock, NULL);
         pthread_cond_init(&cl->cond, NULL);
         cl->tail = &cl->head;
-        r = -pthread_create(&cl->thread, NULL, closer_main, cl);
-        if (r < 0) {
+        pthread_mutex_lock(&cl->lock);
+        closer_grow(cl);
+        unsigned started = cl->nthreads;
+        pthread_mutex_unlock(&cl->lock);
+        if (!started) {
                 closer_free(cl);
-                return r;
+                return -EAGAIN;
         }
-        cl->started = true;
         *ret = cl;
         return 0;
 }
 
 /* At exit: a close still waiting would hold the daemon's exit, so the
- * thread is only joined once its queue is empty; otherwise it is left to
- * the process's exit, which ends it. */
+ * threads are only joined once nothing is queued or being closed;
+ * otherwise they are left to the process's exit, which ends them. */
 Closer *closer_free(Closer *cl) {
         if (!cl)
                 return NULL;
-        if (!cl->started) {
-                free(cl);
-                return NULL;
-        }
         pthread_mutex_lock(&cl->lock);
         cl->stop = true;
         bool idle = !cl->head;
         for (unsigned i = 0; i < CLOSER_USERS; i++)
                 idle &= cl->users[i].n == 0;
-        pthread_cond_signal(&cl->cond);
+        for (unsigned i = 0; i < cl->nthreads; i++)
+                idle &= !cl->closing[i].busy;
+        unsigned n = cl->nthreads;
+        pthread_cond_broadcast(&cl->cond);
         pthread_mutex_unlock(&cl->lock);
         if (!idle) {
                 log_warn("exiting with descriptors a client sent still being closed");
-                return NULL; /* the thread still uses cl: leaked on purpose */
+                return NULL; /* the threads still use cl: leaked on purpose */
         }
-        pthread_join(cl->thread, NULL);
+        for (unsigned i = 0; i < n; i++)
+                pthread_join(cl->threads[i], NULL);
         pthread_mutex_destroy(&cl->lock);
         pthread_cond_destroy(&cl->cond);
         free(cl);
@@ -205,7 +311,8 @@ int closer_hand(Closer *cl, int fd, uid_t uid) {
         *it = (CloseItem){ .fd = fd, .uid = uid, .counted = n != NULL };
         *cl->tail = it;
         cl->tail = &it->next;
-        pthread_cond_signal(&cl->cond);
+        closer_grow(cl);
+        pthread_cond_broadcast(&cl->cond);
         pthread_mutex_unlock(&cl->lock);
         return -1;
 }

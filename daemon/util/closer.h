@@ -12,24 +12,32 @@ typedef struct Closer Closer;
 /* Descriptors one user may have waiting to be closed; past it the user's
  * connections are dropped and new ones refused until the count falls. */
 #define CLOSER_USER_MAX 16u
+/* Threads that close, each for one user at a time (closer.c) */
+#define CLOSER_THREADS 8u
 
 int closer_new(Closer **ret);
 Closer *closer_free(Closer *cl);
 
 /* Whether closing fd can never wait: its file is of a kind whose last
- * close does no I/O and takes no lock another process can hold (a
- * userfaultfd or other anonymous inode, a pidfd, a memfd or tmpfs file, a
- * pipe). */
+ * close does no I/O and takes no lock another process can hold (an
+ * anonymous inode other than a userfaultfd, a pidfd, a memfd or tmpfs
+ * file, a pipe). */
 bool fd_close_is_safe(int fd);
+/* Whether a handler may keep fd: a file fd_close_is_safe() takes, or a
+ * userfaultfd, whose close waits only for the mmap lock of the address
+ * space it serves, and which is closed only through closer_hand(). */
+bool fd_may_be_kept(int fd);
+
 
 /* Close fd here if fd_close_is_safe(), else hand it to the closer thread,
  * counted against uid until it is closed. Returns -1. Manager thread. */
 int closer_drop(Closer *cl, int fd, uid_t uid);
 
-/* Hand fd to the closer thread whatever its kind, counted against uid:
- * for a descriptor whose close may wait for another reason (a client's
- * userfaultfd, whose release takes the mmap lock of an address space a
- * read of ours may hold: memread.h). Returns -1. Any thread. */
+/* Hand fd to the closer threads whatever its kind, counted against uid:
+ * for a descriptor whose close may wait (a client's userfaultfd, whose
+ * release takes the mmap lock of the address space it serves for writing,
+ * which its process, or a read of ours, may hold: memread.h). Returns -1.
+ * Any thread. */
 int closer_hand(Closer *cl, int fd, uid_t uid);
 
 /* Descriptors of uid still waiting to be closed. Any thread. */

@@ -144,6 +144,14 @@
  *    start, serve root's faults and take the held thread's work;
  *  - fuse-lock-copies, fuse-lock-copies-together: two attackers of one
  *    user (case_fuse_lock_copies());
+ *  - fuse-lock-uffd-close: the process sends userfaultfds of its own
+ *    address space with a request, and closes its own copy of each (in
+ *    threads made before the lock was held). The daemon's copy is then
+ *    the last, and its close the uffd's release, which takes the mmap
+ *    lock for writing (mm/userfaultfd.c userfaultfd_release_all()). The
+ *    manager closed such a descriptor itself and waited; root must be
+ *    served while a thread of the daemon waits in that release (else the
+ *    attack missed, and the test says so);
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -1493,12 +1501,13 @@ enum {
         LOCK_REMAP,    /* the fault thread's question whether an event is under way, after an mremap */
         LOCK_COPY,     /* a fault thread's copy into a mapping with no anon_vma */
         LOCK_COPIES,   /* the same by two processes of one user, one after the other */
+        LOCK_UFFD,     /* the release of a uffd of ours sent with a request, our copy closed */
         LOCK_CASES,
 };
 static const char *const lock_case[LOCK_CASES] = { "fuse-lock",        "fuse-lock-attach", "fuse-lock-arm",
                                                    "fuse-lock-detach", "fuse-lock-queued", "fuse-lock-churn",
                                                    "fuse-lock-moved",  "fuse-lock-adopt",  "fuse-lock-remap",
-                                                   "fuse-lock-copy",   "fuse-lock-copies" };
+                                                   "fuse-lock-copy",   "fuse-lock-copies", "fuse-lock-uffd-close" };
 static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "ATTACH",
                                                    "first PAGEOUT",
@@ -1509,7 +1518,8 @@ static const char *const lock_what[LOCK_CASES] = { "REGISTER",
                                                    "ADOPT behind a queued mmap()",
                                                    "mremap with a queued mmap() after it",
                                                    "fault in a mapping with no anon_vma",
-                                                   "faults in mappings with no anon_vma" };
+                                                   "faults in mappings with no anon_vma",
+                                                   "requests with uffds of ours, our copies closed" };
 #define CHURN_MAX_CONNECTIONS 8 /* the attacker's max_connections in fuse-lock-churn */
 #define CHURN_TRIES 40
 
@@ -1556,6 +1566,7 @@ typedef struct LockShared {
          * takes its lock and faults once go is set */
         bool wait_go;
         _Atomic bool ready, go;
+        _Atomic bool landed; /* fuse-lock-uffd-close: a daemon thread waits in a uffd's release */
 } LockShared;
 static const char *const lock_stage[] = { "setting up", "waiting for it to be done", "checking its pages", "done" };
 enum { STEP_CLIENT, STEP_PAGEOUT, STEP_MAPPER, STEP_PROOF, STEP_READ, STEP_QUEUE };
@@ -1694,6 +1705,22 @@ static int attach_answer(int s) {
         }
 }
 
+/* fuse-lock-uffd-close: threads made before our lock is held (a thread
+ * made after would wait for it: its stack is an mmap()), each closing
+ * the descriptor it is given. A close that is the last is the uffd's
+ * release, which waits for our lock: only that thread waits. */
+#define UFFD_TRIES 8
+static _Atomic int uffd_to_close[UFFD_TRIES];
+
+static void *uffd_closer(void *arg) {
+        _Atomic int *slot = arg;
+        int fd;
+        while (!(fd = atomic_load(slot)))
+                sched_yield();
+        close(fd - 1);
+        return NULL;
+}
+
 /*
  * As U_STALLER: a raw client (its agent raw_agent) with STALL_PAGES pages
  * of known content, set up for case kind; then a page of FUSE file "f"
@@ -1753,6 +1780,12 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 for (int i = 0; i < CHURN_TRIES; i++)
                         close(uffds[i]);
         }
+        if (kind == LOCK_UFFD)
+                for (int i = 0; i < UFFD_TRIES; i++) {
+                        pthread_t th;
+                        ASSERT_OK(-pthread_create(&th, NULL, uffd_closer, &uffd_to_close[i]));
+                        pthread_detach(th);
+                }
         if (kind == LOCK_ATTACH) {
                 s2 = raw_hello(&devfd);
                 uffd2 = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
@@ -1804,6 +1837,36 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                 int r = raw_range(s, ZMSG_PAGEOUT, mem, len);
                 int ra = attach_answer(s2);
                 st->status = r ? r : ra;
+        } else if (kind == LOCK_UFFD) {
+                /* a uffd of ours with a request the daemon answers
+                 * without it, our copy closed at once: once the daemon's
+                 * copy is the last (its close did not come first), its
+                 * close waits for our lock. Requests without one go
+                 * first, so that the daemon reads ours late. Again until
+                 * the test sees a thread of the daemon wait in that
+                 * release */
+                for (int i = 0; i < UFFD_TRIES && !atomic_load(&st->landed); i++) {
+                        int u = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+                        _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
+                        ZMsgStatsReq q;
+                        /* the answers so far read: a socket we do not read
+                         * is one the daemon drops */
+                        while (recv(s, in, sizeof(in), MSG_DONTWAIT) > 0)
+                                ;
+                        ASSERT_TRUE(u >= 0);
+                        memset(&q, 0, sizeof(q));
+                        zmsg_init(&q.hdr, ZMSG_STATS, 900 + i, sizeof(q));
+                        for (int k = 0; k < 32; k++)
+                                ASSERT_OK(zmsg_send(s, &q, sizeof(q), NULL, 0));
+                        ASSERT_OK(zmsg_send(s, &q, sizeof(q), &u, 1));
+                        atomic_store(&uffd_to_close[i], u + 1);
+                        st->value = i + 1; /* uffds sent */
+                        for (int w = 0; w < 50 && !atomic_load(&st->landed); w++)
+                                usleep(10000);
+                }
+                while (!atomic_load(&st->released))
+                        usleep(10000);
+                st->status = 0;
         } else if (kind == LOCK_DETACH) {
                 close(s);
                 /* no answer: done once the daemon has unregistered the
@@ -2342,6 +2405,22 @@ static void case_fuse_lock(int kind) {
                 faulted = home_work_served();
                 fprintf(stderr, "root's faults, syncs and restores %s\n", faulted ? "served" : "not served in 30 s");
         }
+        if (kind == LOCK_UFFD) {
+                /* a thread of the daemon closes a uffd of the attacker's
+                 * whose release waits for the attacker's lock */
+                landed = false;
+                for (int i = 0; i < TEST_WAIT_S * 100 && !landed && atomic_load(&st->stage) < 2; i++) {
+                        landed = pid_waits_in(d.pid, "userfaultfd_release");
+                        usleep(10000);
+                }
+                atomic_store(&st->landed, landed);
+                fprintf(stderr, "%s\n", landed ? "a thread of the daemon waits in the release of a uffd of the attacker's"
+                                                : "no thread of the daemon waited in the release of the attacker's uffds");
+                if (!landed) {
+                        td_dump_stacks(d.pid, "zswapd");
+                        td_dump_stacks(att, "the attacker");
+                }
+        }
         usleep(500 * 1000);
         bool served = user_served(0) && faulted;
         fprintf(stderr, "with the attacker's mmap lock held by FUSE and its %s made: root %s\n", lock_what[kind],
@@ -2369,6 +2448,9 @@ static void case_fuse_lock(int kind) {
                           "(ADOPT_PAGES too few for this machine)");
         if (!landed && kind == LOCK_COPY)
                 test_fail("the daemon did not say that a fault thread waits in a copy into the attacker");
+        if (!landed && kind == LOCK_UFFD)
+                test_fail("no thread of the daemon waited in the release of a uffd of the attacker's: the attack "
+                          "missed (the daemon's close of each came before the attacker's)");
         if (!landed)
                 test_fail("no thread of the daemon waited for the attacker's lock: the attack missed (the walk of "
                           "the moved entries ended before its writer waited: ADOPT_PAGES too few for this machine)");
@@ -2393,7 +2475,7 @@ int main(int argc, char **argv) {
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
                           "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
                           "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap|fuse-lock-copy|fuse-lock-copy-one"
-                          "|fuse-lock-copies|fuse-lock-copies-together");
+                          "|fuse-lock-copies|fuse-lock-copies-together|fuse-lock-uffd-close");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
