@@ -421,8 +421,11 @@ MMClient *mmclient_unref(MMClient *mm) {
                  * closed its own copy, or a fork child's, which only we
                  * have), and the process can hold that lock, as can a read
                  * of ours (memread.h): closed where that waits for no one
-                 * else (closer.c) */
-                mm->uffd = closer_hand(mm->core->closer, mm->uffd, mm->uid);
+                 * else (closer.c). A read of ours past its bound counts
+                 * against the user, as what it sends */
+                mm->uffd = atomic_load_explicit(&mm->read_stuck, memory_order_relaxed)
+                                   ? closer_hand(mm->core->closer, mm->uffd, mm->uid)
+                                   : closer_release(mm->core->closer, mm->uffd, mm->uid);
         else
                 safe_close(mm->uffd);
         safe_close(mmclient_pidfd(mm));

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/statfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "closer.h"
@@ -254,19 +255,36 @@ int closer_new(Closer **ret) {
         return 0;
 }
 
-/* At exit: a close still waiting would hold the daemon's exit, so the
- * threads are only joined once nothing is queued or being closed;
- * otherwise they are left to the process's exit, which ends them. */
-Closer *closer_free(Closer *cl) {
-        if (!cl)
-                return NULL;
-        pthread_mutex_lock(&cl->lock);
-        cl->stop = true;
+/* lock held: nothing queued or being closed */
+static bool closer_idle(const Closer *cl) {
         bool idle = !cl->head;
         for (unsigned i = 0; i < CLOSER_USERS; i++)
                 idle &= cl->users[i].n == 0;
         for (unsigned i = 0; i < cl->nthreads; i++)
                 idle &= !cl->closing[i].busy;
+        return idle;
+}
+
+/* At exit: what was handed over last (the uffds of the clients let go on
+ * the way out) is given CLOSER_EXIT_WAIT_MS to close. A close still
+ * waiting then would hold the daemon's exit, so the threads are only
+ * joined once nothing is queued or being closed; otherwise they are left
+ * to the process's exit, which ends them. */
+#define CLOSER_EXIT_WAIT_MS 2000
+
+Closer *closer_free(Closer *cl) {
+        struct timespec until;
+
+        if (!cl)
+                return NULL;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += CLOSER_EXIT_WAIT_MS / 1000;
+        pthread_mutex_lock(&cl->lock);
+        cl->stop = true;
+        pthread_cond_broadcast(&cl->cond);
+        while (!closer_idle(cl) && pthread_cond_timedwait(&cl->cond, &cl->lock, &until) == 0)
+                ;
+        bool idle = closer_idle(cl);
         unsigned n = cl->nthreads;
         pthread_cond_broadcast(&cl->cond);
         pthread_mutex_unlock(&cl->lock);
@@ -292,21 +310,21 @@ int closer_drop(Closer *cl, int fd, uid_t uid) {
         return closer_hand(cl, fd, uid);
 }
 
-int closer_hand(Closer *cl, int fd, uid_t uid) {
+static int closer_queue(Closer *cl, int fd, uid_t uid, bool count) {
         if (fd < 0)
                 return -1;
         CloseItem *it = malloc(sizeof(*it));
         if (!it) {
                 /* keep the manager from waiting anyway, at the cost of
                  * this descriptor */
-                log_error("uid %u: a descriptor it sent cannot be queued for closing: left open", (unsigned)uid);
+                log_error("uid %u: a descriptor of its cannot be queued for closing: left open", (unsigned)uid);
                 return -1;
         }
         pthread_mutex_lock(&cl->lock);
-        unsigned *n = user_count(cl, uid, true);
+        unsigned *n = count ? user_count(cl, uid, true) : NULL;
         if (n)
                 (*n)++;
-        else /* CLOSER_USERS users at once: closed, but not counted */
+        else if (count) /* CLOSER_USERS users at once: closed, but not counted */
                 log_warn("uid %u: a descriptor it sent waits to be closed, uncounted", (unsigned)uid);
         *it = (CloseItem){ .fd = fd, .uid = uid, .counted = n != NULL };
         *cl->tail = it;
@@ -315,6 +333,14 @@ int closer_hand(Closer *cl, int fd, uid_t uid) {
         pthread_cond_broadcast(&cl->cond);
         pthread_mutex_unlock(&cl->lock);
         return -1;
+}
+
+int closer_hand(Closer *cl, int fd, uid_t uid) {
+        return closer_queue(cl, fd, uid, true);
+}
+
+int closer_release(Closer *cl, int fd, uid_t uid) {
+        return closer_queue(cl, fd, uid, false);
 }
 
 unsigned closer_pending(Closer *cl, uid_t uid) {

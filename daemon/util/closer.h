@@ -39,6 +39,11 @@ int closer_drop(Closer *cl, int fd, uid_t uid);
  * which its process, or a read of ours, may hold: memread.h). Returns -1.
  * Any thread. */
 int closer_hand(Closer *cl, int fd, uid_t uid);
+/* The same for the uffd of a client the daemon lets go (mmclient.c): closed
+ * one of uid's at a time as the others, but not counted against uid's
+ * bound, which is for what clients send (a process that forks a thousand
+ * children lets a thousand uffds go at once). Returns -1. Any thread. */
+int closer_release(Closer *cl, int fd, uid_t uid);
 
 /* Descriptors of uid still waiting to be closed. Any thread. */
 unsigned closer_pending(Closer *cl, uid_t uid);

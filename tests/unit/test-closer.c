@@ -13,6 +13,8 @@
  *   the other user's pipe waited too, and this test fails saying so.
  * - Once the peer resets the socket, its close returns and the user's
  *   next descriptor is closed; the per-user counts fall back to 0.
+ * - What the daemon lets go of its own (closer_release()) is closed too,
+ *   and never counted against the user.
  */
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -131,6 +133,14 @@ static void case_users(void) {
                 usleep(10000);
         ASSERT_EQ(closer_pending(cl, a), 0u);
         fprintf(stderr, "a's socket and pipe closed once the peer reset\n");
+        /* a client's uffd let go: closed the same way, never counted */
+        int pc[2];
+        ASSERT_OK(pipe2(pc, O_CLOEXEC));
+        closer_release(cl, pc[1], a);
+        ASSERT_EQ(closer_pending(cl, a), 0u);
+        if (!pipe_closed(pc[0], WAIT_S * 1000))
+                test_fail("a descriptor let go was not closed in %d s", WAIT_S);
+        close(pc[0]);
         cl = closer_free(cl);
         close(listener);
         close(pa[0]);
