@@ -74,23 +74,19 @@ static void kill_seen_add(const char *where) {
         atomic_store_explicit(&kill_seen[i % KILL_SEEN], where, memory_order_relaxed);
 }
 
-static void kill_point(const char *where) {
+/* remap: the middle of an mremap's entries, a kill_event point and the
+ * one kill_remap counts (a test that wants this very state, whatever
+ * other events came before it) */
+static void kill_point_of(const char *where, bool remap) {
         if (!inject_armed)
                 return;
         kill_seen_add(where);
-        if (INJECT(INJ_KILL_EVENT))
+        if (INJECT(INJ_KILL_EVENT) || (remap && INJECT(INJ_KILL_REMAP)))
                 kill_now(where);
 }
 
-/* The middle of an mremap's entries: a kill_event point, and the one
- * kill_remap counts (a test that wants this very state, whatever other
- * events came before it) */
-static void kill_point_remap(const char *where) {
-        if (!inject_armed)
-                return;
-        kill_seen_add(where);
-        if (INJECT(INJ_KILL_EVENT) || INJECT(INJ_KILL_REMAP))
-                kill_now(where);
+static void kill_point(const char *where) {
+        kill_point_of(where, false);
 }
 
 ssize_t uffd_read_msg(MMClient *mm, struct uffd_msg *msg) {
@@ -353,7 +349,7 @@ static int remap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 atomic_store_explicit(ne, nv, memory_order_release);
                 if (c->kill_at && addr >= c->kill_at) {
                         c->kill_at = 0;
-                        kill_point_remap("with an mremap's entry at its old place and its new one");
+                        kill_point_of("with an mremap's entry at its old place and its new one", true);
                 }
                 if (atomic_compare_exchange_weak_explicit(e, &v, 0, memory_order_acq_rel, memory_order_acquire))
                         break;
@@ -492,7 +488,7 @@ static void event_remap(FaultThread *ft, MMClient *mm, uint64_t from, uint64_t t
                 c.kill_at = from + len / 2;
         pindex_walk(mm->index, from, from + len, remap_cb, &c);
         if (c.kill_at) /* no entry held content from the middle on: the injection's count stays the same */
-                kill_point_remap("with an mremap's entries moved, none past the middle of its range");
+                kill_point_of("with an mremap's entries moved, none past the middle of its range", true);
         kill_point("with an mremap's entries moved, its ranges not yet");
         if (c.errors)
                 log_error("pid %d: out of memory moving %d entries on mremap", (int)mmclient_pid(mm), c.errors);
