@@ -39,8 +39,8 @@
  * CLOSER_THREADS users hold one each.
  *
  * Threads: closer_drop(), closer_close_conn() on the manager thread,
- * closer_hand() on any; closer_pending() anywhere; the closer threads take
- * and close. `lock` guards the queue, the per-user counts and who is
+ * closer_hand() and closer_release() on any; closer_pending() anywhere;
+ * the closer threads take and close. `lock` guards the queue, the per-user counts and who is
  * closing for whom, and is held by nobody while a close runs.
  */
 #include <errno.h>

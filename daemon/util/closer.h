@@ -25,11 +25,11 @@ Closer *closer_free(Closer *cl);
 bool fd_close_is_safe(int fd);
 /* Whether a handler may keep fd: a file fd_close_is_safe() takes, or a
  * userfaultfd, whose close waits only for the mmap lock of the address
- * space it serves, and which is closed only through closer_hand(). */
+ * space it serves, and which only the closer threads close (through
+ * closer_drop(), closer_hand() or closer_release()). */
 bool fd_may_be_kept(int fd);
 
-
-/* Close fd here if fd_close_is_safe(), else hand it to the closer thread,
+/* Close fd here if fd_close_is_safe(), else hand it to the closer threads,
  * counted against uid until it is closed. Returns -1. Manager thread. */
 int closer_drop(Closer *cl, int fd, uid_t uid);
 
