@@ -173,7 +173,9 @@ struct FaultThread {
         CodecDCtx *dctx;    /* this thread only */
         TierReader *tier;   /* reads from the second tier here and now (a fork's copies), or NULL (tier.h); this thread only */
         /* reads from the second tier for faults, or NULL (tier-pump.h):
-         * this thread submits and takes, the pump's own thread reads */
+         * this thread submits and takes, the pump's own thread reads; a
+         * thread that takes this one's work while a call holds it takes
+         * too (fault_thread_reap()) */
         TierPump *pump;
         int pump_fd;        /* eventfd: the pump's jobs are back; the pump writes, this thread reads */
         uint64_t tier_warned_ns; /* last "cannot read the second tier" line; this thread only */
@@ -181,7 +183,10 @@ struct FaultThread {
         unsigned lost_logged, lost_unlogged; /* this thread only */
         Retry *reserve;     /* spare retries for when malloc fails; this thread only */
         uint64_t nomem_warned_ns; /* last "out of memory for a retry" line; this thread only */
-        MemReadQueue *reads; /* slot reads in flight (memread.h), NULL: read and wait; this thread only */
+        /* slot reads in flight (memread.h), NULL: read and wait; this
+         * thread submits, and takes what is back, as does a thread that
+         * takes its work while a call holds it (fault_thread_reap()) */
+        MemReadQueue *reads;
         void *revoke_buf;   /* where revocations read lanes to, never looked at (revoke_moves()); this thread only */
         /*
          * The work this thread took and has not run: items taken from the
@@ -316,6 +321,7 @@ void work_list_discard(Work **list);
 /* ---- thread.c: the thread ---- */
 void fault_thread_own(FaultThread *ft, MMClient *mm);
 void fault_thread_disown(FaultThread *ft, MMClient *mm);
+size_t fault_thread_reap(FaultThread *ft, FaultThread *x);
 
 /* The fault thread this thread is (fault_thread_main() sets it), NULL on
  * any other thread: the calls below say where it is in a call into a

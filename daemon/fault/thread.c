@@ -112,35 +112,60 @@ static void pin_to_cpu(FaultThread *ft) {
 static char reads_tag; /* epoll: the slot read queue's fd (the inbox's is NULL) */
 static char pump_tag;  /* epoll: the tier pump's eventfd */
 
-/* The second tier's reads that are back. */
-static void run_pump(FaultThread *ft) {
-        uint64_t n;
-        (void)!read(ft->pump_fd, &n, sizeof(n)); /* before the take: a later push writes again */
-        for (TierJob *j = tier_pump_done(ft->pump); j;) {
+/* The second tier's reads of from's pump that are back, run by ft: how
+ * many. */
+static size_t pump_done(FaultThread *ft, FaultThread *from) {
+        size_t n = 0;
+        for (TierJob *j = tier_pump_done(from->pump); j; n++) {
                 TierJob *next = j->next;
                 tier_read_done(ft, j);
                 j = next;
         }
+        return n;
 }
 
-/* Slot reads that are back, and those past their bound (memread.h): a
- * client whose read waits that long loses its process, and its user is
- * refused while the read waits; the fault stays LOADING until the read
- * is back, as it waits for nothing of ours. */
-static void run_reads(FaultThread *ft, bool ready) {
-        if (!ft->reads)
-                return;
-        for (MemReadOp *op = ready ? memread_queue_complete(ft->reads) : NULL; op;) {
+static void run_pump(FaultThread *ft) {
+        uint64_t n;
+        (void)!read(ft->pump_fd, &n, sizeof(n)); /* before the take: a later push writes again */
+        (void)pump_done(ft, ft);
+}
+
+/* The slot reads of from's queue that are back (if ready), run by ft, and
+ * those past their bound (memread.h): the client is evicted no more and
+ * its user is refused while the read waits; the fault stays LOADING until
+ * the read is back, as it waits for nothing of ours. How many came back. */
+static size_t reads_done(FaultThread *ft, FaultThread *from, bool ready) {
+        size_t n = 0;
+        for (MemReadOp *op = ready ? memread_queue_complete(from->reads) : NULL; op; n++) {
                 MemReadOp *next = op->next;
                 run_read_done(ft, op);
                 op = next;
         }
-        for (MemReadOp *op; (op = memread_queue_overdue(ft->reads, now_ns()));) {
+        for (MemReadOp *op; (op = memread_queue_overdue(from->reads, now_ns()));) {
                 if (op->tag == READ_REVOKE)
                         mmclient_read_overdue(container_of(op, RevokeRead, op)->mm, op->off);
                 else
                         mmclient_read_overdue(container_of(op, Retry, op)->mm, container_of(op, Retry, op)->addr);
         }
+        return n;
+}
+
+/*
+ * The reads thread x submitted that are back, run here: x is held in a
+ * call into a client (work_steal()), and the pages of every other client
+ * it read for would wait for it. What each completion does is the
+ * retry's (its state, its client's has_retries) and this thread's
+ * (retry_due): whoever serves the client next installs the page. The
+ * queue's lock and the pump's list let two threads take; x finds them
+ * gone when its call ends, and its eventfds wake it once for nothing.
+ */
+size_t fault_thread_reap(FaultThread *ft, FaultThread *x) {
+        size_t n = 0;
+        if (x->pump)
+                n += pump_done(ft, x);
+        if (x->reads)
+                n += reads_done(ft, x, true);
+        return n;
 }
 
 /* epoll_pwait2() where it exists (timeouts finer than a millisecond for
@@ -255,7 +280,7 @@ static void *fault_thread_main(void *arg) {
                         STAGE(ST_SERVICE_END);
                 }
                 if (ft->reads)
-                        run_reads(ft, reads);
+                        (void)reads_done(ft, ft, reads);
                 if (pump)
                         run_pump(ft);
                 /* an mm may be disowned by the inbox: only after this batch

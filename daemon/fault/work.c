@@ -410,8 +410,10 @@ void run_inbox(FaultThread *ft) {
  * and syncs; every item of it runs on any thread as well (each takes its
  * client's serve_lock with a trylock). The items only x can run go back
  * to it, to be run when its call ends. Retries and reads x put off are on
- * their clients, which we watch too: we look. What x holds itself (the
- * item its call is for, its slot and tier reads in flight) waits for it.
+ * their clients, which we watch too: we look. The slot and tier reads x
+ * submitted that are back are run here (fault_thread_reap()): their pages
+ * are installed by whoever serves their clients next. Only the item its
+ * call is for waits for x.
  */
 static void work_steal(FaultThread *ft, FaultThread *x) {
         if (x == ft)
@@ -438,12 +440,13 @@ static void work_steal(FaultThread *ft, FaultThread *x) {
         pthread_mutex_unlock(&x->work_lock);
         if (back)
                 (void)!write(x->inbox.efd, &(uint64_t){ 1 }, sizeof(uint64_t));
-        if (ours || restores || deferred) {
+        size_t reads = fault_thread_reap(ft, x);
+        if (ours || restores || deferred || reads) {
                 size_t n = list_len(ours), nr = list_len(restores), nd = list_len(deferred);
-                atomic_fetch_add_explicit(&ft->core->work_taken, n + nr + nd, memory_order_relaxed);
-                log_debug("fault thread %u takes %zu items, %zu restores and %zu put-off items of fault thread %u, "
-                          "held in a call into a client",
-                          ft->idx, n, nr, nd, x->idx);
+                atomic_fetch_add_explicit(&ft->core->work_taken, n + nr + nd + reads, memory_order_relaxed);
+                log_debug("fault thread %u takes %zu items, %zu restores, %zu put-off items and %zu reads back of "
+                          "fault thread %u, held in a call into a client",
+                          ft->idx, n, nr, nd, reads, x->idx);
         }
         pthread_mutex_lock(&ft->work_lock);
         list_append(&ft->pending, ours); /* run_inbox()'s loop, which runs this item, runs them next */

@@ -9,8 +9,10 @@
  * other fault, this client's pages in the pool included, is served
  * meanwhile. Only the faults waiting for the tier wait for it.
  *
- * Threads: tier_pump_submit() and tier_pump_done() from the owning fault
- * thread only; the pump's thread does the rest. Jobs cross by two
+ * Threads: tier_pump_submit() from the owning fault thread only;
+ * tier_pump_done() from it, or from a thread that takes its work while a
+ * call into a client holds it (each take is one exchange, so two takers
+ * get each job once); the pump's thread does the rest. Jobs cross by two
  * lock-free lists taken whole by their consumer (MPSC_LIST, mpsc.h).
  */
 #pragma once

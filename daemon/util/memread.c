@@ -266,7 +266,11 @@ void memread_free(void) {
 
 /* ---- reads nobody waits for ---- */
 
+/* lock: the owner submits, and completes when it can; a thread that
+ * takes a held owner's work completes too (memread.h). Held across the
+ * ring's peeks and a non-blocking submit, never across a wait. */
 struct MemReadQueue {
+        pthread_mutex_t lock;
         struct io_uring ring;
         unsigned depth, inflight;
         MemReadOp *live, *live_tail; /* in flight, oldest first, not overdue */
@@ -290,6 +294,7 @@ int memread_queue_new(unsigned depth, MemReadQueue **ret) {
                                  strerror(-e));
                 return -ENOSYS;
         }
+        pthread_mutex_init(&q->lock, NULL);
         q->depth = depth;
         *ret = q;
         return 0;
@@ -299,8 +304,11 @@ int memread_queue_fd(const MemReadQueue *q) {
         return q->ring.ring_fd;
 }
 
-bool memread_queue_has_room(const MemReadQueue *q) {
-        return q->inflight < q->depth;
+bool memread_queue_has_room(MemReadQueue *q) {
+        pthread_mutex_lock(&q->lock);
+        bool room = q->inflight < q->depth;
+        pthread_mutex_unlock(&q->lock);
+        return room;
 }
 
 static void op_unlink(MemReadQueue *q, MemReadOp *op) {
@@ -319,11 +327,12 @@ static void op_unlink(MemReadQueue *q, MemReadOp *op) {
 }
 
 int memread_queue_submit(MemReadQueue *q, MemReadOp *op) {
-        if (q->inflight >= q->depth)
+        pthread_mutex_lock(&q->lock);
+        struct io_uring_sqe *sqe = q->inflight < q->depth ? io_uring_get_sqe(&q->ring) : NULL;
+        if (!sqe) {
+                pthread_mutex_unlock(&q->lock);
                 return -EBUSY;
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
-        if (!sqe)
-                return -EBUSY;
+        }
         io_uring_prep_read(sqe, op->fd, op->buf, op->len, op->off);
         sqe->flags |= IOSQE_ASYNC; /* in the ring's worker, never in this thread */
         io_uring_sqe_set_data(sqe, op);
@@ -344,6 +353,7 @@ int memread_queue_submit(MemReadQueue *q, MemReadOp *op) {
         q->inflight++;
         while (io_uring_submit(&q->ring) == -EINTR)
                 ;
+        pthread_mutex_unlock(&q->lock);
         return 0;
 }
 
@@ -373,6 +383,7 @@ MemReadOp *memread_queue_complete(MemReadQueue *q) {
         MemReadOp *done = NULL, **tail = &done;
         struct io_uring_cqe *cqe;
 
+        pthread_mutex_lock(&q->lock);
         resubmit(q);
         while (io_uring_peek_cqe(&q->ring, &cqe) == 0) {
                 MemReadOp *op = io_uring_cqe_get_data(cqe);
@@ -384,15 +395,19 @@ MemReadOp *memread_queue_complete(MemReadQueue *q) {
                 *tail = op;
                 tail = &op->next;
         }
+        pthread_mutex_unlock(&q->lock);
         return done;
 }
 
 MemReadOp *memread_queue_overdue(MemReadQueue *q, uint64_t now) {
+        pthread_mutex_lock(&q->lock);
         MemReadOp *op = q->live;
 
         resubmit(q);
-        if (!op || now - op->since_ns < bound_ns())
+        if (!op || now - op->since_ns < bound_ns()) {
+                pthread_mutex_unlock(&q->lock);
                 return NULL;
+        }
         /* from live to late, counted against its user from now on */
         op_unlink(q, op);
         q->inflight++;
@@ -409,13 +424,16 @@ MemReadOp *memread_queue_overdue(MemReadQueue *q, uint64_t now) {
                 op->stuck = r;
                 stuck_add(r);
         }
+        pthread_mutex_unlock(&q->lock);
         return op;
 }
 
-int memread_queue_timeout_ms(const MemReadQueue *q, uint64_t now) {
-        if (!q->live)
+int memread_queue_timeout_ms(MemReadQueue *q, uint64_t now) {
+        pthread_mutex_lock(&q->lock);
+        uint64_t due = q->live ? q->live->since_ns + bound_ns() : 0;
+        pthread_mutex_unlock(&q->lock);
+        if (!due)
                 return -1;
-        uint64_t due = q->live->since_ns + bound_ns();
         return due <= now ? 0 : (int)((due - now + 999999u) / 1000000u);
 }
 
@@ -453,5 +471,6 @@ void memread_queue_free(MemReadQueue *q, MemReadOp **left) {
                 return;
         }
         uring_exit(&q->ring);
+        pthread_mutex_destroy(&q->lock);
         free(q);
 }

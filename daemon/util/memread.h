@@ -90,7 +90,11 @@ void memread_free(void);
  * Reads a thread submits and does not wait for. The caller owns each op
  * and its buffer until the op comes back from memread_queue_complete(),
  * whatever happens to the client meanwhile: the kernel may write the
- * buffer until then. One thread uses a queue.
+ * buffer until then. One thread, the owner, submits; any thread may take
+ * what has completed or is overdue: a fault thread held in a call into a
+ * client (daemon/fault/work.c, work_steal()) has its reads taken by another, so that
+ * other clients' pages do not wait for it. The queue's lock is never held
+ * across a wait, so the owner's call never holds it.
  */
 typedef struct MemReadOp {
         /* in */
@@ -125,7 +129,7 @@ void memread_queue_free(MemReadQueue *q, MemReadOp **left);
 int memread_queue_fd(const MemReadQueue *q);
 
 /* Room for one more read? */
-bool memread_queue_has_room(const MemReadQueue *q);
+bool memread_queue_has_room(MemReadQueue *q);
 
 /* Start op: 0, or -EBUSY without room, -errno if the ring refused it (op
  * is not in flight then). */
@@ -141,5 +145,5 @@ MemReadOp *memread_queue_overdue(MemReadQueue *q, uint64_t now);
 
 /* Milliseconds until the oldest read not yet reported becomes overdue,
  * -1 if no read is in flight. */
-int memread_queue_timeout_ms(const MemReadQueue *q, uint64_t now);
+int memread_queue_timeout_ms(MemReadQueue *q, uint64_t now);
 

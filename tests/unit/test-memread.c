@@ -21,11 +21,17 @@
  *   overdue once (after a shortened bound), counts against its uid until
  *   it completes, and then comes back with the bytes written late; at
  *   exit, a read in flight comes back too.
+ * - A queue shared: one thread submits reads of the child's pages while
+ *   it and another thread take what is back (a fault thread takes the
+ *   reads of one a call holds): every read comes back once, to one of
+ *   them, with the child's bytes.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -235,10 +241,85 @@ static void test_queue(void) {
         close(p[1]);
 }
 
+#define SHARED_OPS 32
+#define SHARED_READS 20000u
+
+typedef struct Shared {
+        MemReadQueue *q;
+        MemReadOp ops[SHARED_OPS];
+        uint8_t bufs[SHARED_OPS][64];
+        _Atomic bool out[SHARED_OPS]; /* in flight */
+        _Atomic unsigned back, twice, wrong;
+        _Atomic bool stop;
+} Shared;
+
+/* What came back, taken by whichever thread calls it. */
+static void shared_take(Shared *sh) {
+        for (MemReadOp *op = memread_queue_complete(sh->q); op;) {
+                MemReadOp *next = op->next;
+                unsigned i = (unsigned)(op - sh->ops);
+                /* page 1 of the child's: 'b' */
+                if (op->res != 0 || sh->bufs[i][0] != 'b' || sh->bufs[i][63] != 'b')
+                        atomic_fetch_add(&sh->wrong, 1);
+                if (!atomic_exchange(&sh->out[i], false))
+                        atomic_fetch_add(&sh->twice, 1);
+                atomic_fetch_add(&sh->back, 1);
+                op = next;
+        }
+}
+
+static void *shared_taker(void *arg) {
+        Shared *sh = arg;
+        while (!atomic_load(&sh->stop))
+                shared_take(sh);
+        return NULL;
+}
+
+static void test_queue_shared(void) {
+        static Shared sh;
+        uint8_t *mem;
+        int fd;
+        pid_t pid = child_with_trap(&mem, &fd);
+        pthread_t th;
+        unsigned sent = 0;
+
+        ASSERT_OK(memread_queue_new(SHARED_OPS, &sh.q));
+        ASSERT_OK(-pthread_create(&th, NULL, shared_taker, &sh));
+        for (uint64_t t0 = now_ns(); sent < SHARED_READS;) {
+                for (unsigned i = 0; i < SHARED_OPS && sent < SHARED_READS; i++) {
+                        if (atomic_load(&sh.out[i]))
+                                continue;
+                        memset(sh.bufs[i], 0, sizeof(sh.bufs[i]));
+                        sh.ops[i] = (MemReadOp){ .fd = fd, .off = (uintptr_t)mem + P, .buf = sh.bufs[i],
+                                                 .len = sizeof(sh.bufs[i]), .uid = 80 };
+                        atomic_store(&sh.out[i], true);
+                        ASSERT_OK(memread_queue_submit(sh.q, &sh.ops[i]));
+                        sent++;
+                }
+                shared_take(&sh);
+                if (now_ns() - t0 > 120 * 1000000000ull)
+                        test_fail("%u of %u reads sent, %u back in 120 s", sent, SHARED_READS, atomic_load(&sh.back));
+        }
+        WAIT_UNTIL((shared_take(&sh), atomic_load(&sh.back) >= sent), 60, "%u of %u reads back",
+                   atomic_load(&sh.back), sent);
+        atomic_store(&sh.stop, true);
+        ASSERT_OK(-pthread_join(th, NULL));
+        ASSERT_EQ(atomic_load(&sh.back), sent);
+        ASSERT_EQ(atomic_load(&sh.twice), 0u);
+        ASSERT_EQ(atomic_load(&sh.wrong), 0u);
+        MemReadOp *left;
+        memread_queue_free(sh.q, &left);
+        ASSERT_TRUE(left == NULL);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(fd);
+}
+
 int main(void) {
         test_require_root(); /* a kernel-mode userfaultfd, /proc/PID/mem of a child */
         test_reads();
         test_stuck();
         test_queue();
+        test_queue_shared();
         return 0;
 }
