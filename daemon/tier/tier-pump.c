@@ -53,6 +53,7 @@ static void run_job(TierPump *p, TierJob *j) {
 static void *pump_main(void *arg) {
         TierPump *p = arg;
 
+        tier_reader_warm(p->reader); /* here: it waits for the server */
         for (;;) {
                 TierJob *j = job_list_take(&p->queue);
                 if (!j) {

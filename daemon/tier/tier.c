@@ -718,10 +718,18 @@ int tier_reader_new(Tier *t, bool patient, TierReader **ret) {
                         free(r);
                         return e;
                 }
-        } else
-                (void)reader_conn(r); /* now rather than on the first fault; else then */
+        }
+        /* an NBD connection is made by the reader's own thread
+         * (tier_reader_warm(), or the first read): the thread that makes
+         * the reader (the manager, for a spare fault thread) must not
+         * wait for a server that does not answer */
         *ret = r;
         return 0;
+}
+
+void tier_reader_warm(TierReader *r) {
+        if (r->t->kind == BACKING_NBD)
+                (void)reader_conn(r);
 }
 
 TierReader *tier_reader_free(TierReader *r) {

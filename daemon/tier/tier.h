@@ -143,6 +143,9 @@ bool tier_get(Tier *t, const TierStub *s);
  * and connection). A patient reader (a pump's) waits for an NBD answer as
  * long as the tier's timeout; another (on a fault thread) at most 1 s. */
 int tier_reader_new(Tier *t, bool patient, TierReader **ret);
+/* Its NBD connection made now rather than at its first read, on the
+ * thread that reads with it (it may wait for the server as a read does). */
+void tier_reader_warm(TierReader *r);
 TierReader *tier_reader_free(TierReader *r);
 /*
  * Read the object of s (checked with tier_stub_check() first). 0 and
