@@ -1,9 +1,12 @@
 /*
  * harness.c: see harness.h.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -12,8 +15,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -860,4 +866,129 @@ unsigned td_assert_threads_unprivileged(const TestDaemon *d) {
         }
         closedir(dd);
         return n;
+}
+
+/* ---- nbd-server ---- */
+
+int td_free_port(void) {
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        ASSERT_OK(fd);
+        ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
+        ASSERT_OK(getsockname(fd, (struct sockaddr *)&sa, &len));
+        close(fd);
+        return ntohs(sa.sin_port);
+}
+
+bool td_nbd_installed(void) {
+        return system("command -v nbd-server >/dev/null 2>&1") == 0;
+}
+
+void td_nbd_stop(TdNbd *n) {
+        char cmd[300];
+        /* "serve[r]": the pattern must not match the shell running it */
+        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
+                snprintf(cmd, sizeof(cmd), "pkill -KILL -f -- 'nbd-serve[r] -C %s/nbd.conf' 2>/dev/null", n->dir);
+                (void)!system(cmd);
+                snprintf(cmd, sizeof(cmd), "pgrep -f -- 'nbd-serve[r] -C %s/nbd.conf' >/dev/null", n->dir);
+                if (system(cmd) != 0) {
+                        n->running = false;
+                        return;
+                }
+                usleep(10000);
+        }
+        test_fail("nbd-server does not go away");
+}
+
+/* A process of its own that, once this one has ended however it ended
+ * (an assertion's abort() runs no atexit()), kills the servers of dir,
+ * stopped ones too, and removes dir: nbd-server daemonizes, so nothing
+ * else would. */
+static void nbd_reaper(const char *dir) {
+        pid_t owner = getpid();
+        int pfd = (int)syscall(SYS_pidfd_open, owner, 0);
+        ASSERT_OK(pfd);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid > 0) {
+                close(pfd);
+                return;
+        }
+        char cmd[300];
+        setsid();
+        for (int fd = 3; fd < 1024; fd++)
+                if (fd != pfd)
+                        close(fd);
+        struct pollfd p = { .fd = pfd, .events = POLLIN };
+        while (poll(&p, 1, -1) < 0 && errno == EINTR)
+                ;
+        snprintf(cmd, sizeof(cmd), "pkill -KILL -f -- 'nbd-serve[r] -C %s/nbd.conf'; rm -rf '%s'", dir, dir);
+        (void)!system(cmd);
+        _exit(0);
+}
+
+void td_nbd_start(TdNbd *n) {
+        char conf[160], cmd[300];
+
+        if (!n->dir[0]) {
+                snprintf(n->dir, sizeof(n->dir), "/var/tmp/zswap-test-nbd-%d", (int)getpid());
+                mkdir(n->dir, 0700);
+                nbd_reaper(n->dir);
+                snprintf(cmd, sizeof(cmd), "truncate -s 64M '%s/export.img'", n->dir);
+                ASSERT_EQ(system(cmd), 0);
+                n->port = td_free_port();
+                snprintf(conf, sizeof(conf), "%s/nbd.conf", n->dir);
+                FILE *f = fopen(conf, "we");
+                ASSERT_TRUE(f);
+                fprintf(f, "[generic]\nport = %d\nlistenaddr = 127.0.0.1\n\n[tier]\nexportname = %s/export.img\n",
+                        n->port, n->dir);
+                ASSERT_OK(fclose(f));
+        }
+        snprintf(cmd, sizeof(cmd), "nbd-server -C %s/nbd.conf >/dev/null 2>&1", n->dir);
+        ASSERT_EQ(system(cmd), 0); /* it forks into the background */
+        n->running = true;
+        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
+                int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)n->port),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+                int r = connect(s, (struct sockaddr *)&a, sizeof(a));
+                close(s);
+                if (r == 0)
+                        return;
+                usleep(10000);
+        }
+        test_fail("nbd-server does not listen on port %d", n->port);
+}
+
+void td_nbd_pause(TdNbd *n) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "pgrep -f -- 'nbd-serve[r] -C %s/nbd.conf'", n->dir);
+        FILE *p = popen(cmd, "re");
+        ASSERT_TRUE(p != NULL);
+        n->nstopped = 0;
+        for (int pid; n->nstopped < ELEMENTSOF(n->stopped) && fscanf(p, "%d", &pid) == 1;)
+                n->stopped[n->nstopped++] = pid;
+        pclose(p);
+        ASSERT_TRUE(n->nstopped > 0);
+        for (unsigned i = 0; i < n->nstopped; i++)
+                ASSERT_OK(kill(n->stopped[i], SIGSTOP));
+}
+
+void td_nbd_resume(TdNbd *n) {
+        for (unsigned i = 0; i < n->nstopped; i++)
+                (void)kill(n->stopped[i], SIGCONT);
+        n->nstopped = 0;
+}
+
+void td_nbd_remove(TdNbd *n) {
+        char cmd[160];
+        if (n->running)
+                td_nbd_stop(n);
+        if (!n->dir[0])
+                return;
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", n->dir);
+        (void)!system(cmd);
+        n->dir[0] = 0;
 }

@@ -226,3 +226,33 @@ const TdKills *td_kills_map(int fd);
 /* Whether a kill in k was under way at any moment from..to (now_ns()):
  * the daemon may have died in that interval. */
 bool td_killed_between(const TdKills *k, uint64_t from, uint64_t to);
+
+/* A port on 127.0.0.1 nothing listens on (now). */
+int td_free_port(void);
+
+/* nbd-server on a free loopback port, exporting a 64 MiB file of its
+ * directory (/var/tmp/zswap-test-nbd-PID) as "tier". nbd-server forks a
+ * process per connection: they are found by their command line, which
+ * names the directory's configuration file. */
+typedef struct TdNbd {
+        char dir[96];
+        int port;
+        bool running;
+        pid_t stopped[16]; /* td_nbd_pause()'s */
+        unsigned nstopped;
+} TdNbd;
+/* Whether nbd-server is installed. */
+bool td_nbd_installed(void);
+/* Start it (again: the same directory, port and data). */
+void td_nbd_start(TdNbd *n);
+/* SIGKILL to every process of it, until none is left. */
+void td_nbd_stop(TdNbd *n);
+/* SIGSTOP to every process of it: it keeps its connections open and
+ * answers nothing (no new connection either), until td_nbd_resume(),
+ * which sends SIGCONT to the same processes without looking for them
+ * again: reading another process's command line waits for its mmap lock,
+ * which a test's attacker may hold. */
+void td_nbd_pause(TdNbd *n);
+void td_nbd_resume(TdNbd *n);
+/* Stopped if running, and its directory removed. */
+void td_nbd_remove(TdNbd *n);

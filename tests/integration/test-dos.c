@@ -152,6 +152,11 @@
  *    manager closed such a descriptor itself and waited; root must be
  *    served while a thread of the daemon waits in that release (else the
  *    attack missed, and the test says so);
+ *  - fuse-lock-tier: fuse-lock-copy-one's attack on a daemon with a
+ *    second tier on nbd-server, while root's reader waits on a page of
+ *    the tier that the held thread's pump reads and the server stops
+ *    answering; the server goes on: root must read every page while the
+ *    copy still waits (case_fuse_lock_tier());
  *
  *  - fuse-lock-churn: 40 connections, each sending HELLO and ATTACH
  *    (whose proof waits for the lock) and closed at once: each waiting
@@ -2308,6 +2313,183 @@ static void case_fuse_lock_copies(bool together) {
         }
 }
 
+/*
+ * fuse-lock-tier: a daemon with one fault thread and a second tier on
+ * nbd-server. Root's client has pages on the tier; the server stops
+ * answering (SIGSTOP) while root's reader waits in a fault on one of
+ * them, whose read is the fault thread's (its pump). Then the attacker
+ * holds that thread in a copy (fuse-lock-copy's attack), and the server
+ * goes on: the read comes back to a thread held in a call. Another thread
+ * (a spare) must take what came back and install it, and root's reader
+ * must read every page while the call still holds the thread (a daemon
+ * that left the read's completion to the thread that made it served
+ * root's page only once the attacker let its lock go).
+ */
+#define TIER_POOL (4u << 20)
+#define TIER_DATA (4 * TIER_POOL)
+#define TIER_NPAGES ((unsigned)(TIER_DATA / ZSWAP_PAGE_SIZE))
+
+static TdNbd nbd;
+static pid_t nbd_owner;
+
+static void nbd_cleanup(void) {
+        if (getpid() == nbd_owner)
+                td_nbd_remove(&nbd);
+}
+
+/* Before the daemon starts: the server, and its [tier] in conf. */
+static void tier_conf(FILE *conf) {
+        if (!td_nbd_installed())
+                test_skip("nbd-server is not installed (scripts/setup-deps.sh installs it)");
+        nbd_owner = getpid();
+        atexit(nbd_cleanup);
+        td_nbd_start(&nbd);
+        /* a read stalls as long as the server does: no timeout ends it */
+        fprintf(conf, "[tier]\nbacking = nbd://127.0.0.1:%d/tier\nkey = /tmp/test-dos-%d.key\ntimeout = 10m\nsize = 64M\n",
+                nbd.port, (int)getpid());
+}
+
+typedef struct TierReader {
+        const uint8_t *buf;
+        const uint64_t *hashes;
+        _Atomic unsigned at; /* pages read so far */
+        _Atomic unsigned bad;
+        _Atomic bool done;
+} TierReader;
+
+static void *tier_reader(void *arg) {
+        TierReader *r = arg;
+        for (unsigned i = 0; i < TIER_NPAGES; i++) {
+                atomic_fetch_add(&r->bad, page_hash(r->buf + (size_t)i * ZSWAP_PAGE_SIZE) != r->hashes[i]);
+                atomic_store(&r->at, i + 1);
+        }
+        atomic_store(&r->done, true);
+        return NULL;
+}
+
+static void case_fuse_lock_tier(void) {
+        static uint64_t hashes[TIER_NPAGES];
+        LockShared *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ASSERT_TRUE(st != MAP_FAILED);
+        st->bad = -1;
+        st->wait_go = true;
+        uint64_t begun = now_ns();
+#define SAY(...) (fprintf(stderr, "[%5.1f s] ", (double)(now_ns() - begun) / 1e9), fprintf(stderr, __VA_ARGS__))
+
+        /* the attacker set up (a store adopted, the region moved) first,
+         * forked before root's client has a region to fork */
+        fuse_start();
+        pid_t att = td_fork_as(U_STALLER, 0);
+        if (att == 0)
+                _exit(fuse_lock_remap(st, false));
+        for (uint64_t t0 = now_ns(); !atomic_load(&st->ready); usleep(10000)) {
+                if (now_ns() - t0 > 60 * 1000000000ull) {
+                        td_dump_stacks(att, "the attacker");
+                        test_fail("the attacker was still %s in 60 s", lock_step[atomic_load(&st->step)]);
+                }
+                if (waitpid(att, NULL, WNOHANG) == att)
+                        test_fail("the attacker failed when %s", lock_step[atomic_load(&st->step)]);
+        }
+
+        SAY("the attacker is set up\n");
+        /* root's pages, four times the pool: most of them on the tier */
+        struct zswap_client *c = td_connect(&d);
+        uint8_t *buf = td_region(c, TIER_DATA, 0x71e4, hashes);
+        ZMsgStatusReply s;
+        for (uint64_t t0 = now_ns();; usleep(20000)) {
+                ASSERT_OK(zswap_pageout(c, buf, TIER_DATA));
+                td_status(&d, &s);
+                if (s.stats.stored_pages + s.stats.same_pages >= TIER_NPAGES * 9 / 10 && s.tier_pages >= TIER_NPAGES / 4)
+                        break;
+                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull)
+                        test_fail("root's pages did not go out to the tier: %llu held, %llu on the tier",
+                                  (unsigned long long)(s.stats.stored_pages + s.stats.same_pages),
+                                  (unsigned long long)s.tier_pages);
+        }
+        /* the writer settled, if it does within 20 s (eviction goes on
+         * at the pool's bound): little of ours is written while stopped */
+        for (uint64_t w = ~0ull, i = 0; w != s.tier_written && i < 100; i++, usleep(200000)) {
+                w = s.tier_written;
+                td_status(&d, &s);
+        }
+
+        SAY("%llu of root's pages on the tier\n", (unsigned long long)s.tier_pages);
+        /* the server stops; root's reader waits at a page of the tier
+         * (its progress stands still for a second) */
+        td_nbd_pause(&nbd);
+        TierReader r = { .buf = buf, .hashes = hashes };
+        pthread_t th;
+        ASSERT_OK(-pthread_create(&th, NULL, tier_reader, &r));
+        unsigned at = ~0u;
+        for (int i = 0;; i++) {
+                if (i >= TEST_WAIT_S * 10 || atomic_load(&r.done))
+                        test_fail("root's reader did not wait at a page of the stopped tier (%u of %u read)",
+                                  atomic_load(&r.at), TIER_NPAGES);
+                unsigned now = atomic_load(&r.at);
+                if (now == at && i % 10 == 9)
+                        break;
+                if (i % 10 == 0)
+                        at = now;
+                usleep(100000);
+        }
+        unsigned waited_at = atomic_load(&r.at);
+        SAY("root's reader waits at page %u for the stopped tier\n", waited_at);
+
+        /* the attacker holds the fault thread in a copy */
+        atomic_store(&st->go, true);
+        if (!held_said(att)) {
+                td_dump_stacks(d.pid, "zswapd");
+                td_log_dump(&d);
+                test_fail("the daemon did not say that its fault thread waits in a copy into the attacker");
+        }
+        ASSERT_EQ(atomic_load(&r.at), waited_at); /* still waiting for the tier */
+        SAY("the fault thread is held in a call into the attacker\n");
+
+        /* the server goes on: the read comes back to the held thread */
+        td_log_mark(&d, "the nbd server goes on, the fault thread held");
+        td_nbd_resume(&nbd);
+        for (uint64_t t0 = now_ns(); !atomic_load(&r.done); usleep(10000)) {
+                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull) {
+                        td_dump_stacks(d.pid, "zswapd");
+                        td_log_dump(&d);
+                        test_fail("with the fault thread held in a call into the attacker, root's reader, which "
+                                  "waited at page %u for the tier, read %u of %u pages in %d s",
+                                  waited_at, atomic_load(&r.at), TIER_NPAGES, TEST_WAIT_S);
+                }
+        }
+        /* the call held the thread all along: the FUSE server still
+         * answers nothing */
+        bool held = atomic_load(&st->stage) < 3 && pid_waits_in(att, "fuse");
+        td_status(&d, &s);
+        SAY("root's reader, which waited at page %u for the stopped tier, read all %u pages (%u differ) "
+                        "with the fault thread held in a call into the attacker%s; %llu items of held threads taken\n",
+                waited_at, TIER_NPAGES, atomic_load(&r.bad), held ? "" : " (no longer?)",
+                (unsigned long long)s.work_taken);
+        ASSERT_OK(-pthread_join(th, NULL));
+        ASSERT_EQ(atomic_load(&r.bad), 0u);
+        ASSERT_TRUE(s.work_taken > 0);
+
+        SAY("the attacker's FUSE server goes\n");
+        fuse_stop();
+        atomic_store(&st->released, true);
+        bool done = lock_wait(att, st, 3, TEST_WAIT_S);
+        fprintf(stderr, "once the read ended: the attacker %s (%d, value %lld); %d of %d pages differ\n",
+                done ? "done" : "not done", st->status, (long long)st->value, st->bad, (int)(ADOPT_PAGES / 256));
+        kill(att, SIGKILL);
+        waitpid(att, NULL, 0);
+        if (!done)
+                test_fail("the attacker's fault was not served once its lock was free");
+        ASSERT_EQ(st->status, 0);
+        ASSERT_EQ(st->bad, 0);
+        ASSERT_EQ(st->value, (int64_t)ADOPT_PAGES);
+        ASSERT_EQ(verify_pages(buf, TIER_DATA, hashes), 0u); /* and still */
+        zswap_disconnect(c);
+        char key[64];
+        snprintf(key, sizeof(key), "/tmp/test-dos-%d.key", (int)getpid());
+        unlink(key);
+#undef SAY
+}
+
 /* Until the attacker is at stage (true) or seconds have passed (false);
  * fails the test if the attacker ends. */
 static bool lock_wait(pid_t att, LockShared *st, int stage, unsigned seconds) {
@@ -2475,7 +2657,7 @@ int main(int argc, char **argv) {
                 test_fail("usage: test-dos linger|maps|stall|fuse|fuse-bound|stuck|late|ops|fuse-lock"
                           "|fuse-lock-attach|fuse-lock-arm|fuse-lock-detach|fuse-lock-queued|fuse-lock-churn"
                           "|fuse-lock-moved|fuse-lock-adopt|fuse-lock-remap|fuse-lock-copy|fuse-lock-copy-one"
-                          "|fuse-lock-copies|fuse-lock-copies-together|fuse-lock-uffd-close");
+                          "|fuse-lock-copies|fuse-lock-copies-together|fuse-lock-uffd-close|fuse-lock-tier");
         char conf[64] = "", args[320];
         int lock = -1;
         for (int i = 0; i < LOCK_CASES; i++)
@@ -2487,7 +2669,8 @@ int main(int argc, char **argv) {
                 lock = LOCK_COPY;
         if (strcmp(argv[1], "fuse-lock-copies-together") == 0)
                 lock = LOCK_COPIES;
-        bool staller = strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
+        bool tier = strcmp(argv[1], "fuse-lock-tier") == 0;
+        bool staller = tier || strcmp(argv[1], "stall") == 0 || strcmp(argv[1], "fuse") == 0 ||
                        strcmp(argv[1], "fuse-bound") == 0 || strcmp(argv[1], "stuck") == 0 ||
                        strcmp(argv[1], "late") == 0 || strcmp(argv[1], "ops") == 0 || lock >= 0;
         if (staller) {
@@ -2499,6 +2682,8 @@ int main(int argc, char **argv) {
                         strcmp(argv[1], "ops") == 0 ? "max_requests = 0\n" : "");
                 if (lock == LOCK_CHURN)
                         fprintf(f, "max_connections = %d\n", CHURN_MAX_CONNECTIONS);
+                if (tier)
+                        tier_conf(f);
                 ASSERT_OK(fclose(f));
         }
         const char *extra = getenv("TEST_DAEMON_ARGS");
@@ -2506,6 +2691,7 @@ int main(int argc, char **argv) {
                  strcmp(argv[1], "fuse") == 0    ? " --read-bound-ms 600000"
                  : lock == LOCK_REMAP ? " --fault-threads 1" /* one stuck, all wait */
                  : one ? " --fault-threads 1" /* it is stuck: a spare starts */
+                 : tier ? " --fault-threads 1 --pool-max 4194304" /* the same, and most pages on the tier */
                  : lock == LOCK_COPY || lock == LOCK_COPIES ? " --fault-threads 2" /* one stuck, the other takes its work */
                                       : "");
         td_start_logged(&d, args);
@@ -2525,6 +2711,8 @@ int main(int argc, char **argv) {
                 case_late();
         else if (strcmp(argv[1], "ops") == 0)
                 case_ops();
+        else if (tier)
+                case_fuse_lock_tier();
         else if (lock == LOCK_COPIES)
                 case_fuse_lock_copies(strcmp(argv[1], "fuse-lock-copies-together") == 0);
         else if (lock >= 0)

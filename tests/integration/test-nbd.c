@@ -52,6 +52,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
+#include "harness.h"
 #include "macro.h"
 #include "nbd.h"
 #include "test.h"
@@ -573,19 +574,6 @@ static bool find_program(const char *name, char *buf, size_t len) {
         return false;
 }
 
-/* A port nothing listens on (now). */
-static int free_port(void) {
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        socklen_t len = sizeof(sa);
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-        ASSERT_OK(fd);
-        ASSERT_OK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)));
-        ASSERT_OK(getsockname(fd, (struct sockaddr *)&sa, &len));
-        close(fd);
-        return ntohs(sa.sin_port);
-}
-
 static void server_config(Server *s) {
         FILE *f;
         int fd;
@@ -595,7 +583,7 @@ static void server_config(Server *s) {
         path_in_dir(s->sock, sizeof(s->sock), "nbd.sock");
         path_in_dir(s->disk, sizeof(s->disk), "disk.img");
         path_in_dir(s->log, sizeof(s->log), "nbd.log");
-        s->port = free_port();
+        s->port = td_free_port();
         fd = open(s->disk, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         ASSERT_OK(fd);
         ASSERT_OK(ftruncate(fd, (off_t)DISK_SIZE));
@@ -846,7 +834,7 @@ static void test_connect_errors(const Server *s) {
         if (!strstr(err, "export 'nope' not found"))
                 test_fail("unknown export: '%s'", err);
         printf("server: unknown export: %s\n", err);
-        snprintf(uri, sizeof(uri), "nbd://127.0.0.1:%d/disk", free_port());
+        snprintf(uri, sizeof(uri), "nbd://127.0.0.1:%d/disk", td_free_port());
         ASSERT_ERROR(connect_uri(uri, 1000, &c, err, sizeof(err)), ECONNREFUSED);
         if (!strstr(err, "connection refused"))
                 test_fail("refused: '%s'", err);

@@ -68,28 +68,20 @@
  * given back: the pool may pass its bound by a few chunks meanwhile */
 #define POOL_SLACK (64u << 10)
 
-static char conf_path[128], backing[128], nbd_dir[128];
+static char conf_path[128], backing[128];
+static TdNbd nbd;
 static TestDaemon *cur; /* whose log a failure shows */
-static pid_t nbd_pid;
-static int nbd_port;
 
 static pid_t main_pid;
-static void nbd_kill_all(void);
 
 static void cleanup(void) {
         if (getpid() != main_pid)
                 return; /* a child that failed: the files are the test's */
-        if (nbd_pid > 0)
-                nbd_kill_all();
+        td_nbd_remove(&nbd);
         if (conf_path[0])
                 unlink(conf_path);
         if (backing[0])
                 unlink(backing);
-        if (nbd_dir[0]) {
-                char cmd[300];
-                snprintf(cmd, sizeof(cmd), "rm -rf '%s'", nbd_dir);
-                (void)!system(cmd);
-        }
 }
 
 static void write_conf(const char *backing_spec, const char *extra) {
@@ -698,76 +690,17 @@ static void case_restart(void) {
 
 /* ---- nbd-server on loopback ---- */
 
-static int free_port(void) {
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        socklen_t l = sizeof(a);
-        ASSERT_TRUE(s >= 0);
-        ASSERT_OK(bind(s, (struct sockaddr *)&a, sizeof(a)));
-        ASSERT_OK(getsockname(s, (struct sockaddr *)&a, &l));
-        close(s);
-        return ntohs(a.sin_port);
-}
-
-/* nbd-server forks a process per connection (with -d it would serve one
- * connection only, and the daemon opens several): the processes are
- * found by their command line, which names our configuration file. */
-static void nbd_kill_all(void) {
-        char cmd[300];
-        /* "serve[r]": the pattern must not match the shell running it */
-        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
-                snprintf(cmd, sizeof(cmd), "pkill -KILL -f -- 'nbd-serve[r] -C %s/nbd.conf' 2>/dev/null", nbd_dir);
-                (void)!system(cmd);
-                snprintf(cmd, sizeof(cmd), "pgrep -f -- 'nbd-serve[r] -C %s/nbd.conf' >/dev/null", nbd_dir);
-                if (system(cmd) != 0)
-                        return;
-                usleep(10000);
-        }
-        test_fail("nbd-server does not go away");
-}
-
-static void nbd_start(void) {
-        char conf[300], cmd[400];
-        if (!nbd_dir[0]) {
-                snprintf(nbd_dir, sizeof(nbd_dir), "/var/tmp/zswap-test-nbd-%d", (int)getpid());
-                mkdir(nbd_dir, 0700);
-                snprintf(cmd, sizeof(cmd), "truncate -s 64M '%s/export.img'", nbd_dir);
-                ASSERT_EQ(system(cmd), 0);
-                nbd_port = free_port();
-                snprintf(conf, sizeof(conf), "%s/nbd.conf", nbd_dir);
-                FILE *f = fopen(conf, "w");
-                ASSERT_TRUE(f);
-                fprintf(f, "[generic]\nport = %d\nlistenaddr = 127.0.0.1\n\n[tier]\nexportname = %s/export.img\n",
-                        nbd_port, nbd_dir);
-                fclose(f);
-        }
-        snprintf(cmd, sizeof(cmd), "nbd-server -C %s/nbd.conf >/dev/null 2>&1", nbd_dir);
-        ASSERT_EQ(system(cmd), 0); /* it forks into the background */
-        nbd_pid = 1; /* running: cleanup() kills it */
-        for (int i = 0; i < TEST_WAIT_S * 100; i++) {
-                int s = socket(AF_INET, SOCK_STREAM, 0);
-                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)nbd_port),
-                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-                int r = connect(s, (struct sockaddr *)&a, sizeof(a));
-                close(s);
-                if (r == 0)
-                        return;
-                usleep(10000);
-        }
-        test_fail("nbd-server does not listen on port %d", nbd_port);
-}
-
-static void nbd_stop(void) {
-        nbd_kill_all();
-        nbd_pid = 0;
+/* kill_and_adopt()'s between: the server down too */
+static void nbd_down(void) {
+        td_nbd_stop(&nbd);
 }
 
 static void nbd_setup(void) {
         char spec[128];
-        if (system("command -v nbd-server >/dev/null 2>&1") != 0)
+        if (!td_nbd_installed())
                 test_skip("nbd-server is not installed (scripts/setup-deps.sh installs it)");
-        nbd_start();
-        snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd_port);
+        td_nbd_start(&nbd);
+        snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd.port);
         /* with its size given, a daemon starts while the server is down */
         write_conf(spec, "timeout = 2s\nsize = 64M\n");
 }
@@ -810,7 +743,7 @@ static void case_nbd_restart(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0x4bd, hashes);
         page_all_out(&d, c, buf, NPAGES / 4);
-        nbd_stop();
+        td_nbd_stop(&nbd);
         Reader r = { .buf = buf, .hashes = hashes };
         pthread_t t;
         ASSERT_EQ(pthread_create(&t, NULL, reader_main, &r), 0);
@@ -819,7 +752,7 @@ static void case_nbd_restart(void) {
         WAIT_UNTIL((st = status(&d)).tier_read_errors > 0, TEST_WAIT_S, "no read of the tier failed");
         usleep(300000);
         ASSERT_TRUE(!atomic_load(&r.done));
-        nbd_start();
+        td_nbd_start(&nbd);
         ASSERT_EQ(pthread_join(t, NULL), 0);
         ASSERT_EQ(atomic_load(&r.bad), 0);
         st = status(&d);
@@ -827,14 +760,6 @@ static void case_nbd_restart(void) {
         ASSERT_TRUE(td_log_has(&d, "the second tier cannot be read"));
         /* writeback goes on through a new connection */
         write_again_and_end(&d, c, buf, hashes, 1, "after the server came back");
-}
-
-/* SIGSTOP or SIGCONT to every nbd-server process of ours: a stopped
- * server keeps its connections open and answers nothing. */
-static void nbd_signal(const char *sig) {
-        char cmd[300];
-        snprintf(cmd, sizeof(cmd), "pkill -%s -f -- 'nbd-serve[r] -C %s/nbd.conf'", sig, nbd_dir);
-        ASSERT_EQ(system(cmd), 0);
 }
 
 #define HONEST_PAGES 4096u
@@ -898,7 +823,7 @@ static void case_nbd_stall(void) {
         char spec[128];
 
         nbd_setup();
-        snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd_port);
+        snprintf(spec, sizeof(spec), "nbd://127.0.0.1:%d/tier", nbd.port);
         write_conf(spec, "timeout = 10m\nsize = 64M\n");
         start_daemon_with(&d, " --fault-threads 1");
         struct zswap_client *hc = td_connect(&d), *sc = td_connect(&d);
@@ -924,7 +849,7 @@ static void case_nbd_stall(void) {
         uint8_t *buf = td_region(sc, DATA, 0x57a1, hashes);
         page_all_out(&d, sc, buf, NPAGES / 4);
         tier_settled(&d);
-        nbd_signal("STOP");
+        td_nbd_pause(&nbd);
         Stalled s = { .buf = buf, .hashes = hashes };
         pthread_t st_t, h_t;
         ASSERT_EQ(pthread_create(&st_t, NULL, stalled_main, &s), 0);
@@ -960,7 +885,7 @@ static void case_nbd_stall(void) {
                           "gave up meanwhile", (unsigned long long)(st.tier_read_errors - errors));
         ASSERT_TRUE(!atomic_load(&s.done)); /* it was stalled all along */
         td_log_mark(&d, "the honest client read its pages; the nbd server goes on");
-        nbd_signal("CONT");
+        td_nbd_resume(&nbd);
         ASSERT_EQ(pthread_join(st_t, NULL), 0);
         if (atomic_load(&s.bad))
                 td_log_dump(&d);
@@ -984,7 +909,7 @@ static void case_nbd_down_restart(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, DATA, 0xd0a1, hashes);
         page_all_out(&d, c, buf, NPAGES / 4);
-        ZMsgStatusReply st = kill_and_adopt(&d, nbd_stop);
+        ZMsgStatusReply st = kill_and_adopt(&d, nbd_down);
         ASSERT_EQ(st.tier_state, 4 /* disconnected */);
         ASSERT_TRUE(td_log_has(&d, "starting without it"));
         Reader r = { .buf = buf, .hashes = hashes };
@@ -992,7 +917,7 @@ static void case_nbd_down_restart(void) {
         ASSERT_EQ(pthread_create(&t, NULL, reader_main, &r), 0);
         usleep(500000);
         ASSERT_TRUE(!atomic_load(&r.done)); /* waiting on a page of the tier */
-        nbd_start();
+        td_nbd_start(&nbd);
         ASSERT_EQ(pthread_join(t, NULL), 0);
         ASSERT_EQ(atomic_load(&r.bad), 0);
         ASSERT_TRUE(td_log_has(&d, "(kept)"));
