@@ -992,3 +992,67 @@ void td_nbd_remove(TdNbd *n) {
         (void)!system(cmd);
         n->dir[0] = 0;
 }
+
+/* ---- a second tier's pages ---- */
+
+void td_tier_fill(const TestDaemon *d, struct zswap_client *c, uint8_t *buf, size_t len, uint64_t min_tier) {
+        const uint64_t npages = len / ZSWAP_PAGE_SIZE;
+        uint64_t deadline = now_ns() + TEST_WAIT_S * 1000000000ull;
+        ZMsgStatusReply st;
+
+        for (;;) {
+                ASSERT_OK(zswap_pageout(c, buf, len));
+                td_status(d, &st);
+                uint64_t held = st.stats.stored_pages + st.stats.same_pages;
+                if (held >= npages * 9 / 10 && st.tier_pages >= min_tier)
+                        return;
+                if (now_ns() > deadline) {
+                        td_log_dump(d);
+                        test_fail("after %d s: %llu of %llu pages held, %llu on the tier (pool %llu bytes, "
+                                  "tier state %d, errors %llu/%llu)",
+                                  TEST_WAIT_S, (unsigned long long)held, (unsigned long long)npages,
+                                  (unsigned long long)st.tier_pages, (unsigned long long)st.stats.pool_bytes,
+                                  st.tier_state, (unsigned long long)st.tier_write_errors,
+                                  (unsigned long long)st.tier_read_errors);
+                }
+                usleep(20000);
+        }
+}
+
+void td_tier_settled(const TestDaemon *d, ZMsgStatusReply *st) {
+        ZMsgStatusReply prev;
+
+        td_status(d, st);
+        for (int i = 0; i < 100; i++) {
+                prev = *st;
+                usleep(200000);
+                td_status(d, st);
+                if (st->tier_written == prev.tier_written)
+                        break;
+        }
+}
+
+void *td_page_reader(void *arg) {
+        TdPageReader *r = arg;
+        for (size_t i = 0; i < r->npages; i++) {
+                atomic_fetch_add(&r->bad, page_hash(r->buf + i * ZSWAP_PAGE_SIZE) != r->hashes[i]);
+                atomic_store(&r->at, i + 1);
+        }
+        atomic_store(&r->done, true);
+        return NULL;
+}
+
+size_t td_page_reader_stall(TdPageReader *r, const char *what) {
+        size_t at = SIZE_MAX;
+        for (int i = 0;; i++) {
+                if (i >= TEST_WAIT_S * 10 || atomic_load(&r->done))
+                        test_fail("%s did not wait in a fault (%zu of %zu pages read)", what, atomic_load(&r->at),
+                                  r->npages);
+                size_t now = atomic_load(&r->at);
+                if (now == at && i % 10 == 9)
+                        return now;
+                if (i % 10 == 0)
+                        at = now;
+                usleep(100000);
+        }
+}

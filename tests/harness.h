@@ -256,3 +256,30 @@ void td_nbd_pause(TdNbd *n);
 void td_nbd_resume(TdNbd *n);
 /* Stopped if running, and its directory removed. */
 void td_nbd_remove(TdNbd *n);
+
+/* With a second tier: page all of buf (len bytes, registered on c) out
+ * until the daemon holds nine tenths of its pages (the tier's writer
+ * makes room in the pool as eviction fills it) and the tier holds at
+ * least min_tier pages; fails the test after TEST_WAIT_S, saying how far
+ * it got. */
+void td_tier_fill(const TestDaemon *d, struct zswap_client *c, uint8_t *buf, size_t len, uint64_t min_tier);
+/* The status once the tier's writer has written nothing for 200 ms, or
+ * after 20 s if it keeps writing (eviction at the pool's bound). */
+void td_tier_settled(const TestDaemon *d, struct ZMsgStatusReply *st);
+
+/* A thread that reads npages pages of buf in order, each checked against
+ * hashes (hash_pages()), its progress published for the test to watch:
+ * pthread_create(..., td_page_reader, r). */
+typedef struct TdPageReader {
+        const uint8_t *buf;
+        const uint64_t *hashes;
+        size_t npages;
+        _Atomic size_t at;  /* pages read so far */
+        _Atomic size_t bad; /* of them, those that differ */
+        _Atomic bool done;
+} TdPageReader;
+void *td_page_reader(void *arg);
+/* Until r's progress has stood still for a second (it waits in a fault
+ * that does not come back): the pages it had read. Fails the test (what,
+ * saying how far r got) if r ends first, or after TEST_WAIT_S. */
+size_t td_page_reader_stall(TdPageReader *r, const char *what);

@@ -92,9 +92,9 @@ void memread_free(void);
  * whatever happens to the client meanwhile: the kernel may write the
  * buffer until then. One thread, the owner, submits; any thread may take
  * what has completed or is overdue: a fault thread held in a call into a
- * client (daemon/fault/work.c, work_steal()) has its reads taken by another, so that
- * other clients' pages do not wait for it. The queue's lock is never held
- * across a wait, so the owner's call never holds it.
+ * client (daemon/fault/work.c, work_steal()) has its reads taken by
+ * another, so that other clients' pages do not wait for it. The queue's
+ * lock is never held across a wait, so the owner's call never holds it.
  */
 typedef struct MemReadOp {
         /* in */

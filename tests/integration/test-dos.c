@@ -2349,24 +2349,6 @@ static void tier_conf(FILE *conf) {
                 nbd.port, (int)getpid());
 }
 
-typedef struct TierReader {
-        const uint8_t *buf;
-        const uint64_t *hashes;
-        _Atomic unsigned at; /* pages read so far */
-        _Atomic unsigned bad;
-        _Atomic bool done;
-} TierReader;
-
-static void *tier_reader(void *arg) {
-        TierReader *r = arg;
-        for (unsigned i = 0; i < TIER_NPAGES; i++) {
-                atomic_fetch_add(&r->bad, page_hash(r->buf + (size_t)i * ZSWAP_PAGE_SIZE) != r->hashes[i]);
-                atomic_store(&r->at, i + 1);
-        }
-        atomic_store(&r->done, true);
-        return NULL;
-}
-
 static void case_fuse_lock_tier(void) {
         static uint64_t hashes[TIER_NPAGES];
         LockShared *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -2396,44 +2378,19 @@ static void case_fuse_lock_tier(void) {
         struct zswap_client *c = td_connect(&d);
         uint8_t *buf = td_region(c, TIER_DATA, 0x71e4, hashes);
         ZMsgStatusReply s;
-        for (uint64_t t0 = now_ns();; usleep(20000)) {
-                ASSERT_OK(zswap_pageout(c, buf, TIER_DATA));
-                td_status(&d, &s);
-                if (s.stats.stored_pages + s.stats.same_pages >= TIER_NPAGES * 9 / 10 && s.tier_pages >= TIER_NPAGES / 4)
-                        break;
-                if (now_ns() - t0 > TEST_WAIT_S * 1000000000ull)
-                        test_fail("root's pages did not go out to the tier: %llu held, %llu on the tier",
-                                  (unsigned long long)(s.stats.stored_pages + s.stats.same_pages),
-                                  (unsigned long long)s.tier_pages);
-        }
-        /* the writer settled, if it does within 20 s (eviction goes on
-         * at the pool's bound): little of ours is written while stopped */
-        for (uint64_t w = ~0ull, i = 0; w != s.tier_written && i < 100; i++, usleep(200000)) {
-                w = s.tier_written;
-                td_status(&d, &s);
-        }
+        td_tier_fill(&d, c, buf, TIER_DATA, TIER_NPAGES / 4);
+        /* the writer settled: little of ours is written while stopped */
+        td_tier_settled(&d, &s);
 
         SAY("%llu of root's pages on the tier\n", (unsigned long long)s.tier_pages);
         /* the server stops; root's reader waits at a page of the tier
          * (its progress stands still for a second) */
         td_nbd_pause(&nbd);
-        TierReader r = { .buf = buf, .hashes = hashes };
+        TdPageReader r = { .buf = buf, .hashes = hashes, .npages = TIER_NPAGES };
         pthread_t th;
-        ASSERT_OK(-pthread_create(&th, NULL, tier_reader, &r));
-        unsigned at = ~0u;
-        for (int i = 0;; i++) {
-                if (i >= TEST_WAIT_S * 10 || atomic_load(&r.done))
-                        test_fail("root's reader did not wait at a page of the stopped tier (%u of %u read)",
-                                  atomic_load(&r.at), TIER_NPAGES);
-                unsigned now = atomic_load(&r.at);
-                if (now == at && i % 10 == 9)
-                        break;
-                if (i % 10 == 0)
-                        at = now;
-                usleep(100000);
-        }
-        unsigned waited_at = atomic_load(&r.at);
-        SAY("root's reader waits at page %u for the stopped tier\n", waited_at);
+        ASSERT_OK(-pthread_create(&th, NULL, td_page_reader, &r));
+        size_t waited_at = td_page_reader_stall(&r, "root's reader, the tier stopped");
+        SAY("root's reader waits at page %zu for the stopped tier\n", waited_at);
 
         /* the attacker holds the fault thread in a copy */
         atomic_store(&st->go, true);
@@ -2453,7 +2410,7 @@ static void case_fuse_lock_tier(void) {
                         td_dump_stacks(d.pid, "zswapd");
                         td_log_dump(&d);
                         test_fail("with the fault thread held in a call into the attacker, root's reader, which "
-                                  "waited at page %u for the tier, read %u of %u pages in %d s",
+                                  "waited at page %zu for the tier, read %zu of %u pages in %d s",
                                   waited_at, atomic_load(&r.at), TIER_NPAGES, TEST_WAIT_S);
                 }
         }
@@ -2461,12 +2418,12 @@ static void case_fuse_lock_tier(void) {
          * answers nothing */
         bool held = atomic_load(&st->stage) < 3 && pid_waits_in(att, "fuse");
         td_status(&d, &s);
-        SAY("root's reader, which waited at page %u for the stopped tier, read all %u pages (%u differ) "
+        SAY("root's reader, which waited at page %zu for the stopped tier, read all %u pages (%zu differ) "
                         "with the fault thread held in a call into the attacker%s; %llu items of held threads taken\n",
                 waited_at, TIER_NPAGES, atomic_load(&r.bad), held ? "" : " (no longer?)",
                 (unsigned long long)s.work_taken);
         ASSERT_OK(-pthread_join(th, NULL));
-        ASSERT_EQ(atomic_load(&r.bad), 0u);
+        ASSERT_EQ(atomic_load(&r.bad), 0);
         ASSERT_TRUE(s.work_taken > 0);
 
         SAY("the attacker's FUSE server goes\n");

@@ -112,43 +112,14 @@ static ZMsgStatusReply status(TestDaemon *d) {
         return st;
 }
 
-/* Page the whole region out until the daemon holds most of it (the tier's
- * writer makes room in the pool as eviction fills it) and the tier holds
- * at least min_tier pages. */
+/* The whole region out, and at least min_tier pages on the tier. */
 static void page_all_out(TestDaemon *d, struct zswap_client *c, uint8_t *buf, uint64_t min_tier) {
-        uint64_t deadline = now_ns() + TEST_WAIT_S * 1000000000ull;
-        ZMsgStatusReply st;
-
-        for (;;) {
-                ASSERT_OK(zswap_pageout(c, buf, DATA));
-                st = status(d);
-                uint64_t held = st.stats.stored_pages + st.stats.same_pages;
-                if (held >= NPAGES * 9 / 10 && st.tier_pages >= min_tier)
-                        return;
-                if (now_ns() > deadline) {
-                        td_log_dump(d);
-                        test_fail("after %d s: %llu of %u pages held, %llu on the tier (pool %llu of %u bytes, "
-                                  "tier state %d, errors %llu/%llu)",
-                                  TEST_WAIT_S, (unsigned long long)held, NPAGES, (unsigned long long)st.tier_pages,
-                                  (unsigned long long)st.stats.pool_bytes, POOL_MAX, st.tier_state,
-                                  (unsigned long long)st.tier_write_errors, (unsigned long long)st.tier_read_errors);
-                }
-                usleep(20000);
-        }
+        td_tier_fill(d, c, buf, DATA, min_tier);
 }
 
-/* The status once the tier's writer has written nothing for 200 ms: a
- * daemon killed now leaves what it says on the tier (give or take a
- * pass that starts in between). */
 static ZMsgStatusReply tier_settled(TestDaemon *d) {
-        ZMsgStatusReply st = status(d), prev;
-        for (int i = 0; i < 100; i++) {
-                prev = st;
-                usleep(200000);
-                st = status(d);
-                if (st.tier_written == prev.tier_written)
-                        break;
-        }
+        ZMsgStatusReply st;
+        td_tier_settled(d, &st);
         return st;
 }
 
@@ -796,24 +767,6 @@ static void *honest_main(void *arg) {
         return NULL;
 }
 
-typedef struct Stalled {
-        uint8_t *buf;
-        const uint64_t *hashes;
-        _Atomic unsigned at; /* pages read so far */
-        _Atomic size_t bad;
-        _Atomic bool done;
-} Stalled;
-
-static void *stalled_main(void *arg) {
-        Stalled *s = arg;
-        for (unsigned i = 0; i < NPAGES; i++) {
-                atomic_fetch_add(&s->bad, page_hash(s->buf + (size_t)i * ZSWAP_PAGE_SIZE) != s->hashes[i]);
-                atomic_store(&s->at, i + 1);
-        }
-        atomic_store(&s->done, true);
-        return NULL;
-}
-
 /* One client's read of the second tier stalls (the NBD server stops
  * answering, the read's timeout is 10 min): another client's faults are
  * served meanwhile, by the daemon's only fault thread. */
@@ -850,21 +803,12 @@ static void case_nbd_stall(void) {
         page_all_out(&d, sc, buf, NPAGES / 4);
         tier_settled(&d);
         td_nbd_pause(&nbd);
-        Stalled s = { .buf = buf, .hashes = hashes };
+        TdPageReader s = { .buf = buf, .hashes = hashes, .npages = NPAGES };
         pthread_t st_t, h_t;
-        ASSERT_EQ(pthread_create(&st_t, NULL, stalled_main, &s), 0);
+        ASSERT_EQ(pthread_create(&st_t, NULL, td_page_reader, &s), 0);
         /* until it waits in a fault that does not come back: a page of the
-         * tier (its progress stands still for a second) */
-        unsigned at = ~0u;
-        for (int i = 0;; i++) {
-                ASSERT_TRUE(i < TEST_WAIT_S * 10 && !atomic_load(&s.done));
-                unsigned now = atomic_load(&s.at);
-                if (now == at && i % 10 == 9)
-                        break;
-                if (i % 10 == 0)
-                        at = now;
-                usleep(100000);
-        }
+         * tier */
+        (void)td_page_reader_stall(&s, "the stalled client's reader");
         /* meanwhile the honest client reads its pages; the stalled read
          * stays one read, unanswered, all along: no read of the tier ends
          * (a read that timed out and was tried again, as when the thread
@@ -873,7 +817,7 @@ static void case_nbd_stall(void) {
         uint64_t errors = status(&d).tier_read_errors;
         ASSERT_EQ(pthread_create(&h_t, NULL, honest_main, &h), 0);
         WAIT_UNTIL(atomic_load(&h.done), TEST_WAIT_S,
-                   "with the stalled client's read of the tier waiting at page %u, the other client's faults "
+                   "with the stalled client's read of the tier waiting at page %zu, the other client's faults "
                    "were served for %u of %u pages", atomic_load(&s.at), atomic_load(&h.checked), HONEST_PAGES);
         ASSERT_EQ(pthread_join(h_t, NULL), 0);
         ASSERT_EQ(atomic_load(&h.bad), 0);
