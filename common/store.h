@@ -197,8 +197,9 @@ static inline bool store_event_where(const StoreEvent *ev, uint64_t addr, uint64
 }
 
 /* The geometry of size class k (0 <= k < STORE_NR_CLASSES): object size,
- * chunk size (4..64 KiB, the one that wastes least) and slots per chunk.
- * pool.c allocates by it, store_object() checks by it. */
+ * chunk size (a multiple of 4 KiB up to the span, store.c) and slots per
+ * chunk. pool.c allocates by it; store_object() checks a handle by its
+ * class's object size alone. */
 typedef struct StoreClass {
         uint32_t size, chunk_size, nr_slots;
 } StoreClass;

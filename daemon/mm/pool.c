@@ -4,15 +4,16 @@
  * Layout. pool_new() reserves one large range of address space (64 GiB, less
  * if the kernel refuses) with MAP_NORESERVE: it costs nothing until touched.
  * The range is cut into 64 KiB spans, one per chunk id; a chunk of memory of
- * 4..64 KiB lives at the start of its span. A handle is the offset of the
+ * a multiple of 4 KiB up to 64 KiB lives at the start of its span. A handle is the offset of the
  * object from the pool base in 16-byte units, i.e. chunk id << 12 | offset
  * in the span / 16, so pool_map() is base + handle * 16: no lookup, no lock,
  * O(1). Chunk id 0 is never used, which makes 0 an invalid handle.
  *
  * Size classes are the multiples of 16 bytes up to 4096 (zsmalloc's
- * granularity; 32 bytes cost ~0.6 % more memory on real heaps). Each class picks
- * the chunk size among 4, 8, 16, 32 and 64 KiB that leaves the smallest
- * fraction of its tail unused. Objects may straddle page boundaries. Chunk
+ * granularity; 32 bytes cost ~0.6 % more memory on real heaps). Each class's
+ * chunk size is the one that loses least to chunk tails and to the free
+ * slots of a class's last chunk (store.c, store_class()). Objects may
+ * straddle page boundaries. Chunk
  * headers live outside chunk memory, in a metadata array indexed by chunk
  * id (also MAP_NORESERVE), so chunks hold nothing but objects and
  * pool_bytes is exactly the memory chunks take.

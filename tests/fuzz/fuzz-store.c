@@ -104,8 +104,8 @@ static void setup(void) {
         for (unsigned k = 0; k < STORE_NR_CLASSES; k++) {
                 const StoreClass *c = store_class(k);
                 FUZZ_CHECK(c && c->size == (k + 1) << STORE_UNIT_SHIFT && c->chunk_size >= 4096 &&
-                                   c->chunk_size <= (1u << STORE_SPAN_SHIFT) &&
-                                   (c->chunk_size & (c->chunk_size - 1)) == 0 && c->nr_slots >= 1 &&
+                                   c->chunk_size <= (1u << STORE_SPAN_SHIFT) && c->chunk_size % 4096 == 0 &&
+                                   c->nr_slots >= 1 &&
                                    c->nr_slots <= STORE_CHUNK_MAX_SLOTS &&
                                    (uint64_t)c->nr_slots * c->size <= c->chunk_size,
                            "class %u: size %u chunk %u slots %u", k, c ? c->size : 0, c ? c->chunk_size : 0,
@@ -418,7 +418,8 @@ static bool dir_slot_ok(uint64_t d) {
 }
 
 /* Where handle/clen's object is, or false: the chunk's class and the slot
- * checked as store.h says. */
+ * checked as store.h says (a slot of the class's size anywhere in the
+ * span: a store from a daemon with other chunk sizes is read too). */
 static bool model_object(const Model *m, uint32_t handle, uint32_t clen, uint64_t *off, unsigned *cls) {
         uint32_t id = handle >> (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT);
         uint32_t in = (handle << STORE_UNIT_SHIFT) & ((1u << STORE_SPAN_SHIFT) - 1);
@@ -429,7 +430,8 @@ static bool model_object(const Model *m, uint32_t handle, uint32_t clen, uint64_
         if (c == 0 || c > STORE_NR_CLASSES)
                 return false;
         const StoreClass *k = store_class((unsigned)c - 1);
-        if (in % k->size || in / k->size >= k->nr_slots || clen == 0 || clen > k->size)
+        if (in % k->size || in / k->size >= STORE_CHUNK_MAX_SLOTS || in + k->size > (1u << STORE_SPAN_SHIFT) ||
+            clen == 0 || clen > k->size)
                 return false;
         *off = ((uint64_t)id << STORE_SPAN_SHIFT) + in;
         *cls = (unsigned)c - 1;
@@ -752,7 +754,8 @@ static void check_object(const Model *m, uint64_t e) {
         uint64_t at = (uint64_t)(o - pool), in = at & ((1u << STORE_SPAN_SHIFT) - 1);
         const StoreClass *k = store_class(cls);
         uint16_t c = atomic_load_explicit(&store_chunk_class(map)[at >> STORE_SPAN_SHIFT], memory_order_relaxed);
-        FUZZ_CHECK(at == off && cls == mcls && k && c == cls + 1 && in % k->size == 0 && in + k->size <= k->chunk_size &&
+        FUZZ_CHECK(at == off && cls == mcls && k && c == cls + 1 && in % k->size == 0 && in / k->size < STORE_CHUNK_MAX_SLOTS &&
+                           in + k->size <= (1u << STORE_SPAN_SHIFT) &&
                            clen <= k->size,
                    "object of %#x/%u at pool+%#llx, class %u (chunk says %u): not a slot of its chunk", handle, clen,
                    (unsigned long long)at, cls, c);

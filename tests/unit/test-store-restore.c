@@ -5,7 +5,8 @@
  * memory this test registers on a userfaultfd of its own, as a dead
  * daemon would have left it, and zswap_store_restore() must put every page
  * back in place:
- *   1. every entry with content installed, a page present left alone, the
+ *   1. every entry with content installed (one in a slot only a daemon
+ *      whose classes had larger chunks uses), a page present left alone, the
  *      tampered one and one whose staging slot is out of range counted
  *      bad and poisoned (SIGBUS on access, never zeros), a thread already waiting
  *      on an evicted page woken with its content, and a range discarded
@@ -95,6 +96,26 @@ static uint64_t put_object(Builder *b, const void *page) {
         atomic_store(&store_chunk_class(b->map)[id], (uint16_t)(k + 1));
         memcpy(store_pool(b->map) + ((uint64_t)id << STORE_SPAN_SHIFT), dst, (size_t)clen);
         return pe_make_stored(id << (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT), (uint32_t)clen);
+}
+
+/*
+ * A pool object in the last slot its chunk's span holds, as a daemon
+ * whose class made chunks of the whole span (64 KiB) placed it: a store
+ * made by a daemon with other chunk sizes than ours. The slot is past
+ * the chunk our classes make (the check that the test tests something).
+ */
+static uint64_t put_object_far(Builder *b, const void *page) {
+        uint8_t dst[PG];
+        int clen = codec_compress(b->cctx, page, dst, PG);
+        ASSERT_TRUE(clen > 0);
+        unsigned k = (unsigned)(clen + 15) / 16 - 1;
+        const StoreClass *c = store_class(k);
+        uint32_t slot = MIN((1u << STORE_SPAN_SHIFT) / c->size, (uint32_t)STORE_CHUNK_MAX_SLOTS) - 1;
+        ASSERT_TRUE(slot >= c->nr_slots);
+        uint32_t id = b->next_id++, off = slot * c->size;
+        atomic_store(&store_chunk_class(b->map)[id], (uint16_t)(k + 1));
+        memcpy(store_pool(b->map) + ((uint64_t)id << STORE_SPAN_SHIFT) + off, dst, (size_t)clen);
+        return pe_make_stored(id << (STORE_SPAN_SHIFT - STORE_UNIT_SHIFT) | off >> STORE_UNIT_SHIFT, (uint32_t)clen);
 }
 
 static void set_entry(Builder *b, unsigned i, uint64_t e) {
@@ -207,6 +228,8 @@ static void test_restore(void) {
                 set_entry(&b, i, put_object(&b, want[i]));
         /* a slot out of the staging area */
         set_entry(&b, 56, pe_make_slot(PE_STAGED, NSLOTS + 3));
+        /* an object where a daemon with larger chunks put it */
+        set_entry(&b, 57, put_object_far(&b, want[57]));
         /* from here, a missing page of buf waits for us */
         register_buf(uffd);
 
@@ -228,12 +251,12 @@ static void test_restore(void) {
         fprintf(stderr, "restored %llu, present %llu, gone %llu, bad %llu\n", (unsigned long long)st.restored,
                 (unsigned long long)st.present, (unsigned long long)st.gone, (unsigned long long)st.bad);
         for (unsigned i = 0; i < NPAGES; i++) {
-                bool lost = i == 31 || i == 56, zero = (i >= 33 && i < 48) || i > 56;
+                bool lost = i == 31 || i == 56, zero = (i >= 33 && i < 48) || i > 57;
                 if (lost ? !test_page_poisoned(buf + i * PG)
                          : zero ? !is_zero(buf + i * PG) : memcmp(buf + i * PG, want[i], PG) != 0)
                         test_fail("page %u: %s", i, lost ? "not poisoned" : zero ? "not zero" : "wrong content");
         }
-        ASSERT_EQ(st.restored, 20 + 5 + 3 + 1 + 1 + 8);
+        ASSERT_EQ(st.restored, 20 + 5 + 3 + 1 + 1 + 8 + 1);
         ASSERT_EQ(st.present, 1);
         ASSERT_EQ(st.gone, 8);
         ASSERT_EQ(st.bad, 2);
