@@ -256,6 +256,7 @@ typedef struct RangeCtx {
         int install_err; /* fork: the first error installing a page in the child */
         int resident;    /* fork: pages installed in the child for want of quota or pool room */
         int over;        /* fork: of those, copied after all: the child could not take them (EAGAIN) */
+        struct ForkSnap *snap; /* fork: the pages in flight, read before anything else (fork.c) */
 } RangeCtx;
 
 /* A read of a lane to revoke the agent's moves (events.c, revoke_moves()):

@@ -4,6 +4,7 @@
  * fault-internal.h.
  */
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -106,6 +107,23 @@ static int fork_keep(RangeCtx *c, uint64_t addr, const void *page) {
         return 0;
 }
 
+/* page, read from the parent's staging slot, into the child at addr: a
+ * page in flight at the fork (EEXIST: the child has its own). */
+static void fork_slot_install(RangeCtx *c, uint64_t addr, const void *page) {
+        int r = uffd_copy(c->child->uffd, addr, page, UFFDIO_COPY_MODE_DONTWAKE);
+
+        if (r == -EAGAIN || r == -ENOMEM)
+                r = fork_keep(c, addr, page);
+        if (r == -EEXIST)
+                r = 0;
+        c->inflight++;
+        if (r < 0) {
+                c->errors++;
+                if (!c->install_err)
+                        c->install_err = r;
+        }
+}
+
 static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64_t v) {
         MMClient *mm = c->mm;
         uint32_t slot = pe_slot(v);
@@ -129,20 +147,158 @@ static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64
                 return 0; /* the retry holds the pin */
         r = mmclient_read(mm, mmclient_slot_addr(mm, slot), c->ft->page, ZSWAP_PAGE_SIZE);
         atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
-        if (r == 0) {
-                r = uffd_copy(c->child->uffd, addr, c->ft->page, UFFDIO_COPY_MODE_DONTWAKE);
-                if (r == -EAGAIN || r == -ENOMEM)
-                        r = fork_keep(c, addr, c->ft->page);
-        }
-        if (r == -EEXIST)
-                r = 0; /* the child has its own */
-        c->inflight++;
-        if (r < 0) {
+        if (r == 0)
+                fork_slot_install(c, addr, c->ft->page);
+        else {
+                c->inflight++;
                 c->errors++;
                 if (!c->install_err)
                         c->install_err = r;
         }
         return 0;
+}
+
+/*
+ * The pages in flight at a fork the library did not announce, read from
+ * the parent's staging slots before anything else is done for the fork.
+ * The parent runs again as soon as its FORK event is read, and one that
+ * exits at once (a raw clone, then _exit()) takes its address space, its
+ * staging slots with it, away. Read by the walk of its whole index, after
+ * the child's store was made and every object before them copied
+ * (milliseconds for a large index), the slots were often gone, and those
+ * pages read as zeros in the child (test-fork-raw-exit). So this pass
+ * only notes where each MOVING or STAGED page (and each slot a fault is
+ * reading) is, pins its lane and reads the slots in runs, one read each;
+ * the walk then installs each such page from what was read, whatever its
+ * entry has become since (a page the worker stored meanwhile is the
+ * same page). Read at that moment or later, a slot holds what the fork
+ * copied, or the page is still at its address in the child and the copy
+ * finds it there (fork_inflight()). It narrows the race with the
+ * parent's exit, it does not close it: docs/page-lifecycle.md.
+ */
+typedef struct SnapPage {
+        uint64_t addr;
+        uint32_t slot;
+        int res;          /* 0: read into page; -errno: not read */
+        uint8_t *page;
+} SnapPage;
+
+typedef struct ForkSnap {
+        SnapPage *v;      /* ascending addresses: the walk's order */
+        size_t n, cap;
+        size_t next;      /* the walk's place in v */
+        uint8_t *buf;     /* the pages, n of them */
+} ForkSnap;
+
+static int snap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
+        RangeCtx *c = ud;
+        ForkSnap *s = c->snap;
+        MMClient *mm = c->mm;
+        uint64_t v = atomic_load_explicit(e, memory_order_acquire);
+        uint32_t slot;
+
+        if (pe_state(v) == PE_MOVING || pe_state(v) == PE_STAGED)
+                slot = pe_slot(v);
+        else if (pe_state(v) == PE_LOADING) {
+                /* a fault's read of a slot (not of the second tier) */
+                Retry **p = retry_find(mm, addr);
+                uint64_t o = p && (*p)->loading && !(*p)->tier ? pe_loading_origin((*p)->loading) : 0;
+                if ((pe_state(o) != PE_MOVING && pe_state(o) != PE_STAGED) ||
+                    atomic_load_explicit(&(*p)->state, memory_order_acquire) != RS_READING)
+                        return 0;
+                slot = pe_slot(o);
+        } else
+                return 0;
+        if (slot / LANE_SLOTS >= mm->nlanes)
+                return 0;
+        if (s->n == s->cap) {
+                size_t cap = s->cap ? s->cap * 2 : 64;
+                SnapPage *nv = realloc(s->v, cap * sizeof(*nv));
+                if (!nv)
+                        return 1; /* no memory: the walk reads the rest, as it can */
+                s->v = nv;
+                s->cap = cap;
+        }
+        Lane *lane = &mm->lanes[slot / LANE_SLOTS];
+        /* seq_cst, as serve_slot()'s pin: either the manager sees it before
+         * it releases the lane, or we see the entry changed */
+        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(e, memory_order_seq_cst) != v) {
+                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+                return 0; /* moved on: the walk takes it as it is then */
+        }
+        s->v[s->n++] = (SnapPage){ .addr = addr, .slot = slot, .res = -EAGAIN };
+        return 0;
+}
+
+static int snap_by_slot(const void *a, const void *b) {
+        uint32_t x = (*(SnapPage *const *)a)->slot, y = (*(SnapPage *const *)b)->slot;
+        return x < y ? -1 : x > y;
+}
+
+/* The slots of s's pages, read in runs of consecutive slots of a lane
+ * (a batch's pages sit in consecutive slots), each run into consecutive
+ * pages of buf; a run that cannot be read whole is read a page at a
+ * time. */
+static void snap_read(MMClient *mm, ForkSnap *s) {
+        _cleanup_free_ SnapPage **by = malloc(s->n * sizeof(*by));
+        if (!by)
+                return;
+        for (size_t i = 0; i < s->n; i++)
+                by[i] = &s->v[i];
+        qsort(by, s->n, sizeof(*by), snap_by_slot);
+        for (size_t i = 0; i < s->n; i++)
+                by[i]->page = s->buf + i * ZSWAP_PAGE_SIZE;
+        for (size_t i = 0, k; i < s->n; i = k) {
+                for (k = i + 1; k < s->n && by[k]->slot == by[k - 1]->slot + 1 && by[k]->slot % LANE_SLOTS; k++)
+                        ;
+                int r = mmclient_read(mm, mmclient_slot_addr(mm, by[i]->slot), by[i]->page, (k - i) * ZSWAP_PAGE_SIZE);
+                for (size_t j = i; j < k; j++)
+                        by[j]->res = r == -EFAULT && k - i > 1 ? mmclient_read(mm, mmclient_slot_addr(mm, by[j]->slot),
+                                                                               by[j]->page, ZSWAP_PAGE_SIZE)
+                                                               : r;
+        }
+}
+
+static void snap_unpin(MMClient *mm, ForkSnap *s) {
+        for (size_t i = 0; i < s->n; i++)
+                atomic_fetch_sub_explicit(&mm->lanes[s->v[i].slot / LANE_SLOTS].users, 1, memory_order_release);
+}
+
+/* Under mm's serve_lock, before the child is made. */
+static void snap_take(FaultThread *ft, MMClient *mm, ForkSnap *s) {
+        RangeCtx c = { .ft = ft, .mm = mm, .snap = s };
+
+        *s = (ForkSnap){ 0 };
+        /* a fork the library announced waited for its pages in flight
+         * (FORK_PREPARE): there are none */
+        if (!mm->nlanes || atomic_load_explicit(&mm->fork_announced, memory_order_relaxed))
+                return;
+        pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, snap_cb, &c);
+        if (!s->n)
+                return;
+        s->buf = malloc(s->n * ZSWAP_PAGE_SIZE);
+        if (s->buf)
+                snap_read(mm, s);
+        /* the pages are ours now, or were not read: the walk reads those */
+        snap_unpin(mm, s);
+}
+
+static void snap_free(ForkSnap *s) {
+        free(s->v);
+        free(s->buf);
+}
+
+/* The page read for addr before the walk, or NULL. Addresses come in
+ * ascending order. */
+static const uint8_t *snap_page(ForkSnap *s, uint64_t addr) {
+        if (!s || !s->buf)
+                return NULL;
+        while (s->next < s->n && s->v[s->next].addr < addr)
+                s->next++;
+        if (s->next == s->n || s->v[s->next].addr != addr || s->v[s->next].res < 0)
+                return NULL;
+        return s->v[s->next].page;
 }
 
 static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
@@ -153,6 +309,13 @@ static int fork_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
         uint32_t len = 0;
         uint64_t tier = 0;
         TierStub stub;
+        const uint8_t *snapped = snap_page(c->snap, addr);
+
+        if (snapped) {
+                /* in flight at the fork, read before the walk */
+                fork_slot_install(c, addr, snapped);
+                return 0;
+        }
 
         if (pe_state(v) == PE_LOADING) {
                 /* a read of the second tier under way: the child takes a
@@ -349,6 +512,9 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
          * (as fork_held_pages, mmclient.h) */
         if (atomic_load_explicit(&mm->fork_announced, memory_order_relaxed))
                 mmclient_fork_evented(mm, atomic_load_explicit(&mm->next_fork_token, memory_order_relaxed));
+        /* first of all, while the parent's address space is still there */
+        ForkSnap snap;
+        snap_take(ft, mm, &snap);
         fd_set_nonblock(child_fd, true);
         r = mmclient_new(mm->core, child_fd, &child);
         /* a child nobody tracks has its faults wait forever (its uffd has
@@ -365,9 +531,10 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                 log_error("pid %d: cannot track forked child: %s", (int)mmclient_pid(mm), strerror(-r));
                 /* closing the only reference would unregister the child's
                  * memory and turn its evicted pages into zeros; keep it */
+                snap_free(&snap);
                 return;
         }
-        RangeCtx c = { .ft = ft, .mm = mm, .child = child };
+        RangeCtx c = { .ft = ft, .mm = mm, .child = child, .snap = &snap };
         child->wp_async = mm->wp_async; /* the child's vmas keep the parent's registration */
         /* the child process shares the parent's sync page (MAP_SHARED survives fork) */
         if (mm->sync_fd >= 0) {
@@ -389,6 +556,7 @@ void event_fork(FaultThread *ft, MMClient *mm, int child_fd) {
                          "resident", (int)mmclient_pid(mm), strerror(-r));
         }
         pindex_walk(mm->index, 0, PINDEX_MAX_ADDR, fork_cb, &c);
+        snap_free(&snap);
         if (c.resident)
                 log_info("pid %d: %d pages installed in a forked child, resident: no room for their copies "
                          "under its user's max_pool or the pool bound", (int)mmclient_pid(mm), c.resident);
