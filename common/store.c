@@ -24,24 +24,46 @@ static StoreClass classes[STORE_NR_CLASSES];
 static pthread_once_t classes_once = PTHREAD_ONCE_INIT;
 
 /*
- * Each class's chunk size, a multiple of 4 KiB up to the span. A class
- * loses memory two ways: the tail of each chunk its objects do not fill
- * (a share of all its bytes), and the free slots of its last chunk, half
- * a chunk on average whatever it holds. The chunk chosen costs least
- * for a class of CLASS_BYTES of objects: tail * CLASS_BYTES / cs + cs / 2,
- * compared multiplied out in integers (every binary that reads a store
- * gets the same table). On the corpus's heap pages that fits a pool of
- * 16 MiB to 512 MiB of pages better than the least tail alone, most for
- * the small pools every client has of its own.
+ * Each class's chunk size, a multiple of 4 KiB. A class loses memory two
+ * ways: the tail of each chunk its objects do not fill (a share of all
+ * its bytes), and the free slots of its last chunk, half a chunk on
+ * average whatever it holds. The chunk chosen costs least for a class of
+ * CLASS_BYTES of objects: tail * CLASS_BYTES / cs + cs / 2, compared
+ * multiplied out in integers (every binary that reads a store gets the
+ * same table). On the corpus's heap pages that fits a pool of 16 MiB to
+ * 512 MiB of pages better than the least tail alone, most for the small
+ * pools every client has of its own.
+ *
+ * It is never larger than the power of two from 4 to 64 KiB with the
+ * least tail, the chunk size earlier versions gave the class: their
+ * libzswap (still mapped in a program started before an upgrade) checks
+ * a slot by its own chunk size when it restores a store this daemon left
+ * (store_object() now checks by the span), so no object may sit past it.
+ * On the corpus that costs nothing.
  */
 #define CLASS_BYTES (640u << 10)
 
+/* The power of two from 4 to 64 KiB whose tail is the smallest share of
+ * it (ties: the smaller). */
+static uint32_t least_tail_pow2(uint32_t size) {
+        uint32_t best = 0, best_waste = 0;
+
+        for (uint32_t cs = CHUNK_MIN_SIZE; cs <= (1u << STORE_SPAN_SHIFT); cs *= 2) {
+                uint32_t waste = cs - MIN(cs / size, (uint32_t)STORE_CHUNK_MAX_SLOTS) * size;
+                if (best == 0 || (uint64_t)waste * best < (uint64_t)best_waste * cs) {
+                        best = cs;
+                        best_waste = waste;
+                }
+        }
+        return best;
+}
+
 static void classes_init(void) {
         for (unsigned k = 0; k < STORE_NR_CLASSES; k++) {
-                uint32_t size = (k + 1) << STORE_UNIT_SHIFT, best = 0;
+                uint32_t size = (k + 1) << STORE_UNIT_SHIFT, best = 0, max = least_tail_pow2(size);
                 uint64_t best_cost = 0;
 
-                for (uint32_t cs = CHUNK_MIN_SIZE; cs <= (1u << STORE_SPAN_SHIFT); cs += CHUNK_MIN_SIZE) {
+                for (uint32_t cs = CHUNK_MIN_SIZE; cs <= max; cs += CHUNK_MIN_SIZE) {
                         uint32_t n = MIN(cs / size, (uint32_t)STORE_CHUNK_MAX_SLOTS);
                         /* cost * cs * 2, compared across chunk sizes by
                          * cross-multiplying: below 2^63 */

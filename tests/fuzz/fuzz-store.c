@@ -110,6 +110,18 @@ static void setup(void) {
                                    (uint64_t)c->nr_slots * c->size <= c->chunk_size,
                            "class %u: size %u chunk %u slots %u", k, c ? c->size : 0, c ? c->chunk_size : 0,
                            c ? c->nr_slots : 0);
+                /* no slot past those of the chunk earlier versions gave the
+                 * class (the power of two with the least tail), by which
+                 * their libzswap checks a store it restores */
+                uint32_t old = 0;
+                for (uint32_t cs = 4096; cs <= (1u << STORE_SPAN_SHIFT); cs *= 2) {
+                        uint32_t n = MIN(cs / c->size, (uint32_t)STORE_CHUNK_MAX_SLOTS), on = MIN(old / c->size, (uint32_t)STORE_CHUNK_MAX_SLOTS);
+                        if (!old || (uint64_t)(cs - n * c->size) * old < (uint64_t)(old - on * c->size) * cs)
+                                old = cs;
+                }
+                FUZZ_CHECK(c->nr_slots <= MIN(old / c->size, (uint32_t)STORE_CHUNK_MAX_SLOTS),
+                           "class %u: %u slots, more than an older library's %u", k, c->nr_slots,
+                           MIN(old / c->size, (uint32_t)STORE_CHUNK_MAX_SLOTS));
         }
         FUZZ_CHECK(store_class(STORE_NR_CLASSES) == NULL, "a class past the last");
 }
