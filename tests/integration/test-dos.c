@@ -1572,6 +1572,7 @@ typedef struct LockShared {
         bool wait_go;
         _Atomic bool ready, go;
         _Atomic bool landed; /* fuse-lock-uffd-close: a daemon thread waits in a uffd's release */
+        _Atomic int toucher_tid; /* fuse-lock-remap, -copy: the thread that faults */
 } LockShared;
 static const char *const lock_stage[] = { "setting up", "waiting for it to be done", "checking its pages", "done" };
 enum { STEP_CLIENT, STEP_PAGEOUT, STEP_MAPPER, STEP_PROOF, STEP_READ, STEP_QUEUE };
@@ -2049,9 +2050,10 @@ static _Atomic(volatile uint32_t *) toucher_page;
 static _Atomic uint32_t toucher_read;
 
 static void *toucher(void *arg) {
+        LockShared *st = arg;
         volatile uint32_t *w;
 
-        (void)arg;
+        atomic_store(&st->toucher_tid, (int)syscall(SYS_gettid));
         while (!(w = atomic_load(&toucher_page)))
                 usleep(1000);
         atomic_store(&toucher_read, *w);
@@ -2073,7 +2075,7 @@ static int fuse_lock_remap(LockShared *st, bool touched) {
         atomic_store(&st->step, STEP_MAPPER);
         mapper_start();
         pthread_t th;
-        ASSERT_OK(-pthread_create(&th, NULL, toucher, NULL));
+        ASSERT_OK(-pthread_create(&th, NULL, toucher, st));
         void *p = fuse_page();
         int s = adopt_forged(pe_make_same(ADOPT_FILL),
                              UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP |
@@ -2215,6 +2217,42 @@ static bool held_said(pid_t pid) {
         return false;
 }
 
+/* Why the case was skipped (main says so once the daemon is stopped). */
+static const char *skipped;
+#define COPY_NOT_SENT                                                                                              \
+        "this kernel takes the mmap lock for a fault in a registered mapping with no anon_vma: the attacker's "    \
+        "fault waits for its own lock in the page fault and never reaches the daemon, so no copy can be made to "  \
+        "wait for it (the attack needs the fault sent under the mapping's own lock)"
+
+/*
+ * fuse-lock-copy's attack, once the attacker (st, att) has faulted:
+ * whether the kernel sent the fault to the daemon (its thread waits in
+ * handle_userfault, and the daemon's copy is what waits for the lock).
+ * False if the thread waits for the attacker's own mmap lock in the page
+ * fault itself (lock_mm_and_find_vma): one 6.18 build here takes the mmap
+ * lock for such a fault, another sends it under the mapping's own lock.
+ * Waits for either, up to TEST_WAIT_S; neither: true, and the case's own
+ * checks say what happened.
+ */
+static bool copy_fault_sent(LockShared *st, pid_t att) {
+        char path[96], line[256];
+
+        for (int i = 0; i < TEST_WAIT_S * 100; i++, usleep(10000)) {
+                int tid = atomic_load(&st->toucher_tid), where = -1;
+                if (!tid || atomic_load(&st->stage) < 2)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/stack", (int)att, tid);
+                FILE *f = fopen(path, "re");
+                while (f && where < 0 && fgets(line, sizeof(line), f))
+                        where = strstr(line, "handle_userfault") ? 1 : strstr(line, "lock_mm_and_find_vma") ? 0 : -1;
+                if (f)
+                        fclose(f);
+                if (where >= 0)
+                        return where;
+        }
+        return true;
+}
+
 /*
  * fuse-lock-copies: fuse-lock-copy's attack by two processes of one user,
  * on two fault threads, the second once the first holds its thread. The
@@ -2257,17 +2295,27 @@ static void case_fuse_lock_copies(bool together) {
                         usleep(10000);
                 }
         }
+        atomic_store(&st[0]->go, true);
+        if (together)
+                atomic_store(&st[1]->go, true);
+        if (!copy_fault_sent(st[0], att[0])) {
+                fuse_stop();
+                for (int k = 0; k < 2; k++) {
+                        atomic_store(&st[k]->released, true);
+                        kill(att[k], SIGKILL);
+                        waitpid(att[k], NULL, 0);
+                }
+                skipped = COPY_NOT_SENT;
+                return;
+        }
         if (together) {
                 /* both fault at once: each holds a thread before the
                  * manager sees either held, and a spare starts */
-                atomic_store(&st[0]->go, true);
-                atomic_store(&st[1]->go, true);
                 bool both = held_said(att[0]) && held_said(att[1]);
                 fprintf(stderr, "%s\n", both ? "both attackers hold a fault thread"
                                             : "the attackers' faults did not come together: one holds a thread, the "
                                               "other's waits");
         } else {
-                atomic_store(&st[0]->go, true);
                 if (!held_said(att[0])) {
                         td_dump_stacks(d.pid, "zswapd");
                         td_log_dump(&d);
@@ -2332,9 +2380,15 @@ static void case_fuse_lock_copies(bool together) {
 static TdNbd nbd;
 static pid_t nbd_owner;
 
+/* At exit, however the case ends: the servers, and the tier's key. */
 static void nbd_cleanup(void) {
-        if (getpid() == nbd_owner)
-                td_nbd_remove(&nbd);
+        char key[64];
+
+        if (getpid() != nbd_owner)
+                return;
+        td_nbd_remove(&nbd);
+        snprintf(key, sizeof(key), "/tmp/test-dos-%d.key", (int)getpid());
+        unlink(key);
 }
 
 /* Before the daemon starts: the server, and its [tier] in conf. */
@@ -2394,6 +2448,18 @@ static void case_fuse_lock_tier(void) {
 
         /* the attacker holds the fault thread in a copy */
         atomic_store(&st->go, true);
+        if (!copy_fault_sent(st, att)) {
+                td_nbd_resume(&nbd);
+                ASSERT_OK(-pthread_join(th, NULL));
+                ASSERT_EQ(atomic_load(&r.bad), 0);
+                fuse_stop();
+                atomic_store(&st->released, true);
+                kill(att, SIGKILL);
+                waitpid(att, NULL, 0);
+                zswap_disconnect(c);
+                skipped = COPY_NOT_SENT;
+                return;
+        }
         if (!held_said(att)) {
                 td_dump_stacks(d.pid, "zswapd");
                 td_log_dump(&d);
@@ -2441,9 +2507,6 @@ static void case_fuse_lock_tier(void) {
         ASSERT_EQ(st->value, (int64_t)ADOPT_PAGES);
         ASSERT_EQ(verify_pages(buf, TIER_DATA, hashes), 0u); /* and still */
         zswap_disconnect(c);
-        char key[64];
-        snprintf(key, sizeof(key), "/tmp/test-dos-%d.key", (int)getpid());
-        unlink(key);
 #undef SAY
 }
 
@@ -2522,6 +2585,14 @@ static void case_fuse_lock(int kind) {
                                  : "never waited for the attacker's lock",
                         faulted ? "served" : "not served in 30 s");
         }
+        if (kind == LOCK_COPY && !copy_fault_sent(st, att)) {
+                fuse_stop();
+                atomic_store(&st->released, true);
+                kill(att, SIGKILL);
+                waitpid(att, NULL, 0);
+                skipped = COPY_NOT_SENT;
+                return;
+        }
         if (kind == LOCK_COPY) {
                 /* the fault thread whose copy waits for the lock is said,
                  * with the client; the other thread takes the work handed
@@ -2539,6 +2610,7 @@ static void case_fuse_lock(int kind) {
                                : "never said that a fault thread waits in a copy into the attacker");
                 if (!landed) {
                         td_dump_stacks(d.pid, "zswapd");
+                        td_dump_stacks(att, "the attacker");
                         td_log_dump(&d);
                 }
                 faulted = home_work_served();
@@ -2679,5 +2751,7 @@ int main(int argc, char **argv) {
         if (conf[0])
                 unlink(conf);
         td_stop(&d);
+        if (skipped)
+                test_skip("%s", skipped);
         return 0;
 }
