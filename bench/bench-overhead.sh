@@ -16,6 +16,8 @@
 #   node     a Map of 500k entries
 #   java     a HashMap of 1.5M entries (java runs the source file itself)
 #   redis    redis-server loaded with 500k keys by redis-benchmark
+#   memcached  memcached loaded with 1M keys (64-byte values) by a python
+#            client over its Unix socket, pipelined, then counted
 #   cc       a parallel build (ninja -j2) of this project's daemon
 #   sh       a shell running /bin/true 500 times (fork and exec: what
 #            each short-lived process costs)
@@ -68,6 +70,24 @@ public class Bench {
 }
 EOF
 
+cat > "$work/mcload.py" <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+n, batch = 1000000, []
+for i in range(n):
+    v = b"v%063d" % i
+    batch.append(b"set key%d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v))
+    if len(batch) == 1000:
+        s.sendall(b"".join(batch))
+        batch = []
+s.sendall(b"".join(batch) + b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    buf += s.recv(65536)
+print([l.decode() for l in buf.split(b"\r\n") if l.startswith(b"STAT curr_items")][0])
+EOF
+
 # each workload: a check that it can run, and its command (run by bash -c)
 declare -A cmd have
 have[perl]="command -v perl"
@@ -83,6 +103,10 @@ cmd[redis]="redis-server --port 0 --unixsocket $work/redis.sock --save '' --appe
 for i in \$(seq 100); do redis-cli -s $work/redis.sock ping >/dev/null 2>&1 && break; sleep 0.05; done; \
 redis-benchmark -s $work/redis.sock -q -t set -n 500000 -r 500000 -d 64 -P 16 >/dev/null; \
 n=\$(redis-cli -s $work/redis.sock dbsize); redis-cli -s $work/redis.sock shutdown nosave >/dev/null 2>&1; wait \$p; echo \$n keys"
+have[memcached]="command -v memcached && command -v python3"
+cmd[memcached]="memcached -u root -s $work/mc.sock -a 0700 -m 1024 -t 2 & p=\$!; \
+for i in \$(seq 100); do [ -S $work/mc.sock ] && break; sleep 0.05; done; \
+python3 $work/mcload.py $work/mc.sock; kill \$p; wait \$p; rm -f $work/mc.sock"
 have[cc]="command -v ninja && command -v meson"
 have[sh]="true"
 cmd[sh]="for i in \$(seq 500); do /bin/true; done; echo 500 runs"
@@ -110,7 +134,7 @@ timed() { # timed OUTFILE CMD...: wall seconds on stdout
         awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
-for w in perl python node java redis cc sh purge; do
+for w in perl python node java redis memcached cc sh purge; do
         [ -n "$only" ] && [ "$only" != "$w" ] && continue
         if ! bash -c "${have[$w]}" >/dev/null 2>&1; then
                 printf '%-8s skipped: not installed\n' "$w"
