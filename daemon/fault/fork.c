@@ -124,6 +124,17 @@ static void fork_slot_install(RangeCtx *c, uint64_t addr, const void *page) {
         }
 }
 
+/* Pin lane while e still holds v, as serve_slot() does. seq_cst: either
+ * the manager sees the pin before it releases the lane, or we see the
+ * entry changed. False: e moved on, nothing pinned. */
+static bool lane_pin_if(Lane *lane, _Atomic uint64_t *e, uint64_t v) {
+        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(e, memory_order_seq_cst) == v)
+                return true;
+        atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+        return false;
+}
+
 static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64_t v) {
         MMClient *mm = c->mm;
         uint32_t slot = pe_slot(v);
@@ -136,13 +147,8 @@ static int fork_inflight(RangeCtx *c, uint64_t addr, _Atomic uint64_t *e, uint64
                 return 0;
         }
         Lane *lane = &mm->lanes[li];
-        /* seq_cst, as serve_slot(): either the manager sees us before it
-         * releases the lane, or we see the entry changed */
-        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
-        if (atomic_load_explicit(e, memory_order_seq_cst) != v) {
-                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+        if (!lane_pin_if(lane, e, v))
                 return fork_cb(c, addr, e);
-        }
         if (fork_copy_async(c, addr, slot, lane))
                 return 0; /* the retry holds the pin */
         r = mmclient_read(mm, mmclient_slot_addr(mm, slot), c->ft->page, ZSWAP_PAGE_SIZE);
@@ -219,14 +225,8 @@ static int snap_cb(void *ud, uint64_t addr, _Atomic uint64_t *e) {
                 s->v = nv;
                 s->cap = cap;
         }
-        Lane *lane = &mm->lanes[slot / LANE_SLOTS];
-        /* seq_cst, as serve_slot()'s pin: either the manager sees it before
-         * it releases the lane, or we see the entry changed */
-        atomic_fetch_add_explicit(&lane->users, 1, memory_order_seq_cst);
-        if (atomic_load_explicit(e, memory_order_seq_cst) != v) {
-                atomic_fetch_sub_explicit(&lane->users, 1, memory_order_release);
+        if (!lane_pin_if(&mm->lanes[slot / LANE_SLOTS], e, v))
                 return 0; /* moved on: the walk takes it as it is then */
-        }
         s->v[s->n++] = (SnapPage){ .addr = addr, .slot = slot, .res = -EAGAIN };
         return 0;
 }
