@@ -275,7 +275,8 @@ static void job_compress(Worker *wk, Work *w) {
         } else
                 for (uint32_t i = 0; i < lane->npages; i++)
                         stored += store_page(wk, mm, lane, w->lane, i, pages + (size_t)i * ZSWAP_PAGE_SIZE);
-        pool_reclaim(mm->pool);
+        /* empty chunks stay a while: the next pageout fills them warm */
+        core_pool_trim(wk->ev->core, mm->pool);
         w->type = MW_BATCH_DONE;
         w->v = stored;
         core_post(wk->ev->core, w);

@@ -272,13 +272,28 @@ void manager_pool_compact(Manager *m) {
         }
 }
 
-void manager_pool_reclaim(Manager *m) {
+static void pool_give_back(Manager *m, Pool *p, bool trim) {
+        if (trim)
+                core_pool_trim(&m->core, p);
+        else
+                pool_reclaim(p);
+}
+
+static void pools_give_back(Manager *m, bool trim) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mm->pool)
-                        pool_reclaim(mm->pool);
+                        pool_give_back(m, mm->pool, trim);
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 if (mm->pool)
-                        pool_reclaim(mm->pool);
+                        pool_give_back(m, mm->pool, trim);
         for (size_t i = 0; i < m->ndedups; i++)
-                pool_reclaim(dedup_pool(m->dedups[i]));
+                pool_give_back(m, dedup_pool(m->dedups[i]), trim);
+}
+
+void manager_pool_reclaim(Manager *m) {
+        pools_give_back(m, false);
+}
+
+void manager_pool_trim(Manager *m) {
+        pools_give_back(m, true);
 }

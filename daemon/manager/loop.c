@@ -428,7 +428,7 @@ static void tick(Manager *m) {
         fault_threads_held(m);
         if (++n % (1000 / TICK_MS) == 0) {
                 tick_orphans(m);
-                manager_pool_reclaim(m);
+                manager_pool_trim(m);
                 manager_pool_compact(m);
         }
 }

@@ -136,6 +136,8 @@ void manager_config_apply(ManagerConfig *cfg, const DaemonConf *d, uint32_t keys
 int manager_new(const ManagerConfig *cfg, Manager **ret);
 /* Give back deferred pool releases and empty chunks, of every client. */
 void manager_pool_reclaim(Manager *m);
+/* The same, once a second: empty chunks are kept warm a while (pool_trim()). */
+void manager_pool_trim(Manager *m);
 /* Compact the pools of the clients that can be (pool_compact). */
 void manager_pool_compact(Manager *m);
 /* The configuration of cfg: the defaults, then the file, then each --set.

@@ -77,6 +77,20 @@ bool core_pool_accepts(Core *core) {
         return !full;
 }
 
+bool core_pool_keeps(Core *core) {
+        /* relaxed: hints, as in core_pool_accepts() */
+        uint64_t resume = atomic_load_explicit(&core->pool_resume, memory_order_relaxed);
+        if (atomic_load_explicit(&core->pool_bound, memory_order_relaxed) == 0)
+                return true;
+        PoolStats ps;
+        pool_shared_stats(core->pools, &ps);
+        return ps.pool_bytes < resume - resume / 5;
+}
+
+void core_pool_trim(Core *core, Pool *p) {
+        pool_trim(p, now_ms(), core_pool_keeps(core));
+}
+
 bool core_pool_room(Core *core, uint64_t len) {
         /* relaxed: a bound set by the manager, read as a hint; the pool's
          * own counter is the one that matters, and a chunk made by the

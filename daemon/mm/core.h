@@ -32,6 +32,7 @@ typedef struct Evictor Evictor;
 typedef struct Closer Closer;
 typedef struct Tier Tier;
 typedef struct PoolShared PoolShared;
+typedef struct Pool Pool;
 
 /* The settings the lower layers run by (the manager copies them from its
  * configuration at start; constant). */
@@ -228,3 +229,10 @@ bool core_pool_accepts(Core *core);
  * copy, an adopted store's objects), which go resident instead when it
  * does not. Any thread. */
 bool core_pool_room(Core *core, uint64_t len);
+/* May the pools keep their empty chunks warm a while (pool_trim())? Not
+ * once the pools come near the mark where eviction resumes after the bound
+ * (80 % of it), where the second tier's writer starts at 95 %: chunks kept
+ * must never stop eviction nor send pages to the second tier. Any thread. */
+bool core_pool_keeps(Core *core);
+/* pool_trim() of p at the core's pool_keeps(). */
+void core_pool_trim(Core *core, Pool *p);

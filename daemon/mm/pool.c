@@ -38,6 +38,20 @@
  * take it off the class, madvise(MADV_DONTNEED_LOCKED) it outside the lock so RSS
  * really drops, and put its id on the free-id stack for any class to reuse.
  *
+ * Warm empty chunks. pool_trim(), the periodic give-back, keeps an empty
+ * chunk in its class for about a second (POOL_KEEP_EMPTY_MS from the
+ * first trim that finds it empty) before it gives it back: pages that
+ * come back in and go out again soon after find their chunks still
+ * mapped. A first write to a page newly mapped into a process is dear
+ * where the hypervisor shadows page tables (~5-6 us a page on the PVM
+ * guest of docs/benchmarks.md, more than compressing it), and a pool
+ * that gave its chunks back at once paid that for every page of every
+ * pageout after a read-back. The chunks kept stay counted in the pool's
+ * bytes and against its bound; pool_reclaim() gives them back at once
+ * (the allocator at the bound, compaction, the second tier's writer,
+ * statistics), and so does pool_trim() when its caller says the pool
+ * is near its bound.
+ *
  * Limits. pool_alloc() fails with -ENOSPC rather than take pool_bytes past
  * max_bytes (after one pool_reclaim() to give back what it can). New
  * objects fill the holes of partly used chunks before any new chunk is
@@ -80,7 +94,8 @@
  * Threads. pool_alloc(): any number of workers, one mutex per class (plus
  * the id mutex, taken after a class mutex, never before). pool_release():
  * any thread, lock-free. pool_map(), pool_object_capacity(),
- * pool_get_stats(): any thread, lock-free. pool_reclaim(): any thread.
+ * pool_get_stats(): any thread, lock-free. pool_reclaim(), pool_trim():
+ * any thread.
  * Statistics are relaxed atomic counters.
  */
 #include <assert.h>
@@ -141,6 +156,9 @@ typedef struct Chunk {
          * without the class mutex */
         uint8_t evac;
         uint16_t nr_used; /* slots not in free[], including undrained releases */
+        /* On the empty list: when pool_trim() first found it there, + 1
+         * ms (0: not yet). Protected by the class mutex, as the lists are */
+        uint64_t empty_ms;
         uint32_t prev, next;
         uint64_t free[CHUNK_WORDS];
         /* Per slot, capacity minus requested length (< UNIT). Allocated at
@@ -300,6 +318,7 @@ static void chunk_relist(Pool *p, PoolClass *cls, uint32_t id) {
         if (want != LIST_NONE)
                 list_add_tail(p, class_list(cls, want), id);
         ch->list = want;
+        ch->empty_ms = 0;
 }
 
 /* ---- deferred releases ---- */
@@ -670,21 +689,59 @@ static void class_free_chunks(Pool *p, PoolClass *cls, ChunkList l) {
         pool_put_ids(p, l.head, l.tail);
 }
 
-void pool_reclaim(Pool *p) {
+/* Detach the class's empty chunks that pool_trim() found empty keep_ms
+ * ago or more (all of them: keep_ms 0), stamping those it finds for the
+ * first time. Under the class mutex. */
+static ChunkList class_take_empty(Pool *p, PoolClass *cls, uint64_t now_ms, uint64_t keep_ms) {
+        ChunkList l = { 0, 0 };
+
+        if (keep_ms == 0) {
+                l = cls->empty;
+                cls->empty = (ChunkList) { 0, 0 };
+                for (uint32_t id = l.head; id != 0; id = p->chunks[id].next)
+                        p->chunks[id].list = LIST_NONE;
+                return l;
+        }
+        for (uint32_t id = cls->empty.head, next; id != 0; id = next) {
+                Chunk *ch = &p->chunks[id];
+
+                next = ch->next;
+                /* kept as now_ms + 1: 0 is "not yet" */
+                if (ch->empty_ms == 0) {
+                        ch->empty_ms = now_ms + 1;
+                        continue;
+                }
+                if (now_ms + 1 - ch->empty_ms < keep_ms)
+                        continue;
+                list_remove(p, &cls->empty, id);
+                list_add_tail(p, &l, id);
+                ch->list = LIST_NONE;
+        }
+        return l;
+}
+
+static void pool_give_back(Pool *p, uint64_t now_ms, uint64_t keep_ms) {
         for (unsigned k = 0; k < NR_CLASSES; k++) {
                 PoolClass *cls = &p->classes[k];
                 ChunkList l;
 
                 pthread_mutex_lock(&cls->lock);
                 class_drain(p, cls);
-                l = cls->empty;
-                cls->empty = (ChunkList) { 0, 0 };
+                l = class_take_empty(p, cls, now_ms, keep_ms);
                 pthread_mutex_unlock(&cls->lock);
 
                 /* madvise outside the lock: allocators of this class go on */
                 if (l.head)
                         class_free_chunks(p, cls, l);
         }
+}
+
+void pool_reclaim(Pool *p) {
+        pool_give_back(p, 0, 0);
+}
+
+void pool_trim(Pool *p, uint64_t now_ms, bool keep) {
+        pool_give_back(p, now_ms, keep ? POOL_KEEP_EMPTY_MS : 0);
 }
 
 uint64_t pool_bytes(Pool *p) {

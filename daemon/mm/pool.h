@@ -87,9 +87,20 @@ int pool_share(Pool *p, PoolHandle h);
 unsigned pool_holders(Pool *p, PoolHandle h);
 
 /* Process every deferred release and return chunks that became empty to the
- * kernel (madvise(MADV_DONTNEED)). Call it periodically from a maintenance
- * thread; takes the size-class mutexes in turn and makes system calls. */
+ * kernel (madvise(MADV_DONTNEED), or a hole punched in a store). Takes the
+ * size-class mutexes in turn and makes system calls. */
 void pool_reclaim(Pool *p);
+
+/* How long pool_trim() keeps an empty chunk mapped, from the first trim
+ * that finds it empty (pool.c, "Warm empty chunks"). */
+#define POOL_KEEP_EMPTY_MS 1000
+
+/* pool_reclaim() for the periodic callers: process every deferred release,
+ * and give back the empty chunks that a trim found empty POOL_KEEP_EMPTY_MS
+ * or more before now_ms (every empty chunk if !keep: the pool is near its
+ * bound). Call it at least once a second, so that a chunk goes back within
+ * about two. As pool_reclaim(), any thread. */
+void pool_trim(Pool *p, uint64_t now_ms, bool keep);
 
 /* This pool's chunk memory alone, in bytes. Lock-free. */
 uint64_t pool_bytes(Pool *p);

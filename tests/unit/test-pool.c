@@ -707,8 +707,84 @@ static void test_populate(void) {
         pool_free(p);
 }
 
+/* Empty chunks kept warm: pool_trim() gives a chunk back only once a trim
+ * found it empty POOL_KEEP_EMPTY_MS before, a chunk used again meanwhile
+ * starts over, and pool_trim(keep = false) and pool_reclaim() give back
+ * at once. */
+static void test_trim(void) {
+        enum { N = 200, T0 = 10000, K = POOL_KEEP_EMPTY_MS };
+        static PoolHandle h[N];
+        unsigned char vec;
+        Pool *p;
+
+        ASSERT_OK(pool_new(0, &p));
+        for (unsigned i = 0; i < N; i++) {
+                ASSERT_OK(pool_alloc(p, 1488, &h[i]));
+                pattern_fill(pool_map(p, h[i]), 1488, i);
+        }
+        uint64_t bytes = stats(p).pool_bytes;
+        uint8_t *first = pool_map(p, h[0]);
+        ASSERT_TRUE(stats(p).chunks > 2);
+        for (unsigned i = 0; i < N; i++)
+                pool_release(p, h[i]);
+
+        pool_trim(p, T0, true); /* finds them empty: kept, mapped */
+        ASSERT_EQ(stats(p).deferred, 0);
+        ASSERT_EQ(stats(p).objects, 0);
+        ASSERT_EQ(stats(p).pool_bytes, bytes);
+        ASSERT_OK(mincore(first, 4096, &vec));
+        ASSERT_TRUE(vec & 1);
+        pool_trim(p, T0 + K - 1, true);
+        ASSERT_EQ(stats(p).pool_bytes, bytes);
+
+        /* used again: the same chunks, no new memory, and a trim long after
+         * leaves chunks in use alone */
+        for (unsigned i = 0; i < N; i++) {
+                ASSERT_OK(pool_alloc(p, 1488, &h[i]));
+                pattern_fill(pool_map(p, h[i]), 1488, i + N);
+        }
+        ASSERT_EQ(stats(p).pool_bytes, bytes);
+        pool_trim(p, T0 + 10 * K, true);
+        ASSERT_EQ(stats(p).pool_bytes, bytes);
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_TRUE(pattern_ok(pool_map(p, h[i]), 1488, i + N));
+
+        /* emptied again: stamped afresh, so kept a whole K from now; one
+         * chunk used and emptied meanwhile starts over once more */
+        for (unsigned i = 0; i < N; i++)
+                pool_release(p, h[i]);
+        pool_trim(p, T0 + 11 * K, true);
+        ASSERT_EQ(stats(p).pool_bytes, bytes);
+        ASSERT_OK(pool_alloc(p, 1488, &h[0]));
+        pool_release(p, h[0]);
+        pool_trim(p, T0 + 12 * K, true);
+        uint64_t one = stats(p).pool_bytes;
+        ASSERT_TRUE(one > 0 && one < bytes);
+        ASSERT_EQ(stats(p).chunks, 1);
+        pool_trim(p, T0 + 13 * K, true);
+        assert_empty(p);
+
+        /* near the bound (keep = false), and pool_reclaim(): at once */
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_OK(pool_alloc(p, 1488, &h[i]));
+        for (unsigned i = 0; i < N; i++)
+                pool_release(p, h[i]);
+        pool_trim(p, T0 + 14 * K, false);
+        assert_empty(p);
+        for (unsigned i = 0; i < N; i++)
+                ASSERT_OK(pool_alloc(p, 1488, &h[i]));
+        for (unsigned i = 0; i < N; i++)
+                pool_release(p, h[i]);
+        pool_trim(p, T0 + 15 * K, true);
+        ASSERT_EQ(stats(p).pool_bytes, bytes);
+        pool_reclaim(p);
+        assert_empty(p);
+        pool_free(p);
+}
+
 int main(void) {
         test_populate();
+        test_trim();
         test_compact();
         test_compact_race();
         test_share();
