@@ -48,9 +48,10 @@
  * that gave its chunks back at once paid that for every page of every
  * pageout after a read-back. The chunks kept stay counted in the pool's
  * bytes and against its bound; pool_reclaim() gives them back at once
- * (the allocator at the bound, compaction, the second tier's writer,
- * statistics), and so does pool_trim() when its caller says the pool
- * is near its bound.
+ * (the allocator at the bound, the second tier's writer, the
+ * recompressor, statistics), and so does pool_trim() when its caller says
+ * the pool is near its bound. Compaction gives back the chunks it
+ * emptied itself, and leaves those kept alone.
  *
  * Limits. pool_alloc() fails with -ENOSPC rather than take pool_bytes past
  * max_bytes (after one pool_reclaim() to give back what it can). New
@@ -76,8 +77,8 @@
  * released and theirs is the old object, unmoved; if the compactor's CAS
  * comes first, they find the new handle. And no ABA: the entry can only
  * name the old handle again if that slot were reused. The releases of the
- * moved-out objects are drained at the end, sources that emptied go on
- * the empty list, and pool_reclaim() gives them back. A kill -9 at any
+ * moved-out objects are drained at the end, sources that emptied are
+ * given back at once. A kill -9 at any
  * point leaves every entry naming a whole object (the copy is written
  * before the CAS publishes it): a store stays adoptable.
  *
@@ -910,14 +911,20 @@ uint64_t pool_compact_end(Pool *p) {
                 class_drain(p, cls); /* the releases of what moved */
                 ch->evac = 0;
                 ch->list = LIST_NONE;
-                chunk_relist(p, cls, id);
-                if (ch->nr_used == 0)
+                ChunkList l = { 0, 0 };
+                if (ch->nr_used == 0) {
+                        /* emptied by the pass: given back now, not kept
+                         * warm (pool_trim()), which is what it was for */
+                        list_add_tail(p, &l, id);
                         freed += cls->chunk_size;
+                } else
+                        chunk_relist(p, cls, id);
                 pthread_mutex_unlock(&cls->lock);
+                if (l.head)
+                        class_free_chunks(p, cls, l);
         }
         p->nevac = 0;
         stat_add(&p->sh->compact_freed, freed);
-        pool_reclaim(p);
         return freed;
 }
 

@@ -526,7 +526,8 @@ static size_t ce_check(Pool *p) {
 }
 
 /* Three quarters of the objects released at random: compaction gives back
- * the chunks they leave, and every object left reads as it was. */
+ * the chunks they leave, every object left reads as it was, and an empty
+ * chunk kept warm (pool_trim()) stays kept through the passes. */
 static void test_compact(void) {
         Pool *p;
         PoolStats st;
@@ -543,6 +544,13 @@ static void test_compact(void) {
                 } else
                         live_bytes += pe_clen(ce[i]);
         pool_reclaim(p);
+        PoolHandle warm;
+        uint64_t live_only = pool_bytes(p);
+        ASSERT_OK(pool_alloc(p, 4000, &warm)); /* a class of its own */
+        pool_release(p, warm);
+        pool_trim(p, 1, true);
+        uint64_t kept = pool_bytes(p) - live_only;
+        ASSERT_TRUE(kept > 0);
         uint64_t before = pool_bytes(p);
         /* nothing worth it is not a pass */
         ASSERT_EQ(pool_compact_begin(p, 64 << 20, before + 1), 0);
@@ -565,8 +573,10 @@ static void test_compact(void) {
         ASSERT_EQ(before - after, freed_all);
         /* each class keeps less than one chunk of free slots, and a class
          * holds at most 64 KiB chunks: 11 classes here */
-        ASSERT_TRUE(after <= live_bytes + live_bytes / 8 + 11 * (64 << 10));
+        ASSERT_TRUE(after - kept <= live_bytes + live_bytes / 8 + 11 * (64 << 10));
         ASSERT_TRUE(after < before / 2);
+        pool_trim(p, 1 + POOL_KEEP_EMPTY_MS, true);
+        ASSERT_EQ(pool_bytes(p), after - kept);
         for (size_t i = 0; i < CE_N; i++)
                 if (ce[i]) {
                         pool_release(p, pe_handle(ce[i]));
@@ -765,16 +775,16 @@ static void test_trim(void) {
         assert_empty(p);
 
         /* near the bound (keep = false), and pool_reclaim(): at once */
-        for (unsigned i = 0; i < N; i++)
-                ASSERT_OK(pool_alloc(p, 1488, &h[i]));
-        for (unsigned i = 0; i < N; i++)
-                pool_release(p, h[i]);
-        pool_trim(p, T0 + 14 * K, false);
-        assert_empty(p);
-        for (unsigned i = 0; i < N; i++)
-                ASSERT_OK(pool_alloc(p, 1488, &h[i]));
-        for (unsigned i = 0; i < N; i++)
-                pool_release(p, h[i]);
+        for (unsigned round = 0; round < 2; round++) {
+                for (unsigned i = 0; i < N; i++)
+                        ASSERT_OK(pool_alloc(p, 1488, &h[i]));
+                for (unsigned i = 0; i < N; i++)
+                        pool_release(p, h[i]);
+                if (round == 0) {
+                        pool_trim(p, T0 + 14 * K, false);
+                        assert_empty(p);
+                }
+        }
         pool_trim(p, T0 + 15 * K, true);
         ASSERT_EQ(stats(p).pool_bytes, bytes);
         pool_reclaim(p);
