@@ -334,6 +334,17 @@ static pid_t spawn_at_pid(pid_t want, int out, const char *addr) {
         return -1;
 }
 
+/* B killed (reaped by init: A is gone) and the case's pipes closed. */
+static void case_end(pid_t b, int go, int res, int ev, const int out[2]) {
+        if (b > 0)
+                kill(b, SIGKILL);
+        close(go);
+        close(res);
+        close(ev);
+        close(out[0]);
+        close(out[1]);
+}
+
 /* One attack; false if the pid reuse could not be staged (nothing was
  * checked: the caller makes it again). */
 static bool run_case(Case k) {
@@ -375,13 +386,7 @@ static bool run_case(Case k) {
                 ASSERT_TRUE(waitpid(a, &st, 0) == a);
                 victim = spawn_at_pid(a, out[1], addr);
                 if (victim < 0) {
-                        if (b > 0)
-                                kill(b, SIGKILL); /* reaped by init: A is gone */
-                        close(go[1]);
-                        close(res[0]);
-                        close(ev[0]);
-                        close(out[0]);
-                        close(out[1]);
+                        case_end(b, go[1], res[0], ev[0], out);
                         return false;
                 }
         } else
@@ -454,14 +459,7 @@ static bool run_case(Case k) {
         page[got] = 0;
         kill(victim, SIGKILL);
         waitpid(victim, NULL, 0);
-        if (b > 0) {
-                kill(b, SIGKILL); /* reaped by init: A is gone */
-        }
-        close(go[1]);
-        close(res[0]);
-        close(ev[0]);
-        close(out[0]);
-        close(out[1]);
+        case_end(b, go[1], res[0], ev[0], out);
         if (got != ZSWAP_PAGE_SIZE)
                 test_fail("B read no page (%zu bytes)", got);
         if (memmem(page, ZSWAP_PAGE_SIZE, secret, strlen(secret))) {
