@@ -272,7 +272,7 @@ void manager_pool_compact(Manager *m) {
         }
 }
 
-static void pool_give_back(Manager *m, Pool *p, bool trim) {
+static void give_back(Manager *m, Pool *p, bool trim) {
         if (trim)
                 core_pool_trim(&m->core, p);
         else
@@ -282,12 +282,12 @@ static void pool_give_back(Manager *m, Pool *p, bool trim) {
 static void pools_give_back(Manager *m, bool trim) {
         for (MMClient *mm = m->mms; mm; mm = mm->next)
                 if (mm->pool)
-                        pool_give_back(m, mm->pool, trim);
+                        give_back(m, mm->pool, trim);
         for (MMClient *mm = manager_orphans(m); mm; mm = mm->next)
                 if (mm->pool)
-                        pool_give_back(m, mm->pool, trim);
+                        give_back(m, mm->pool, trim);
         for (size_t i = 0; i < m->ndedups; i++)
-                pool_give_back(m, dedup_pool(m->dedups[i]), trim);
+                give_back(m, dedup_pool(m->dedups[i]), trim);
 }
 
 void manager_pool_reclaim(Manager *m) {
