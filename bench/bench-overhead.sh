@@ -21,6 +21,9 @@
 #   cc       a parallel build (ninja -j2) of this project's daemon
 #   sh       a shell running /bin/true 500 times (fork and exec: what
 #            each short-lived process costs)
+#   fork     python holding 64 MiB, forking 300 children that exit at
+#            once (a pre-fork server's workers, a shell's subshells):
+#            what each fork child costs its parent's page tables
 #   purge    python writing 16 KiB of a 64 MiB mapping and giving it back
 #            (madvise MADV_DONTNEED) 40000 times, as allocators return
 #            memory: what each uffd event (REMOVE, UNMAP) costs
@@ -110,6 +113,15 @@ python3 $work/mcload.py $work/mc.sock; kill \$p; wait \$p; rm -f $work/mc.sock"
 have[cc]="command -v ninja && command -v meson"
 have[sh]="true"
 cmd[sh]="for i in \$(seq 500); do /bin/true; done; echo 500 runs"
+have[fork]="command -v python3"
+cmd[fork]="python3 -c 'import os
+b = bytearray(64 << 20)
+for i in range(0, len(b), 4096): b[i] = 1
+for i in range(300):
+    p = os.fork()
+    if p == 0: os._exit(0)
+    os.waitpid(p, 0)
+print(300, \"forks\")'"
 have[purge]="command -v python3"
 cmd[purge]="python3 -c 'import mmap, time
 m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -134,7 +146,7 @@ timed() { # timed OUTFILE CMD...: wall seconds on stdout
         awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", b - a }'
 }
 
-for w in perl python node java redis memcached cc sh purge; do
+for w in perl python node java redis memcached cc sh fork purge; do
         [ -n "$only" ] && [ "$only" != "$w" ] && continue
         if ! bash -c "${have[$w]}" >/dev/null 2>&1; then
                 printf '%-8s skipped: not installed\n' "$w"

@@ -16,7 +16,10 @@
  *    query results after eviction.
  * 6. No daemon: the program runs unmanaged to the end, with one line on
  *    stderr.
- * 7. A shell: bash attached at once (ZSWAP_ATTACH_MS=0) runs subshells,
+ * 7. The scanner's CPUs: it starts on its starter's CPU and takes back
+ *    the rest when it first wakes; once attached, every thread of a
+ *    process and of its fork child may run where its main thread may.
+ * 8. A shell: bash attached at once (ZSWAP_ATTACH_MS=0) runs subshells,
  *    each forking before it has attached (its parent held nothing, so it
  *    attaches late: client/lib/libzswap.c child_pending), and so attaching
  *    in the fork's prepare handler; every command's output is right, the
@@ -234,6 +237,42 @@ static void shell(TestDaemon *d) {
         ASSERT_TRUE(attached >= 200);
 }
 
+/*
+ * The shim's scanner starts pinned to the CPU of the thread that starts
+ * it, so that a process that ends or execs before the scanner wakes pays
+ * no other CPU for it (preload.c, scanner_start()); it must take back
+ * every CPU its starter had once it wakes, or a long-lived program keeps
+ * a thread of its own on one CPU. A process and its fork child (a
+ * subshell), each once attached (three threads: the program's, the
+ * scanner, the agent): every thread of each may run where its main
+ * thread may. Proves nothing on a machine (or a test) with one CPU.
+ */
+static void cpus(TestDaemon *d) {
+        char *out = sh("ZSWAP_ATTACH_MS=100 timeout %d %s --socket %s -- bash -c '"
+                       "t() { for i in $(seq 300); do [ $(ls /proc/$1/task | wc -l) -ge 3 ] && break; sleep 0.1; done; "
+                       "echo $(ls /proc/$1/task | wc -l) $(grep -h Cpus_allowed_list /proc/$1/task/*/status | sort -u | "
+                       "wc -l) $(grep Cpus_allowed_list /proc/$1/status | cut -f2); }; t $$; ( t $BASHPID )' 2>&1",
+                       TEST_WAIT_S, run_path, d->sock);
+        unsigned threads[2], lists[2];
+        char allowed[2][128];
+        if (sscanf(out, "%u %u %127s %u %u %127s", &threads[0], &lists[0], allowed[0], &threads[1], &lists[1],
+                   allowed[1]) != 6)
+                test_fail("cpus: the shell said: %s", out);
+        fprintf(stderr, "cpus: %s\n", out);
+        for (int i = 0; i < 2; i++) {
+                const char *who = i ? "the fork child" : "the process";
+                if (threads[i] < 3)
+                        test_fail("cpus: %s never attached (%u threads)", who, threads[i]);
+                if (!strpbrk(allowed[i], ",-")) {
+                        fprintf(stderr, "cpus: %s may run on CPU %s alone: nothing to check\n", who, allowed[i]);
+                        continue;
+                }
+                if (lists[i] != 1)
+                        test_fail("cpus: the threads of %s may not all run where its main thread may (%s): %s", who,
+                                  allowed[i], out);
+        }
+}
+
 /* A shell under --limit whose subshells attach and exit, and a Python
  * that starts a subprocess: nothing is said on the program's stderr (fork
  * children once had their share of the limit refused, "No such process",
@@ -426,6 +465,7 @@ int main(void) {
                 fprintf(stderr, "-- %s took %.1f s\n", name, (double)(now_ns() - t) / 1e9);                 \
                 t = now_ns();                                                                              \
         } while (0)
+        PHASE("cpus", cpus(&d));
         PHASE("shell", shell(&d));
         PHASE("quiet", quiet(&d));
         PHASE("static", static_cmd(&d));
