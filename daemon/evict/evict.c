@@ -174,6 +174,19 @@ bool evict_settled(MMClient *mm) {
         return true;
 }
 
+/* A page handed back (hand_back(), workers.c) pins its lane until its
+ * fault thread has put it back, and the lane stays DRAINING until then.
+ * seq_cst: as lane_try_release()'s load. */
+bool evict_quiet(MMClient *mm) {
+        if (!evict_settled(mm))
+                return false;
+        for (unsigned i = 0; i < mm->nlanes; i++)
+                if (mm->lanes[i].state == LANE_DRAINING &&
+                    atomic_load_explicit(&mm->lanes[i].users, memory_order_seq_cst) != 0)
+                        return false;
+        return true;
+}
+
 
 /* Every change of a lane's state goes through here: mm->lanes_moving
  * shows the fault threads which lanes the agent may be moving pages into

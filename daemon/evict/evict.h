@@ -93,6 +93,9 @@ void evict_job_done(Core *core, Work *w);
 void evict_tick(Core *core, MMClient *mm);
 /* No batch is moving or compressing. */
 bool evict_settled(MMClient *mm);
+/* Settled, and no page a worker handed back waits for its fault thread:
+ * the thread has nothing of mm's eviction left to catch up with. */
+bool evict_quiet(MMClient *mm);
 /* Pages in mm's lanes whose MOVE is not checked yet: still in its memory,
  * or on their way out. */
 uint64_t evict_moving_pages(const MMClient *mm);

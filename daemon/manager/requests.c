@@ -169,21 +169,41 @@ static bool mm_sync_now(MMClient *mm) {
         return true;
 }
 
+/* A range request once the fault thread has caught up with mm: done,
+ * and answered unless it answers later itself. */
+static void range_answer(Manager *m, Conn *c, MMClient *mm, int type, uint32_t id, uint64_t s, uint64_t e) {
+        int r = range_request(m, c, mm, type, id, s, e);
+        /* a FORK_PREPARE's answer: 1 + the pages held (0 is what a daemon
+         * that does not say gives: unknown; relaxed: stored by
+         * range_request() just now, on this thread) */
+        int64_t v = r == 0 && type == ZMSG_FORK_PREPARE
+                            ? 1 + (int64_t)atomic_load_explicit(&mm->fork_held_pages, memory_order_relaxed)
+                            : 0;
+        if (r <= 0)
+                conn_reply(c, id, r, v);
+}
+
 void sync_done(Manager *m, Work *w) {
         Conn *c = conn_find(m, w->v);
         /* dead: our own write (mm_retire()) */
-        if (c && c->mm == w->mm && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed)) {
-                int r = range_request(m, c, w->mm, w->status, w->id, w->a, w->b);
-                /* a FORK_PREPARE's answer: 1 + the pages held (0 is what a
-                 * daemon that does not say gives: unknown; relaxed: stored
-                 * by range_request() just now, on this thread) */
-                int64_t v = r == 0 && w->status == ZMSG_FORK_PREPARE
-                                    ? 1 + (int64_t)atomic_load_explicit(&w->mm->fork_held_pages, memory_order_relaxed)
-                                    : 0;
-                if (r <= 0)
-                        conn_reply(c, w->id, r, v);
-        }
+        if (c && c->mm == w->mm && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
+                range_answer(m, c, w->mm, w->status, w->id, w->a, w->b);
         work_free(w);
+}
+
+/*
+ * A FORK_PREPARE answered without its round trip through the fault
+ * thread: nothing of the client's is in flight, no page handed back waits
+ * for the fault thread (evict_quiet()), and every uffd message read so far
+ * is handled (mm_sync_now()), which is all the FW_SYNC behind them would
+ * wait for. A program that forks often (a shell) is not evicted from at
+ * that moment nearly always, and saves two wake-ups of ours a fork.
+ */
+static bool fork_prepare_now(Manager *m, Conn *c, MMClient *mm, uint32_t id) {
+        if (!evict_quiet(mm) || !mm_sync_now(mm))
+                return false;
+        range_answer(m, c, mm, ZMSG_FORK_PREPARE, id, 0, 0);
+        return true;
 }
 
 /*
@@ -569,6 +589,8 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                 mm->fork_token_announced = ((const ZMsgFork *)buf)->token;
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
+                if (fork_prepare_now(m, c, mm, h->id))
+                        return 1;
                 mm->fork_reply_id = h->id;
                 mm->fork_reply_serial = c->serial;
                 evict_pump(&m->core, mm);
