@@ -114,11 +114,18 @@ static int range_request(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
         if (type == ZMSG_STATS)
                 return report_stats_reply(m, c, id, (uint32_t)s);
         if (type == ZMSG_FORK_DONE) {
+                /* s: the fork generation at the FORK_DONE. A FORK_PREPARE
+                 * since (the program forks again) set its own pause and
+                 * token, which this FORK_DONE's sync, come back late,
+                 * must leave alone */
+                if (s != mm->fork_gen)
+                        return 1;
                 mmclient_fork_evented(mm, mm->fork_token_announced);
                 /* a fork that failed, or one a daemon adopting us took as
                  * announced and whose event the dead one had read: no
-                 * event of it will come (the fault thread is past any;
-                 * relaxed: the sync ordered us after its last event) */
+                 * event of it will come (the fault thread is past any:
+                 * the sync, or the free serve_lock, mm_sync_now(),
+                 * ordered us after it; relaxed) */
                 atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
                 mm->fork_paused = false;
                 evict_pump(&m->core, mm);
@@ -185,22 +192,44 @@ static void range_answer(Manager *m, Conn *c, MMClient *mm, int type, uint32_t i
 
 void sync_done(Manager *m, Work *w) {
         Conn *c = conn_find(m, w->v);
+
+        w->mm->syncs_pending--;
         /* dead: our own write (mm_retire()) */
         if (c && c->mm == w->mm && !atomic_load_explicit(&w->mm->dead, memory_order_relaxed))
                 range_answer(m, c, w->mm, w->status, w->id, w->a, w->b);
         work_free(w);
 }
 
+/* A request's FW_SYNC to mm's fault thread, answered by sync_done(). */
+static int sync_post(MMClient *mm, Conn *c, int type, uint32_t id, uint64_t a, uint64_t b) {
+        Work *w = work_new(FW_SYNC, mm);
+        if (!w)
+                return -ENOMEM;
+        w->a = a;
+        w->b = b;
+        w->id = id;
+        w->status = type;
+        w->v = c->serial;
+        mm->syncs_pending++;
+        fault_thread_post(mm->ft, w);
+        return 1;
+}
+
 /*
  * A FORK_PREPARE answered without its round trip through the fault
  * thread: nothing of the client's is in flight, no page handed back waits
- * for the fault thread (evict_quiet()), and every uffd message read so far
- * is handled (mm_sync_now()), which is all the FW_SYNC behind them would
- * wait for. A program that forks often (a shell) is not evicted from at
- * that moment nearly always, and saves two wake-ups of ours a fork.
+ * for the fault thread (evict_quiet()), no sync of an earlier request is
+ * on its way back (a FORK_DONE's, whose return would end this fork's
+ * pause), no sync page is being swapped in (the fork's child gets a copy
+ * of the one in force), and every uffd message read so far is handled
+ * (mm_sync_now()): all the FW_SYNC behind them would wait for. A program
+ * that forks often (a shell) is not evicted from at that moment nearly
+ * always, and saves two wake-ups of ours a fork.
  */
 static bool fork_prepare_now(Manager *m, Conn *c, MMClient *mm, uint32_t id) {
-        if (!evict_quiet(mm) || !mm_sync_now(mm))
+        /* acquire: as pump_one()'s look at sync_swap */
+        if (mm->syncs_pending || atomic_load_explicit(&mm->sync_swap, memory_order_acquire) || !evict_quiet(mm) ||
+            !mm_sync_now(mm))
                 return false;
         range_answer(m, c, mm, ZMSG_FORK_PREPARE, id, 0, 0);
         return true;
@@ -544,15 +573,7 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                         /* counters as of after every event the client caused */
                         if (mm_sync_now(mm))
                                 return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
-                        Work *w = work_new(FW_SYNC, mm);
-                        if (!w)
-                                return -ENOMEM;
-                        w->a = ((const ZMsgStatsReq *)buf)->scope;
-                        w->id = h->id;
-                        w->status = h->type;
-                        w->v = c->serial;
-                        fault_thread_post(mm->ft, w);
-                        return 1;
+                        return sync_post(mm, c, h->type, h->id, ((const ZMsgStatsReq *)buf)->scope, 0);
                 }
                 return report_stats_reply(m, c, h->id, ((const ZMsgStatsReq *)buf)->scope);
         case ZMSG_REGISTER:
@@ -572,16 +593,7 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                  * once it is handled. Let the fault thread catch up first. */
                 if (mm_sync_now(mm))
                         return range_request(m, c, mm, h->type, h->id, rg->addr, rg->addr + rg->len);
-                Work *w = work_new(FW_SYNC, mm);
-                if (!w)
-                        return -ENOMEM;
-                w->a = rg->addr;
-                w->b = rg->addr + rg->len;
-                w->id = h->id;
-                w->status = h->type;
-                w->v = c->serial;
-                fault_thread_post(mm->ft, w);
-                return 1;
+                return sync_post(mm, c, h->type, h->id, rg->addr, rg->addr + rg->len);
         }
         case ZMSG_FORK_PREPARE:
                 if (!ready)
@@ -589,6 +601,8 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                 mm->fork_token_announced = ((const ZMsgFork *)buf)->token;
                 mm->fork_paused = true;
                 mm->fork_paused_at = now_ns();
+                mm->fork_gen++;
+                mm->fork_reply_id = 0; /* one fork at a time: an older question is not waited for */
                 if (fork_prepare_now(m, c, mm, h->id))
                         return 1;
                 mm->fork_reply_id = h->id;
@@ -603,25 +617,10 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                  * may still be walking our index for the child; a page
                  * planned now would look to it like one in flight at the
                  * fork. A sync orders us after the handling. */
-                if (ready && !mm_sync_now(mm)) {
-                        Work *w = work_new(FW_SYNC, mm);
-                        if (w) {
-                                w->status = h->type;
-                                w->v = c->serial;
-                                fault_thread_post(mm->ft, w);
-                                return 1;
-                        }
-                }
-                mmclient_fork_evented(mm, mm->fork_token_announced);
-                /* a fork that failed, or one a daemon adopting us took as
-                 * announced and whose event the dead one had read: no
-                 * event of it will come (the fault thread is past any:
-                 * the sync, or the free serve_lock, mm_sync_now(), ordered
-                 * us after it; relaxed) */
-                atomic_store_explicit(&mm->fork_announced, false, memory_order_relaxed);
-                mm->fork_paused = false;
-                evict_pump(&m->core, mm);
-                return 1;
+                if (ready && !mm_sync_now(mm) && sync_post(mm, c, h->type, h->id, mm->fork_gen, 0) > 0)
+                        return 1;
+                /* without memory for the sync: at once, as before it */
+                return range_request(m, c, mm, ZMSG_FORK_DONE, h->id, mm->fork_gen, 0);
         case ZMSG_MOVE_DONE:
                 if (!ready || evict_move_done(&m->core, mm, h->id, buf) < 0)
                         return -EPROTO;
