@@ -1848,9 +1848,11 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                  * without it, our copy closed at once: once the daemon's
                  * copy is the last (its close did not come first), its
                  * close waits for our lock. Requests without one go
-                 * first, so that the daemon reads ours late. Again until
-                 * the test sees a thread of the daemon wait in that
-                 * release */
+                 * first, so that the daemon reads ours late: 96 of them,
+                 * a few ms of the manager's work (32 were not always
+                 * enough on a busy 2-CPU machine under ASan: each of 8
+                 * tries lost that race). Again until the test sees a
+                 * thread of the daemon wait in that release */
                 for (int i = 0; i < UFFD_TRIES && !atomic_load(&st->landed); i++) {
                         int u = ioctl(devfd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
                         _Alignas(8) uint8_t in[ZSWAP_MSG_MAX + 8];
@@ -1862,7 +1864,7 @@ static int fuse_lock_attack(int kind, LockShared *st) {
                         ASSERT_TRUE(u >= 0);
                         memset(&q, 0, sizeof(q));
                         zmsg_init(&q.hdr, ZMSG_STATS, 900 + i, sizeof(q));
-                        for (int k = 0; k < 32; k++)
+                        for (int k = 0; k < 96; k++)
                                 ASSERT_OK(zmsg_send(s, &q, sizeof(q), NULL, 0));
                         ASSERT_OK(zmsg_send(s, &q, sizeof(q), &u, 1));
                         atomic_store(&uffd_to_close[i], u + 1);
