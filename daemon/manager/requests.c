@@ -619,7 +619,9 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                  * fork. A sync orders us after the handling. */
                 if (ready && !mm_sync_now(mm) && sync_post(mm, c, h->type, h->id, mm->fork_gen, 0) > 0)
                         return 1;
-                /* without memory for the sync: at once, as before it */
+                /* at once: the fault thread is past the fork's event
+                 * (mm_sync_now()), the client is not ready, or there was
+                 * no memory for the sync */
                 return range_request(m, c, mm, ZMSG_FORK_DONE, h->id, mm->fork_gen, 0);
         case ZMSG_MOVE_DONE:
                 if (!ready || evict_move_done(&m->core, mm, h->id, buf) < 0)
