@@ -204,18 +204,26 @@ static int open_uffd(void) {
 
 /* The pages are touched in a scattered order (a stride prime to the
  * count), with a little work in between, as a reader would. */
-static int touch_pages(const uint8_t *region, size_t n, uint64_t *lat) {
+static int touch_pages(const uint8_t *region, size_t n, uint8_t expect, uint64_t *lat) {
         for (size_t i = 0; i < n; i++) {
                 size_t p = (i * 7919) % n;
                 uint64_t t0 = now_ns();
                 uint8_t v = *(const volatile uint8_t *)(region + p * PAGE);
                 lat[i] = now_ns() - t0;
-                if (v != FILL)
+                if (v != expect)
                         return -EIO; /* the handlers are gone: a zero page */
                 for (volatile int k = 0; k < 200; k++)
                         ;
         }
         return 0;
+}
+
+static void summarize(uint64_t *lat, size_t n, double cpu_s, WakeProbe *ret) {
+        qsort(lat, n, sizeof(*lat), cmp_u64);
+        *ret = (WakeProbe){ .median_us = (double)lat[n / 2] / 1e3,
+                            .p99_us = (double)lat[n * 99 / 100] / 1e3,
+                            .max_us = (double)lat[n - 1] / 1e3,
+                            .handler_cpu_us = cpu_s * 1e6 / (double)n };
 }
 
 int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret) {
@@ -321,7 +329,7 @@ int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret) {
         /* the handlers at their epoll_wait (a 1 s bound, then measure anyway) */
         for (int i = 0; i < 10000 && atomic_load_explicit(&c->ready, memory_order_acquire) < nh; i++)
                 usleep(100);
-        r = touch_pages(region, n, lat);
+        r = touch_pages(region, n, FILL, lat);
         atomic_store_explicit(&c->stop, true, memory_order_relaxed);
         (void)!write(c->stop_fd, &(uint64_t){ 1 }, sizeof(uint64_t));
         if (o->same_process)
@@ -333,11 +341,7 @@ int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret) {
                 double cpu_s = 0;
                 for (unsigned i = 0; i < nh; i++)
                         cpu_s += hs[i].cpu_s;
-                qsort(lat, n, sizeof(*lat), cmp_u64);
-                *ret = (WakeProbe){ .median_us = (double)lat[n / 2] / 1e3,
-                                    .p99_us = (double)lat[n * 99 / 100] / 1e3,
-                                    .max_us = (double)lat[n - 1] / 1e3,
-                                    .handler_cpu_us = cpu_s * 1e6 / (double)n };
+                summarize(lat, n, cpu_s, ret);
         }
 out:
         if (uffd >= 0)
@@ -351,5 +355,89 @@ out:
                 munmap(c, sizeof(*c));
         if (hs)
                 munmap(hs, MAX_HANDLERS * sizeof(*hs));
+        return r;
+}
+
+/* The faulting thread's own SIGBUS handler (wake_probe_floor()): one probe
+ * at a time in a process, so the uffd and the page are static. A copy
+ * that fails for good unregisters the region, so that the access retried
+ * after the handler reads the zero page (-EIO) instead of faulting again
+ * for ever. */
+static int floor_uffd = -1;
+static const uint8_t *floor_page;
+
+static void floor_sigbus(int sig, siginfo_t *si, void *uc) {
+        int saved = errno;
+        uintptr_t addr = (uintptr_t)si->si_addr & ~(PAGE - 1);
+        struct uffdio_copy cp = { .dst = addr, .src = (uintptr_t)floor_page, .len = PAGE };
+
+        (void)sig;
+        (void)uc;
+        if (ioctl(floor_uffd, UFFDIO_COPY, &cp) < 0 && errno != EEXIST && errno != EAGAIN) {
+                struct uffdio_range all = { addr, PAGE };
+                (void)ioctl(floor_uffd, UFFDIO_UNREGISTER, &all);
+        }
+        errno = saved;
+}
+
+int wake_probe_floor(WakeFloor f, const WakeProbeOpts *o, WakeProbe *ret) {
+        size_t n = o->nfaults ? o->nfaults : 1;
+        struct sigaction sa = { .sa_sigaction = floor_sigbus, .sa_flags = SA_SIGINFO }, old;
+        cpu_set_t saved, first;
+        uint8_t *region = MAP_FAILED, *page = MAP_FAILED;
+        uint64_t *lat = NULL;
+        bool handler = false;
+        int uffd = -1, r = 0;
+
+        if (sched_getaffinity(0, sizeof(saved), &saved) < 0)
+                return -errno;
+        CPU_ZERO(&first);
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+                if (CPU_ISSET(cpu, o->cpus ? o->cpus : &saved)) {
+                        CPU_SET(cpu, &first);
+                        break;
+                }
+        lat = calloc(n, sizeof(*lat));
+        region = mmap(NULL, n * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        page = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!lat || region == MAP_FAILED || page == MAP_FAILED) {
+                r = -ENOMEM;
+                goto out;
+        }
+        (void)madvise(region, n * PAGE, MADV_NOHUGEPAGE);
+        memset(page, FILL, PAGE);
+        if (f == WAKE_FLOOR_SIGBUS) {
+                uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+                struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_SIGBUS };
+                struct uffdio_register reg = { .range = { (uintptr_t)region, n * PAGE },
+                                               .mode = UFFDIO_REGISTER_MODE_MISSING };
+                if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0 || ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+                        r = -errno;
+                        goto out;
+                }
+                floor_uffd = uffd;
+                floor_page = page;
+                if (sigaction(SIGBUS, &sa, &old) < 0) {
+                        r = -errno;
+                        goto out;
+                }
+                handler = true;
+        }
+        (void)sched_setaffinity(0, sizeof(first), &first);
+        r = touch_pages(region, n, f == WAKE_FLOOR_SIGBUS ? FILL : 0, lat);
+        (void)sched_setaffinity(0, sizeof(saved), &saved);
+        if (r == 0)
+                summarize(lat, n, 0, ret);
+out:
+        if (handler)
+                (void)sigaction(SIGBUS, &old, NULL);
+        if (uffd >= 0)
+                close(uffd);
+        floor_uffd = -1;
+        if (region != MAP_FAILED)
+                munmap(region, n * PAGE);
+        if (page != MAP_FAILED)
+                munmap(page, PAGE);
+        free(lat);
         return r;
 }

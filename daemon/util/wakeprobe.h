@@ -52,6 +52,22 @@ typedef struct WakeProbe {
         double handler_cpu_us; /* CPU time of all handlers per fault */
 } WakeProbe;
 
+/*
+ * The floor under every arrangement, measured the same way in the
+ * caller's process (bench-wake; the daemon never calls it):
+ *   WAKE_FLOOR_SIGBUS  the faulting thread serves its own fault: the region
+ *                      is registered with UFFD_FEATURE_SIGBUS, and the
+ *                      thread's SIGBUS handler copies the page in
+ *                      (UFFDIO_COPY) and returns; no other thread, no
+ *                      wake-up. The cheapest a fault served in userspace
+ *                      can be.
+ *   WAKE_FLOOR_KERNEL  no userfaultfd: the kernel maps its zero page. The
+ *                      exception alone, which every fault pays.
+ * Not thread-safe (the SIGBUS handler is the process's, restored after).
+ */
+typedef enum WakeFloor { WAKE_FLOOR_SIGBUS, WAKE_FLOOR_KERNEL } WakeFloor;
+int wake_probe_floor(WakeFloor f, const WakeProbeOpts *o, WakeProbe *ret);
+
 /* Measure one arrangement. 0, or -errno (no userfaultfd, the child
  * failed, a page came back wrong). The caller's CPU affinity is restored. */
 int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret);
