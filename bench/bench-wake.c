@@ -37,8 +37,9 @@
  *
  *   in-thread    the region registered with UFFD_FEATURE_SIGBUS: the
  *                faulting thread's own SIGBUS handler copies the page in
- *                and returns (no wake-up of any other thread: the least a
- *                fault served in userspace costs)
+ *                and returns (no wake-up of any other thread: the
+ *                exception, the signal and one ioctl, the least any fault
+ *                served in userspace pays)
  *   kernel-fault no userfaultfd: the kernel maps its zero page (the
  *                exception alone, which kernel zram's fault pays too)
  *

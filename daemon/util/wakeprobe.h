@@ -59,8 +59,9 @@ typedef struct WakeProbe {
  *                      is registered with UFFD_FEATURE_SIGBUS, and the
  *                      thread's SIGBUS handler copies the page in
  *                      (UFFDIO_COPY) and returns; no other thread, no
- *                      wake-up. The cheapest a fault served in userspace
- *                      can be.
+ *                      wake-up: the exception, the signal's delivery and
+ *                      return and one ioctl, the least any fault served in
+ *                      userspace pays.
  *   WAKE_FLOOR_KERNEL  no userfaultfd: the kernel maps its zero page. The
  *                      exception alone, which every fault pays.
  * Not thread-safe (the SIGBUS handler is the process's, restored after).

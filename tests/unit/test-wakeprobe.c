@@ -74,7 +74,7 @@ static void test_floor(void) {
                         test_fail("floor %d: %s", (int)f, strerror(-r));
                 ASSERT_TRUE(p.median_us > 0 && p.p99_us >= p.median_us && p.max_us >= p.p99_us);
                 ASSERT_OK(sigaction(SIGBUS, NULL, &after));
-                /* the flags libc adds to any action it sets aside (SA_RESTORER) */
+                /* SA_RESTORER, which libc adds to every action it sets, is not compared */
                 ASSERT_TRUE(after.sa_handler == before.sa_handler &&
                             (after.sa_flags & SA_SIGINFO) == (before.sa_flags & SA_SIGINFO));
                 ASSERT_OK(sched_getaffinity(0, sizeof(cpus_after), &cpus_after));
