@@ -45,6 +45,7 @@ static Site sites[_INJ_MAX] = {
         [INJ_SLOT_READ] = { "slot_read", EBUSY },
         [INJ_CALL_SLOW] = { "call_slow", EINTR },
         [INJ_KILL_REMAP] = { "kill_remap", EINTR },
+        [INJ_FORK_DONE_LATE] = { "fork_done_late", EINTR },
 };
 
 static const struct { const char *name; int err; } errnos[] = {

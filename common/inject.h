@@ -42,6 +42,7 @@ typedef enum InjectSite {
         INJ_SLOT_READ,      /* a staging slot's read is not queued (serve.c slot_read_submit()): read and wait */
         INJ_CALL_SLOW,      /* a fault thread's call into a client lasts CALL_SLOW_MS more, as if its mmap lock held it */
         INJ_KILL_REMAP,     /* SIGKILL in the middle of moving an mremap's entries (a kill_event point too; events.c) */
+        INJ_FORK_DONE_LATE, /* a FORK_DONE's sync goes through its fault thread, which waits FORK_DONE_LATE_MS before it and after */
         _INJ_MAX,
 } InjectSite;
 

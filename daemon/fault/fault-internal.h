@@ -329,6 +329,7 @@ size_t fault_thread_reap(FaultThread *ft, FaultThread *x);
  * client, which the client's mmap lock can hold (docs/security.md). */
 extern __thread FaultThread *fault_self;
 
+#define FORK_DONE_LATE_MS 200 /* the injection's waits around a FORK_DONE's sync (work.c) */
 #define CALL_SLOW_MS 150 /* the injection's wait: past the manager's STEAL_AFTER_MS (manager/loop.c) */
 
 static inline void call_begin(int uffd) {

@@ -90,11 +90,19 @@ static bool work_install(FaultThread *ft, Work *w) {
  * completely once serve_lock is ours (a reader holds it from its read
  * until the message is handled). False: taken, try again later. */
 static bool work_sync(FaultThread *ft, Work *w) {
+        /* injected (tests): a FORK_DONE's sync is late, and the manager has
+         * its answer before this thread reads the client's uffd again */
+        bool late = w->status == ZMSG_FORK_DONE && INJECT(INJ_FORK_DONE_LATE);
+
+        if (late)
+                usleep(FORK_DONE_LATE_MS * 1000);
         if (mmclient_serve_trylock(w->mm) != 0)
                 return false;
         serve_unlock(ft, w->mm);
         w->type = MW_SYNC_DONE;
         core_post(ft->core, w);
+        if (late)
+                usleep(FORK_DONE_LATE_MS * 1000);
         return true;
 }
 

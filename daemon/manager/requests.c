@@ -617,7 +617,8 @@ int dispatch(Manager *m, Conn *c, const void *buf, int *fds, size_t nfds) {
                  * may still be walking our index for the child; a page
                  * planned now would look to it like one in flight at the
                  * fork. A sync orders us after the handling. */
-                if (ready && !mm_sync_now(mm) && sync_post(mm, c, h->type, h->id, mm->fork_gen, 0) > 0)
+                if (ready && (INJECT(INJ_FORK_DONE_LATE) || !mm_sync_now(mm)) &&
+                    sync_post(mm, c, h->type, h->id, mm->fork_gen, 0) > 0)
                         return 1;
                 /* at once: the fault thread is past the fork's event
                  * (mm_sync_now()), the client is not ready, or there was
