@@ -41,7 +41,8 @@
  *                exception, the signal and one ioctl, the least any fault
  *                served in userspace pays)
  *   kernel-fault no userfaultfd: the kernel maps its zero page (the
- *                exception alone, which kernel zram's fault pays too)
+ *                cheapest fault the kernel serves: what kernel zram's
+ *                fault pays before its own work)
  *
  * and the ratios of the medians between the best arrangement, in-thread
  * and kernel-fault.

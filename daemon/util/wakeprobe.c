@@ -359,24 +359,27 @@ out:
 }
 
 /* The faulting thread's own SIGBUS handler (wake_probe_floor()): one probe
- * at a time in a process, so the uffd and the page are static. A copy
- * that fails for good unregisters the region, so that the access retried
- * after the handler reads the zero page (-EIO) instead of faulting again
- * for ever. */
+ * at a time in a process, so the uffd, the page and the region are static.
+ * A copy that fails for good unregisters that page, so that the access
+ * retried after the handler reads the zero page (-EIO) instead of faulting
+ * again for ever; a SIGBUS from anywhere else, or a page that stays
+ * registered, gets the default action (the process dies of it, as it
+ * would have without the probe). */
 static int floor_uffd = -1;
 static const uint8_t *floor_page;
+static uintptr_t floor_start, floor_end;
 
 static void floor_sigbus(int sig, siginfo_t *si, void *uc) {
         int saved = errno;
         uintptr_t addr = (uintptr_t)si->si_addr & ~(PAGE - 1);
         struct uffdio_copy cp = { .dst = addr, .src = (uintptr_t)floor_page, .len = PAGE };
+        struct uffdio_range one = { addr, PAGE };
 
-        (void)sig;
         (void)uc;
-        if (ioctl(floor_uffd, UFFDIO_COPY, &cp) < 0 && errno != EEXIST && errno != EAGAIN) {
-                struct uffdio_range all = { addr, PAGE };
-                (void)ioctl(floor_uffd, UFFDIO_UNREGISTER, &all);
-        }
+        if (addr < floor_start || addr >= floor_end ||
+            (ioctl(floor_uffd, UFFDIO_COPY, &cp) < 0 && errno != EEXIST && errno != EAGAIN &&
+             ioctl(floor_uffd, UFFDIO_UNREGISTER, &one) < 0))
+                signal(sig, SIG_DFL);
         errno = saved;
 }
 
@@ -417,6 +420,8 @@ int wake_probe_floor(WakeFloor f, const WakeProbeOpts *o, WakeProbe *ret) {
                 }
                 floor_uffd = uffd;
                 floor_page = page;
+                floor_start = (uintptr_t)region;
+                floor_end = floor_start + n * PAGE;
                 if (sigaction(SIGBUS, &sa, &old) < 0) {
                         r = -errno;
                         goto out;

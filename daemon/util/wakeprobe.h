@@ -63,7 +63,9 @@ typedef struct WakeProbe {
  *                      return and one ioctl, the least any fault served in
  *                      userspace pays.
  *   WAKE_FLOOR_KERNEL  no userfaultfd: the kernel maps its zero page. The
- *                      exception alone, which every fault pays.
+ *                      cheapest fault the kernel serves (the exception,
+ *                      the handling, one page-table entry), which every
+ *                      fault pays at least.
  * Not thread-safe (the SIGBUS handler is the process's, restored after).
  */
 typedef enum WakeFloor { WAKE_FLOOR_SIGBUS, WAKE_FLOOR_KERNEL } WakeFloor;
