@@ -682,15 +682,8 @@ void evict_pump(Core *core, MMClient *mm) {
         if (mm->fork_reply_id && evict_settled(mm) && mm->conn) {
                 /* answered once the fault thread has also caught up (pages
                  * handed back to it, events): see requests.c range_request() */
-                Work *w = work_new(FW_SYNC, mm);
-                if (w) {
-                        w->id = mm->fork_reply_id;
-                        w->status = ZMSG_FORK_PREPARE;
-                        w->v = mm->fork_reply_serial;
-                        mm->syncs_pending++; /* sync_done() counts it back */
-                        fault_thread_post(mm->ft, w);
+                if (fault_sync_post(mm, ZMSG_FORK_PREPARE, mm->fork_reply_id, mm->fork_reply_serial, 0, 0) == 0)
                         mm->fork_reply_id = 0;
-                }
         }
 }
 

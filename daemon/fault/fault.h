@@ -33,6 +33,11 @@ FaultThread *fault_thread_free(FaultThread *ft);
 int fault_watch(Core *core, MMClient *mm);
 void fault_unwatch(Core *core, MMClient *mm);
 int fault_post_mm(FaultThread *ft, int type, MMClient *mm);
+/* Manager thread: an FW_SYNC of request type (its id, and a and b for the
+ * answer) to mm's fault thread, counted in mm->syncs_pending until the
+ * manager's sync_done() hears it back; serial names the connection that
+ * asked. -ENOMEM, or 0. */
+int fault_sync_post(MMClient *mm, int type, uint32_t id, uint64_t serial, uint64_t a, uint64_t b);
 
 /* Free the retries still held on mm (its last reference is going). */
 void fault_mm_free_retries(MMClient *mm);

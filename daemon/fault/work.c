@@ -40,6 +40,20 @@ int fault_post_mm(FaultThread *ft, int type, MMClient *mm) {
         return 0;
 }
 
+int fault_sync_post(MMClient *mm, int type, uint32_t id, uint64_t serial, uint64_t a, uint64_t b) {
+        Work *w = work_new(FW_SYNC, mm);
+        if (!w)
+                return -ENOMEM;
+        w->a = a;
+        w->b = b;
+        w->id = id;
+        w->status = type;
+        w->v = serial;
+        mm->syncs_pending++;
+        fault_thread_post(mm->ft, w);
+        return 0;
+}
+
 int fault_watch(Core *core, MMClient *mm) {
         /* the home thread first: if the others cannot be told, it alone
          * still serves every message, only not always on the faulting CPU */

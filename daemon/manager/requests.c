@@ -200,19 +200,11 @@ void sync_done(Manager *m, Work *w) {
         work_free(w);
 }
 
-/* A request's FW_SYNC to mm's fault thread, answered by sync_done(). */
+/* A request's FW_SYNC to mm's fault thread, answered by sync_done(): 1
+ * (answered later), or -ENOMEM. */
 static int sync_post(MMClient *mm, Conn *c, int type, uint32_t id, uint64_t a, uint64_t b) {
-        Work *w = work_new(FW_SYNC, mm);
-        if (!w)
-                return -ENOMEM;
-        w->a = a;
-        w->b = b;
-        w->id = id;
-        w->status = type;
-        w->v = c->serial;
-        mm->syncs_pending++;
-        fault_thread_post(mm->ft, w);
-        return 1;
+        int r = fault_sync_post(mm, type, id, c->serial, a, b);
+        return r < 0 ? r : 1;
 }
 
 /*

@@ -536,7 +536,7 @@ typedef struct MMClient {
         uint64_t fork_paused_at;
         uint32_t fork_reply_id; /* pending FORK_PREPARE reply, 0 if none */
         uint32_t fork_gen;      /* FORK_PREPAREs seen: a FORK_DONE applies to the latest only */
-        uint32_t syncs_pending; /* FW_SYNCs of requests posted, not back (MW_SYNC_DONE) */
+        uint32_t syncs_pending; /* FW_SYNCs of requests posted (fault_sync_post()), not back (sync_done()) */
         uint64_t fork_reply_serial; /* the serial of the connection that asked it (the manager finds it by it) */
         unsigned unregisters;  /* pending unregister requests: pump pauses */
         /* the calls that wait for the client's mmap lock (mmjob.h): the

@@ -189,11 +189,11 @@ static void reap(pid_t child) {
                 ;
 }
 
-static int open_uffd(void) {
+static int open_uffd(uint64_t features) {
         int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
         if (fd < 0)
                 return -errno;
-        struct uffdio_api api = { .api = UFFD_API };
+        struct uffdio_api api = { .api = UFFD_API, .features = features };
         if (ioctl(fd, UFFDIO_API, &api) < 0) {
                 int r = -errno;
                 close(fd);
@@ -271,7 +271,7 @@ int wake_probe(WakeArr arr, const WakeProbeOpts *o, WakeProbe *ret) {
                 r = -errno;
                 goto out;
         }
-        uffd = c->uffd = open_uffd();
+        uffd = c->uffd = open_uffd(0);
         if (uffd < 0) {
                 r = uffd;
                 goto out;
@@ -410,11 +410,14 @@ int wake_probe_floor(WakeFloor f, const WakeProbeOpts *o, WakeProbe *ret) {
         (void)madvise(region, n * PAGE, MADV_NOHUGEPAGE);
         memset(page, FILL, PAGE);
         if (f == WAKE_FLOOR_SIGBUS) {
-                uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-                struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_SIGBUS };
                 struct uffdio_register reg = { .range = { (uintptr_t)region, n * PAGE },
                                                .mode = UFFDIO_REGISTER_MODE_MISSING };
-                if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0 || ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+                uffd = open_uffd(UFFD_FEATURE_SIGBUS);
+                if (uffd < 0) {
+                        r = uffd;
+                        goto out;
+                }
+                if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
                         r = -errno;
                         goto out;
                 }
